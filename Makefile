@@ -1,0 +1,35 @@
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed             ## create .venv with the app and the dev tools
+run: install                            ## serve on 127.0.0.1:8000 (embedded PostgreSQL in .laneway/)
+	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m app serve --host $(HOST) --port $(PORT)
+worker: install                         ## run an engine-only worker
+	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m app worker
+test: install                           ## the whole suite on a throwaway PostgreSQL
+	$(PY) -m pytest -n 2 --dist loadfile
+lint: install                           ## ruff and mypy
+	$(PY) -m ruff check app tests bench
+	$(PY) -m ruff format --check app tests bench
+	$(PY) -m mypy
+check: lint                             ## alias of lint
+fmt: install                            ## apply lint fixes and formatting
+	$(PY) -m ruff check --fix app tests bench
+	$(PY) -m ruff format app tests bench
+schema: install                         ## rewrite schema.graphql from the code
+	$(PY) -m app export-schema > schema.graphql
+bench: install                          ## engine throughput and latency figures (not a test)
+	$(PY) bench/engine_bench.py
+help:
+	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+.PHONY: install run worker test lint check fmt schema bench help

@@ -1,0 +1,1 @@
+"""Laneway: a durable workflow engine on PostgreSQL, served as a GraphQL API."""

@@ -1,0 +1,185 @@
+"""Runner: drives one claimed instance handler by handler, and the group committer it writes through.
+
+Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing.
+Every write goes through the Committer, which puts the writes of all runners that are ready
+at the same moment into one transaction (group commit). Claiming is scheduler.py's job.
+"""
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from app.engine.context import Done, HandlerContext, Next
+from app.engine.definitions import Workflow
+from app.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
+from app.errors import InvalidInputError, LeaseLostError
+from app.model import (
+    CheckpointWrite,
+    CompleteWrite,
+    FailWrite,
+    InstanceRecord,
+    RunnerWrite,
+    Transition,
+)
+from app.store import Store
+
+logger = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 4000
+
+
+class Committer:
+    """Group commit for runner writes: whoever gets the lock flushes everything queued."""
+
+    def __init__(self, store: Store, owner_id: str, lease_seconds: float) -> None:
+        self._store = store
+        self._owner_id = owner_id
+        self._lease_seconds = lease_seconds
+        self._queued: list[tuple[RunnerWrite, asyncio.Future[Transition | None]]] = []
+        self._lock = asyncio.Lock()
+
+    async def write(self, item: RunnerWrite) -> Transition:
+        """Apply one write (batched with whatever else is ready).
+
+        Raises:
+            LeaseLostError: the instance is no longer ours (lease taken over, or cancelled).
+        """
+        future: asyncio.Future[Transition | None] = asyncio.get_running_loop().create_future()
+        self._queued.append((item, future))
+        async with self._lock:
+            if not future.done():
+                batch, self._queued = self._queued, []
+                # Shielded: a cancelled runner must not abort the transaction of the others.
+                await asyncio.shield(self._flush(batch))
+        transition = future.result()
+        if transition is None:
+            raise LeaseLostError(item.instance_id)
+        return transition
+
+    async def _flush(self, batch: list[tuple[RunnerWrite, "asyncio.Future[Transition | None]"]]) -> None:
+        try:
+            transitions = await self._store.write_runner_batch(
+                self._owner_id, self._lease_seconds, [item for item, _ in batch]
+            )
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        by_id = {t.instance_id: t for t in transitions}
+        for item, future in batch:
+            if not future.done():
+                future.set_result(by_id.get(item.instance_id))
+
+
+@dataclass(slots=True, kw_only=True)
+class Run:
+    """One instance running in this process."""
+
+    record: InstanceRecord
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    task: "asyncio.Task[None] | None" = None
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:MAX_ERROR_CHARS]
+
+
+async def run_instance(
+    run: Run,
+    workflow: Workflow,
+    committer: Committer,
+    on_terminal: Callable[[Transition], Awaitable[None]],
+) -> None:
+    """Drive one claimed instance until it ends, fails an attempt, or loses its lease."""
+    record = run.record
+    state: dict[str, object] = dict(record.state)
+    action = record.next_action or workflow.initial
+    params = record.next_params
+    attempt = record.attempts
+    while True:
+        ctx = HandlerContext(
+            instance_id=record.instance_id,
+            name=record.name,
+            action=action,
+            attempt=attempt,
+            max_attempts=record.max_attempts,
+            params=params,
+            state=state,
+            cancelled=run.cancelled,
+        )
+        try:
+            write = await _call_handler(ctx, workflow, action)
+        except LeaseLostError:
+            return
+        try:
+            transition = await committer.write(write)
+        except LeaseLostError:
+            logger.info(
+                "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
+            )
+            return
+        if not isinstance(write, CheckpointWrite):
+            if transition.status.is_terminal:
+                await on_terminal(transition)
+            return
+        # The next handler gets exactly what was checkpointed, so an uninterrupted instance
+        # and one resumed after a crash see the same params.
+        action, params, attempt = write.next_action, json.loads(write.next_params_json), 1
+
+
+async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) -> RunnerWrite:
+    """Call one handler and turn its outcome into the write that records it."""
+    handler = workflow.handlers.get(action)
+    try:
+        if handler is None:
+            raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
+        step = await handler(ctx, ctx.params)
+        if isinstance(step, Next):
+            if step.action not in workflow.handlers:
+                raise InvalidInputError(
+                    f"handler {action!r} returned unknown action {step.action!r}"
+                )
+            return CheckpointWrite(
+                instance_id=ctx.instance_id,
+                attempt=ctx.attempt,
+                state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
+                next_action=step.action,
+                next_params_json=encode_json(step.params, what="action params"),
+                progress=ctx.progress,
+                message=ctx.message,
+            )
+        if isinstance(step, Done):
+            return CompleteWrite(
+                instance_id=ctx.instance_id,
+                attempt=ctx.attempt,
+                result_json=encode_json(step.result, what="result", max_bytes=MAX_PAYLOAD_BYTES),
+                state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
+            )
+        raise InvalidInputError(
+            f"handler {action!r} returned {type(step).__name__}; expected Next(...) or Done(...)"
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        # A handler's exception is data: a failed attempt, recorded and retried by policy.
+        logger.info(
+            "attempt failed",
+            extra={
+                "instance_id": str(ctx.instance_id),
+                "workflow": workflow.name,
+                "action": action,
+                "attempt": ctx.attempt,
+                "error": _error_text(exc),
+            },
+        )
+        return FailWrite(
+            instance_id=ctx.instance_id,
+            attempt=ctx.attempt,
+            error=_error_text(exc),
+            delay_ms=workflow.retry.delay_ms(ctx.attempt),
+        )
+

@@ -1,0 +1,230 @@
+"""Scheduler: the claim loop that starts runners for due instances, within queue caps.
+
+Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules and
+wake-ups. Does not run user code itself (runner.py) and writes no SQL (store).
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from uuid import UUID
+
+from app.engine.registry import WorkflowRegistry
+from app.engine.runner import Committer, Run, run_instance
+from app.model import InstanceRecord, NewInstance, Notification, ScheduleRecord, Transition
+from app.store import Store
+
+logger = logging.getLogger(__name__)
+
+SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
+TerminalCallback = Callable[[Transition], Awaitable[None]]
+
+
+class Scheduler:
+    """Claims due instances and runs them, as one process's share of the work."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: WorkflowRegistry,
+        *,
+        owner_id: str,
+        lease_seconds: float,
+        poll_interval_seconds: float,
+        concurrency: int,
+        plan_schedule: SchedulePlanner,
+        on_terminal: TerminalCallback,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self.owner_id = owner_id
+        self.lease_seconds = lease_seconds
+        self.poll_interval_seconds = poll_interval_seconds
+        self.concurrency = concurrency
+        self._plan_schedule = plan_schedule
+        self._on_terminal = on_terminal
+        self._committer = Committer(store, owner_id, lease_seconds)
+        self._runs: dict[UUID, Run] = {}
+        self._wake = asyncio.Event()
+        self._last_maintenance = 0.0
+        self._warned_unregistered: set[str] = set()
+        self.is_running = False
+
+    # -- signals from outside --------------------------------------------------------------------
+
+    def notify(self, notification: Notification) -> None:
+        """A NOTIFY arrived: wake the loop, and stop a handler whose instance was cancelled."""
+        if notification.cancelled_id is not None:
+            self.stop_run(notification.cancelled_id, reason="cancelled")
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
+        """Cancel the handler task of an instance running here; False if it is not here."""
+        run = self._runs.get(instance_id)
+        if run is None:
+            return False
+        logger.info("stopping run", extra={"instance_id": str(instance_id), "reason": reason})
+        run.cancelled.set()
+        if run.task is not None:
+            run.task.cancel()
+        return True
+
+    @property
+    def running_ids(self) -> list[UUID]:
+        return list(self._runs)
+
+    # -- one round, for tests and for the loop ---------------------------------------------------
+
+    async def maintain(self) -> None:
+        """Recover expired leases, fire due schedules, and report unrunnable instances."""
+        self._last_maintenance = time.monotonic()
+        recovered = await self._store.recover_expired_leases()
+        for transition in recovered:
+            logger.warning(
+                "lease expired, instance recovered",
+                extra={"instance_id": str(transition.instance_id), "status": transition.status},
+            )
+            if transition.status.is_terminal:
+                await self._on_terminal(transition)
+        if len(self._registry):
+            await self._store.fire_due_schedules(self._plan_schedule)
+            unregistered = await self._store.unregistered_pending(self._registry.names())
+            for name, count in unregistered.items():
+                if name not in self._warned_unregistered:
+                    self._warned_unregistered.add(name)
+                    logger.warning(
+                        "pending instances of a workflow not registered here",
+                        extra={"workflow": name, "pending": count},
+                    )
+
+    async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
+        free = self.concurrency - len(self._runs)
+        limit = free if limit is None else min(limit, free)
+        return await self._store.claim(
+            self.owner_id, self._registry.names(), limit, self.lease_seconds
+        )
+
+    async def tick(self) -> int:
+        """One full round: maintenance, claim, and run what was claimed to its end.
+
+        Returns how many instances were run. Tests drive the engine with this.
+        """
+        await self.maintain()
+        claimed = await self.claim()
+        if claimed:
+            async with asyncio.TaskGroup() as group:
+                for record in claimed:
+                    self._start(group, record)
+        return len(claimed)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Claim and run until `stopping` is set; then hand unfinished instances back."""
+        self.is_running = True
+        try:
+            async with asyncio.TaskGroup() as group:
+                heartbeat = group.create_task(self._heartbeat(stopping), name="laneway-heartbeat")
+                try:
+                    await self._loop(group, stopping)
+                finally:
+                    heartbeat.cancel()
+                    await self._shutdown()
+        finally:
+            self.is_running = False
+
+    async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
+        failures = 0
+        while not stopping.is_set():
+            self._wake.clear()
+            try:
+                if time.monotonic() - self._last_maintenance >= self.poll_interval_seconds:
+                    await self.maintain()
+                claimed = await self.claim() if len(self._runs) < self.concurrency else []
+                failures = 0
+            except Exception as exc:
+                # A lost or restarting database: the loop outlives it, backing off meanwhile.
+                failures += 1
+                delay = min(0.1 * 2**failures, 5.0)
+                logger.warning(
+                    "claim round failed",
+                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_s": delay},
+                )
+                await _wait(stopping, delay)
+                continue
+            for record in claimed:
+                self._start(group, record)
+            if claimed and len(self._runs) < self.concurrency:
+                continue  # there may be more due work right now
+            await _wait_any(stopping, self._wake, self.poll_interval_seconds)
+
+    def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
+        workflow = self._registry.get(record.name)
+        run = Run(record=record)
+        self._runs[record.instance_id] = run
+        run.task = group.create_task(
+            self._guarded(run, run_instance(run, workflow, self._committer, self._on_terminal)),
+            name=f"laneway-run-{record.instance_id}",
+        )
+
+    async def _guarded(self, run: Run, body: Awaitable[None]) -> None:
+        try:
+            await body
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A bug or a lost database: the lease runs out and another claim retries it.
+            logger.exception("runner crashed", extra={"instance_id": str(run.record.instance_id)})
+        finally:
+            self._runs.pop(run.record.instance_id, None)
+            self._wake.set()
+
+    async def _heartbeat(self, stopping: asyncio.Event) -> None:
+        interval = max(self.lease_seconds / 3.0, 0.05)
+        while not stopping.is_set():
+            await _wait(stopping, interval)
+            ids = list(self._runs)
+            if not ids:
+                continue
+            try:
+                held = await self._store.renew_leases(self.owner_id, ids, self.lease_seconds)
+            except Exception as exc:
+                logger.warning("lease renewal failed", extra={"error": str(exc)})
+                continue
+            for instance_id in ids:
+                if instance_id not in held and instance_id in self._runs:
+                    self.stop_run(instance_id, reason="lease lost")
+
+    async def _shutdown(self) -> None:
+        ids = list(self._runs)
+        for instance_id in ids:
+            self.stop_run(instance_id, reason="shutdown")
+        if ids:
+            try:
+                await self._store.release(self.owner_id, ids)
+            except Exception as exc:
+                logger.warning("release at shutdown failed", extra={"error": str(exc)})
+
+
+async def _wait(stopping: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stopping.wait()
+
+
+async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            stop_task = asyncio.ensure_future(stopping.wait())
+            wake_task = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({stop_task, wake_task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_task.cancel()
+                wake_task.cancel()

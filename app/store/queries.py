@@ -1,0 +1,471 @@
+"""Every SQL statement Laneway runs, as named constants.
+
+Each constant is preceded by a comment listing its `$n` parameters. JSON goes in as text
+(already validated and encoded by the engine) and is cast in SQL; it comes out decoded by the
+codec registered in pool.py. SQL is never built from input.
+"""
+
+# ---------------------------------------------------------------------------------------------
+# migrations
+
+# $1 advisory lock key
+LOCK_MIGRATIONS = "SELECT pg_advisory_lock($1)"
+
+# $1 advisory lock key
+UNLOCK_MIGRATIONS = "SELECT pg_advisory_unlock($1)"
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE SCHEMA IF NOT EXISTS laneway;
+CREATE TABLE IF NOT EXISTS laneway.schema_migrations (
+    name       text PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+APPLIED_MIGRATIONS = """
+SELECT name
+  FROM laneway.schema_migrations
+ ORDER BY name
+"""
+
+# $1 migration name
+RECORD_MIGRATION = """
+INSERT INTO laneway.schema_migrations (name)
+VALUES ($1)
+"""
+
+# ---------------------------------------------------------------------------------------------
+# clock
+
+DB_NOW = "SELECT now()"
+
+# ---------------------------------------------------------------------------------------------
+# queues
+
+# $1 queue name
+ENSURE_QUEUE = """
+INSERT INTO laneway.queues (name, tokens)
+VALUES ($1, 1)
+ON CONFLICT (name) DO NOTHING
+"""
+
+# $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
+CONFIGURE_QUEUE = """
+INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at)
+VALUES ($1, $2, $3, GREATEST(COALESCE($3 / 60.0, 1), 1), now())
+ON CONFLICT (name) DO UPDATE
+   SET concurrency = EXCLUDED.concurrency,
+       rate_per_minute = EXCLUDED.rate_per_minute,
+       tokens = LEAST(laneway.queues.tokens, EXCLUDED.tokens),
+       updated_at = now()
+"""
+
+# $1 queue name (NULL: every queue)
+QUEUE_STATS = """
+SELECT q.name, q.concurrency, q.rate_per_minute, q.paused,
+       COALESCE(
+           (SELECT jsonb_object_agg(c.status, c.n)
+              FROM (SELECT i.status, count(*) AS n
+                      FROM laneway.instances AS i
+                     WHERE i.queue = q.name
+                     GROUP BY i.status) AS c),
+           '{}'::jsonb) AS counts
+  FROM laneway.queues AS q
+ WHERE $1::text IS NULL OR q.name = $1
+ ORDER BY q.name
+"""
+
+# ---------------------------------------------------------------------------------------------
+# instances: reads
+
+# $1 instance id
+GET_INSTANCE = """
+SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+  FROM laneway.instances
+ WHERE instance_id = $1
+"""
+
+# $1 workflow name, $2 queue, $3 statuses (text[]), $4 parent id, $5 limit, $6 offset
+# (a NULL filter matches everything)
+LIST_INSTANCES = """
+SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+  FROM laneway.instances
+ WHERE ($1::text IS NULL OR name = $1)
+   AND ($2::text IS NULL OR queue = $2)
+   AND ($3::text[] IS NULL OR status = ANY($3::text[]))
+   AND ($4::uuid IS NULL OR parent_id = $4)
+ ORDER BY created_at DESC, seq DESC
+ LIMIT $5
+OFFSET $6
+"""
+
+# $1 idempotency key
+FIND_BY_IDEMPOTENCY_KEY = """
+SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+  FROM laneway.instances
+ WHERE idempotency_key = $1
+"""
+
+# $1 workflow name, $2 singleton key
+FIND_ACTIVE_SINGLETON = """
+SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+  FROM laneway.instances
+ WHERE name = $1
+   AND singleton_key = $2
+   AND status IN ('pending', 'running', 'paused')
+"""
+
+# $1 registered workflow names (text[])
+UNREGISTERED_PENDING = """
+SELECT name, count(*) AS pending
+  FROM laneway.instances
+ WHERE status = 'pending'
+   AND run_after <= now()
+   AND name <> ALL($1::text[])
+ GROUP BY name
+ ORDER BY name
+ LIMIT 20
+"""
+
+# ---------------------------------------------------------------------------------------------
+# instances: writes by the API side (each returns the row it changed)
+
+# $1 instance id, $2 workflow name, $3 queue, $4 priority, $5 max attempts, $6 delay ms,
+# $7 params (json text), $8 first action, $9 idempotency key, $10 singleton key, $11 parent id
+INSERT_INSTANCE = """
+INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+VALUES ($1, $2, $3, $4, $5, now() + $6::double precision * interval '1 millisecond', $7::text::jsonb, $8, $7::text::jsonb, $9, $10, $11)
+ON CONFLICT DO NOTHING
+RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+"""
+
+# $1 instance id
+CANCEL_INSTANCE = """
+UPDATE laneway.instances
+   SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL,
+       updated_at = now(), finished_at = now()
+ WHERE instance_id = $1
+   AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+"""
+
+# $1 instance id
+RESUME_INSTANCE = """
+UPDATE laneway.instances
+   SET status = 'pending', checkpoint = NULL, run_after = now(), updated_at = now()
+ WHERE instance_id = $1
+   AND status = 'paused'
+RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+"""
+
+# $1 instance id
+RETRY_INSTANCE = """
+UPDATE laneway.instances
+   SET status = 'pending', attempts = 0, run_after = now(), finished_at = NULL, updated_at = now()
+ WHERE instance_id = $1
+   AND status = 'failed'
+RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+"""
+
+# ---------------------------------------------------------------------------------------------
+# claims and leases
+
+# $1 registered workflow names (text[])
+# Locks the queues that have due work for this process; a queue another process is claiming
+# from is skipped this round. The claim itself runs as the next statement, so its snapshot
+# sees every claim committed by the previous holder of the queue lock.
+LOCK_CLAIMABLE_QUEUES = """
+SELECT q.name
+  FROM laneway.queues AS q
+ WHERE NOT q.paused
+   AND EXISTS (SELECT 1
+                 FROM laneway.instances AS i
+                WHERE i.queue = q.name
+                  AND i.status = 'pending'
+                  AND i.run_after <= now()
+                  AND i.name = ANY($1::text[]))
+ ORDER BY q.name
+   FOR UPDATE OF q SKIP LOCKED
+"""
+
+# $1 owner id, $2 locked queue names (text[]), $3 registered workflow names (text[]),
+# $4 at most this many instances, $5 lease seconds
+# Per queue: free slots = concurrency - running (across all processes), and, for a
+# rate-limited queue, the whole tokens in its bucket (refilled at rate/60 per second, holding
+# at most one second's worth or one token). Tokens spent are written back.
+CLAIM_INSTANCES = """
+WITH allowance AS (
+    SELECT q.name, q.rate_per_minute, t.tokens_now,
+           LEAST(q.concurrency - (SELECT count(*)
+                                    FROM laneway.instances AS r
+                                   WHERE r.queue = q.name
+                                     AND r.status = 'running'),
+                 COALESCE(floor(t.tokens_now)::integer, $4::integer)) AS slots
+      FROM laneway.queues AS q
+     CROSS JOIN LATERAL (
+        SELECT CASE WHEN q.rate_per_minute IS NULL THEN NULL
+                    ELSE LEAST(GREATEST(q.rate_per_minute / 60.0, 1.0),
+                               q.tokens + EXTRACT(EPOCH FROM now() - q.tokens_at)
+                                          * q.rate_per_minute / 60.0)
+               END AS tokens_now) AS t
+     WHERE q.name = ANY($2::text[])
+),
+picked AS (
+    SELECT p.instance_id, p.priority, p.run_after, p.seq
+      FROM allowance AS a
+     CROSS JOIN LATERAL (
+        SELECT i.instance_id, i.priority, i.run_after, i.seq
+          FROM laneway.instances AS i
+         WHERE i.queue = a.name
+           AND i.status = 'pending'
+           AND i.run_after <= now()
+           AND i.name = ANY($3::text[])
+         ORDER BY i.priority DESC, i.run_after, i.seq
+         LIMIT GREATEST(a.slots, 0)
+           FOR UPDATE SKIP LOCKED) AS p
+     ORDER BY p.priority DESC, p.run_after, p.seq
+     LIMIT $4
+),
+claimed AS (
+    UPDATE laneway.instances AS i
+       SET status = 'running', owner_id = $1, attempts = i.attempts + 1,
+           lease_expires_at = now() + $5::double precision * interval '1 second',
+           updated_at = now()
+      FROM picked
+     WHERE i.instance_id = picked.instance_id
+    RETURNING i.instance_id, i.name, i.queue, i.status, i.priority, i.attempts, i.max_attempts, i.run_after, i.created_at, i.updated_at, i.params, i.state, i.next_action, i.next_params, i.result, i.last_error, i.idempotency_key, i.singleton_key, i.owner_id, i.lease_expires_at, i.parent_id, i.stage, i.checkpoint, i.progress, i.message, i.seq
+),
+spent AS (
+    UPDATE laneway.queues AS q
+       SET tokens = a.tokens_now - c.n, tokens_at = now()
+      FROM allowance AS a,
+           (SELECT claimed.queue, count(*) AS n FROM claimed GROUP BY claimed.queue) AS c
+     WHERE q.name = a.name
+       AND c.queue = a.name
+       AND a.rate_per_minute IS NOT NULL
+)
+SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+  FROM claimed
+ ORDER BY priority DESC, run_after, seq
+"""
+
+# $1 max rows
+# A lease that ran out means its worker is gone: the attempt counts (so an instance that keeps
+# killing its worker ends failed), and the instance goes back to pending from its checkpoint.
+RECOVER_EXPIRED_LEASES = """
+WITH expired AS (
+    SELECT instance_id
+      FROM laneway.instances
+     WHERE status = 'running'
+       AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE laneway.instances AS i
+   SET status = CASE WHEN i.attempts >= i.max_attempts THEN 'failed' ELSE 'pending' END,
+       last_error = CASE WHEN i.attempts >= i.max_attempts
+                         THEN 'lease expired: worker lost during attempt ' || i.attempts || ' of ' || i.max_attempts
+                         ELSE 'lease expired: worker lost during attempt ' || i.attempts END,
+       finished_at = CASE WHEN i.attempts >= i.max_attempts THEN now() END,
+       owner_id = NULL, lease_expires_at = NULL, run_after = now(), updated_at = now()
+  FROM expired
+ WHERE i.instance_id = expired.instance_id
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+"""
+
+# $1 owner id, $2 instance ids (uuid[]), $3 lease seconds
+RENEW_LEASES = """
+UPDATE laneway.instances
+   SET lease_expires_at = now() + $3::double precision * interval '1 second'
+ WHERE instance_id = ANY($2::uuid[])
+   AND owner_id = $1
+   AND status = 'running'
+RETURNING instance_id
+"""
+
+# $1 owner id, $2 instance ids (uuid[])
+# Graceful shutdown: the interrupted attempt does not count, and another process may claim the
+# instance at once instead of after the lease.
+RELEASE_INSTANCES = """
+UPDATE laneway.instances
+   SET status = 'pending', attempts = GREATEST(attempts - 1, 0), owner_id = NULL,
+       lease_expires_at = NULL, run_after = now(), updated_at = now()
+ WHERE instance_id = ANY($2::uuid[])
+   AND owner_id = $1
+   AND status = 'running'
+RETURNING instance_id, name, queue, status, attempts
+"""
+
+# ---------------------------------------------------------------------------------------------
+# runner writes, fenced by owner id and batched (one statement for many instances)
+
+# $1 owner id, $2 lease seconds, $3 instance ids, $4 states (json text[]), $5 next actions,
+# $6 next params (json text[]), $7 progress (float8[]), $8 messages
+CHECKPOINT_INSTANCES = """
+UPDATE laneway.instances AS i
+   SET state = u.state::jsonb, next_action = u.next_action, next_params = u.next_params::jsonb,
+       progress = COALESCE(u.progress, i.progress), message = COALESCE(u.message, i.message),
+       attempts = 1, lease_expires_at = now() + $2::double precision * interval '1 second',
+       updated_at = now()
+  FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[])
+       AS u (instance_id, state, next_action, next_params, progress, message)
+ WHERE i.instance_id = u.instance_id
+   AND i.owner_id = $1
+   AND i.status = 'running'
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
+"""
+
+# $1 owner id, $2 instance ids, $3 results (json text[]), $4 states (json text[])
+COMPLETE_INSTANCES = """
+UPDATE laneway.instances AS i
+   SET status = 'completed', result = u.result::jsonb, state = u.state::jsonb,
+       next_action = NULL, next_params = NULL, progress = 1, owner_id = NULL,
+       lease_expires_at = NULL, updated_at = now(), finished_at = now()
+  FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u (instance_id, result, state)
+ WHERE i.instance_id = u.instance_id
+   AND i.owner_id = $1
+   AND i.status = 'running'
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
+"""
+
+# $1 owner id, $2 instance ids, $3 errors, $4 retry delays in ms
+# An attempt failed: with attempts left the instance waits out the backoff as pending, keeping
+# the state and action of its last checkpoint; otherwise it ends failed.
+FAIL_ATTEMPTS = """
+UPDATE laneway.instances AS i
+   SET status = CASE WHEN i.attempts < i.max_attempts THEN 'pending' ELSE 'failed' END,
+       run_after = CASE WHEN i.attempts < i.max_attempts
+                        THEN now() + u.delay_ms * interval '1 millisecond'
+                        ELSE i.run_after END,
+       finished_at = CASE WHEN i.attempts < i.max_attempts THEN NULL ELSE now() END,
+       last_error = u.error, owner_id = NULL, lease_expires_at = NULL, updated_at = now()
+  FROM unnest($2::uuid[], $3::text[], $4::float8[]) AS u (instance_id, error, delay_ms)
+ WHERE i.instance_id = u.instance_id
+   AND i.owner_id = $1
+   AND i.status = 'running'
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+"""
+
+# ---------------------------------------------------------------------------------------------
+# events
+
+# $1 advisory lock key, $2 instance ids, $3 workflow names, $4 types, $5 statuses, $6 attempts,
+# $7 errors, $8 stages, $9 checkpoints, $10 id of an instance cancelled here (NULL: none)
+# The one-time filter takes the lock before any identity value is drawn and holds it until
+# commit, so event ids become visible in id order. The NOTIFY is a doorbell: ids only.
+APPEND_EVENTS = """
+WITH appended AS (
+    INSERT INTO laneway.events (instance_id, name, type, status, attempt, error, stage, checkpoint)
+    SELECT u.instance_id, u.name, u.type, u.status, u.attempt, u.error, u.stage, u.checkpoint
+      FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[],
+                  $8::text[], $9::text[])
+           AS u (instance_id, name, type, status, attempt, error, stage, checkpoint)
+     WHERE (SELECT pg_advisory_xact_lock($1)) IS NOT NULL
+    RETURNING event_id
+)
+SELECT pg_notify('laneway_events',
+                 json_strip_nulls(json_build_object('e', max(event_id), 'c', $10::text))::text),
+       max(event_id) AS last_event_id
+  FROM appended
+"""
+
+# $1 after event id, $2 limit
+EVENTS_AFTER = """
+SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
+  FROM laneway.events
+ WHERE event_id > $1
+ ORDER BY event_id
+ LIMIT $2
+"""
+
+# $1 instance id, $2 after event id, $3 limit
+INSTANCE_EVENTS_AFTER = """
+SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
+  FROM laneway.events
+ WHERE instance_id = $1
+   AND event_id > $2
+ ORDER BY event_id
+ LIMIT $3
+"""
+
+# $1 instance id, $2 limit: the newest events of one instance, oldest first
+LATEST_INSTANCE_EVENTS = """
+SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
+  FROM (SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
+          FROM laneway.events
+         WHERE instance_id = $1
+         ORDER BY event_id DESC
+         LIMIT $2) AS newest
+ ORDER BY event_id
+"""
+
+LATEST_EVENT_ID = """
+SELECT COALESCE(max(event_id), 0)
+  FROM laneway.events
+"""
+
+# ---------------------------------------------------------------------------------------------
+# schedules
+
+# $1 name, $2 workflow name, $3 params (json text), $4 every, $5 cron, $6 timezone,
+# $7 next run at
+UPSERT_SCHEDULE = """
+INSERT INTO laneway.schedules (name, workflow_name, params, every, cron, timezone, next_run_at)
+VALUES ($1, $2, $3::text::jsonb, $4, $5, $6, $7)
+ON CONFLICT (name) DO UPDATE
+   SET workflow_name = EXCLUDED.workflow_name, params = EXCLUDED.params,
+       every = EXCLUDED.every, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+       next_run_at = EXCLUDED.next_run_at, enabled = true, updated_at = now()
+RETURNING name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+"""
+
+# $1 name
+GET_SCHEDULE = """
+SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+  FROM laneway.schedules
+ WHERE name = $1
+"""
+
+LIST_SCHEDULES = """
+SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+  FROM laneway.schedules
+ ORDER BY name
+"""
+
+# $1 name, $2 enabled, $3 next run at (used when the schedule is enabled)
+SET_SCHEDULE_ENABLED = """
+UPDATE laneway.schedules
+   SET enabled = $2,
+       next_run_at = CASE WHEN $2 AND NOT enabled THEN $3 ELSE next_run_at END,
+       updated_at = now()
+ WHERE name = $1
+RETURNING name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+"""
+
+# $1 name
+DELETE_SCHEDULE = """
+DELETE FROM laneway.schedules
+ WHERE name = $1
+RETURNING name
+"""
+
+# $1 max rows
+# Locked until the claiming transaction advances them, so two schedulers never fire the same
+# occurrence; the fire's idempotency key makes a retried fire harmless too.
+LOCK_DUE_SCHEDULES = """
+SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+  FROM laneway.schedules
+ WHERE enabled
+   AND next_run_at <= now()
+ ORDER BY next_run_at
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED
+"""
+
+# $1 name, $2 next run at
+ADVANCE_SCHEDULE = """
+UPDATE laneway.schedules
+   SET next_run_at = $2, updated_at = now()
+ WHERE name = $1
+"""

@@ -1,0 +1,618 @@
+"""Store: one method per state change, each one transaction with its events and NOTIFY.
+
+Owns every read and write of Laneway's tables and the decoding of rows into records.
+Decides nothing about workflows: the engine says what to write, the store writes it
+atomically and reports what changed. Runner writes are fenced by owner id.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from app.errors import InvalidInputError, NotFoundError
+from app.model import (
+    CheckpointWrite,
+    CompleteWrite,
+    EnqueueResult,
+    EventRecord,
+    EventType,
+    FailWrite,
+    InstanceFilter,
+    InstanceRecord,
+    NewEvent,
+    NewInstance,
+    QueueRecord,
+    RunnerWrite,
+    ScheduleRecord,
+    Status,
+    Transition,
+)
+from app.store import queries
+from app.store.migrate import apply_migrations
+from app.store.pool import connect, create_pool
+
+EVENTS_LOCK_KEY = 7_461_726_102  # serialises event appends; see queries.APPEND_EVENTS
+
+Row = asyncpg.Record
+
+
+def instance_from_row(row: Row) -> InstanceRecord:
+    parent = row["parent_id"]
+    return InstanceRecord(
+        instance_id=row["instance_id"],
+        name=row["name"],
+        queue=row["queue"],
+        status=Status(row["status"]),
+        priority=row["priority"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        run_after=row["run_after"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        params=row["params"],
+        state=row["state"] if row["state"] is not None else {},
+        next_action=row["next_action"],
+        next_params=row["next_params"],
+        result=row["result"],
+        last_error=row["last_error"],
+        idempotency_key=row["idempotency_key"],
+        singleton_key=row["singleton_key"],
+        owner_id=row["owner_id"],
+        lease_expires_at=row["lease_expires_at"],
+        parent_id=parent,
+        stage=row["stage"],
+        checkpoint=row["checkpoint"],
+        progress=row["progress"],
+        message=row["message"],
+    )
+
+
+def event_from_row(row: Row) -> EventRecord:
+    return EventRecord(
+        event_id=row["event_id"],
+        instance_id=row["instance_id"],
+        name=row["name"],
+        type=EventType(row["type"]),
+        status=Status(row["status"]),
+        at=row["at"],
+        attempt=row["attempt"],
+        error=row["error"],
+        stage=row["stage"],
+        checkpoint=row["checkpoint"],
+    )
+
+
+def schedule_from_row(row: Row) -> ScheduleRecord:
+    return ScheduleRecord(
+        name=row["name"],
+        workflow_name=row["workflow_name"],
+        params=row["params"],
+        every=row["every"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        enabled=row["enabled"],
+        next_run_at=row["next_run_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def queue_from_row(row: Row) -> QueueRecord:
+    return QueueRecord(
+        name=row["name"],
+        concurrency=row["concurrency"],
+        rate_per_minute=row["rate_per_minute"],
+        paused=row["paused"],
+        counts={Status(status): int(n) for status, n in (row["counts"] or {}).items()},
+    )
+
+
+def transition_from_row(row: Row) -> Transition:
+    return Transition(
+        instance_id=row["instance_id"],
+        name=row["name"],
+        queue=row["queue"],
+        status=Status(row["status"]),
+        attempts=row["attempts"],
+        error=row.get("last_error"),
+    )
+
+
+def _event_for(record: InstanceRecord, event_type: EventType, **data: Any) -> NewEvent:
+    return NewEvent(
+        instance_id=record.instance_id,
+        name=record.name,
+        type=event_type,
+        status=record.status,
+        **data,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_store(database_url: str, *, pool_size: int = 10) -> AsyncIterator["Store"]:
+    """Migrate the database, open a pool, and yield a Store; close the pool on exit."""
+    conn = await connect(database_url)
+    try:
+        await apply_migrations(conn)
+    finally:
+        await conn.close()
+    pool = await create_pool(database_url, size=pool_size)
+    try:
+        yield Store(pool, database_url)
+    finally:
+        await pool.close()
+
+
+class Store:
+    """Laneway's tables, behind one method per verb."""
+
+    def __init__(self, pool: asyncpg.Pool, database_url: str) -> None:
+        self._pool = pool
+        self.database_url = database_url
+        self._known_queues: set[str] = set()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _append_events(
+        self, conn: asyncpg.Connection, events: Sequence[NewEvent], cancelled_id: UUID | None = None
+    ) -> int | None:
+        """Append events and ring the doorbell, inside the caller's transaction."""
+        if not events:
+            return None
+        last_id: int | None = await conn.fetchval(
+            queries.APPEND_EVENTS,
+            EVENTS_LOCK_KEY,
+            [e.instance_id for e in events],
+            [e.name for e in events],
+            [e.type.value for e in events],
+            [e.status.value for e in events],
+            [e.attempt for e in events],
+            [e.error for e in events],
+            [e.stage for e in events],
+            [e.checkpoint for e in events],
+            str(cancelled_id) if cancelled_id else None,
+            column=1,
+        )
+        return last_id
+
+    async def ping(self) -> None:
+        """Raise if the database cannot answer."""
+        async with self._pool.acquire() as conn:
+            await conn.fetchval(queries.DB_NOW)
+
+    async def now(self) -> datetime:
+        """The database clock."""
+        async with self._pool.acquire() as conn:
+            value: datetime = await conn.fetchval(queries.DB_NOW)
+            return value
+
+    # -- queues --------------------------------------------------------------------------------
+
+    async def _ensure_queue(self, conn: asyncpg.Connection, name: str) -> None:
+        if name not in self._known_queues:
+            await conn.execute(queries.ENSURE_QUEUE, name)
+            self._known_queues.add(name)
+
+    async def ensure_queues(self, names: Iterable[str]) -> None:
+        """Create queues with default settings where they do not exist yet."""
+        async with self._pool.acquire() as conn:
+            for name in names:
+                await self._ensure_queue(conn, name)
+
+    async def configure_queue(
+        self, name: str, concurrency: int, rate_per_minute: float | None
+    ) -> QueueRecord:
+        """Create or change a queue's caps."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(queries.CONFIGURE_QUEUE, name, concurrency, rate_per_minute)
+            self._known_queues.add(name)
+            row = await conn.fetchrow(queries.QUEUE_STATS, name)
+        assert row is not None
+        return queue_from_row(row)
+
+    async def queues(self, name: str | None = None) -> list[QueueRecord]:
+        """Queues with their settings and instance counts per status."""
+        async with self._pool.acquire() as conn:
+            return [queue_from_row(row) for row in await conn.fetch(queries.QUEUE_STATS, name)]
+
+    # -- instance reads --------------------------------------------------------------------------
+
+    async def get_instance(self, instance_id: UUID) -> InstanceRecord | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
+        return instance_from_row(row) if row else None
+
+    async def list_instances(
+        self, where: InstanceFilter, *, limit: int, offset: int
+    ) -> list[InstanceRecord]:
+        statuses = [s.value for s in where.statuses] if where.statuses is not None else None
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(
+                queries.LIST_INSTANCES,
+                where.name,
+                where.queue,
+                statuses,
+                where.parent_id,
+                limit,
+                offset,
+            )
+        return [instance_from_row(row) for row in rows]
+
+    async def unregistered_pending(self, registered: Sequence[str]) -> dict[str, int]:
+        """Due pending instances per workflow name that `registered` does not include."""
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(queries.UNREGISTERED_PENDING, list(registered))
+        return {row["name"]: row["pending"] for row in rows}
+
+    # -- instance writes from the API side -------------------------------------------------------
+
+    async def enqueue(self, new: NewInstance) -> EnqueueResult:
+        """Insert an instance with its `enqueued` event, or return the one its keys name."""
+        async with self._pool.acquire() as conn:
+            await self._ensure_queue(conn, new.queue)
+            return await self._enqueue(conn, new)
+
+    async def enqueue_many(self, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
+        """Enqueue several instances in one transaction (one commit, one NOTIFY)."""
+        async with self._pool.acquire() as conn:
+            for queue in {new.queue for new in batch}:
+                await self._ensure_queue(conn, queue)
+            async with conn.transaction():
+                results = [await self._insert_or_find(conn, new) for new in batch]
+                await self._append_events(
+                    conn,
+                    [
+                        _event_for(r.instance, EventType.ENQUEUED, attempt=0)
+                        for r in results
+                        if r.created
+                    ],
+                )
+        return results
+
+    async def _enqueue(self, conn: asyncpg.Connection, new: NewInstance) -> EnqueueResult:
+        async with conn.transaction():
+            result = await self._insert_or_find(conn, new)
+            if result.created:
+                await self._append_events(
+                    conn, [_event_for(result.instance, EventType.ENQUEUED, attempt=0)]
+                )
+        return result
+
+    async def _insert_or_find(self, conn: asyncpg.Connection, new: NewInstance) -> EnqueueResult:
+        # The unique indexes decide races; a conflicting row that vanished before we could read
+        # it (a singleton that just ended) lets the next insert through.
+        for _ in range(5):
+            row = await conn.fetchrow(
+                queries.INSERT_INSTANCE,
+                new.instance_id,
+                new.name,
+                new.queue,
+                new.priority,
+                new.max_attempts,
+                new.delay_ms,
+                new.params_json,
+                new.first_action,
+                new.idempotency_key,
+                new.singleton_key,
+                new.parent_id,
+            )
+            if row is not None:
+                return EnqueueResult(instance=instance_from_row(row), created=True)
+            existing = None
+            if new.idempotency_key is not None:
+                existing = await conn.fetchrow(queries.FIND_BY_IDEMPOTENCY_KEY, new.idempotency_key)
+            if existing is None and new.singleton_key is not None:
+                existing = await conn.fetchrow(
+                    queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key
+                )
+            if existing is not None:
+                return EnqueueResult(instance=instance_from_row(existing), created=False)
+        raise InvalidInputError("enqueue kept conflicting with a concurrent change; try again")
+
+    async def cancel_instance(self, instance_id: UUID) -> tuple[InstanceRecord, bool]:
+        """Cancel a non-terminal instance; a terminal one is returned unchanged (False)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.CANCEL_INSTANCE, instance_id)
+            if row is None:
+                return await self._existing(conn, instance_id), False
+            record = instance_from_row(row)
+            await self._append_events(
+                conn,
+                [_event_for(record, EventType.CANCELLED, attempt=record.attempts)],
+                cancelled_id=instance_id,
+            )
+            return record, True
+
+    async def resume_instance(self, instance_id: UUID) -> InstanceRecord | None:
+        """Put a paused instance back to pending; None when it is not paused."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.RESUME_INSTANCE, instance_id)
+            if row is None:
+                await self._existing(conn, instance_id)
+                return None
+            record = instance_from_row(row)
+            await self._append_events(conn, [_event_for(record, EventType.RESUMED)])
+            return record
+
+    async def retry_instance(self, instance_id: UUID) -> InstanceRecord | None:
+        """Put a failed instance back to pending from its last checkpoint; None when not failed."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.RETRY_INSTANCE, instance_id)
+            if row is None:
+                await self._existing(conn, instance_id)
+                return None
+            record = instance_from_row(row)
+            await self._append_events(
+                conn, [_event_for(record, EventType.RETRYING, error="retry requested")]
+            )
+            return record
+
+    async def _existing(self, conn: asyncpg.Connection, instance_id: UUID) -> InstanceRecord:
+        row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
+        if row is None:
+            raise NotFoundError(f"no instance {instance_id}")
+        return instance_from_row(row)
+
+    # -- claims and leases -----------------------------------------------------------------------
+
+    async def claim(
+        self, owner_id: str, workflow_names: Sequence[str], limit: int, lease_seconds: float
+    ) -> list[InstanceRecord]:
+        """Claim up to `limit` due instances within every queue's caps, across processes."""
+        if limit <= 0 or not workflow_names:
+            return []
+        names = list(workflow_names)
+        async with self._pool.acquire() as conn, conn.transaction():
+            locked = [row["name"] for row in await conn.fetch(queries.LOCK_CLAIMABLE_QUEUES, names)]
+            if not locked:
+                return []
+            rows = await conn.fetch(
+                queries.CLAIM_INSTANCES, owner_id, locked, names, limit, lease_seconds
+            )
+            records = [instance_from_row(row) for row in rows]
+            await self._append_events(
+                conn, [_event_for(r, EventType.STARTED, attempt=r.attempts) for r in records]
+            )
+        return records
+
+    async def recover_expired_leases(self, limit: int = 500) -> list[Transition]:
+        """Return instances whose lease ran out to pending (or failed when out of attempts)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit)
+            transitions = [transition_from_row(row) for row in rows]
+            await self._append_events(conn, [_transition_event(t) for t in transitions])
+        return transitions
+
+    async def renew_leases(
+        self, owner_id: str, instance_ids: Sequence[UUID], lease_seconds: float
+    ) -> set[UUID]:
+        """Extend the leases this owner still holds; returns the ids still held."""
+        if not instance_ids:
+            return set()
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(
+                queries.RENEW_LEASES, owner_id, list(instance_ids), lease_seconds
+            )
+        return {row["instance_id"] for row in rows}
+
+    async def release(self, owner_id: str, instance_ids: Sequence[UUID]) -> list[Transition]:
+        """Hand unfinished instances back at shutdown, without counting the attempt."""
+        if not instance_ids:
+            return []
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(queries.RELEASE_INSTANCES, owner_id, list(instance_ids))
+            transitions = [transition_from_row(row) for row in rows]
+            await self._append_events(
+                conn,
+                [
+                    NewEvent(
+                        instance_id=t.instance_id,
+                        name=t.name,
+                        type=EventType.RETRYING,
+                        status=t.status,
+                        attempt=t.attempts,
+                        error="released: worker shutting down",
+                    )
+                    for t in transitions
+                ],
+            )
+        return transitions
+
+    async def write_runner_batch(
+        self, owner_id: str, lease_seconds: float, writes: Sequence[RunnerWrite]
+    ) -> list[Transition]:
+        """Apply many runners' writes in one transaction; writes whose lease is lost do nothing.
+
+        Returns one transition per applied write (a missing instance id means fenced out).
+        """
+        checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
+        completions = [w for w in writes if isinstance(w, CompleteWrite)]
+        failures = [w for w in writes if isinstance(w, FailWrite)]
+        attempts = {w.instance_id: w.attempt for w in writes}
+        transitions: list[Transition] = []
+        events: list[NewEvent] = []
+        async with self._pool.acquire() as conn, conn.transaction():
+            if checkpoints:
+                rows = await conn.fetch(
+                    queries.CHECKPOINT_INSTANCES,
+                    owner_id,
+                    lease_seconds,
+                    [w.instance_id for w in checkpoints],
+                    [w.state_json for w in checkpoints],
+                    [w.next_action for w in checkpoints],
+                    [w.next_params_json for w in checkpoints],
+                    [w.progress for w in checkpoints],
+                    [w.message for w in checkpoints],
+                )
+                for row in rows:
+                    t = transition_from_row(row)
+                    transitions.append(t)
+                    events.append(
+                        _transition_event(t, EventType.CHECKPOINT, attempts[t.instance_id])
+                    )
+            if completions:
+                rows = await conn.fetch(
+                    queries.COMPLETE_INSTANCES,
+                    owner_id,
+                    [w.instance_id for w in completions],
+                    [w.result_json for w in completions],
+                    [w.state_json for w in completions],
+                )
+                for row in rows:
+                    t = transition_from_row(row)
+                    transitions.append(t)
+                    events.append(_transition_event(t))
+            if failures:
+                rows = await conn.fetch(
+                    queries.FAIL_ATTEMPTS,
+                    owner_id,
+                    [w.instance_id for w in failures],
+                    [w.error for w in failures],
+                    [w.delay_ms for w in failures],
+                )
+                for row in rows:
+                    t = transition_from_row(row)
+                    transitions.append(t)
+                    events.append(_transition_event(t))
+            await self._append_events(conn, events)
+        return transitions
+
+    # -- events ----------------------------------------------------------------------------------
+
+    async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
+        """Events with ids above `after_event_id`, in id (= commit) order."""
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(queries.EVENTS_AFTER, after_event_id, limit)
+        return [event_from_row(row) for row in rows]
+
+    async def instance_events_after(
+        self, instance_id: UUID, after_event_id: int, limit: int
+    ) -> list[EventRecord]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(
+                queries.INSTANCE_EVENTS_AFTER, instance_id, after_event_id, limit
+            )
+        return [event_from_row(row) for row in rows]
+
+    async def latest_instance_events(self, instance_id: UUID, limit: int) -> list[EventRecord]:
+        """The newest `limit` events of one instance, oldest first."""
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(queries.LATEST_INSTANCE_EVENTS, instance_id, limit)
+        return [event_from_row(row) for row in rows]
+
+    async def latest_event_id(self) -> int:
+        async with self._pool.acquire() as conn:
+            value: int = await conn.fetchval(queries.LATEST_EVENT_ID)
+        return value
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    async def upsert_schedule(
+        self,
+        *,
+        name: str,
+        workflow_name: str,
+        params_json: str,
+        every: str | None,
+        cron: str | None,
+        timezone: str,
+        next_run_at: datetime,
+    ) -> ScheduleRecord:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                queries.UPSERT_SCHEDULE,
+                name,
+                workflow_name,
+                params_json,
+                every,
+                cron,
+                timezone,
+                next_run_at,
+            )
+        assert row is not None
+        return schedule_from_row(row)
+
+    async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(queries.GET_SCHEDULE, name)
+        return schedule_from_row(row) if row else None
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        async with self._pool.acquire() as conn:
+            return [schedule_from_row(row) for row in await conn.fetch(queries.LIST_SCHEDULES)]
+
+    async def set_schedule_enabled(
+        self, name: str, enabled: bool, next_run_at: datetime
+    ) -> ScheduleRecord:
+        """Enable or disable; enabling starts from `next_run_at`, so no backlog fires."""
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(queries.SET_SCHEDULE_ENABLED, name, enabled, next_run_at)
+        if row is None:
+            raise NotFoundError(f"no schedule named {name!r}")
+        return schedule_from_row(row)
+
+    async def delete_schedule(self, name: str) -> bool:
+        async with self._pool.acquire() as conn:
+            return await conn.fetchval(queries.DELETE_SCHEDULE, name) is not None
+
+    async def fire_due_schedules(
+        self,
+        plan: Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]],
+        limit: int = 100,
+    ) -> list[EnqueueResult]:
+        """Fire every due schedule once, in one transaction.
+
+        `plan(schedule, now)` says what to enqueue for the due occurrence (None: nothing, e.g.
+        the workflow is not registered here) and when the schedule fires next.
+        """
+        results: list[EnqueueResult] = []
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(queries.LOCK_DUE_SCHEDULES, limit)
+            if not rows:
+                return results
+            now: datetime = await conn.fetchval(queries.DB_NOW)
+            for row in rows:
+                schedule = schedule_from_row(row)
+                new, next_run_at = plan(schedule, now)
+                if new is not None:
+                    await self._ensure_queue(conn, new.queue)
+                    results.append(await self._insert_or_find(conn, new))
+                await conn.execute(queries.ADVANCE_SCHEDULE, schedule.name, next_run_at)
+            await self._append_events(
+                conn,
+                [_event_for(r.instance, EventType.ENQUEUED, attempt=0) for r in results if r.created],
+            )
+        return results
+
+    # -- administration --------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection, for diagnostics and tests; never for LISTEN."""
+        async with self._pool.acquire() as conn:
+            yield conn
+
+
+def _transition_event(
+    t: Transition, event_type: EventType | None = None, attempt: int | None = None
+) -> NewEvent:
+    """The event a runner or recovery transition produces."""
+    if event_type is None:
+        event_type = {
+            Status.PENDING: EventType.RETRYING,
+            Status.FAILED: EventType.FAILED,
+            Status.COMPLETED: EventType.COMPLETED,
+            Status.CANCELLED: EventType.CANCELLED,
+        }[t.status]
+    return NewEvent(
+        instance_id=t.instance_id,
+        name=t.name,
+        type=event_type,
+        status=t.status,
+        attempt=t.attempts if attempt is None else attempt,
+        error=t.error if event_type in (EventType.RETRYING, EventType.FAILED) else None,
+    )

@@ -1,0 +1,126 @@
+"""Enqueue, run, complete: the engine end to end on a real PostgreSQL, driven by tick()."""
+
+import asyncio
+from uuid import UUID
+
+import pytest
+
+from app.engine import Done, Engine, HandlerContext, Next, RetryPolicy, Workflow, WorkflowRegistry
+from app.errors import InvalidInputError
+from app.model import EventType, Status
+from app.store import Store
+from tests.workflows import noop, two_steps
+
+
+def make_engine(store: Store, *workflows: Workflow, **options: object) -> Engine:
+    return Engine(store, WorkflowRegistry(workflows), **options)  # type: ignore[arg-type]
+
+
+async def event_types(store: Store, instance_id: UUID) -> list[EventType]:
+    return [e.type for e in await store.instance_events_after(instance_id, 0, 100)]
+
+
+async def test_instance_completes_with_result_when_ticked(store: Store) -> None:
+    engine = make_engine(store, noop)
+    enqueued = await engine.enqueue("noop", {"x": 1})
+    assert enqueued.created
+    assert enqueued.instance.status == Status.PENDING
+    assert await engine.tick() == 1
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    assert done.result == {"ok": True}
+    assert done.attempts == 1
+    assert await event_types(store, enqueued.instance_id) == [
+        EventType.ENQUEUED,
+        EventType.STARTED,
+        EventType.COMPLETED,
+    ]
+
+
+async def test_state_and_params_are_checkpointed_between_actions(store: Store) -> None:
+    engine = make_engine(store, two_steps)
+    enqueued = await engine.enqueue("two_steps", {"n": 1})
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    assert done.result == {"steps": 2, "params": {"from": "first"}}
+    assert done.state == {"first": True}
+    assert await event_types(store, enqueued.instance_id) == [
+        EventType.ENQUEUED,
+        EventType.STARTED,
+        EventType.CHECKPOINT,
+        EventType.COMPLETED,
+    ]
+
+
+async def test_enqueue_rejects_unknown_workflow_and_writes_nothing(store: Store) -> None:
+    engine = make_engine(store, noop)
+    with pytest.raises(InvalidInputError, match="unknown workflow"):
+        await engine.enqueue("nope", {})
+    assert await engine.list_instances() == []
+
+
+async def test_running_loop_completes_instances_without_tick(store: Store) -> None:
+    engine = make_engine(store, noop, poll_interval_seconds=0.05)
+    async with engine.running():
+        enqueued = await engine.enqueue("noop", {})
+        done = await engine.wait(enqueued.instance_id, timeout=10)
+    assert done.status == Status.COMPLETED
+
+
+async def test_handler_sees_attempt_and_retries_from_failing_action(store: Store) -> None:
+    seen: list[tuple[str, int, dict[str, object]]] = []
+
+    async def first(ctx: HandlerContext, params: object) -> Next:
+        ctx.state["a"] = 1
+        return Next("second")
+
+    async def second(ctx: HandlerContext, params: object) -> Done:
+        seen.append(("second", ctx.attempt, dict(ctx.state)))
+        ctx.state["dirty"] = True  # discarded: a failed attempt keeps the checkpointed state
+        if ctx.attempt < 3:
+            raise RuntimeError(f"boom {ctx.attempt}")
+        return Done(ctx.attempt)
+
+    workflow = Workflow(
+        "retrying",
+        handlers={"first": first, "second": second},
+        initial="first",
+        retry=RetryPolicy(max_attempts=3, backoff="fixed", base_ms=0),
+    )
+    engine = make_engine(store, workflow)
+    enqueued = await engine.enqueue("retrying")
+    for _ in range(3):
+        await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    assert done.result == 3
+    assert seen == [("second", 1, {"a": 1}), ("second", 2, {"a": 1}), ("second", 3, {"a": 1})]
+    types = await event_types(store, enqueued.instance_id)
+    assert types.count(EventType.RETRYING) == 2
+    assert types[-1] == EventType.COMPLETED
+
+
+async def test_cancel_pending_instance_is_immediate_and_terminal_cancel_is_noop(
+    store: Store,
+) -> None:
+    engine = make_engine(store, noop)
+    enqueued = await engine.enqueue("noop")
+    cancelled = await engine.cancel(enqueued.instance_id)
+    assert cancelled.status == Status.CANCELLED
+    again = await engine.cancel(enqueued.instance_id)
+    assert again.status == Status.CANCELLED
+    assert await engine.tick() == 0
+    assert (await event_types(store, enqueued.instance_id)).count(EventType.CANCELLED) == 1
+
+
+async def test_tick_runs_many_instances_in_one_claim(store: Store) -> None:
+    engine = make_engine(store, noop, concurrency=50)
+    ids = [(await engine.enqueue("noop", {"i": i})).instance_id for i in range(30)]
+    assert await engine.tick() == 30
+    statuses = {(await engine.get(i)).status for i in ids}  # type: ignore[union-attr]
+    assert statuses == {Status.COMPLETED}
+    await asyncio.sleep(0)
