@@ -1,0 +1,63 @@
+"""open_services(): builds one process's object graph and tears it down in reverse order.
+
+Owns composition only: database (embedded or DATABASE_URL), store, workflow registry, engine
+and event hub, wired together. Holds no global state; the entry point that calls it owns the
+background loops.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from app.config import Settings
+from app.engine import Engine, Workflow, WorkflowRegistry
+from app.events import EventHub
+from app.store import Store, open_store
+from app.store.embedded import embedded_postgres
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Services:
+    """Everything one Laneway process uses, built once."""
+
+    settings: Settings
+    database_url: str
+    store: Store
+    engine: Engine
+    hub: EventHub
+
+
+@contextlib.asynccontextmanager
+async def open_services(
+    settings: Settings, *, workflows: Iterable[Workflow] = ()
+) -> AsyncIterator[Services]:
+    """Build one process's object graph; tear it down in reverse order.
+
+    Workflows come from the modules in `settings.workflow_modules` plus `workflows`.
+    The engine's loop is not started here: the caller runs `engine.run(stopping)` (or
+    `engine.running()`) where it owns background tasks.
+    """
+    registry = WorkflowRegistry.from_modules(settings.workflow_modules)
+    for workflow in workflows:
+        registry.register(workflow)
+    async with contextlib.AsyncExitStack() as stack:
+        database_url = settings.database_url or stack.enter_context(
+            embedded_postgres(settings.data_dir)
+        )
+        store = await stack.enter_async_context(
+            open_store(database_url, pool_size=settings.pool_size)
+        )
+        engine = Engine(
+            store,
+            registry,
+            owner_id=settings.owner_id,
+            lease_seconds=settings.lease_seconds,
+            poll_interval_seconds=settings.poll_interval_seconds,
+            concurrency=settings.worker_concurrency,
+        )
+        hub = await stack.enter_async_context(
+            EventHub.open(database_url, store, on_notification=engine.notify)
+        )
+        yield Services(
+            settings=settings, database_url=database_url, store=store, engine=engine, hub=hub
+        )
