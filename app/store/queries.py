@@ -52,7 +52,7 @@ ON CONFLICT (name) DO NOTHING
 # $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
 CONFIGURE_QUEUE = """
 INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at)
-VALUES ($1, $2, $3, GREATEST(COALESCE($3 / 60.0, 1), 1), now())
+VALUES ($1, $2, $3::double precision, GREATEST(COALESCE($3::double precision / 60.0, 1), 1), now())
 ON CONFLICT (name) DO UPDATE
    SET concurrency = EXCLUDED.concurrency,
        rate_per_minute = EXCLUDED.rate_per_minute,
@@ -353,11 +353,14 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
 # $1 advisory lock key, $2 instance ids, $3 workflow names, $4 types, $5 statuses, $6 attempts,
 # $7 errors, $8 stages, $9 checkpoints, $10 id of an instance cancelled here (NULL: none)
 # The one-time filter takes the lock before any identity value is drawn and holds it until
-# commit, so event ids become visible in id order. The NOTIFY is a doorbell: ids only.
+# commit, so event ids become visible in id order. `at` is the moment of the append (not the
+# transaction start), so a start recorded after a claim saw a completion is stamped after it.
+# The NOTIFY is a doorbell: ids only.
 APPEND_EVENTS = """
 WITH appended AS (
-    INSERT INTO laneway.events (instance_id, name, type, status, attempt, error, stage, checkpoint)
-    SELECT u.instance_id, u.name, u.type, u.status, u.attempt, u.error, u.stage, u.checkpoint
+    INSERT INTO laneway.events (instance_id, name, type, status, at, attempt, error, stage, checkpoint)
+    SELECT u.instance_id, u.name, u.type, u.status, clock_timestamp(), u.attempt, u.error, u.stage,
+           u.checkpoint
       FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::text[],
                   $8::text[], $9::text[])
            AS u (instance_id, name, type, status, attempt, error, stage, checkpoint)

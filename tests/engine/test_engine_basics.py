@@ -1,23 +1,17 @@
 """Enqueue, run, complete: the engine end to end on a real PostgreSQL, driven by tick()."""
 
 import asyncio
-from uuid import UUID
-
 import pytest
 
-from app.engine import Done, Engine, HandlerContext, Next, RetryPolicy, Workflow, WorkflowRegistry
+from app.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
 from app.errors import InvalidInputError
 from app.model import EventType, Status
 from app.store import Store
+from tests.engine.helpers import make_engine, types_of
 from tests.workflows import noop, two_steps
 
 
-def make_engine(store: Store, *workflows: Workflow, **options: object) -> Engine:
-    return Engine(store, WorkflowRegistry(workflows), **options)  # type: ignore[arg-type]
-
-
-async def event_types(store: Store, instance_id: UUID) -> list[EventType]:
-    return [e.type for e in await store.instance_events_after(instance_id, 0, 100)]
+event_types = types_of
 
 
 async def test_instance_completes_with_result_when_ticked(store: Store) -> None:

@@ -1,0 +1,5 @@
+"""Events: LISTEN/NOTIFY doorbells turned into per-subscriber streams replayed from the table."""
+
+from app.events.hub import EventFilter, EventHub, EventStream
+
+__all__ = ["EventFilter", "EventHub", "EventStream"]

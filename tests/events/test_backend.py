@@ -1,0 +1,248 @@
+"""ListenBackend on a real PostgreSQL: LISTEN once, heartbeat, reconnect, gap markers, bounds.
+
+Also holds BlackholeProxy, the TCP proxy the adversity tests put between a listener and the
+server (test_hub.py imports it).
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from broadcaster import Event
+
+from app.engine import Engine, WorkflowRegistry
+from app.events.backend import LISTENER_APPLICATION_NAME, ListenBackend, is_gap
+from app.model import NOTIFY_CHANNEL, Notification
+from app.store import Store
+from tests.workflows import noop
+
+# -- a proxy that can make a connection half-open ---------------------------------------------
+
+
+@dataclass(eq=False)
+class _Link:
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    blackholed: bool = False
+
+
+class BlackholeProxy:
+    """TCP on 127.0.0.1 in front of the test server (unix socket or TCP).
+
+    `blackhole()` makes every open link half-open: bytes are swallowed both ways and neither
+    side is told, as when a host vanishes (pg-boss's halfOpenProxy). `refuse()` closes new
+    connections at once, as a server that is down; `accept()` undoes it.
+    """
+
+    def __init__(self, database_url: str) -> None:
+        parts = urlsplit(database_url)
+        query = dict(parse_qsl(parts.query))
+        socket_dir = query.pop("host", "")
+        port = parts.port or int(query.pop("port", "5432"))
+        self._unix_path = f"{socket_dir}/.s.PGSQL.{port}" if socket_dir.startswith("/") else None
+        self._tcp_target = (parts.hostname or "127.0.0.1", port)
+        self._parts = parts._replace(query=urlencode(query))
+        self._links: list[_Link] = []
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._refusing = False
+        self.accepted = 0
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        """Serve until exit; yields the URL that reaches the server through the proxy."""
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        user = self._parts.username or "postgres"
+        password = f":{self._parts.password}" if self._parts.password else ""
+        try:
+            yield urlunsplit(self._parts._replace(netloc=f"{user}{password}@127.0.0.1:{port}"))
+        finally:
+            server.close()
+            for link in self._links:
+                for writer in link.writers:
+                    writer.close()
+            for handler in self._handlers:
+                handler.cancel()
+            if self._handlers:
+                await asyncio.wait(self._handlers)
+            await server.wait_closed()
+
+    def blackhole(self) -> None:
+        for link in self._links:
+            link.blackholed = True
+
+    def refuse(self) -> None:
+        self._refusing = True
+
+    def accept(self) -> None:
+        self._refusing = False
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self.accepted += 1
+        try:
+            if self._refusing:
+                return
+            if self._unix_path is not None:
+                up_reader, up_writer = await asyncio.open_unix_connection(self._unix_path)
+            else:
+                up_reader, up_writer = await asyncio.open_connection(*self._tcp_target)
+            link = _Link(writers=[writer, up_writer])
+            self._links.append(link)
+            async with asyncio.TaskGroup() as pipes:
+                pipes.create_task(self._pipe(link, reader, up_writer))
+                pipes.create_task(self._pipe(link, up_reader, writer))
+        finally:
+            writer.close()
+            self._handlers.discard(task)
+
+    async def _pipe(
+        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while data := await reader.read(65536):
+                if not link.blackholed:
+                    writer.write(data)
+                    await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_backend(
+    url: str, *, heartbeat_seconds: float = 5.0, inbox_size: int = 100
+) -> AsyncIterator[ListenBackend]:
+    """A connected backend with its supervision task, as the hub runs it."""
+    backend = ListenBackend(url, heartbeat_seconds=heartbeat_seconds, inbox_size=inbox_size)
+    await backend.connect()
+    runner = asyncio.create_task(backend.run(), name="test-listener")
+    try:
+        yield backend
+    finally:
+        runner.cancel()
+        await asyncio.wait([runner])
+        await backend.disconnect()
+
+
+async def next_event(backend: ListenBackend, timeout: float = 10.0) -> Event:
+    async with asyncio.timeout(timeout):
+        return await backend.next_published()
+
+
+async def listener_pids(admin: asyncpg.Connection) -> list[int]:
+    rows = await admin.fetch(
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = $1",
+        LISTENER_APPLICATION_NAME,
+    )
+    return [row["pid"] for row in rows]
+
+
+async def terminate_listener(admin: asyncpg.Connection) -> int:
+    pids = await listener_pids(admin)
+    assert len(pids) == 1
+    await admin.execute("SELECT pg_terminate_backend($1)", pids[0])
+    return pids[0]
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+
+async def test_backend_yields_each_payload_when_a_writer_commits(store: Store, database_url: str):
+    engine = Engine(store, WorkflowRegistry([noop]))
+    async with running_backend(database_url) as backend:
+        assert backend.is_connected
+        enqueued = await engine.enqueue("noop")
+        event = await next_event(backend)
+    assert event.channel == NOTIFY_CHANNEL
+    assert not is_gap(event)
+    [recorded] = await store.instance_events_after(enqueued.instance_id, 0, 10)
+    assert Notification.from_payload(event.message).last_event_id == recorded.event_id
+
+
+async def test_backend_refuses_publish_and_other_channels_when_asked(database_url: str):
+    async with running_backend(database_url) as backend:
+        await backend.subscribe(NOTIFY_CHANNEL)
+        await backend.unsubscribe(NOTIFY_CHANNEL)
+        with pytest.raises(NotImplementedError):
+            await backend.publish(NOTIFY_CHANNEL, "x")
+        with pytest.raises(ValueError, match="listens on"):
+            await backend.subscribe("another_channel")
+
+
+async def test_backend_listens_on_one_dedicated_connection_when_connected(
+    database_url: str, admin: asyncpg.Connection
+):
+    async with running_backend(database_url):
+        [pid] = await listener_pids(admin)
+        query = await admin.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid)
+    assert query.startswith("LISTEN")
+
+
+async def test_backend_reconnects_and_signals_a_gap_when_its_connection_is_terminated(
+    database_url: str, admin: asyncpg.Connection
+):
+    async with running_backend(database_url) as backend:
+        old_pid = await terminate_listener(admin)
+        assert is_gap(await next_event(backend))
+        assert backend.is_connected
+        assert backend.reconnect_count == 1
+        assert await listener_pids(admin) != [old_pid]
+        # LISTEN was re-issued on the new connection.
+        await admin.execute("SELECT pg_notify($1, 'after reconnect')", NOTIFY_CHANNEL)
+        event = await next_event(backend)
+    assert event.message == "after reconnect"
+
+
+async def test_backend_retries_until_the_server_accepts_when_reconnects_fail(
+    database_url: str, admin: asyncpg.Connection
+):
+    proxy = BlackholeProxy(database_url)
+    async with proxy.running() as url, running_backend(url) as backend:
+        proxy.refuse()
+        await terminate_listener(admin)
+        async with asyncio.timeout(10):
+            while proxy.accepted < 4:  # the first connection, then at least three refused tries
+                await asyncio.sleep(0.01)
+        assert not backend.is_connected
+        proxy.accept()
+        assert is_gap(await next_event(backend))
+        assert backend.is_connected
+        assert backend.reconnect_count == 1
+
+
+async def test_backend_replaces_a_half_open_connection_when_the_heartbeat_times_out(
+    database_url: str,
+):
+    proxy = BlackholeProxy(database_url)
+    async with proxy.running() as url, running_backend(url, heartbeat_seconds=0.2) as backend:
+        proxy.blackhole()
+        # Within a few heartbeat periods: wait 0.2 s, probe times out after 0.2 s, reconnect.
+        assert is_gap(await next_event(backend, timeout=3.0))
+        assert backend.is_connected
+        assert backend.reconnect_count == 1
+
+
+async def test_backend_drops_and_signals_a_gap_when_its_inbox_overflows(
+    database_url: str, admin: asyncpg.Connection
+):
+    async with running_backend(database_url, inbox_size=5) as backend:
+        await admin.execute(
+            "SELECT pg_notify($1, n::text) FROM generate_series(1, 20) AS n", NOTIFY_CHANNEL
+        )
+        async with asyncio.timeout(10):
+            while backend.dropped_count < 15:
+                await asyncio.sleep(0.01)
+        received = [await next_event(backend) for _ in range(6)]
+    assert [e.message for e in received[:5]] == ["1", "2", "3", "4", "5"]
+    assert is_gap(received[5])

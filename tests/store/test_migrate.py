@@ -1,0 +1,63 @@
+"""Migrations: apply from empty, no-op the second time, safe when starters race."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from app.store import queries
+from app.store.migrate import apply_migrations, migration_files
+from app.store.pool import connect
+from tests.conftest import url_for
+
+
+@pytest.fixture
+async def empty_database_url(server_url: str) -> AsyncIterator[str]:
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield url_for(server_url, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_migrations_apply_once_when_run_twice(empty_database_url: str) -> None:
+    conn = await connect(empty_database_url)
+    try:
+        first = await apply_migrations(conn)
+        second = await apply_migrations(conn)
+        recorded = await conn.fetch("SELECT name FROM laneway.schema_migrations ORDER BY name")
+    finally:
+        await conn.close()
+    assert first == [f.stem for f in migration_files()]
+    assert second == []
+    assert [r["name"] for r in recorded] == first
+
+
+async def test_migrations_are_safe_when_starters_race(empty_database_url: str) -> None:
+    conns = [await connect(empty_database_url) for _ in range(5)]
+    try:
+        results = await asyncio.gather(*(apply_migrations(c) for c in conns))
+        count = await conns[0].fetchval("SELECT count(*) FROM laneway.schema_migrations")
+    finally:
+        for c in conns:
+            await c.close()
+    applied = [name for result in results for name in result]
+    assert sorted(applied) == [f.stem for f in migration_files()]  # each applied exactly once
+    assert count == len(migration_files())
+
+
+QUERY_NAMES = [
+    name
+    for name, value in vars(queries).items()
+    if name.isupper() and isinstance(value, str) and name != "CREATE_MIGRATIONS_TABLE"
+]
+
+
+@pytest.mark.parametrize("name", QUERY_NAMES)
+async def test_query_prepares_on_migrated_schema(admin: asyncpg.Connection, name: str) -> None:
+    await admin.prepare(getattr(queries, name))
