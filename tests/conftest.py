@@ -8,6 +8,8 @@ connections.
 
 import asyncio
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,16 +31,21 @@ def url_for(server_url: str, database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url() -> Iterator[str]:
     """An admin URL of the PostgreSQL server the tests use."""
     given = os.environ.get("LANEWAY_TEST_DATABASE_URL")
     if given:
         yield given
         return
-    data_dir: Path = tmp_path_factory.mktemp("laneway-pg")
-    with embedded_postgres(data_dir) as url:
-        asyncio.run(_tune_throwaway_server(url))
-        yield url
+    # Not pytest's tmp_path: pytest prunes old base folders, and a concurrent pytest run
+    # would delete the data folder under a running server.
+    data_dir = Path(tempfile.mkdtemp(prefix="laneway-test-pg-"))
+    try:
+        with embedded_postgres(data_dir) as url:
+            asyncio.run(_tune_throwaway_server(url))
+            yield url
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 async def _tune_throwaway_server(url: str) -> None:
