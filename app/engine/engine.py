@@ -155,7 +155,11 @@ class Engine:
 
     def _new_instance(self, request: EnqueueRequest) -> NewInstance:
         workflow = self._workflow(request.name)
-        queue = check_name(request.queue, "queue name") if request.queue else workflow.queue_name
+        queue = (
+            check_name(request.queue, "queue name")
+            if request.queue is not None
+            else workflow.queue_name
+        )
         if isinstance(request.priority, bool) or not isinstance(request.priority, int):
             raise InvalidInputError("priority must be an integer")
         if not PRIORITY_RANGE[0] <= request.priority <= PRIORITY_RANGE[1]:

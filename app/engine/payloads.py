@@ -16,7 +16,7 @@ MAX_STATE_BYTES = 8 * 1024 * 1024
 # A \u0000 escape, or a surrogate escape that is not part of a high+low pair.
 _BAD_ESCAPE = re.compile(
     r"(?<!\\)(?:\\\\)*\\u(?:0000|d[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
-    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})",
+    r"|(?<!\\ud[89ab][0-9a-f]{2}\\u)d[c-f][0-9a-f]{2})",
     re.IGNORECASE,
 )
 

@@ -165,17 +165,14 @@ class Scheduler:
             await _wait_any(stopping, self._wake, self.poll_interval_seconds)
 
     def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
-        workflow = self._registry.get(record.name)
         run = Run(record=record)
         self._runs[record.instance_id] = run
-        run.task = group.create_task(
-            self._guarded(run, run_instance(run, workflow, self._committer, self._on_terminal)),
-            name=f"laneway-run-{record.instance_id}",
-        )
+        run.task = group.create_task(self._run(run), name=f"laneway-run-{record.instance_id}")
 
-    async def _guarded(self, run: Run, body: Awaitable[None]) -> None:
+    async def _run(self, run: Run) -> None:
         try:
-            await body
+            workflow = self._registry.get(run.record.name)
+            await run_instance(run, workflow, self._committer, self._on_terminal)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -1,0 +1,178 @@
+"""Leases, fencing, heartbeats, retries and cancellation (issue #2, points 5, 6 and 7)."""
+
+import asyncio
+
+from app.engine import Done, HandlerContext, RetryPolicy, Workflow
+from app.model import EventType, Status
+from app.store import Store, open_store
+from tests.engine.helpers import eventually, make_engine, types_of
+from tests.workflows import noop
+
+
+def _blocking(label: str, gate: asyncio.Event, entered: asyncio.Event) -> Workflow:
+    async def run(ctx: HandlerContext, params: object) -> Done:
+        entered.set()
+        await gate.wait()
+        return Done({"by": label})
+
+    return Workflow("fenced", handlers={"run": run}, initial="run", retry=RetryPolicy(max_attempts=3))
+
+
+async def test_late_write_changes_nothing_when_lease_was_taken_over(
+    store: Store, database_url: str
+) -> None:
+    gate, entered = asyncio.Event(), asyncio.Event()
+    first = make_engine(store, _blocking("first", gate, entered), owner_id="first")
+    enqueued = await first.enqueue("fenced")
+    first_tick = asyncio.create_task(first.tick())
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    async with store.connection() as conn:  # the first owner's lease runs out
+        await conn.execute(
+            "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+        )
+    async with open_store(database_url) as other_store:
+        open_gate, other_entered = asyncio.Event(), asyncio.Event()
+        open_gate.set()
+        second = make_engine(
+            other_store, _blocking("second", open_gate, other_entered), owner_id="second"
+        )
+        assert await second.tick() == 1  # recovers the expired lease, claims, completes
+    gate.set()
+    await asyncio.wait_for(first_tick, timeout=10)
+    done = await first.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    assert done.result == {"by": "second"}
+    types = await types_of(store, enqueued.instance_id)
+    assert types.count(EventType.COMPLETED) == 1
+    assert types == [
+        EventType.ENQUEUED,
+        EventType.STARTED,
+        EventType.RETRYING,
+        EventType.STARTED,
+        EventType.COMPLETED,
+    ]
+
+
+async def test_heartbeat_keeps_a_step_alive_for_three_leases(
+    store: Store, database_url: str
+) -> None:
+    lease = 0.6
+
+    async def long_step(ctx: HandlerContext, params: object) -> Done:
+        await asyncio.sleep(lease * 3)  # the work itself takes three leases
+        return Done()
+
+    workflow = Workflow("long", handlers={"run": long_step}, initial="run")
+    options = {"lease_seconds": lease, "poll_interval_seconds": 0.05}
+    first = make_engine(store, workflow, owner_id="first", **options)
+    async with open_store(database_url) as other_store:
+        second = make_engine(other_store, workflow, owner_id="second", **options)
+        async with first.running(), second.running():
+            enqueued = await first.enqueue("long")
+            done = await first.wait(enqueued.instance_id, timeout=20)
+    assert done.status == Status.COMPLETED
+    assert done.attempts == 1
+    assert (await types_of(store, enqueued.instance_id)).count(EventType.STARTED) == 1
+
+
+async def test_attempts_exhausted_ends_failed_with_last_error(store: Store) -> None:
+    async def broken(ctx: HandlerContext, params: object) -> Done:
+        raise ValueError(f"broken on attempt {ctx.attempt}")
+
+    workflow = Workflow(
+        "broken",
+        handlers={"run": broken},
+        initial="run",
+        retry=RetryPolicy(max_attempts=3, backoff="fixed", base_ms=0),
+    )
+    engine = make_engine(store, workflow)
+    enqueued = await engine.enqueue("broken")
+    for _ in range(3):
+        assert await engine.tick() == 1
+    assert await engine.tick() == 0
+    failed = await engine.get(enqueued.instance_id)
+    assert failed is not None
+    assert failed.status == Status.FAILED
+    assert failed.last_error == "broken on attempt 3"
+    assert failed.attempts == 3
+    events = await store.instance_events_after(enqueued.instance_id, 0, 100)
+    assert [e.type for e in events if e.type in ("retrying", "failed")] == [
+        EventType.RETRYING,
+        EventType.RETRYING,
+        EventType.FAILED,
+    ]
+    assert events[-1].error == "broken on attempt 3"
+
+
+async def test_retry_waits_out_an_exponential_backoff(store: Store) -> None:
+    async def broken(ctx: HandlerContext, params: object) -> Done:
+        raise RuntimeError("nope")
+
+    workflow = Workflow(
+        "backoff",
+        handlers={"run": broken},
+        initial="run",
+        retry=RetryPolicy(max_attempts=3, backoff="exponential", base_ms=300, max_ms=500),
+    )
+    engine = make_engine(store, workflow)
+    enqueued = await engine.enqueue("backoff")
+    delays = []
+    for _ in range(2):
+        await eventually(engine.tick, lambda n: n == 1)
+        record = await engine.get(enqueued.instance_id)
+        assert record is not None and record.status == Status.PENDING
+        delays.append((record.run_after - record.updated_at).total_seconds())
+    assert 0.29 <= delays[0] <= 0.35  # base
+    assert 0.49 <= delays[1] <= 0.55  # 600 ms capped at 500 ms
+
+
+async def test_crash_after_last_attempt_ends_failed_not_pending(store: Store) -> None:
+    engine = make_engine(store, noop)
+    enqueued = await engine.enqueue("noop")
+    async with store.connection() as conn:  # a worker claimed its last attempt, then vanished
+        await conn.execute(
+            "UPDATE laneway.instances SET status = 'running', owner_id = 'gone', attempts = 3,"
+            " max_attempts = 3, lease_expires_at = now() - interval '1 second'"
+        )
+    await engine.scheduler.maintain()
+    failed = await engine.get(enqueued.instance_id)
+    assert failed is not None
+    assert failed.status == Status.FAILED
+    assert failed.last_error is not None and "worker lost" in failed.last_error
+    assert (await types_of(store, enqueued.instance_id))[-1] == EventType.FAILED
+
+
+async def test_cancel_stops_a_running_handler_and_frees_its_slot(store: Store) -> None:
+    stopped = asyncio.Event()
+
+    async def forever(ctx: HandlerContext, params: object) -> Done:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            stopped.set()
+        return Done()
+
+    workflow = Workflow("forever", handlers={"run": forever}, initial="run", queue="single")
+    quick = Workflow("quick", handlers={"run": _done}, initial="run", queue="single")
+    engine = make_engine(store, workflow, quick, poll_interval_seconds=0.05)
+    await engine.configure_queue("single", concurrency=1)
+    async with engine.running():
+        stuck = await engine.enqueue("forever")
+        await eventually(lambda: engine.get(stuck.instance_id), lambda r: r.status == "running")
+        waiting = await engine.enqueue("quick")
+        cancelled = await engine.cancel(stuck.instance_id)
+        assert cancelled.status == Status.CANCELLED
+        await asyncio.wait_for(stopped.wait(), timeout=10)
+        done = await engine.wait(waiting.instance_id, timeout=10)
+    assert done.status == Status.COMPLETED
+    final = await engine.get(stuck.instance_id)
+    assert final is not None and final.status == Status.CANCELLED
+    assert final.result is None
+    types = await types_of(store, stuck.instance_id)
+    assert types[-1] == EventType.CANCELLED
+    assert EventType.COMPLETED not in types
+
+
+async def _done(ctx: HandlerContext, params: object) -> Done:
+    return Done()

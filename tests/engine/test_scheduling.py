@@ -1,0 +1,123 @@
+"""Schedules fire exactly once per occurrence across engines; re-enabling skips the backlog."""
+
+import asyncio
+from datetime import datetime
+
+import pytest
+
+from app.errors import InvalidInputError, NotFoundError
+from app.store import Store, open_store
+from tests.engine.helpers import eventually, make_engine
+from tests.workflows import noop
+
+
+async def _fire_keys(store: Store) -> list[str]:
+    async with store.connection() as conn:
+        rows = await conn.fetch(
+            "SELECT idempotency_key FROM laneway.instances ORDER BY idempotency_key"
+        )
+    return [r["idempotency_key"] for r in rows]
+
+
+async def test_due_schedule_fires_once_when_two_engines_race(
+    store: Store, database_url: str
+) -> None:
+    first = make_engine(store, noop)
+    schedule = await first.create_schedule("hourly", "noop", {"x": 1}, every="1h")
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.schedules SET next_run_at = date_trunc('hour', now())"
+        )
+    async with open_store(database_url) as other_store:
+        second = make_engine(other_store, noop)
+        for _ in range(3):
+            await asyncio.gather(first.scheduler.maintain(), second.scheduler.maintain())
+    keys = await _fire_keys(store)
+    assert len(keys) == 1
+    assert keys[0].startswith("schedule:hourly:")
+    advanced = (await first.schedules())[0]
+    assert advanced.next_run_at > schedule.next_run_at - schedule.next_run_at.resolution
+    assert advanced.next_run_at.minute == 0 and advanced.next_run_at.second == 0
+
+
+async def test_interval_schedule_fires_each_second_once_with_two_engines_running(
+    store: Store, database_url: str
+) -> None:
+    first = make_engine(store, noop, poll_interval_seconds=0.05)
+    await first.create_schedule("every-second", "noop", every="1s")
+    async with open_store(database_url) as other_store:
+        second = make_engine(other_store, noop, poll_interval_seconds=0.05)
+        async with first.running(), second.running():
+            keys = await eventually(lambda: _fire_keys(store), lambda k: len(k) >= 3, timeout=15)
+    keys = await _fire_keys(store)
+    fires = [datetime.fromisoformat(k.removeprefix("schedule:every-second:")) for k in keys]
+    assert len(keys) == len(set(keys))
+    # Consecutive whole seconds: no gap, no repeat.
+    assert [(f - fires[0]).total_seconds() for f in fires] == list(range(len(fires)))
+
+
+async def test_reenabling_a_schedule_does_not_fire_the_missed_backlog(store: Store) -> None:
+    engine = make_engine(store, noop)
+    await engine.create_schedule("often", "noop", every="1m")
+    await engine.set_schedule_enabled("often", False)
+    async with store.connection() as conn:  # an hour passes while it is disabled
+        await conn.execute("UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'")
+    enabled = await engine.set_schedule_enabled("often", True)
+    assert enabled.enabled
+    assert enabled.next_run_at > await store.now()
+    await engine.scheduler.maintain()
+    assert await _fire_keys(store) == []
+
+
+async def test_disabled_schedule_never_fires(store: Store) -> None:
+    engine = make_engine(store, noop)
+    await engine.create_schedule("off", "noop", every="1m")
+    await engine.set_schedule_enabled("off", False)
+    async with store.connection() as conn:
+        await conn.execute("UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'")
+    await engine.scheduler.maintain()
+    assert await _fire_keys(store) == []
+
+
+async def test_cron_schedule_stores_its_timezone_and_next_fire(store: Store) -> None:
+    engine = make_engine(store, noop)
+    schedule = await engine.create_schedule(
+        "nightly", "noop", cron="30 2 * * *", timezone="America/New_York"
+    )
+    assert schedule.cron == "30 2 * * *"
+    assert schedule.timezone == "America/New_York"
+    assert schedule.next_run_at > await store.now()
+    assert await engine.delete_schedule("nightly") is True
+    assert await engine.delete_schedule("nightly") is False
+
+
+@pytest.mark.parametrize(
+    ("every", "cron", "timezone", "message"),
+    [
+        ("5x", None, "UTC", "5x"),
+        ("0s", None, "UTC", "0s"),
+        (None, "61 * * * *", "UTC", "61"),
+        (None, "* * *", "UTC", "cron"),
+        (None, "0 * * * *", "Mars/Olympus", "Mars/Olympus"),
+        ("5m", "0 * * * *", "UTC", "exactly one"),
+        (None, None, "UTC", "exactly one"),
+    ],
+)
+async def test_bad_schedule_is_rejected_and_nothing_is_written(
+    store: Store, every: str | None, cron: str | None, timezone: str, message: str
+) -> None:
+    engine = make_engine(store, noop)
+    with pytest.raises(InvalidInputError, match=message):
+        await engine.create_schedule("bad", "noop", every=every, cron=cron, timezone=timezone)
+    assert await engine.schedules() == []
+
+
+async def test_schedule_for_unknown_workflow_or_name_is_rejected(store: Store) -> None:
+    engine = make_engine(store, noop)
+    with pytest.raises(InvalidInputError, match="unknown workflow"):
+        await engine.create_schedule("x", "missing", every="5m")
+    with pytest.raises(InvalidInputError, match="schedule name"):
+        await engine.create_schedule("", "noop", every="5m")
+    with pytest.raises(NotFoundError):
+        await engine.set_schedule_enabled("missing", True)
+    assert await engine.schedules() == []
