@@ -46,7 +46,7 @@ class EventType(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceRecord:
-    """One instance as stored; `state` and `next_action` are internal and never exposed by the API."""
+    """One instance as stored; `state` and `next_action` are internal, never exposed by the API."""
 
     instance_id: UUID
     name: str

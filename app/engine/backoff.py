@@ -16,9 +16,6 @@ def retry_delay_ms(kind: BackoffKind, base_ms: float, max_ms: float, attempt: in
     """
     if attempt < 1:
         raise ValueError("attempt is 1-based")
-    if kind == "fixed":
-        delay = base_ms
-    else:
-        # Cap the exponent so a large attempt number cannot overflow a float.
-        delay = base_ms * 2.0 ** min(attempt - 1, 60)
+    # The exponent is capped so a large attempt number cannot overflow a float.
+    delay = base_ms if kind == "fixed" else base_ms * 2.0 ** min(attempt - 1, 60)
     return float(min(delay, max_ms))

@@ -7,7 +7,7 @@ instance is run lives in runner.py.
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from app.engine.backoff import BackoffKind, retry_delay_ms
 from app.engine.context import HandlerContext, Step
@@ -115,7 +115,7 @@ class Workflow:
                 validated = model_validate(params)
                 dump = getattr(validated, "model_dump", None)
                 return dump(mode="json") if dump is not None else validated
-            return self.validator(params)
+            return cast(Callable[[JSONValue], JSONValue], self.validator)(params)
         except InvalidInputError:
             raise
         except Exception as exc:  # the validator's own error is the message

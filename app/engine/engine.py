@@ -247,7 +247,9 @@ class Engine:
             raise InvalidInputError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         if offset < 0:
             raise InvalidInputError("offset must not be negative")
-        return await self.store.list_instances(where or InstanceFilter(), limit=limit, offset=offset)
+        return await self.store.list_instances(
+            where or InstanceFilter(), limit=limit, offset=offset
+        )
 
     async def cancel(self, instance_id: UUID) -> InstanceRecord:
         """Cancel an instance; a running handler is stopped wherever it runs.

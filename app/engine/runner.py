@@ -1,4 +1,4 @@
-"""Runner: drives one claimed instance handler by handler, and the group committer it writes through.
+"""Runner: drives one claimed instance handler by handler; the group committer it writes through.
 
 Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing.
 Every write goes through the Committer, which puts the writes of all runners that are ready
@@ -58,7 +58,9 @@ class Committer:
             raise LeaseLostError(item.instance_id)
         return transition
 
-    async def _flush(self, batch: list[tuple[RunnerWrite, "asyncio.Future[Transition | None]"]]) -> None:
+    async def _flush(
+        self, batch: list[tuple[RunnerWrite, "asyncio.Future[Transition | None]"]]
+    ) -> None:
         try:
             transitions = await self._store.write_runner_batch(
                 self._owner_id, self._lease_seconds, [item for item, _ in batch]
@@ -182,4 +184,3 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
             error=_error_text(exc),
             delay_ms=workflow.retry.delay_ms(ctx.attempt),
         )
-

@@ -25,9 +25,9 @@ def embedded_postgres(data_dir: Path, *, stop_on_exit: bool = True) -> Iterator[
     # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset; that is harmless here.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pgserver
+        from pgserver.postgres_server import get_server
 
-        server = pgserver.get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
+        server = get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
     url = str(server.get_uri())
     logger.info("embedded postgres ready", extra={"pgdata": str(pgdata)})
     try:

@@ -49,7 +49,9 @@ async def create_pool(
     return pool
 
 
-async def connect(database_url: str, *, application_name: str = APPLICATION_NAME) -> asyncpg.Connection:
+async def connect(
+    database_url: str, *, application_name: str = APPLICATION_NAME
+) -> asyncpg.Connection:
     """One connection outside the pool (for LISTEN and for migrations)."""
     conn = await asyncpg.connect(database_url, server_settings=server_settings(application_name))
     await setup_connection(conn)

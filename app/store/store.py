@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from app.errors import InvalidInputError, NotFoundError
 from app.model import (
@@ -38,6 +39,7 @@ from app.store.pool import connect, create_pool
 EVENTS_LOCK_KEY = 7_461_726_102  # serialises event appends; see queries.APPEND_EVENTS
 
 Row = asyncpg.Record
+Conn = asyncpg.Connection | PoolConnectionProxy  # what pool.acquire() yields, or a plain one
 
 
 def instance_from_row(row: Row) -> InstanceRecord:
@@ -158,7 +160,7 @@ class Store:
     # -- plumbing ------------------------------------------------------------------------------
 
     async def _append_events(
-        self, conn: asyncpg.Connection, events: Sequence[NewEvent], cancelled_id: UUID | None = None
+        self, conn: Conn, events: Sequence[NewEvent], cancelled_id: UUID | None = None
     ) -> int | None:
         """Append events and ring the doorbell, inside the caller's transaction."""
         if not events:
@@ -192,7 +194,7 @@ class Store:
 
     # -- queues --------------------------------------------------------------------------------
 
-    async def _ensure_queue(self, conn: asyncpg.Connection, name: str) -> None:
+    async def _ensure_queue(self, conn: Conn, name: str) -> None:
         if name not in self._known_queues:
             await conn.execute(queries.ENSURE_QUEUE, name)
             self._known_queues.add(name)
@@ -273,7 +275,7 @@ class Store:
                 )
         return results
 
-    async def _enqueue(self, conn: asyncpg.Connection, new: NewInstance) -> EnqueueResult:
+    async def _enqueue(self, conn: Conn, new: NewInstance) -> EnqueueResult:
         async with conn.transaction():
             result = await self._insert_or_find(conn, new)
             if result.created:
@@ -282,7 +284,7 @@ class Store:
                 )
         return result
 
-    async def _insert_or_find(self, conn: asyncpg.Connection, new: NewInstance) -> EnqueueResult:
+    async def _insert_or_find(self, conn: Conn, new: NewInstance) -> EnqueueResult:
         # The unique indexes decide races; a conflicting row that vanished before we could read
         # it (a singleton that just ended) lets the next insert through.
         for _ in range(5):
@@ -351,7 +353,7 @@ class Store:
             )
             return record
 
-    async def _existing(self, conn: asyncpg.Connection, instance_id: UUID) -> InstanceRecord:
+    async def _existing(self, conn: Conn, instance_id: UUID) -> InstanceRecord:
         row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
         if row is None:
             raise NotFoundError(f"no instance {instance_id}")
@@ -584,14 +586,18 @@ class Store:
                 await conn.execute(queries.ADVANCE_SCHEDULE, schedule.name, next_run_at)
             await self._append_events(
                 conn,
-                [_event_for(r.instance, EventType.ENQUEUED, attempt=0) for r in results if r.created],
+                [
+                    _event_for(r.instance, EventType.ENQUEUED, attempt=0)
+                    for r in results
+                    if r.created
+                ],
             )
         return results
 
     # -- administration --------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+    async def connection(self) -> AsyncIterator[Conn]:
         """A pooled connection, for diagnostics and tests; never for LISTEN."""
         async with self._pool.acquire() as conn:
             yield conn

@@ -1,13 +1,14 @@
 """Claim order, delays on the database clock, and queue caps across engines (points 3 and 4)."""
 
 import asyncio
+import contextlib
 from datetime import datetime, timedelta
 from uuid import UUID
 
 from app.engine import Done, HandlerContext, Workflow
 from app.model import EventType, Status
 from app.store import Store, open_store
-from tests.engine.helpers import eventually, events_of, make_engine
+from tests.engine.helpers import events_of, eventually, make_engine
 from tests.workflows import noop
 
 
@@ -53,10 +54,8 @@ async def test_queue_concurrency_cap_holds_across_two_engines(
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(gate.wait(), timeout=0.15)
-        except TimeoutError:
-            pass
         running -= 1
         return Done()
 
@@ -64,9 +63,7 @@ async def test_queue_concurrency_cap_holds_across_two_engines(
     await make_engine(store, workflow).configure_queue("narrow", concurrency=3)
     async with open_store(database_url) as other_store:
         first = make_engine(store, workflow, owner_id="engine-a", poll_interval_seconds=0.02)
-        second = make_engine(
-            other_store, workflow, owner_id="engine-b", poll_interval_seconds=0.02
-        )
+        second = make_engine(other_store, workflow, owner_id="engine-b", poll_interval_seconds=0.02)
         ids = [(await first.enqueue("capped", {"i": i})).instance_id for i in range(15)]
         async with first.running(), second.running():
             await eventually(

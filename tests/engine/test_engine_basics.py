@@ -1,6 +1,7 @@
 """Enqueue, run, complete: the engine end to end on a real PostgreSQL, driven by tick()."""
 
 import asyncio
+
 import pytest
 
 from app.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
@@ -9,7 +10,6 @@ from app.model import EventType, Status
 from app.store import Store
 from tests.engine.helpers import make_engine, types_of
 from tests.workflows import noop, two_steps
-
 
 event_types = types_of
 

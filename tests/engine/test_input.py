@@ -51,8 +51,12 @@ async def test_enqueue_rejects_bad_input_and_writes_nothing(
 
 @pytest.mark.parametrize(
     ("concurrency", "rate", "message"),
-    [(0, None, "concurrency"), (-3, None, "concurrency"), (1, -1.0, "ratePerMinute"),
-     (1, 0.0, "ratePerMinute")],
+    [
+        (0, None, "concurrency"),
+        (-3, None, "concurrency"),
+        (1, -1.0, "ratePerMinute"),
+        (1, 0.0, "ratePerMinute"),
+    ],
 )
 async def test_configure_queue_rejects_bad_caps(
     store: Store, concurrency: int, rate: float | None, message: str
@@ -148,7 +152,8 @@ async def test_handler_progress_and_message_are_saved_with_the_checkpoint(store:
     assert record.status == Status.FAILED  # `_hold` returns a bad step on purpose
     assert record.progress == 0.5
     assert record.message == "half way"
-    assert record.last_error is not None and "expected Next(...) or Done(...)" in record.last_error
+    assert record.last_error is not None
+    assert "expected Next(...) or Done(...)" in record.last_error
 
 
 async def test_unknown_next_action_fails_the_attempt(store: Store) -> None:
@@ -162,7 +167,8 @@ async def test_unknown_next_action_fails_the_attempt(store: Store) -> None:
     enqueued = await engine.enqueue("wrong")
     await engine.tick()
     record = await engine.get(enqueued.instance_id)
-    assert record is not None and record.status == Status.FAILED
+    assert record is not None
+    assert record.status == Status.FAILED
     assert record.last_error == "handler 'run' returned unknown action 'missing'"
 
 
@@ -176,7 +182,8 @@ async def test_instance_of_unregistered_workflow_stays_pending_and_is_logged(
     with caplog.at_level(logging.WARNING, logger="app.engine.scheduler"):
         assert await consumer.tick() == 0
     record = await consumer.get(enqueued.instance_id)
-    assert record is not None and record.status == Status.PENDING
+    assert record is not None
+    assert record.status == Status.PENDING
     warnings = [r for r in caplog.records if "not registered" in r.getMessage()]
     assert len(warnings) == 1
     assert warnings[0].workflow == "noop"  # type: ignore[attr-defined]

@@ -14,7 +14,8 @@ async def test_second_enqueue_returns_first_instance_when_idempotency_key_repeat
     engine = make_engine(store, noop)
     first = await engine.enqueue("noop", {"a": 1}, idempotency_key="order-42")
     second = await engine.enqueue("noop", {"a": 2}, idempotency_key="order-42")
-    assert first.created and not second.created
+    assert first.created
+    assert not second.created
     assert second.instance_id == first.instance_id
     assert second.instance.params == {"a": 1}
 

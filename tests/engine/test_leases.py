@@ -15,7 +15,9 @@ def _blocking(label: str, gate: asyncio.Event, entered: asyncio.Event) -> Workfl
         await gate.wait()
         return Done({"by": label})
 
-    return Workflow("fenced", handlers={"run": run}, initial="run", retry=RetryPolicy(max_attempts=3))
+    return Workflow(
+        "fenced", handlers={"run": run}, initial="run", retry=RetryPolicy(max_attempts=3)
+    )
 
 
 async def test_late_write_changes_nothing_when_lease_was_taken_over(
@@ -121,7 +123,8 @@ async def test_retry_waits_out_an_exponential_backoff(store: Store) -> None:
     for _ in range(2):
         await eventually(engine.tick, lambda n: n == 1)
         record = await engine.get(enqueued.instance_id)
-        assert record is not None and record.status == Status.PENDING
+        assert record is not None
+        assert record.status == Status.PENDING
         delays.append((record.run_after - record.updated_at).total_seconds())
     assert 0.29 <= delays[0] <= 0.35  # base
     assert 0.49 <= delays[1] <= 0.55  # 600 ms capped at 500 ms
@@ -139,7 +142,8 @@ async def test_crash_after_last_attempt_ends_failed_not_pending(store: Store) ->
     failed = await engine.get(enqueued.instance_id)
     assert failed is not None
     assert failed.status == Status.FAILED
-    assert failed.last_error is not None and "worker lost" in failed.last_error
+    assert failed.last_error is not None
+    assert "worker lost" in failed.last_error
     assert (await types_of(store, enqueued.instance_id))[-1] == EventType.FAILED
 
 
@@ -167,7 +171,8 @@ async def test_cancel_stops_a_running_handler_and_frees_its_slot(store: Store) -
         done = await engine.wait(waiting.instance_id, timeout=10)
     assert done.status == Status.COMPLETED
     final = await engine.get(stuck.instance_id)
-    assert final is not None and final.status == Status.CANCELLED
+    assert final is not None
+    assert final.status == Status.CANCELLED
     assert final.result is None
     types = await types_of(store, stuck.instance_id)
     assert types[-1] == EventType.CANCELLED

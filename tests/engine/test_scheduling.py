@@ -25,9 +25,7 @@ async def test_due_schedule_fires_once_when_two_engines_race(
     first = make_engine(store, noop)
     schedule = await first.create_schedule("hourly", "noop", {"x": 1}, every="1h")
     async with store.connection() as conn:
-        await conn.execute(
-            "UPDATE laneway.schedules SET next_run_at = date_trunc('hour', now())"
-        )
+        await conn.execute("UPDATE laneway.schedules SET next_run_at = date_trunc('hour', now())")
     async with open_store(database_url) as other_store:
         second = make_engine(other_store, noop)
         for _ in range(3):
@@ -37,7 +35,8 @@ async def test_due_schedule_fires_once_when_two_engines_race(
     assert keys[0].startswith("schedule:hourly:")
     advanced = (await first.schedules())[0]
     assert advanced.next_run_at > schedule.next_run_at - schedule.next_run_at.resolution
-    assert advanced.next_run_at.minute == 0 and advanced.next_run_at.second == 0
+    assert advanced.next_run_at.minute == 0
+    assert advanced.next_run_at.second == 0
 
 
 async def test_interval_schedule_fires_each_second_once_with_two_engines_running(

@@ -48,7 +48,8 @@ async def test_reader_never_skips_when_commits_arrive_in_reverse(
     finally:
         await first_writer.close()
         await second_writer.close()
-    assert first_id is not None and second_id is not None
+    assert first_id is not None
+    assert second_id is not None
     assert first_id < second_id
     assert [e.event_id for e in seen] == [first_id, second_id]
 
@@ -73,4 +74,5 @@ async def test_notify_payload_stays_small_whatever_the_error_size(
     finally:
         await listener.close()
     assert len(payload.encode()) < 200
-    assert '"e":' in payload and '"c":' in payload
+    assert '"e":' in payload
+    assert '"c":' in payload
