@@ -21,7 +21,7 @@ LISTENER_APPLICATION_NAME = "laneway-listener"
 BACKOFF_MIN_SECONDS = 0.05
 BACKOFF_MAX_SECONDS = 5.0
 CONNECT_TIMEOUT_SECONDS = 10.0
-CLOSE_TIMEOUT_SECONDS = 2.0
+CLOSE_TIMEOUT_SECONDS = 1.0
 INBOX_SIZE = 10_000
 
 # Errors that mean "this connection (attempt) is unusable"; anything else is a bug and surfaces.

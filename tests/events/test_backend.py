@@ -6,7 +6,8 @@ server (test_hub.py imports it).
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -64,10 +65,10 @@ class BlackholeProxy:
             for link in self._links:
                 for writer in link.writers:
                     writer.close()
-            for handler in self._handlers:
-                handler.cancel()
+            # Handlers end once their sockets are closed (cancelling them would make asyncio's
+            # stream callback log the CancelledError).
             if self._handlers:
-                await asyncio.wait(self._handlers)
+                await asyncio.wait(self._handlers, timeout=5)
             await server.wait_closed()
 
     def blackhole(self) -> None:
@@ -134,8 +135,18 @@ async def running_backend(
         await backend.disconnect()
 
 
-async def next_event(backend: ListenBackend, timeout: float = 10.0) -> Event:
-    async with asyncio.timeout(timeout):
+async def until(condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0) -> None:
+    """Poll `condition` until it holds; fail after `within` seconds."""
+    async with asyncio.timeout(within):
+        while True:
+            holds = condition()
+            if await holds if inspect.isawaitable(holds) else holds:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def next_event(backend: ListenBackend, *, within: float = 10.0) -> Event:
+    async with asyncio.timeout(within):
         return await backend.next_published()
 
 
@@ -158,7 +169,9 @@ async def terminate_listener(admin: asyncpg.Connection) -> int:
 # -- tests ------------------------------------------------------------------------------------
 
 
-async def test_backend_yields_each_payload_when_a_writer_commits(store: Store, database_url: str):
+async def test_backend_yields_each_payload_when_a_writer_commits(
+    store: Store, database_url: str
+) -> None:
     engine = Engine(store, WorkflowRegistry([noop]))
     async with running_backend(database_url) as backend:
         assert backend.is_connected
@@ -170,7 +183,7 @@ async def test_backend_yields_each_payload_when_a_writer_commits(store: Store, d
     assert Notification.from_payload(event.message).last_event_id == recorded.event_id
 
 
-async def test_backend_refuses_publish_and_other_channels_when_asked(database_url: str):
+async def test_backend_refuses_publish_and_other_channels_when_asked(database_url: str) -> None:
     async with running_backend(database_url) as backend:
         await backend.subscribe(NOTIFY_CHANNEL)
         await backend.unsubscribe(NOTIFY_CHANNEL)
@@ -182,7 +195,7 @@ async def test_backend_refuses_publish_and_other_channels_when_asked(database_ur
 
 async def test_backend_listens_on_one_dedicated_connection_when_connected(
     database_url: str, admin: asyncpg.Connection
-):
+) -> None:
     async with running_backend(database_url):
         [pid] = await listener_pids(admin)
         query = await admin.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid)
@@ -191,7 +204,7 @@ async def test_backend_listens_on_one_dedicated_connection_when_connected(
 
 async def test_backend_reconnects_and_signals_a_gap_when_its_connection_is_terminated(
     database_url: str, admin: asyncpg.Connection
-):
+) -> None:
     async with running_backend(database_url) as backend:
         old_pid = await terminate_listener(admin)
         assert is_gap(await next_event(backend))
@@ -206,15 +219,13 @@ async def test_backend_reconnects_and_signals_a_gap_when_its_connection_is_termi
 
 async def test_backend_retries_until_the_server_accepts_when_reconnects_fail(
     database_url: str, admin: asyncpg.Connection
-):
+) -> None:
     proxy = BlackholeProxy(database_url)
     async with proxy.running() as url, running_backend(url) as backend:
         proxy.refuse()
         await terminate_listener(admin)
-        async with asyncio.timeout(10):
-            while proxy.accepted < 4:  # the first connection, then at least three refused tries
-                await asyncio.sleep(0.01)
-        assert not backend.is_connected
+        await until(lambda: proxy.accepted >= 4)  # the first connection, then refused tries
+        await until(lambda: not backend.is_connected)
         proxy.accept()
         assert is_gap(await next_event(backend))
         assert backend.is_connected
@@ -223,26 +234,24 @@ async def test_backend_retries_until_the_server_accepts_when_reconnects_fail(
 
 async def test_backend_replaces_a_half_open_connection_when_the_heartbeat_times_out(
     database_url: str,
-):
+) -> None:
     proxy = BlackholeProxy(database_url)
     async with proxy.running() as url, running_backend(url, heartbeat_seconds=0.2) as backend:
         proxy.blackhole()
         # Within a few heartbeat periods: wait 0.2 s, probe times out after 0.2 s, reconnect.
-        assert is_gap(await next_event(backend, timeout=3.0))
+        assert is_gap(await next_event(backend, within=3.0))
         assert backend.is_connected
         assert backend.reconnect_count == 1
 
 
 async def test_backend_drops_and_signals_a_gap_when_its_inbox_overflows(
     database_url: str, admin: asyncpg.Connection
-):
+) -> None:
     async with running_backend(database_url, inbox_size=5) as backend:
         await admin.execute(
             "SELECT pg_notify($1, n::text) FROM generate_series(1, 20) AS n", NOTIFY_CHANNEL
         )
-        async with asyncio.timeout(10):
-            while backend.dropped_count < 15:
-                await asyncio.sleep(0.01)
+        await until(lambda: backend.dropped_count == 15)
         received = [await next_event(backend) for _ in range(6)]
     assert [e.message for e in received[:5]] == ["1", "2", "3", "4", "5"]
     assert is_gap(received[5])
