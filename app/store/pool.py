@@ -33,6 +33,13 @@ def server_settings(application_name: str = APPLICATION_NAME) -> dict[str, str]:
     }
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    # Laneway's pooled connections hold no session state (no LISTEN, no session locks, no
+    # SET), so the default reset (UNLISTEN *, RESET ALL, ...) would be a wasted round trip
+    # on every release.
+    return None
+
+
 async def create_pool(
     database_url: str, *, size: int = 10, application_name: str = APPLICATION_NAME
 ) -> asyncpg.Pool:
@@ -42,6 +49,7 @@ async def create_pool(
         min_size=1,
         max_size=size,
         init=setup_connection,
+        reset=_keep_session,
         server_settings=server_settings(application_name),
         command_timeout=60,
     )
