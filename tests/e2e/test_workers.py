@@ -84,7 +84,8 @@ async def test_poison_instance_ends_failed_instead_of_looping(
     assert failed is not None
     assert failed.status == Status.FAILED
     assert failed.attempts == 2
-    assert failed.last_error is not None and "worker lost" in failed.last_error
+    assert failed.last_error is not None
+    assert "worker lost" in failed.last_error
     types = await types_of(store, enqueued.instance_id)
     assert types.count(EventType.FAILED) == 1
     assert types.count(EventType.STARTED) == 2
