@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
+UNREGISTERED_CHECK_SECONDS = 60.0
+
 
 class Scheduler:
     """Claims due instances and runs them, as one process's share of the work."""
@@ -51,6 +53,7 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._last_maintenance = 0.0
         self._warned_unregistered: set[str] = set()
+        self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
         self.is_running = False
 
     # -- signals from outside --------------------------------------------------------------------
@@ -94,6 +97,10 @@ class Scheduler:
                 await self._on_terminal(transition)
         if len(self._registry):
             await self._store.fire_due_schedules(self._plan_schedule)
+        now = time.monotonic()
+        if now - self._last_unregistered_check >= UNREGISTERED_CHECK_SECONDS:
+            # Scans the pending backlog, so it runs rarely; it only feeds a warning.
+            self._last_unregistered_check = now
             unregistered = await self._store.unregistered_pending(self._registry.names())
             for name, count in unregistered.items():
                 if name not in self._warned_unregistered:

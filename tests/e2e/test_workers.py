@@ -127,3 +127,26 @@ async def test_enqueue_from_another_process_wakes_an_idle_engine(database_url: s
             # The idle engine polls once a minute; only the NOTIFY can start this in time.
             done = await idle.engine.wait(enqueued.instance_id, timeout=5)
             assert done.status == Status.COMPLETED
+
+
+async def test_sigterm_hands_unfinished_instances_back_at_once(
+    store: Store, database_url: str
+) -> None:
+    engine = make_engine(store, slow)
+    env = {"LANEWAY_LEASE_SECONDS": "60"}
+    async with worker_process(database_url, "leaving", env) as leaving:
+        stuck = await engine.enqueue("slow", {"seconds": 3600})
+        await eventually(
+            lambda: _status(store, stuck.instance_id), lambda s: s == Status.RUNNING, timeout=30
+        )
+        leaving.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(leaving.wait(), timeout=15) == 0
+    # Back to pending now, not after the minute-long lease, and the attempt does not count.
+    released = await store.get_instance(stuck.instance_id)
+    assert released is not None
+    assert released.status == Status.PENDING
+    assert released.attempts == 0
+    assert released.owner_id is None
+    events = await store.instance_events_after(stuck.instance_id, 0, 10)
+    assert events[-1].type == EventType.RETRYING
+    assert events[-1].error == "released: worker shutting down"
