@@ -130,11 +130,18 @@ SELECT name, count(*) AS pending
 # ---------------------------------------------------------------------------------------------
 # instances: writes by the API side (each returns the row it changed)
 
-# $1 instance id, $2 workflow name, $3 queue, $4 priority, $5 max attempts, $6 delay ms,
-# $7 params (json text), $8 first action, $9 idempotency key, $10 singleton key, $11 parent id
-INSERT_INSTANCE = """
+# $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
+# ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
+# $11 parent ids: one row per element. A row whose keys conflict is skipped (not returned).
+INSERT_INSTANCES = """
 INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
-VALUES ($1, $2, $3, $4, $5, now() + $6::double precision * interval '1 millisecond', $7::text::jsonb, $8, $7::text::jsonb, $9, $10, $11)
+SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
+       now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
+       u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
+              $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[])
+       AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params, first_action,
+             idempotency_key, singleton_key, parent_id)
 ON CONFLICT DO NOTHING
 RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
 """

@@ -254,17 +254,22 @@ class Store:
 
     async def enqueue(self, new: NewInstance) -> EnqueueResult:
         """Insert an instance with its `enqueued` event, or return the one its keys name."""
-        async with self._pool.acquire() as conn:
-            await self._ensure_queue(conn, new.queue)
-            return await self._enqueue(conn, new)
+        (result,) = await self.enqueue_many([new])
+        return result
 
     async def enqueue_many(self, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
-        """Enqueue several instances in one transaction (one commit, one NOTIFY)."""
+        """Enqueue instances in one statement and one transaction (one commit, one NOTIFY).
+
+        Results come in the order of `batch`; an instance whose keys name an existing one
+        returns that one, not created.
+        """
+        if not batch:
+            return []
         async with self._pool.acquire() as conn:
             for queue in {new.queue for new in batch}:
                 await self._ensure_queue(conn, queue)
             async with conn.transaction():
-                results = [await self._insert_or_find(conn, new) for new in batch]
+                results = await self._insert_or_find(conn, batch)
                 await self._append_events(
                     conn,
                     [
@@ -275,45 +280,51 @@ class Store:
                 )
         return results
 
-    async def _enqueue(self, conn: Conn, new: NewInstance) -> EnqueueResult:
-        async with conn.transaction():
-            result = await self._insert_or_find(conn, new)
-            if result.created:
-                await self._append_events(
-                    conn, [_event_for(result.instance, EventType.ENQUEUED, attempt=0)]
-                )
-        return result
-
-    async def _insert_or_find(self, conn: Conn, new: NewInstance) -> EnqueueResult:
-        # The unique indexes decide races; a conflicting row that vanished before we could read
-        # it (a singleton that just ended) lets the next insert through.
+    async def _insert_or_find(
+        self, conn: Conn, batch: Sequence[NewInstance]
+    ) -> list[EnqueueResult]:
+        # The unique indexes decide races. A conflicting row that vanished before it could be
+        # read (a singleton that just ended) lets the next insert round through.
+        found: dict[UUID, EnqueueResult] = {}
+        todo = list(batch)
         for _ in range(5):
-            row = await conn.fetchrow(
-                queries.INSERT_INSTANCE,
-                new.instance_id,
-                new.name,
-                new.queue,
-                new.priority,
-                new.max_attempts,
-                new.delay_ms,
-                new.params_json,
-                new.first_action,
-                new.idempotency_key,
-                new.singleton_key,
-                new.parent_id,
+            rows = await conn.fetch(
+                queries.INSERT_INSTANCES,
+                [n.instance_id for n in todo],
+                [n.name for n in todo],
+                [n.queue for n in todo],
+                [n.priority for n in todo],
+                [n.max_attempts for n in todo],
+                [n.delay_ms for n in todo],
+                [n.params_json for n in todo],
+                [n.first_action for n in todo],
+                [n.idempotency_key for n in todo],
+                [n.singleton_key for n in todo],
+                [n.parent_id for n in todo],
             )
-            if row is not None:
-                return EnqueueResult(instance=instance_from_row(row), created=True)
-            existing = None
-            if new.idempotency_key is not None:
-                existing = await conn.fetchrow(queries.FIND_BY_IDEMPOTENCY_KEY, new.idempotency_key)
-            if existing is None and new.singleton_key is not None:
-                existing = await conn.fetchrow(
-                    queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key
+            for row in rows:
+                found[row["instance_id"]] = EnqueueResult(
+                    instance=instance_from_row(row), created=True
                 )
-            if existing is not None:
-                return EnqueueResult(instance=instance_from_row(existing), created=False)
+            skipped = [n for n in todo if n.instance_id not in found]
+            todo = []
+            for new in skipped:
+                existing = await self._find_by_keys(conn, new)
+                if existing is None:
+                    todo.append(new)
+                else:
+                    found[new.instance_id] = EnqueueResult(instance=existing, created=False)
+            if not todo:
+                return [found[new.instance_id] for new in batch]
         raise InvalidInputError("enqueue kept conflicting with a concurrent change; try again")
+
+    async def _find_by_keys(self, conn: Conn, new: NewInstance) -> InstanceRecord | None:
+        row = None
+        if new.idempotency_key is not None:
+            row = await conn.fetchrow(queries.FIND_BY_IDEMPOTENCY_KEY, new.idempotency_key)
+        if row is None and new.singleton_key is not None:
+            row = await conn.fetchrow(queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key)
+        return instance_from_row(row) if row else None
 
     async def cancel_instance(self, instance_id: UUID) -> tuple[InstanceRecord, bool]:
         """Cancel a non-terminal instance; a terminal one is returned unchanged (False)."""
@@ -582,7 +593,7 @@ class Store:
                 new, next_run_at = plan(schedule, now)
                 if new is not None:
                     await self._ensure_queue(conn, new.queue)
-                    results.append(await self._insert_or_find(conn, new))
+                    results.extend(await self._insert_or_find(conn, [new]))
                 await conn.execute(queries.ADVANCE_SCHEDULE, schedule.name, next_run_at)
             await self._append_events(
                 conn,
