@@ -11,9 +11,12 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 # Attributes every LogRecord has; anything else on a record came from `extra`.
+# (uvicorn adds `color_message`, an ANSI-coloured copy of the message.)
 _STANDARD_ATTRIBUTES = frozenset(
     vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()
-) | {"message", "asctime", "taskName"}
+) | {"message", "asctime", "taskName", "color_message"}
+# Libraries whose INFO lines are noise for a Laneway operator.
+_QUIET_LOGGERS = ("pgserver",)
 
 
 def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -60,3 +63,5 @@ def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))

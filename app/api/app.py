@@ -29,7 +29,7 @@ from app.api.auth import Access
 from app.api.context import RequestContext, get_context
 from app.api.limits import MAX_BODY_BYTES, RequestLimits, strict_json_loads
 from app.api.routes import healthz, home
-from app.api.schema import MAX_TOKENS, schema
+from app.api.schema import MAX_TOKENS, build_schema, schema
 from app.config import Settings
 from app.engine import Workflow
 from app.services import open_services
@@ -62,7 +62,7 @@ class LanewayGraphQL(GraphQL[RequestContext, None]):
 
 def graphql_view(settings: Settings) -> LanewayGraphQL:
     return LanewayGraphQL(
-        schema,
+        schema if settings.graphiql else build_schema(introspection=False),
         graphql_ide="graphiql" if settings.graphiql else None,
         # The legacy graphql-ws protocol stays off (STACK P11): only graphql-transport-ws.
         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),

@@ -6,11 +6,12 @@ query.py, mutation.py and subscription.py.
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import strawberry
 from graphql import GraphQLError
 from strawberry.extensions import (
+    DisableIntrospection,
     MaskErrors,
     MaxAliasesLimiter,
     MaxTokensLimiter,
@@ -78,8 +79,21 @@ def should_mask_error(error: GraphQLError) -> bool:
     return not is_expected(error)
 
 
-def build_schema() -> strawberry.Schema:
-    """The Laneway schema, with every extension registered as a class or factory."""
+def build_schema(*, introspection: bool = True) -> strawberry.Schema:
+    """The Laneway schema, with every extension registered as a class or factory.
+
+    `introspection=False` is for deployments without GraphiQL (LANEWAY_GRAPHIQL=0):
+    `__schema` and `__type` are refused, `__typename` still works.
+    """
+    extensions: list[Callable[[], SchemaExtension] | type[SchemaExtension]] = [
+        lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
+        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        ErrorCodes,
+        lambda: MaskErrors(should_mask_error=should_mask_error, error_message=MASKED_MESSAGE),
+    ]
+    if not introspection:
+        extensions.append(DisableIntrospection)
     return LanewaySchema(
         query=Query,
         mutation=Mutation,
@@ -95,13 +109,7 @@ def build_schema() -> strawberry.Schema:
                 )
             },
         ),
-        extensions=[
-            lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
-            lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
-            lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
-            ErrorCodes,
-            lambda: MaskErrors(should_mask_error=should_mask_error, error_message=MASKED_MESSAGE),
-        ],
+        extensions=extensions,
     )
 
 

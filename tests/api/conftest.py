@@ -1,0 +1,170 @@
+"""API test fixtures: settings and services on the per-test database, a real uvicorn server.
+
+Workflows come from app.examples and tests.workflows. The server runs inside the test's own
+event loop on 127.0.0.1 with port 0, with the same uvicorn settings as `laneway serve`.
+"""
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from strawberry.types import ExecutionResult
+
+from app.api.app import create_app, server_config
+from app.api.context import RequestContext
+from app.api.schema import schema
+from app.config import Settings
+from app.services import Services, open_services
+
+WORKFLOW_MODULES = ("app.examples", "tests.workflows")
+FORBIDDEN_TEXT = ("Traceback", "asyncpg", "SELECT", "password")
+TOKEN = "s3cret-token"
+
+
+def make_settings(database_url: str, **changes: Any) -> Settings:
+    base = Settings(
+        database_url=database_url,
+        workflow_modules=WORKFLOW_MODULES,
+        lease_seconds=5.0,
+        poll_interval_seconds=0.05,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return make_settings(database_url)
+
+
+@asynccontextmanager
+async def running_services(settings: Settings) -> AsyncIterator[Services]:
+    """Services with the engine loop running (unless the settings turn it off)."""
+    async with open_services(settings) as services:
+        stopping = asyncio.Event()
+        task = None
+        if settings.engine_enabled:
+            task = asyncio.create_task(services.engine.run(stopping))
+        try:
+            yield services
+        finally:
+            stopping.set()
+            if task is not None:
+                await task
+
+
+@pytest.fixture
+async def services(settings: Settings) -> AsyncIterator[Services]:
+    async with running_services(settings) as opened:
+        yield opened
+
+
+Execute = Callable[..., Awaitable[ExecutionResult]]
+
+
+def executor(services: Services, authorization: str | None = None) -> Execute:
+    """`await run(query, **variables)` through the real schema with a real RequestContext."""
+
+    async def run(query: str, **variables: Any) -> ExecutionResult:
+        context = RequestContext(services=services, authorization=authorization)
+        result = await schema.execute(query, variable_values=variables, context_value=context)
+        assert_clean(result)
+        return result
+
+    return run
+
+
+@pytest.fixture
+def run(services: Services) -> Execute:
+    return executor(services)
+
+
+def assert_clean(result: object) -> None:
+    """No internals in what a client would see."""
+    errors = getattr(result, "errors", None) or []
+    text = " ".join(str(getattr(e, "formatted", e)) for e in errors)
+    for word in FORBIDDEN_TEXT:
+        assert word not in text, text
+
+
+def codes(result: ExecutionResult) -> list[str | None]:
+    return [(e.extensions or {}).get("code") for e in result.errors or []]
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], seconds: float = 15.0) -> None:
+    """Poll `check` until it holds, failing after `seconds`."""
+    async with asyncio.timeout(seconds):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.02)
+
+
+@dataclasses.dataclass
+class LiveServer:
+    """A real uvicorn server running create_app(settings) in this event loop."""
+
+    settings: Settings
+    port: int
+    client: httpx.AsyncClient
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/graphql"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/graphql"
+
+    async def graphql(
+        self, query: str, token: str | None = None, **variables: Any
+    ) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        response = await self.client.post(
+            "/graphql", json={"query": query, "variables": variables}, headers=headers
+        )
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        assert_clean(body.get("errors"))
+        for word in FORBIDDEN_TEXT:
+            assert word not in response.text
+        return body
+
+    async def health(self) -> dict[str, Any]:
+        body: dict[str, Any] = (await self.client.get("/healthz")).json()
+        return body
+
+    async def wait_for_subscribers(self, count: int) -> None:
+        async def registered() -> bool:
+            return bool((await self.health())["subscribers"] >= count)
+
+        await wait_until(registered)
+
+
+@asynccontextmanager
+async def live_server(settings: Settings) -> AsyncIterator[LiveServer]:
+    server = uvicorn.Server(server_config(create_app(settings), host="127.0.0.1", port=0))
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(30):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise RuntimeError("server stopped during start-up")
+                await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            yield LiveServer(settings=settings, port=port, client=client)
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture
+async def server(settings: Settings) -> AsyncIterator[LiveServer]:
+    async with live_server(settings) as live:
+        yield live

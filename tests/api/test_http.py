@@ -1,0 +1,347 @@
+"""The app over real HTTP: uvicorn on 127.0.0.1, httpx as the client.
+
+Covers the lifespan (engine on and off), /healthz, /, GraphiQL, bearer tokens, and the
+malformed-request matrix of RELIABILITY A-01: never a 500, never internals in a body.
+"""
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from app.api.limits import MAX_BODY_BYTES
+from tests.api.conftest import (
+    FORBIDDEN_TEXT,
+    TOKEN,
+    LiveServer,
+    live_server,
+    make_settings,
+    wait_until,
+)
+
+HELLO = 'mutation { enqueueWorkflow(name: "hello", params: {name: "Web"}) { instanceID } }'
+STATUS = "query ($id: ID!) { workflowInstance(instanceID: $id) { status result } }"
+
+
+def assert_no_internals(response: httpx.Response) -> None:
+    assert response.status_code < 500, response.text
+    for word in FORBIDDEN_TEXT:
+        assert word not in response.text
+
+
+async def test_hello_enqueued_over_http_completes(server: LiveServer) -> None:
+    body = await server.graphql(HELLO)
+    instance_id = body["data"]["enqueueWorkflow"]["instanceID"]
+    seen: dict[str, Any] = {}
+
+    async def completed() -> bool:
+        seen.update((await server.graphql(STATUS, id=instance_id))["data"]["workflowInstance"])
+        return bool(seen["status"] == "completed")
+
+    await wait_until(completed)
+    assert seen["result"] == {"greeting": "Hello, Web!"}
+
+
+async def test_healthz_reports_database_listener_and_engine(server: LiveServer) -> None:
+    response = await server.client.get("/healthz")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["database"], body["listener"], body["engine"]) == ("ok", "ok", "ok")
+
+
+async def test_healthz_counts_a_disabled_engine_as_healthy(database_url: str) -> None:
+    async with live_server(make_settings(database_url, engine_enabled=False)) as server:
+        response = await server.client.get("/healthz")
+        assert response.status_code == 200
+        assert response.json()["engine"] == "disabled"
+        body = await server.graphql(HELLO)
+        instance_id = body["data"]["enqueueWorkflow"]["instanceID"]
+        status = await server.graphql(STATUS, id=instance_id)
+        assert status["data"]["workflowInstance"]["status"] == "pending"
+
+
+async def test_healthz_is_503_when_the_listener_is_down(
+    server: LiveServer, admin: asyncpg.Connection, server_url: str
+) -> None:
+    name = await admin.fetchval("SELECT current_database()")
+    # Refuse new connections (superusers too) so the listener cannot reconnect for a while.
+    owner = await asyncpg.connect(server_url)
+    try:
+        await owner.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'laneway-listener' AND datname = current_database()"
+            )
+
+            async def unhealthy() -> bool:
+                return (await server.client.get("/healthz")).status_code == 503
+
+            await wait_until(unhealthy)
+            assert (await server.health())["listener"] == "disconnected"
+        finally:
+            await owner.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    finally:
+        await owner.close()
+
+    async def healthy() -> bool:
+        return (await server.client.get("/healthz")).status_code == 200
+
+    await wait_until(healthy)
+
+
+async def test_root_redirects_to_graphiql(server: LiveServer) -> None:
+    response = await server.client.get("/")
+    assert response.status_code == 307
+    assert response.headers["location"] == "/graphql"
+    page = await server.client.get("/graphql", headers={"accept": "text/html"})
+    assert page.status_code == 200
+    assert "graphiql" in page.text.lower()
+
+
+@pytest.fixture
+async def secured(database_url: str) -> AsyncIterator[LiveServer]:
+    settings = make_settings(database_url, api_tokens=(TOKEN,), engine_enabled=False)
+    async with live_server(settings) as server:
+        yield server
+
+
+async def test_mutations_over_http_need_a_valid_bearer_token(
+    secured: LiveServer, admin: asyncpg.Connection
+) -> None:
+    anonymous = await secured.graphql(HELLO)
+    wrong = await secured.graphql(HELLO, token="guess")
+    assert anonymous["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    assert wrong["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+    assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 0
+    allowed = await secured.graphql(HELLO, token=TOKEN)
+    assert "errors" not in allowed
+    assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 1
+    read = await secured.graphql("{ workflows { name } }")
+    assert read["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+
+
+def chunks(total: int, size: int = 64 * 1024) -> Any:
+    async def body() -> AsyncIterator[bytes]:
+        sent = 0
+        while sent < total:
+            yield b" " * min(size, total - sent)
+            sent += size
+
+    return body()
+
+
+def deep(levels: int) -> str:
+    return (
+        '{"query": "{ workflows { name } }", "variables": {"v": '
+        + "[" * levels
+        + "]" * levels
+        + "}}"
+    )
+
+
+JSON = {"content-type": "application/json"}
+DOC = "{ workflows { name } }"
+
+# (request kwargs, expected status, text the body must contain)
+MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
+    ("truncated", {"content": b'{"query":', "headers": JSON}, 400, "Unable to parse"),
+    ("deep", {"content": deep(5000).encode(), "headers": JSON}, 400, "Unable to parse"),
+    ("deep-65", {"content": deep(64).encode(), "headers": JSON}, 400, "Unable to parse"),
+    (
+        "huge-int",
+        {
+            "content": b'{"query": "{ workflows { name } }", "variables": {"n": '
+            + b"9" * 5000
+            + b"}}",
+            "headers": JSON,
+        },
+        400,
+        "Unable to parse",
+    ),
+    (
+        "nan",
+        {
+            "content": b'{"query": "{ workflows { name } }", "variables": {"n": NaN}}',
+            "headers": JSON,
+        },
+        400,
+        "Unable to parse",
+    ),
+    (
+        "infinity",
+        {
+            "content": b'{"query": "{ workflows { name } }", "variables": {"n": -Infinity}}',
+            "headers": JSON,
+        },
+        400,
+        "Unable to parse",
+    ),
+    (
+        "overflow",
+        {
+            "content": b'{"query": "{ workflows { name } }", "variables": {"n": 1e400}}',
+            "headers": JSON,
+        },
+        400,
+        "Unable to parse",
+    ),
+    (
+        "duplicate-keys",
+        {
+            "content": b'{"query": "{ workflows { name } }", "query": "{ queues { name } }"}',
+            "headers": JSON,
+        },
+        400,
+        "Unable to parse",
+    ),
+    ("too-large", {"content": b" " * (2 * MAX_BODY_BYTES), "headers": JSON}, 413, "too large"),
+    ("chunked", {"content": chunks(MAX_BODY_BYTES + 1), "headers": JSON}, 413, "too large"),
+    (
+        "text-plain",
+        {"content": DOC.encode(), "headers": {"content-type": "text/plain"}},
+        400,
+        "Unsupported",
+    ),
+    ("form", {"data": {"query": DOC}}, 400, ""),
+    ("multipart", {"files": {"query": ("q", DOC.encode())}}, 400, ""),
+    ("batch", {"json": [{"query": DOC}, {"query": DOC}]}, 400, "Batching is not enabled"),
+    ("query-not-string", {"json": {"query": 123}}, 400, "must be a string"),
+    ("variables-list", {"json": {"query": DOC, "variables": [1, 2]}}, 400, "must be an object"),
+    ("empty", {"json": {"query": ""}}, 400, "No GraphQL query found"),
+    (
+        "two-operations",
+        {
+            "json": {
+                "query": 'mutation A { deleteSchedule(name: "x") } query B { workflows { name } }'
+            }
+        },
+        400,
+        "Must provide operation name",
+    ),
+    (
+        "unknown-operation",
+        {"json": {"query": "query A { workflows { name } }", "operationName": "Z"}},
+        400,
+        "Unknown operation",
+    ),
+    ("syntax", {"json": {"query": "{ workflows { name }"}}, 200, "Syntax Error"),
+    ("deep-document", {"json": {"query": "{ a " * 600 + "}" * 600}}, 200, "nested too deeply"),
+    (
+        "aliases",
+        {
+            "json": {
+                "query": "{ " + " ".join(f"a{i}: workflows {{ name }}" for i in range(50)) + " }"
+            }
+        },
+        200,
+        "50 aliases found. Allowed: 15",
+    ),
+    (
+        "tokens",
+        {"json": {"query": "{ workflows { " + "name " * 5000 + "} }"}},
+        200,
+        "more than 2000 tokens",
+    ),
+    (
+        "circular",
+        {
+            "json": {
+                "query": "query Q { ...A } fragment A on Query { ...B } "
+                "fragment B on Query { ...A }"
+            }
+        },
+        200,
+        "Cannot spread fragment",
+    ),
+    ("suggestion", {"json": {"query": "{ workflow { name } }"}}, 200, "Cannot query field"),
+    (
+        "int-range",
+        {
+            "json": {
+                "query": 'mutation { enqueueWorkflow(name: "noop", priority: 99999999999) '
+                "{ created } }"
+            }
+        },
+        200,
+        "non 32-bit",
+    ),
+    (
+        "missing-variable",
+        {"json": {"query": "query ($id: ID!) { workflowInstance(instanceID: $id) { name } }"}},
+        200,
+        "to be provided",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "request_kwargs", "status", "text"), MALFORMED, ids=[m[0] for m in MALFORMED]
+)
+async def test_malformed_requests_get_4xx_and_no_internals(
+    server: LiveServer, case: str, request_kwargs: dict[str, Any], status: int, text: str
+) -> None:
+    response = await server.client.post("/graphql", **request_kwargs)
+    assert_no_internals(response)
+    assert response.status_code == status, response.text
+    assert text in response.text
+    assert "Did you mean" not in response.text
+
+
+async def test_other_methods_and_get_mutations_are_refused(server: LiveServer) -> None:
+    put = await server.client.put("/graphql", json={"query": DOC})
+    assert put.status_code == 405
+    mutation = await server.client.get(
+        "/graphql", params={"query": 'mutation { deleteSchedule(name: "x") }'}
+    )
+    assert mutation.status_code == 400
+    assert "mutations are not allowed when using GET" in mutation.text
+    strict = await server.client.get("/graphql", params={"query": DOC, "variables": '{"n": NaN}'})
+    assert strict.status_code == 400
+    for response in (put, mutation, strict):
+        assert_no_internals(response)
+
+
+async def test_a_body_at_the_limit_is_accepted(server: LiveServer) -> None:
+    payload = json.dumps({"query": DOC}).encode()
+    padded = payload[:-1] + b" " * (MAX_BODY_BYTES - len(payload)) + b"}"
+    assert len(padded) == MAX_BODY_BYTES
+    response = await server.client.post("/graphql", content=padded, headers=JSON)
+    assert response.status_code == 200
+    assert "errors" not in response.json()
+
+
+async def test_duplicate_operation_names_do_not_run_a_mutation(
+    server: LiveServer, admin: asyncpg.Connection
+) -> None:
+    response = await server.client.post(
+        "/graphql",
+        json={
+            "query": 'mutation A { enqueueWorkflow(name: "noop") { created } } '
+            "query B { workflows { name } }"
+        },
+    )
+    assert response.status_code == 400
+    assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 0
+
+
+async def test_without_graphiql_introspection_is_refused(database_url: str) -> None:
+    settings = make_settings(database_url, graphiql=False, engine_enabled=False)
+    async with live_server(settings) as server:
+        introspect = await server.graphql("{ __schema { types { name } } }")
+        assert "introspection has been disabled" in introspect["errors"][0]["message"]
+        assert (await server.graphql("{ __typename }"))["data"] == {"__typename": "Query"}
+        page = await server.client.get("/graphql", headers={"accept": "text/html"})
+        assert page.status_code == 404
+
+
+async def test_aliases_inside_a_repeated_fragment_count_against_the_limit(
+    server: LiveServer,
+) -> None:
+    fragment = "fragment F on Query { a: workflows { name } }"
+    spreads = " ".join("...F" for _ in range(20))
+    body = await server.graphql(f"query Q {{ {spreads} }} {fragment}")
+    assert "aliases found. Allowed: 15" in body["errors"][0]["message"]

@@ -1,0 +1,180 @@
+"""`python -m app` as a user runs it: subprocesses against the per-test database.
+
+Exit codes: 0 ok, 1 not found, 2 bad input or a refused configuration.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from app.api.schema import export_schema
+from app.model import Status
+from app.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def environment(database_url: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANEWAY_", "DATABASE_"))}
+    env.pop("HOST", None)
+    env.pop("PORT", None)
+    if database_url is not None:
+        env["DATABASE_URL"] = database_url
+    env["LANEWAY_WORKFLOWS"] = "app.examples"
+    env["LANEWAY_POLL_SECONDS"] = "0.05"
+    env.update(extra)
+    return env
+
+
+async def laneway(*args: str, env: Mapping[str, str], timeout: float = 60) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app",
+        *args,
+        cwd=ROOT,
+        env=dict(env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(timeout):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_export_schema_prints_the_sdl() -> None:
+    code, out, _ = await laneway("export-schema", env=environment(None))
+    assert code == 0
+    assert out == export_schema()
+
+
+async def test_enqueue_then_status_prints_json(database_url: str) -> None:
+    env = environment(database_url)
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "Cli"}', env=env)
+    assert code == 0, err
+    created: dict[str, Any] = json.loads(out)
+    assert created["created"] is True
+    instance_id = created["instanceID"]
+    UUID(instance_id)
+    again = await laneway(
+        "enqueue", "hello", "--params", '{"name": "Cli"}', "--idempotency-key", "k", env=env
+    )
+    assert again[0] == 0
+    code, out, err = await laneway("status", instance_id, env=env)
+    assert code == 0, err
+    status = json.loads(out)
+    assert status["instanceID"] == instance_id
+    assert (status["name"], status["status"], status["params"]) == (
+        "hello",
+        "pending",
+        {"name": "Cli"},
+    )
+    assert isinstance(status["createdAt"], float)
+    assert "state" not in status
+
+
+async def test_bad_input_exits_2_and_unknown_instance_exits_1(database_url: str) -> None:
+    env = environment(database_url)
+    code, _, err = await laneway("enqueue", "hello", "--params", "{name: x}", env=env)
+    assert code == 2
+    assert "--params is not valid JSON" in err
+    code, _, err = await laneway("enqueue", "hello", "--params", '{"n": NaN}', env=env)
+    assert code == 2
+    code, _, err = await laneway("enqueue", "nope", "--params", "{}", env=env)
+    assert code == 2
+    assert "unknown workflow 'nope'" in err
+    code, _, err = await laneway("status", "00000000-0000-7000-8000-000000000000", env=env)
+    assert code == 1
+    assert "no instance" in err
+    code, _, err = await laneway("status", "not-an-id", env=env)
+    assert code == 2
+    assert "Traceback" not in err
+
+
+async def test_serve_refuses_a_public_address_without_tokens() -> None:
+    env = environment("postgresql://127.0.0.1:1/none")
+    code, _, err = await laneway("serve", "--host", "0.0.0.0", "--port", "0", env=env)
+    assert code == 2
+    assert "refusing to serve on 0.0.0.0" in err
+    assert "LANEWAY_ALLOW_INSECURE" in err
+
+
+async def test_bad_settings_exit_2() -> None:
+    code, _, err = await laneway("export-schema", env=environment(None, PORT="99999"))
+    assert code == 2
+    assert "PORT" in err
+
+
+async def test_worker_runs_instances_and_stops_on_sigterm(database_url: str, store: Store) -> None:
+    env = environment(database_url)
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app",
+        "worker",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "W"}', env=env)
+        assert code == 0, err
+        instance_id = UUID(json.loads(out)["instanceID"])
+        async with asyncio.timeout(30):
+            while True:
+                record = await store.get_instance(instance_id)
+                if record is not None and record.status == Status.COMPLETED:
+                    break
+                await asyncio.sleep(0.05)
+        assert record.result == {"greeting": "Hello, W!"}
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            _, err_bytes = await worker.communicate()
+    assert worker.returncode == 0, err_bytes.decode()
+    assert b"worker stopped" in err_bytes
+
+
+async def test_watch_prints_one_json_line_per_event_until_interrupted(database_url: str) -> None:
+    env = environment(database_url)
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "Wa"}', env=env)
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app",
+        "watch",
+        "--instance",
+        instance_id,
+        "--after",
+        "0",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert watcher.stdout is not None
+    try:
+        async with asyncio.timeout(30):
+            line = json.loads(await watcher.stdout.readline())
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        async with asyncio.timeout(30):
+            await watcher.wait()
+    assert (line["type"], line["instanceID"], line["name"]) == ("enqueued", instance_id, "hello")
+    assert watcher.returncode == 0
+
+
+async def test_migrate_reports_nothing_left_on_a_migrated_database(database_url: str) -> None:
+    code, out, err = await laneway("migrate", env=environment(database_url))
+    assert code == 0, err
+    assert json.loads(out) == {"applied": []}

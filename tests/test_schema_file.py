@@ -1,0 +1,29 @@
+"""schema.graphql is the exported schema: a change to the code must regenerate it."""
+
+from pathlib import Path
+
+from app.api.schema import export_schema
+
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schema.graphql"
+
+
+def test_schema_file_matches_the_code() -> None:
+    assert SCHEMA_FILE.read_text() == export_schema(), (
+        "schema.graphql is out of date; regenerate it with `make schema`"
+    )
+
+
+def test_schema_keeps_the_seed_contract() -> None:
+    sdl = export_schema()
+    for line in (
+        "workflowInstance(instanceID: ID!): WorkflowInstanceStatus",
+        "workflowInstances(name: String, queue: String, status: String, statuses: [String!], "
+        "limit: Int = 50, offset: Int = 0): [WorkflowInstanceStatus!]!",
+        "workflowEvents(instanceID: ID, name: String, afterEventID: ID): WorkflowEvent!",
+        "events(limit: Int = 100): [WorkflowEvent!]!",
+        "createdAt: Float!",
+        "scalar JSON",
+    ):
+        assert line in sdl, line
+    for hidden in ("state", "nextAction", "ownerID", "leaseExpiresAt"):
+        assert f"  {hidden}:" not in sdl
