@@ -7,9 +7,12 @@ connections.
 """
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -45,7 +48,24 @@ def server_url() -> Iterator[str]:
             asyncio.run(_tune_throwaway_server(url))
             yield url
     finally:
+        _stop_leftover_postmaster(data_dir / "pg")
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _stop_leftover_postmaster(pgdata: Path) -> None:
+    # A test that restarts the server leaves pgserver holding a stale handle, so its cleanup
+    # would not stop the new postmaster; stop whatever still runs on this data folder.
+    pid_file = pgdata / "postmaster.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text().split()[0])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)  # fast shutdown
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
 
 
 async def _tune_throwaway_server(url: str) -> None:
