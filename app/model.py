@@ -201,7 +201,10 @@ class NewInstance:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointWrite:
-    """A runner's checkpoint: the state after a handler, and the next action."""
+    """A runner's checkpoint: the state after a handler, and the next action.
+
+    With `pause_label` the instance also pauses there (status paused, no lease) until resumed.
+    """
 
     instance_id: UUID
     attempt: int
@@ -210,6 +213,8 @@ class CheckpointWrite:
     next_params_json: str
     progress: float | None = None
     message: str | None = None
+    stage: str | None = None
+    pause_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -236,6 +241,35 @@ RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OperationRecord:
+    """The recorded outcome of one template operation."""
+
+    operation_id: UUID
+    instance_id: UUID
+    stage: str
+    position: int
+    type: str
+    status: str
+    attempts: int
+    error: str | None
+    data: JSONValue
+    metadata: JSONValue
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockRecord:
+    """An entity lock: held by an instance until it expires or is released."""
+
+    entity_type: str
+    entity_id: str
+    owner_instance: UUID
+    fencing_token: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Transition:
     """A state change a write made: what the instance became, for hooks and waiters."""
 
@@ -245,3 +279,5 @@ class Transition:
     status: Status
     attempts: int
     error: str | None = None
+    stage: str | None = None
+    checkpoint: str | None = None

@@ -7,6 +7,7 @@ as "Unexpected error." and logged once with its traceback (schema.py).
 
 from graphql import GraphQLError
 
+from app.engine import LockUnavailableError
 from app.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
 
 MASKED_MESSAGE = "Unexpected error."
@@ -15,6 +16,7 @@ ERROR_CODES: dict[type[LanewayError], str] = {
     NotFoundError: "NOT_FOUND",
     InvalidInputError: "BAD_USER_INPUT",
     ConflictError: "CONFLICT",
+    LockUnavailableError: "CONFLICT",
 }
 
 

@@ -19,6 +19,7 @@ from datetime import datetime
 from uuid import UUID
 
 from app.engine.definitions import Workflow, check_name
+from app.engine.locks import EntityLocks
 from app.engine.payloads import encode_json
 from app.engine.registry import WorkflowRegistry
 from app.engine.scheduler import Scheduler
@@ -32,6 +33,7 @@ from app.model import (
     JSONValue,
     NewInstance,
     Notification,
+    OperationRecord,
     QueueRecord,
     ScheduleRecord,
     Status,
@@ -102,6 +104,7 @@ class Engine:
         self.store = store
         self.registry = registry if registry is not None else WorkflowRegistry()
         self.owner_id = owner_id or default_owner_id()
+        self.locks = EntityLocks(store)
         self.scheduler = Scheduler(
             store,
             self.registry,
@@ -111,6 +114,7 @@ class Engine:
             concurrency=concurrency,
             plan_schedule=self._plan_fire,
             on_terminal=self._after_terminal,
+            spawn=self._enqueue_child,
         )
 
     # -- definitions -----------------------------------------------------------------------------
@@ -292,6 +296,17 @@ class Engine:
             raise ConflictError(instance_id, current.status, "retry")
         self.scheduler.wake()
         return record
+
+    async def _enqueue_child(self, parent_id: UUID, name: str, params: JSONValue) -> UUID:
+        # Keyed by parent and workflow: a parent re-run after a crash finds the same child.
+        result = await self.enqueue(
+            name, params, parent_id=parent_id, idempotency_key=f"chain:{parent_id}:{name}"
+        )
+        return result.instance_id
+
+    async def operations(self, instance_id: UUID) -> list[OperationRecord]:
+        """The recorded operation outcomes of an instance (templates), in finishing order."""
+        return await self.store.operations(instance_id)
 
     async def _require(self, instance_id: UUID) -> InstanceRecord:
         record = await self.store.get_instance(instance_id)

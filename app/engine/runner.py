@@ -10,8 +10,9 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from uuid import UUID
 
-from app.engine.context import Done, HandlerContext, Next
+from app.engine.context import Done, HandlerContext, Next, Pause
 from app.engine.definitions import Workflow
 from app.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from app.errors import InvalidInputError, LeaseLostError
@@ -20,6 +21,9 @@ from app.model import (
     CompleteWrite,
     FailWrite,
     InstanceRecord,
+    JSONValue,
+    LockRecord,
+    OperationRecord,
     RunnerWrite,
     Transition,
 )
@@ -76,6 +80,46 @@ class Committer:
                 future.set_result(by_id.get(item.instance_id))
 
 
+ChildSpawner = Callable[[UUID, str, JSONValue], Awaitable[UUID]]
+
+
+class RunnerTools:
+    """The InstanceTools of one running instance: store calls fenced by this owner."""
+
+    def __init__(self, store: Store, owner_id: str, instance_id: UUID, spawn: ChildSpawner) -> None:
+        self._store = store
+        self._owner_id = owner_id
+        self._instance_id = instance_id
+        self._spawn = spawn
+
+    async def finished_operations(self) -> list[OperationRecord]:
+        return await self._store.operations(self._instance_id)
+
+    async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
+        recorded = await self._store.record_operation(
+            owner_id=self._owner_id,
+            operation=operation,
+            seconds=seconds,
+            data_json=encode_json(operation.data, what="operation data"),
+            metadata_json=encode_json(operation.metadata, what="operation metadata"),
+        )
+        if recorded is None:
+            raise LeaseLostError(self._instance_id)
+
+    async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
+        return await self._spawn(self._instance_id, name, params)
+
+    async def acquire_lock(
+        self, entity_type: str, entity_id: str, ttl_seconds: float
+    ) -> LockRecord | None:
+        return await self._store.acquire_lock(
+            entity_type, entity_id, self._instance_id, ttl_seconds
+        )
+
+    async def release_lock(self, lock: LockRecord) -> bool:
+        return await self._store.release_lock(lock)
+
+
 @dataclass(slots=True, kw_only=True)
 class Run:
     """One instance running in this process."""
@@ -95,13 +139,15 @@ async def run_instance(
     workflow: Workflow,
     committer: Committer,
     on_terminal: Callable[[Transition], Awaitable[None]],
+    tools: RunnerTools,
 ) -> None:
-    """Drive one claimed instance until it ends, fails an attempt, or loses its lease."""
+    """Drive one claimed instance until it ends, pauses, fails an attempt, or loses its lease."""
     record = run.record
     state: dict[str, object] = dict(record.state)
     action = record.next_action or workflow.initial
     params = record.next_params
     attempt = record.attempts
+    stage = record.stage
     while True:
         ctx = HandlerContext(
             instance_id=record.instance_id,
@@ -112,6 +158,8 @@ async def run_instance(
             params=params,
             state=state,
             cancelled=run.cancelled,
+            stage=stage,
+            tools=tools,
         )
         try:
             write = await _call_handler(ctx, workflow, action)
@@ -124,10 +172,11 @@ async def run_instance(
                 "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
             )
             return
-        if not isinstance(write, CheckpointWrite):
+        if not isinstance(write, CheckpointWrite) or write.pause_label is not None:
             if transition.status.is_terminal:
                 await on_terminal(transition)
             return
+        stage = ctx.stage
         # The next handler gets exactly what was checkpointed, so an uninterrupted instance
         # and one resumed after a crash see the same params.
         action, params, attempt = write.next_action, json.loads(write.next_params_json), 1
@@ -140,7 +189,7 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
         if handler is None:
             raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
         step = await handler(ctx, ctx.params)
-        if isinstance(step, Next):
+        if isinstance(step, Next | Pause):
             if step.action not in workflow.handlers:
                 raise InvalidInputError(
                     f"handler {action!r} returned unknown action {step.action!r}"
@@ -153,6 +202,8 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
                 next_params_json=encode_json(step.params, what="action params"),
                 progress=ctx.progress,
                 message=ctx.message,
+                stage=ctx.stage,
+                pause_label=step.label if isinstance(step, Pause) else None,
             )
         if isinstance(step, Done):
             return CompleteWrite(
@@ -162,7 +213,8 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
                 state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
             )
         raise InvalidInputError(
-            f"handler {action!r} returned {type(step).__name__}; expected Next(...) or Done(...)"
+            f"handler {action!r} returned {type(step).__name__}; "
+            "expected Next(...), Pause(...) or Done(...)"
         )
     except asyncio.CancelledError:
         raise

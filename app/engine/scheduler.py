@@ -13,7 +13,7 @@ from datetime import datetime
 from uuid import UUID
 
 from app.engine.registry import WorkflowRegistry
-from app.engine.runner import Committer, Run, run_instance
+from app.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
 from app.model import InstanceRecord, NewInstance, Notification, ScheduleRecord, Transition
 from app.store import Store
 
@@ -39,6 +39,7 @@ class Scheduler:
         concurrency: int,
         plan_schedule: SchedulePlanner,
         on_terminal: TerminalCallback,
+        spawn: ChildSpawner,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -48,6 +49,7 @@ class Scheduler:
         self.concurrency = concurrency
         self._plan_schedule = plan_schedule
         self._on_terminal = on_terminal
+        self._spawn = spawn
         self._committer = Committer(store, owner_id, lease_seconds)
         self._runs: dict[UUID, Run] = {}
         self._wake = asyncio.Event()
@@ -179,7 +181,8 @@ class Scheduler:
     async def _run(self, run: Run) -> None:
         try:
             workflow = self._registry.get(run.record.name)
-            await run_instance(run, workflow, self._committer, self._on_terminal)
+            tools = RunnerTools(self._store, self.owner_id, run.record.instance_id, self._spawn)
+            await run_instance(run, workflow, self._committer, self._on_terminal, tools)
         except asyncio.CancelledError:
             raise
         except Exception:

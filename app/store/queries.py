@@ -308,19 +308,29 @@ RETURNING instance_id, name, queue, status, attempts
 # runner writes, fenced by owner id and batched (one statement for many instances)
 
 # $1 owner id, $2 lease seconds, $3 instance ids, $4 states (json text[]), $5 next actions,
-# $6 next params (json text[]), $7 progress (float8[]), $8 messages
+# $6 next params (json text[]), $7 progress (float8[]), $8 messages, $9 stages,
+# $10 pause labels (NULL: keep running)
+# A checkpoint with a pause label parks the instance: paused, no owner, no lease, no slot;
+# resuming it makes it pending again at the checkpointed action with fresh attempts.
 CHECKPOINT_INSTANCES = """
 UPDATE laneway.instances AS i
    SET state = u.state::jsonb, next_action = u.next_action, next_params = u.next_params::jsonb,
        progress = COALESCE(u.progress, i.progress), message = COALESCE(u.message, i.message),
-       attempts = 1, lease_expires_at = now() + $2::double precision * interval '1 second',
+       stage = COALESCE(u.stage, i.stage),
+       status = CASE WHEN u.pause_label IS NULL THEN 'running' ELSE 'paused' END,
+       checkpoint = u.pause_label,
+       attempts = CASE WHEN u.pause_label IS NULL THEN 1 ELSE 0 END,
+       owner_id = CASE WHEN u.pause_label IS NULL THEN i.owner_id END,
+       lease_expires_at = CASE WHEN u.pause_label IS NULL
+                               THEN now() + $2::double precision * interval '1 second' END,
        updated_at = now()
-  FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[])
-       AS u (instance_id, state, next_action, next_params, progress, message)
+  FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
+              $9::text[], $10::text[])
+       AS u (instance_id, state, next_action, next_params, progress, message, stage, pause_label)
  WHERE i.instance_id = u.instance_id
    AND i.owner_id = $1
    AND i.status = 'running'
-RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage, i.checkpoint
 """
 
 # $1 owner id, $2 instance ids, $3 results (json text[]), $4 states (json text[])
@@ -352,6 +362,85 @@ UPDATE laneway.instances AS i
    AND i.owner_id = $1
    AND i.status = 'running'
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+"""
+
+# $1 terminal instance ids (uuid[]): their entity locks go with them
+RELEASE_INSTANCE_LOCKS = """
+DELETE FROM laneway.locks
+ WHERE owner_instance = ANY($1::uuid[])
+"""
+
+# ---------------------------------------------------------------------------------------------
+# template operations
+
+# $1 operation id, $2 instance id, $3 owner id, $4 stage, $5 position, $6 type, $7 status,
+# $8 attempts, $9 error, $10 data (json text), $11 metadata (json text), $12 seconds it took
+# Written when the operation finishes, fenced by the owner: a crash mid-stage re-runs only the
+# operations that have no completed row.
+RECORD_OPERATION = """
+INSERT INTO laneway.operations (operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at)
+SELECT $1, i.instance_id, $4, $5, $6, $7, $8, $9, $10::text::jsonb, $11::text::jsonb,
+       clock_timestamp() - $12::double precision * interval '1 second', clock_timestamp()
+  FROM laneway.instances AS i
+ WHERE i.instance_id = $2
+   AND i.owner_id = $3
+   AND i.status = 'running'
+ON CONFLICT (instance_id, stage, position) DO UPDATE
+   SET type = EXCLUDED.type, status = EXCLUDED.status, attempts = EXCLUDED.attempts,
+       error = EXCLUDED.error, data = EXCLUDED.data, metadata = EXCLUDED.metadata,
+       started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at
+RETURNING operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at
+"""
+
+# $1 instance id
+LIST_OPERATIONS = """
+SELECT operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at
+  FROM laneway.operations
+ WHERE instance_id = $1
+ ORDER BY finished_at, stage, position
+"""
+
+# $1 instance ids (uuid[])
+LIST_OPERATIONS_OF = """
+SELECT operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at
+  FROM laneway.operations
+ WHERE instance_id = ANY($1::uuid[])
+ ORDER BY instance_id, finished_at, stage, position
+"""
+
+# ---------------------------------------------------------------------------------------------
+# entity locks
+
+# $1 entity type, $2 entity id, $3 owner instance, $4 ttl seconds
+# Free, expired, or already ours: take it with a new, larger fencing token.
+ACQUIRE_LOCK = """
+INSERT INTO laneway.locks (entity_type, entity_id, owner_instance, fencing_token, expires_at)
+VALUES ($1, $2, $3, nextval('laneway.lock_tokens'),
+        clock_timestamp() + $4::double precision * interval '1 second')
+ON CONFLICT (entity_type, entity_id) DO UPDATE
+   SET owner_instance = EXCLUDED.owner_instance, fencing_token = EXCLUDED.fencing_token,
+       acquired_at = now(), expires_at = EXCLUDED.expires_at
+ WHERE laneway.locks.expires_at <= clock_timestamp()
+    OR laneway.locks.owner_instance = EXCLUDED.owner_instance
+RETURNING entity_type, entity_id, owner_instance, fencing_token, expires_at
+"""
+
+# $1 entity type, $2 entity id, $3 fencing token
+RELEASE_LOCK = """
+DELETE FROM laneway.locks
+ WHERE entity_type = $1
+   AND entity_id = $2
+   AND fencing_token = $3
+RETURNING fencing_token
+"""
+
+# $1 entity type, $2 entity id
+GET_LOCK = """
+SELECT entity_type, entity_id, owner_instance, fencing_token, expires_at
+  FROM laneway.locks
+ WHERE entity_type = $1
+   AND entity_id = $2
+   AND expires_at > clock_timestamp()
 """
 
 # ---------------------------------------------------------------------------------------------

@@ -24,8 +24,10 @@ from app.model import (
     FailWrite,
     InstanceFilter,
     InstanceRecord,
+    LockRecord,
     NewEvent,
     NewInstance,
+    OperationRecord,
     QueueRecord,
     RunnerWrite,
     ScheduleRecord,
@@ -121,6 +123,35 @@ def transition_from_row(row: Row) -> Transition:
         status=Status(row["status"]),
         attempts=row["attempts"],
         error=row.get("last_error"),
+        stage=row.get("stage"),
+        checkpoint=row.get("checkpoint"),
+    )
+
+
+def operation_from_row(row: Row) -> OperationRecord:
+    return OperationRecord(
+        operation_id=row["operation_id"],
+        instance_id=row["instance_id"],
+        stage=row["stage"],
+        position=row["position"],
+        type=row["type"],
+        status=row["status"],
+        attempts=row["attempts"],
+        error=row["error"],
+        data=row["data"],
+        metadata=row["metadata"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def lock_from_row(row: Row) -> LockRecord:
+    return LockRecord(
+        entity_type=row["entity_type"],
+        entity_id=row["entity_id"],
+        owner_instance=row["owner_instance"],
+        fencing_token=row["fencing_token"],
+        expires_at=row["expires_at"],
     )
 
 
@@ -333,6 +364,7 @@ class Store:
             if row is None:
                 return await self._existing(conn, instance_id), False
             record = instance_from_row(row)
+            await conn.execute(queries.RELEASE_INSTANCE_LOCKS, [instance_id])
             await self._append_events(
                 conn,
                 [_event_for(record, EventType.CANCELLED, attempt=record.attempts)],
@@ -397,6 +429,7 @@ class Store:
         async with self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit)
             transitions = [transition_from_row(row) for row in rows]
+            await self._release_locks_of_terminal(conn, transitions)
             await self._append_events(conn, [_transition_event(t) for t in transitions])
         return transitions
 
@@ -460,12 +493,19 @@ class Store:
                     [w.next_params_json for w in checkpoints],
                     [w.progress for w in checkpoints],
                     [w.message for w in checkpoints],
+                    [w.stage for w in checkpoints],
+                    [w.pause_label for w in checkpoints],
                 )
                 for row in rows:
                     t = transition_from_row(row)
                     transitions.append(t)
+                    paused = t.status == Status.PAUSED
                     events.append(
-                        _transition_event(t, EventType.CHECKPOINT, attempts[t.instance_id])
+                        _transition_event(
+                            t,
+                            EventType.PAUSED if paused else EventType.CHECKPOINT,
+                            attempts[t.instance_id],
+                        )
                     )
             if completions:
                 rows = await conn.fetch(
@@ -491,8 +531,87 @@ class Store:
                     t = transition_from_row(row)
                     transitions.append(t)
                     events.append(_transition_event(t))
+            await self._release_locks_of_terminal(conn, transitions)
             await self._append_events(conn, events)
         return transitions
+
+    async def _release_locks_of_terminal(
+        self, conn: Conn, transitions: Sequence[Transition]
+    ) -> None:
+        ended = [t.instance_id for t in transitions if t.status.is_terminal]
+        if ended:
+            await conn.execute(queries.RELEASE_INSTANCE_LOCKS, ended)
+
+    # -- template operations ---------------------------------------------------------------------
+
+    async def record_operation(
+        self,
+        *,
+        owner_id: str,
+        operation: OperationRecord,
+        seconds: float,
+        data_json: str,
+        metadata_json: str,
+    ) -> OperationRecord | None:
+        """Record a finished operation, fenced by the owner; None when the lease is lost."""
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                queries.RECORD_OPERATION,
+                operation.operation_id,
+                operation.instance_id,
+                owner_id,
+                operation.stage,
+                operation.position,
+                operation.type,
+                operation.status,
+                operation.attempts,
+                operation.error,
+                data_json,
+                metadata_json,
+                seconds,
+            )
+        return operation_from_row(row) if row else None
+
+    async def operations(self, instance_id: UUID) -> list[OperationRecord]:
+        """An instance's recorded operations, in the order they finished."""
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(queries.LIST_OPERATIONS, instance_id)
+        return [operation_from_row(row) for row in rows]
+
+    async def operations_of(
+        self, instance_ids: Sequence[UUID]
+    ) -> dict[UUID, list[OperationRecord]]:
+        """Operations of several instances at once (one query), by instance id."""
+        result: dict[UUID, list[OperationRecord]] = {i: [] for i in instance_ids}
+        async with self._pool.acquire() as conn:
+            for row in await conn.fetch(queries.LIST_OPERATIONS_OF, list(instance_ids)):
+                result[row["instance_id"]].append(operation_from_row(row))
+        return result
+
+    # -- entity locks ----------------------------------------------------------------------------
+
+    async def acquire_lock(
+        self, entity_type: str, entity_id: str, owner_instance: UUID, ttl_seconds: float
+    ) -> LockRecord | None:
+        """Take the lock if it is free, expired, or already this owner's; else None."""
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                queries.ACQUIRE_LOCK, entity_type, entity_id, owner_instance, ttl_seconds
+            )
+        return lock_from_row(row) if row else None
+
+    async def release_lock(self, lock: LockRecord) -> bool:
+        """Release a lock still held under its fencing token; False if it was lost."""
+        async with self._pool.acquire() as conn:
+            token = await conn.fetchval(
+                queries.RELEASE_LOCK, lock.entity_type, lock.entity_id, lock.fencing_token
+            )
+        return token is not None
+
+    async def current_lock(self, entity_type: str, entity_id: str) -> LockRecord | None:
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(queries.GET_LOCK, entity_type, entity_id)
+        return lock_from_row(row) if row else None
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -624,6 +743,7 @@ def _transition_event(
             Status.FAILED: EventType.FAILED,
             Status.COMPLETED: EventType.COMPLETED,
             Status.CANCELLED: EventType.CANCELLED,
+            Status.PAUSED: EventType.PAUSED,
         }[t.status]
     return NewEvent(
         instance_id=t.instance_id,
@@ -632,4 +752,6 @@ def _transition_event(
         status=t.status,
         attempt=t.attempts if attempt is None else attempt,
         error=t.error if event_type in (EventType.RETRYING, EventType.FAILED) else None,
+        stage=t.stage,
+        checkpoint=t.checkpoint,
     )
