@@ -4,13 +4,17 @@ Owns the per-request (per-websocket) view of the process's services and of the c
 credential. Resolvers take `Info[RequestContext, None]`; nothing reads an untyped dict.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from uuid import UUID
 
 from starlette.requests import Request
 from starlette.websockets import WebSocket
+from strawberry.dataloader import DataLoader
 
 from app.api.auth import Access, check_bearer
 from app.config import Settings
+from app.model import OperationRecord
 from app.services import Services
 
 
@@ -23,6 +27,7 @@ class RequestContext:
     """
 
     services: Services
+    operations: DataLoader[UUID, list[OperationRecord]]
     authorization: str | None = None
     connection_params: dict[str, object] | None = field(default=None)
 
@@ -45,9 +50,26 @@ def services_of(connection: Request | WebSocket) -> Services:
     return services
 
 
+def operations_loader(services: Services) -> DataLoader[UUID, list[OperationRecord]]:
+    """Batches the `operations` of every instance in one response into one query.
+
+    Uncached: a websocket keeps its context for its whole life (STACK P15), and operation
+    rows change while it lives.
+    """
+
+    async def load(instance_ids: Sequence[UUID]) -> list[list[OperationRecord]]:
+        found = await services.store.operations_of(instance_ids)
+        return [found[instance_id] for instance_id in instance_ids]
+
+    return DataLoader(load_fn=load, cache=False)
+
+
 async def get_context(connection: Request | WebSocket) -> RequestContext:
     """Build the context of one HTTP request, or of one websocket for its whole life."""
     authorization = None
     if connection.scope["type"] == "http":
         authorization = connection.headers.get("authorization")
-    return RequestContext(services=services_of(connection), authorization=authorization)
+    services = services_of(connection)
+    return RequestContext(
+        services=services, operations=operations_loader(services), authorization=authorization
+    )

@@ -23,6 +23,7 @@ from app.model import (
 from app.model import (
     EventRecord,
     InstanceRecord,
+    OperationRecord,
     QueueRecord,
     ScheduleRecord,
     Status,
@@ -91,7 +92,7 @@ class WorkflowEvent:
 
 @strawberry.type
 class WorkflowOperation:
-    """One operation of a template instance (templates arrive with issue 4)."""
+    """The recorded outcome of one operation of a template instance."""
 
     operation_id: strawberry.ID
     stage: str
@@ -101,6 +102,19 @@ class WorkflowOperation:
     error: str | None
     started_at: float | None
     finished_at: float | None
+
+    @classmethod
+    def from_record(cls, record: OperationRecord) -> Self:
+        return cls(
+            operation_id=strawberry.ID(str(record.operation_id)),
+            stage=record.stage,
+            type=record.type,
+            status=record.status,
+            attempts=record.attempts,
+            error=record.error,
+            started_at=millis(record.started_at) if record.started_at else None,
+            finished_at=millis(record.finished_at) if record.finished_at else None,
+        )
 
 
 @strawberry.type
@@ -150,9 +164,10 @@ class WorkflowInstanceStatus:
         )
 
     @strawberry.field
-    def operations(self) -> list[WorkflowOperation]:
-        """The operations of a template instance; handler workflows have none."""
-        return []
+    async def operations(self, info: Info[RequestContext, None]) -> list[WorkflowOperation]:
+        """The recorded operations of a template instance; handler workflows have none."""
+        records = await info.context.operations.load(self.uuid)
+        return [WorkflowOperation.from_record(record) for record in records]
 
     @strawberry.field
     async def events(

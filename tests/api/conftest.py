@@ -16,7 +16,7 @@ import uvicorn
 from strawberry.types import ExecutionResult
 
 from app.api.app import create_app, server_config
-from app.api.context import RequestContext
+from app.api.context import RequestContext, operations_loader
 from app.api.schema import schema
 from app.config import Settings
 from app.services import Services, open_services
@@ -70,7 +70,9 @@ def executor(services: Services, authorization: str | None = None) -> Execute:
     """`await run(query, **variables)` through the real schema with a real RequestContext."""
 
     async def run(query: str, **variables: Any) -> ExecutionResult:
-        context = RequestContext(services=services, authorization=authorization)
+        context = RequestContext(
+            services=services, operations=operations_loader(services), authorization=authorization
+        )
         result = await schema.execute(query, variable_values=variables, context_value=context)
         assert_clean(result)
         return result

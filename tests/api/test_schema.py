@@ -12,7 +12,7 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from app.api.context import RequestContext
+from app.api.context import RequestContext, operations_loader
 from app.api.errors import ERROR_CODES
 from app.api.schema import schema
 from app.errors import LanewayError, LeaseLostError
@@ -435,7 +435,7 @@ async def test_subscription_replays_and_follows_an_instance(
     run: Execute, services: Services
 ) -> None:
     instance_id = await enqueue(run, "hello", {"name": "G"})
-    context = RequestContext(services=services)
+    context = RequestContext(services=services, operations=operations_loader(services))
     stream = await schema.subscribe(
         """subscription ($id: ID!) { workflowEvents(instanceID: $id, afterEventID: "0") {
             type instanceID name status } }""",
@@ -455,7 +455,7 @@ async def test_subscription_replays_and_follows_an_instance(
 
 
 async def test_subscription_rejects_a_malformed_cursor(services: Services) -> None:
-    context = RequestContext(services=services)
+    context = RequestContext(services=services, operations=operations_loader(services))
     stream = await schema.subscribe(
         'subscription { workflowEvents(afterEventID: "abc") { type } }', context_value=context
     )
