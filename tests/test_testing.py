@@ -1,0 +1,269 @@
+"""app.testing as a user drives it: one-handler runs, FakeTools, and the pytest plugin.
+
+A user writes `pytest_plugins = ["app.testing"]` in their root conftest. This suite's root
+conftest is tests/conftest.py, so the plugin's fixtures are imported here instead; a test
+parameter then shadows the import, hence the F811 waivers.
+"""
+
+import uuid
+
+import pytest
+
+from app.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
+from app.engine.templates import (
+    OperationContext,
+    OperationResult,
+    completed,
+    failed,
+    operation_id_for,
+)
+from app.engine.utilities import with_error_boundary
+from app.errors import InvalidInputError
+from app.model import JSONValue, OperationRecord, Status
+from app.store.pool import connect
+from app.testing import (
+    EngineFactory,
+    EnqueuedChild,
+    FakeTools,
+    done,
+    is_done,
+    is_next,
+    laneway_database_url,  # noqa: F401
+    laneway_engine_factory,  # noqa: F401
+    laneway_template_name,  # noqa: F401
+    mock_context,
+    mock_operation_context,
+    next_step,
+    run_handler,
+    run_operation,
+)
+
+
+@pytest.fixture(scope="session")
+def laneway_server_url(server_url: str) -> str:
+    """Point the plugin at this suite's server instead of starting a second one per worker."""
+    return server_url
+
+
+async def fetch(ctx: HandlerContext, params: JSONValue) -> Next:
+    assert isinstance(params, dict)
+    ctx.state["body"] = f"pretend this was downloaded from {params['url']}"
+    return Next("count", {"unit": "words"})
+
+
+async def count(ctx: HandlerContext, params: JSONValue) -> Done:
+    assert isinstance(params, dict)
+    return Done({params["unit"]: len(ctx.state["body"].split())})
+
+
+ingest = Workflow(
+    "ingest",
+    handlers={"fetch": fetch, "count": count},
+    initial="fetch",
+    retry=RetryPolicy(max_attempts=1),
+)
+
+
+# -- run_handler and the result builders ---------------------------------------------------------
+
+
+async def test_run_handler_runs_a_two_step_handler_map_one_handler_at_a_time() -> None:
+    first = await run_handler(fetch, {"url": "https://example.com"}, action="fetch")
+    assert first.step == next_step("count", {"unit": "words"})
+    assert first.state == {"body": "pretend this was downloaded from https://example.com"}
+    assert is_next(first.step, "count")
+
+    second = await run_handler(count, first.step.params, state=first.state, action="count")
+    assert second.step == done({"words": 6})
+    assert is_done(second.step)
+    assert not is_next(second.step)
+
+
+async def test_run_handler_gives_the_handler_params_and_state_as_json_would() -> None:
+    seen: list[tuple[JSONValue, dict[str, JSONValue]]] = []
+
+    async def handler(ctx: HandlerContext, params: JSONValue) -> Done:
+        seen.append((params, dict(ctx.state)))
+        return Done()
+
+    state: dict[str, JSONValue] = {"pair": (1, 2)}
+    run = await run_handler(handler, {"ids": (3, 4)}, state=state, attempt=2, max_attempts=3)
+    assert seen == [({"ids": [3, 4]}, {"pair": [1, 2]})]
+    assert state == {"pair": (1, 2)}  # the caller's dict is not the handler's
+    assert (run.context.attempt, run.context.max_attempts) == (2, 3)
+
+
+async def test_run_handler_refuses_state_when_the_engine_could_not_store_it() -> None:
+    async def handler(ctx: HandlerContext, params: JSONValue) -> Done:
+        ctx.state["when"] = object()
+        return Done()
+
+    with pytest.raises(InvalidInputError, match="state must be JSON"):
+        await run_handler(handler)
+
+
+async def test_run_handler_refuses_a_return_value_when_it_is_not_a_step() -> None:
+    async def handler(ctx: HandlerContext, params: JSONValue) -> Done:
+        return "done"  # type: ignore[return-value]
+
+    with pytest.raises(TypeError, match="expected Next"):
+        await run_handler(handler)
+
+
+async def test_run_handler_shows_what_an_error_boundary_returns() -> None:
+    async def handler(ctx: HandlerContext, params: JSONValue) -> Next:
+        raise RuntimeError("upstream is down")
+
+    run = await run_handler(with_error_boundary()(handler))
+    assert run.step == done({"error": "upstream is down"})
+
+
+async def test_run_handler_lets_the_handlers_exception_propagate() -> None:
+    async def handler(ctx: HandlerContext, params: JSONValue) -> Done:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await run_handler(handler)
+
+
+# -- operation handlers ----------------------------------------------------------------------------
+
+
+async def count_rows(ctx: OperationContext) -> OperationResult:
+    rows = ctx.context.get("rows")
+    if not isinstance(rows, list):
+        raise ValueError("no rows gathered")
+    return completed({"row_count": len(rows)})
+
+
+async def test_run_operation_returns_what_the_operation_handler_decided() -> None:
+    ctx = mock_operation_context(context={"rows": (1, 2, 3)}, stage="analyze")
+    result = await run_operation(count_rows, ctx)
+    assert result == completed({"row_count": 3})
+    assert ctx.operation_id == operation_id_for(ctx.instance_id, "analyze", 0)
+    assert ctx.initial_context == {"rows": (1, 2, 3)}
+
+
+async def test_run_operation_shows_what_an_error_boundary_makes_of_a_failure() -> None:
+    bounded = with_error_boundary(lambda exc: failed(str(exc), {"retryable": False}))(count_rows)
+    result = await run_operation(bounded)
+    assert result == failed("no rows gathered", {"retryable": False})
+
+
+async def test_run_operation_refuses_a_return_value_when_it_is_not_a_result() -> None:
+    async def handler(ctx: OperationContext) -> OperationResult:
+        return {"ok": True}  # type: ignore[return-value]
+
+    with pytest.raises(TypeError, match=r"expected completed\(\.\.\.\)"):
+        await run_operation(handler)
+
+
+# -- mock_context and FakeTools ------------------------------------------------------------------
+
+
+async def test_mock_context_tools_record_a_child_enqueued_once_per_workflow() -> None:
+    async def spawn(ctx: HandlerContext, params: JSONValue) -> Done:
+        tools = ctx.require_tools()
+        child_id = await tools.enqueue_child("report", {"for": str(ctx.instance_id)})
+        again = await tools.enqueue_child("report", {"ignored": True})
+        return Done({"child": str(child_id), "same": child_id == again})
+
+    ctx = mock_context(name="parent", action="spawn")
+    step = await spawn(ctx, None)
+    tools = ctx.require_tools()
+    assert isinstance(tools, FakeTools)
+    [child] = tools.children
+    assert child == EnqueuedChild(
+        name="report", params={"for": str(ctx.instance_id)}, instance_id=child.instance_id
+    )
+    assert step == Done({"child": str(child.instance_id), "same": True})
+
+
+def test_mock_context_has_sensible_defaults() -> None:
+    ctx = mock_context()
+    assert (ctx.name, ctx.action, ctx.attempt, ctx.max_attempts) == ("test", "run", 1, 1)
+    assert ctx.params is None
+    assert ctx.state == {}
+    assert not ctx.is_cancelled
+    assert mock_context().instance_id != ctx.instance_id
+
+
+async def test_fake_tools_lock_is_refused_while_another_instance_holds_it() -> None:
+    tools = FakeTools(uuid.uuid4())
+    other = tools.occupy("customer", "c-1")
+    assert await tools.acquire_lock("customer", "c-1", ttl_seconds=30) is None
+    assert await tools.release_lock(other)
+    mine = await tools.acquire_lock("customer", "c-1", ttl_seconds=30)
+    assert mine is not None
+    assert mine.owner_instance == tools.instance_id
+    assert mine.fencing_token > other.fencing_token
+    again = await tools.acquire_lock("customer", "c-1", ttl_seconds=30)
+    assert again is not None
+    assert not await tools.release_lock(mine)  # superseded by the re-acquisition
+    assert await tools.release_lock(again)
+    assert tools.locks == {}
+
+
+async def test_fake_tools_keep_one_operation_per_stage_and_position() -> None:
+    instance_id = uuid.uuid4()
+    tools = FakeTools(instance_id)
+
+    def operation(status: str) -> OperationRecord:
+        return OperationRecord(
+            operation_id=uuid.uuid4(),
+            instance_id=instance_id,
+            stage="gather",
+            position=0,
+            type="fetch",
+            status=status,
+            attempts=1,
+            error=None,
+            data={"rows": 3},
+            metadata=None,
+            started_at=None,
+            finished_at=None,
+        )
+
+    await tools.record_operation(operation("failed"), seconds=0.5)
+    await tools.record_operation(operation("completed"), seconds=0.5)
+    [recorded] = await tools.finished_operations()
+    assert recorded.status == "completed"
+    assert recorded.started_at is not None
+    assert recorded.finished_at is not None
+
+
+# -- the plugin: a throwaway database and engines driven by tick() --------------------------------
+
+
+async def test_engine_factory_engine_completes_an_instance_when_ticked(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    engine = await laneway_engine_factory(ingest)
+    enqueued = await engine.enqueue("ingest", {"url": "https://example.com"})
+    assert await engine.tick() == 1
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert record.status == Status.COMPLETED
+    assert record.result == {"words": 6}
+
+
+async def test_engine_factory_engines_share_the_tests_database(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    producer = await laneway_engine_factory(ingest, owner_id="producer")
+    worker = await laneway_engine_factory(ingest, owner_id="worker")
+    enqueued = await producer.enqueue("ingest", {"url": "https://example.com"})
+    assert await worker.tick() == 1
+    record = await producer.get(enqueued.instance_id)
+    assert record is not None
+    assert record.status == Status.COMPLETED
+
+
+async def test_laneway_database_url_is_migrated_and_empty(
+    laneway_database_url: str,  # noqa: F811
+) -> None:
+    conn = await connect(laneway_database_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM laneway.instances") == 0
+    finally:
+        await conn.close()
