@@ -6,16 +6,27 @@ is not promised.
 
 from app.config import Settings
 from app.engine import (
+    Checkpoint,
     Done,
     Engine,
     EnqueueRequest,
     HandlerContext,
     Next,
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
     Pause,
+    PermanentFailure,
     RetryPolicy,
+    Stage,
     Step,
+    Template,
     Workflow,
     WorkflowRegistry,
+    compile_template,
+    completed,
+    failed,
 )
 from app.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
 from app.services import Services, open_services
@@ -23,6 +34,7 @@ from app.services import Services, open_services
 __version__ = "0.1.0"
 
 __all__ = [
+    "Checkpoint",
     "ConflictError",
     "Done",
     "Engine",
@@ -32,13 +44,23 @@ __all__ = [
     "LanewayError",
     "Next",
     "NotFoundError",
+    "Operation",
+    "OperationContext",
+    "OperationRegistry",
+    "OperationResult",
     "Pause",
+    "PermanentFailure",
     "RetryPolicy",
     "Services",
     "Settings",
+    "Stage",
     "Step",
+    "Template",
     "Workflow",
     "WorkflowRegistry",
     "__version__",
+    "compile_template",
+    "completed",
+    "failed",
     "open_services",
 ]

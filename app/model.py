@@ -229,12 +229,16 @@ class CompleteWrite:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailWrite:
-    """A failed attempt: retried after `delay_ms` while attempts are left, else final."""
+    """A failed attempt: retried after `delay_ms` while attempts are left, else final.
+
+    `final` ends the instance failed whatever attempts are left.
+    """
 
     instance_id: UUID
     attempt: int
     error: str
     delay_ms: float
+    final: bool = False
 
 
 RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from app.config import Settings
-from app.engine import Engine, Workflow, WorkflowRegistry
+from app.engine import Engine, Workflow, WorkflowRegistry, check_workflows
 from app.events import EventHub
 from app.store import Store, open_store
 from app.store.embedded import embedded_postgres
@@ -40,6 +40,7 @@ async def open_services(
     registry = WorkflowRegistry.from_modules(settings.workflow_modules)
     for workflow in workflows:
         registry.register(workflow)
+    check_workflows(registry)  # a badly wired template fails start-up, naming every problem
     async with contextlib.AsyncExitStack() as stack:
         database_url = settings.database_url or stack.enter_context(
             embedded_postgres(settings.data_dir)

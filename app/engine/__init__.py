@@ -1,12 +1,28 @@
 """The engine: workflow definitions, claims, leases, runs, retries and schedules."""
 
-from app.engine.context import Done, HandlerContext, Next, Pause, Step
+from app.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure, Step
 from app.engine.definitions import RetryPolicy, Workflow
 from app.engine.engine import Engine, EnqueueRequest
 from app.engine.locks import EntityLocks, LockUnavailableError
 from app.engine.registry import WorkflowRegistry
+from app.engine.templates import (
+    Checkpoint,
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
+    QueueSettings,
+    Stage,
+    Template,
+    TemplateWorkflow,
+    check_workflows,
+    compile_template,
+    completed,
+    failed,
+)
 
 __all__ = [
+    "Checkpoint",
     "Done",
     "Engine",
     "EnqueueRequest",
@@ -14,9 +30,22 @@ __all__ = [
     "HandlerContext",
     "LockUnavailableError",
     "Next",
+    "Operation",
+    "OperationContext",
+    "OperationRegistry",
+    "OperationResult",
     "Pause",
+    "PermanentFailure",
+    "QueueSettings",
     "RetryPolicy",
+    "Stage",
     "Step",
+    "Template",
+    "TemplateWorkflow",
     "Workflow",
     "WorkflowRegistry",
+    "check_workflows",
+    "compile_template",
+    "completed",
+    "failed",
 ]

@@ -66,6 +66,14 @@ class InstanceTools(Protocol):
         ...
 
 
+class PermanentFailure(Exception):  # noqa: N818 - raised by users; reads as what happened
+    """Raise from a handler to fail the instance now, without further attempts.
+
+    A plain exception is a failed attempt, retried by the workflow's RetryPolicy; this one
+    ends the instance `failed` at once (a crash still counts as an ordinary attempt).
+    """
+
+
 class CancelledByRequestError(Exception):
     """Raised by `HandlerContext.raise_if_cancelled` once the instance was cancelled."""
 

@@ -99,7 +99,13 @@ class Workflow:
 
     @property
     def kind(self) -> str:
+        """`handlers` for a handler map; `template` for a compiled template."""
         return "handlers"
+
+    @property
+    def stages(self) -> list[str]:
+        """Stage names; a handler map has none."""
+        return []
 
     def validate_params(self, params: JSONValue) -> JSONValue:
         """Run the validator over enqueue params; return the value to store.

@@ -435,6 +435,14 @@ class Engine:
     async def run(self, stopping: asyncio.Event) -> None:
         """Claim and run instances until `stopping` is set (for the process's TaskGroup)."""
         await self.store.ensure_queues({w.queue_name for w in self.registry})
+        for workflow in self.registry:
+            settings = getattr(getattr(workflow, "template", None), "queue_settings", None)
+            if settings is not None:  # a template declares its queue's caps
+                await self.configure_queue(
+                    workflow.queue_name,
+                    concurrency=settings.concurrency,
+                    rate_per_minute=settings.rate_per_minute,
+                )
         await self.scheduler.run(stopping)
 
     @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from app.engine.context import Done, HandlerContext, Next, Pause
+from app.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure
 from app.engine.definitions import Workflow
 from app.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from app.errors import InvalidInputError, LeaseLostError
@@ -235,4 +235,5 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
             attempt=ctx.attempt,
             error=_error_text(exc),
             delay_ms=workflow.retry.delay_ms(ctx.attempt),
+            final=isinstance(exc, PermanentFailure),
         )

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from app.engine.context import Done, HandlerContext, InstanceTools, Step
+from app.engine.context import Done, HandlerContext, InstanceTools, PermanentFailure, Step
 from app.engine.definitions import Handler, Workflow
 from app.engine.payloads import encode_json
 from app.engine.template_definitions import (
@@ -83,17 +83,23 @@ FIX_POSITION_BASE = 1000
 MAX_REASON_CHARS = 2000
 
 
-class StageFailedError(Exception):
-    """A critical operation of a stage failed after its attempts and any fix cycles."""
+class StageFailedError(PermanentFailure):
+    """A critical operation of a stage failed after its attempts and any fix cycles.
+
+    Final: operations retry themselves, so the instance fails at once; a lost worker is
+    still an ordinary attempt under the template's RetryPolicy.
+    """
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TemplateWorkflow(Workflow):
     """The runnable form of a template: one action per stage, named after the stage.
 
-    Instance attempts (`retry`, RetryPolicy) wrap a whole stage: a lost worker or a failed
-    critical operation costs one, and the next attempt re-runs only the operations of the
-    stage that have no completed row. Operations retry themselves first (`max_attempts`).
+    Operations retry themselves (`max_attempts`); a critical operation that still fails
+    ends the instance failed at once (StageFailedError is a PermanentFailure). Instance
+    attempts (`retry`, RetryPolicy) cover lost workers: the next attempt re-runs only the
+    operations of the stage that have no completed row. `retry()` of a failed instance does
+    the same.
     """
 
     template: Template

@@ -346,18 +346,21 @@ UPDATE laneway.instances AS i
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 """
 
-# $1 owner id, $2 instance ids, $3 errors, $4 retry delays in ms
-# An attempt failed: with attempts left the instance waits out the backoff as pending, keeping
-# the state and action of its last checkpoint; otherwise it ends failed.
+# $1 owner id, $2 instance ids, $3 errors, $4 retry delays in ms, $5 final flags
+# An attempt failed: with attempts left (and not final) the instance waits out the backoff as
+# pending, keeping the state and action of its last checkpoint; otherwise it ends failed.
 FAIL_ATTEMPTS = """
 UPDATE laneway.instances AS i
-   SET status = CASE WHEN i.attempts < i.max_attempts THEN 'pending' ELSE 'failed' END,
-       run_after = CASE WHEN i.attempts < i.max_attempts
+   SET status = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+                     THEN 'pending' ELSE 'failed' END,
+       run_after = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
                         THEN now() + u.delay_ms * interval '1 millisecond'
                         ELSE i.run_after END,
-       finished_at = CASE WHEN i.attempts < i.max_attempts THEN NULL ELSE now() END,
+       finished_at = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+                          THEN NULL ELSE now() END,
        last_error = u.error, owner_id = NULL, lease_expires_at = NULL, updated_at = now()
-  FROM unnest($2::uuid[], $3::text[], $4::float8[]) AS u (instance_id, error, delay_ms)
+  FROM unnest($2::uuid[], $3::text[], $4::float8[], $5::boolean[])
+       AS u (instance_id, error, delay_ms, final)
  WHERE i.instance_id = u.instance_id
    AND i.owner_id = $1
    AND i.status = 'running'

@@ -526,6 +526,7 @@ class Store:
                     [w.instance_id for w in failures],
                     [w.error for w in failures],
                     [w.delay_ms for w in failures],
+                    [w.final for w in failures],
                 )
                 for row in rows:
                     t = transition_from_row(row)

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from app.engine import Done, HandlerContext, RetryPolicy, Workflow
+from app.engine import Done, HandlerContext, PermanentFailure, RetryPolicy, Workflow
 from app.model import EventType, Status
 from app.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine, types_of
@@ -181,3 +181,22 @@ async def test_cancel_stops_a_running_handler_and_frees_its_slot(store: Store) -
 
 async def _done(ctx: HandlerContext, params: object) -> Done:
     return Done()
+
+
+async def test_permanent_failure_ends_the_instance_without_more_attempts(store: Store) -> None:
+    async def refuse(ctx: HandlerContext, params: object) -> Done:
+        raise PermanentFailure("card declined")
+
+    workflow = Workflow(
+        "refused", handlers={"run": refuse}, initial="run", retry=RetryPolicy(max_attempts=5)
+    )
+    engine = make_engine(store, workflow)
+    enqueued = await engine.enqueue("refused")
+    assert await engine.tick() == 1
+    assert await engine.tick() == 0
+    failed = await engine.get(enqueued.instance_id)
+    assert failed is not None
+    assert failed.status == Status.FAILED
+    assert failed.attempts == 1
+    assert failed.last_error == "card declined"
+    assert EventType.RETRYING not in await types_of(store, enqueued.instance_id)

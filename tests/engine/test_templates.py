@@ -611,14 +611,15 @@ async def test_critical_failure_fails_the_instance_and_later_stages_never_run(
             Stage(name="load", operations=[fast("write", max_attempts=2), fast("after")]),
             Stage(name="publish", operations=[fast("after")]),
         ],
-        retry=NO_RETRY,
     )
+    assert template.retry.max_attempts == 3  # instance attempts cover lost workers only
     engine = make_engine(store, compile_template(template, operations))
     enqueued = await engine.enqueue("fragile")
     await engine.tick()
     failed_instance = await engine.get(enqueued.instance_id)
     assert failed_instance is not None
     assert failed_instance.status == Status.FAILED
+    assert failed_instance.attempts == 1  # final at once: the operation already retried
     assert failed_instance.last_error == (
         "stage 'load': operation 'write' (#0) failed after 2 attempt(s): disk full"
     )
