@@ -1,4 +1,4 @@
-"""The example workflows of the contract: `hello`, `countdown` and `flaky`.
+"""The example workflows of the contract: `hello`, `countdown`, `flaky` and the `report` template.
 
 Registered by `make run` (LANEWAY_WORKFLOWS=app.examples) and used by the API tests. Their
 names, params and results are part of the GraphQL contract; change them only through an issue.
@@ -7,7 +7,22 @@ names, params and results are part of the GraphQL contract; change them only thr
 import asyncio
 import contextlib
 
-from app.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
+from app.engine import (
+    Checkpoint,
+    Done,
+    HandlerContext,
+    Next,
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
+    RetryPolicy,
+    Stage,
+    Template,
+    Workflow,
+    compile_template,
+    completed,
+)
 from app.model import JSONValue
 
 MAX_COUNTDOWN_STEPS = 10_000
@@ -104,4 +119,106 @@ flaky = Workflow(
     retry=RetryPolicy(max_attempts=3, backoff="fixed", base_ms=100),
     validator=check_flaky,
     description="Fails its first `failTimes` attempts, then completes.",
+)
+
+
+# -- the `report` template: gather → analyze (3 parallel operations) → generate ------------------
+
+MAX_REPORT_DELAY_MS = 60_000
+
+
+def check_report(params: JSONValue) -> JSONValue:
+    """`{"topic"?: str, "review"?: bool, "delayMs"?: int}`; the initial context of a report."""
+    body = _object({} if params is None else params)
+    topic = body.get("topic", "laneway")
+    if not isinstance(topic, str) or not 1 <= len(topic) <= 200:
+        raise ValueError("topic must be a string of 1-200 characters")
+    review = body.get("review", False)
+    if not isinstance(review, bool):
+        raise ValueError("review must be true or false")
+    delay_ms = _integer(body, "delayMs", 0, MAX_REPORT_DELAY_MS) if "delayMs" in body else 0
+    return {"topic": topic, "review": review, "delayMs": delay_ms}
+
+
+async def _pause_for(ctx: OperationContext) -> None:
+    # Demo pacing (dashboards can watch the stages go by); ends early on cancel.
+    delay_ms = ctx.context.get("delayMs") or 0
+    if isinstance(delay_ms, int) and delay_ms > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ctx.cancelled.wait(), delay_ms / 1000)
+
+
+async def _collect(ctx: OperationContext) -> OperationResult:
+    await _pause_for(ctx)
+    topic = str(ctx.context["topic"])
+    return completed({"documents": [f"{topic} notes {i}" for i in range(1, 4)]})
+
+
+def _documents(ctx: OperationContext) -> list[str]:
+    documents = ctx.context.get("documents")
+    return [str(d) for d in documents] if isinstance(documents, list) else []
+
+
+async def _count_words(ctx: OperationContext) -> OperationResult:
+    await _pause_for(ctx)
+    return completed({"words": sum(len(d.split()) for d in _documents(ctx))})
+
+
+async def _score_sentiment(ctx: OperationContext) -> OperationResult:
+    await _pause_for(ctx)
+    return completed({"sentiment": "neutral"})
+
+
+async def _find_topics(ctx: OperationContext) -> OperationResult:
+    await _pause_for(ctx)
+    return completed({"topics": sorted({d.split()[0] for d in _documents(ctx)})})
+
+
+async def _render(ctx: OperationContext) -> OperationResult:
+    await _pause_for(ctx)
+    words, topics = ctx.context.get("words"), ctx.context.get("topics")
+    return completed({"summary": f"{ctx.context['topic']}: {words} words on {topics}"})
+
+
+report_operations = OperationRegistry(
+    {
+        "collect": _collect,
+        "count_words": _count_words,
+        "score_sentiment": _score_sentiment,
+        "find_topics": _find_topics,
+        "render": _render,
+    }
+)
+
+report = compile_template(
+    Template(
+        type="report",
+        description="Gathers documents, analyzes them in parallel, and writes a summary; "
+        "pauses at `data_ready` for review when `review` is true, then greets `hello`.",
+        estimated_seconds=1,
+        stages=[
+            Stage(name="gather", operations=[Operation(type="collect", timeout_seconds=120)]),
+            Stage(
+                name="analyze",
+                parallel=True,
+                operations=[
+                    Operation(type="count_words", timeout_seconds=120),
+                    Operation(type="score_sentiment", timeout_seconds=120),
+                    Operation(type="find_topics", timeout_seconds=120),
+                ],
+            ),
+            Stage(name="generate", operations=[Operation(type="render", timeout_seconds=120)]),
+        ],
+        checkpoints=[
+            Checkpoint(
+                after_stage="gather",
+                label="data_ready",
+                condition=lambda context: context.get("review") is True,
+            )
+        ],
+        next_workflow="hello",
+        next_params={"name": "report"},
+        validator=check_report,
+    ),
+    report_operations,
 )

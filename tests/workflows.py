@@ -6,6 +6,17 @@ from pathlib import Path
 
 from app.engine.context import Done, HandlerContext, Next
 from app.engine.definitions import RetryPolicy, Workflow
+from app.engine.templates import (
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
+    Stage,
+    Template,
+    compile_template,
+    completed,
+    failed,
+)
 from app.model import JSONValue
 
 
@@ -67,3 +78,31 @@ async def _slow(ctx: HandlerContext, params: JSONValue) -> Done:
 
 
 slow = Workflow("slow", handlers={"run": _slow}, initial="run")
+
+
+# -- a template that fails at its second stage until told otherwise (retry tests) -------------
+
+BRITTLE_STATE: dict[str, object] = {"fail": True, "prepared": 0}
+
+
+async def _prepare(ctx: OperationContext) -> OperationResult:
+    BRITTLE_STATE["prepared"] = int(str(BRITTLE_STATE["prepared"])) + 1
+    return completed({"prepared": True})
+
+
+async def _risky(ctx: OperationContext) -> OperationResult:
+    if BRITTLE_STATE["fail"]:
+        return failed("risky operation refused")
+    return completed({"risky": "done"})
+
+
+brittle = compile_template(
+    Template(
+        type="brittle",
+        stages=[
+            Stage(name="prepare", operations=[Operation(type="prepare")]),
+            Stage(name="risky", operations=[Operation(type="risky", max_attempts=1)]),
+        ],
+    ),
+    OperationRegistry({"prepare": _prepare, "risky": _risky}),
+)

@@ -213,7 +213,7 @@ class WorkflowDefinitionInfo:
             name=workflow.name,
             queue=workflow.queue_name,
             kind=workflow.kind,
-            stages=[],
+            stages=list(workflow.stages),
             description=workflow.description,
         )
 
