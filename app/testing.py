@@ -9,18 +9,13 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TypeGuard
-from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
-import asyncpg
 import pytest
 import pytest_asyncio
 
@@ -37,9 +32,7 @@ from app.engine.templates import (
 )
 from app.model import JSONValue, LockRecord, OperationRecord
 from app.store import open_store
-from app.store.embedded import embedded_postgres
-from app.store.migrate import apply_migrations
-from app.store.pool import connect
+from app.store.databases import create_database, drop_database, throwaway_server
 
 # -- handlers without a database -----------------------------------------------------------------
 
@@ -303,39 +296,6 @@ def is_done(step: object) -> TypeGuard[Done]:
 # -- the pytest plugin ---------------------------------------------------------------------------
 
 
-def _url_for(server_url: str, database: str) -> str:
-    return urlunsplit(urlsplit(server_url)._replace(path="/" + database))
-
-
-async def _tune_throwaway_server(url: str) -> None:
-    # A throwaway server needs no durability; tests run much faster without fsync.
-    conn = await asyncpg.connect(url)
-    try:
-        for setting in ("fsync = off", "synchronous_commit = off", "full_page_writes = off"):
-            await conn.execute(f"ALTER SYSTEM SET {setting}")
-        await conn.execute("ALTER SYSTEM SET max_connections = 300")
-        await conn.execute("SELECT pg_reload_conf()")
-    finally:
-        await conn.close()
-
-
-async def _admin_execute(server_url: str, sql: str) -> None:
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(sql)
-    finally:
-        await admin.close()
-
-
-async def _create_template(server_url: str, name: str) -> None:
-    await _admin_execute(server_url, f'CREATE DATABASE "{name}"')
-    conn = await connect(_url_for(server_url, name))
-    try:
-        await apply_migrations(conn)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(scope="session")
 def laneway_server_url() -> Iterator[str]:
     """Admin URL of the PostgreSQL server for the tests: LANEWAY_TEST_DATABASE_URL when set,
@@ -343,19 +303,8 @@ def laneway_server_url() -> Iterator[str]:
 
     Override this fixture to point the plugin at a server you already have.
     """
-    given = os.environ.get("LANEWAY_TEST_DATABASE_URL")
-    if given:
-        yield given
-        return
-    # Not pytest's tmp_path: pytest prunes old base folders, and a concurrent pytest run
-    # would delete the data folder under a running server.
-    data_dir = Path(tempfile.mkdtemp(prefix="laneway-plugin-pg-"))
-    try:
-        with embedded_postgres(data_dir) as url:
-            asyncio.run(_tune_throwaway_server(url))
-            yield url
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with throwaway_server(os.environ.get("LANEWAY_TEST_DATABASE_URL")) as url:
+        yield url
 
 
 # Session fixtures are synchronous (asyncio.run inside): test event loops are per test.
@@ -363,13 +312,11 @@ def laneway_server_url() -> Iterator[str]:
 def laneway_template_name(laneway_server_url: str) -> Iterator[str]:
     """A database migrated once per session, cloned for every test."""
     name = f"laneway_template_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_create_template(laneway_server_url, name))
+    asyncio.run(create_database(laneway_server_url, name, migrate=True))
     try:
         yield name
     finally:
-        asyncio.run(
-            _admin_execute(laneway_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        )
+        asyncio.run(drop_database(laneway_server_url, name))
 
 
 @pytest_asyncio.fixture
@@ -378,13 +325,11 @@ async def laneway_database_url(
 ) -> AsyncIterator[str]:
     """A fresh, migrated database for one test, dropped after it."""
     name = f"laneway_test_{uuid.uuid4().hex[:12]}"
-    await _admin_execute(
-        laneway_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{laneway_template_name}"'
-    )
+    url = await create_database(laneway_server_url, name, template=laneway_template_name)
     try:
-        yield _url_for(laneway_server_url, name)
+        yield url
     finally:
-        await _admin_execute(laneway_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await drop_database(laneway_server_url, name)
 
 
 class EngineFactory:

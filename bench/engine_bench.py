@@ -9,16 +9,12 @@ table shows medians with min–max. Not part of `make test`.
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import asyncpg
 
@@ -26,7 +22,7 @@ from app.config import Settings
 from app.engine import Done, EnqueueRequest, HandlerContext, Next, Workflow
 from app.model import Status
 from app.services import Services, open_services
-from app.store.embedded import embedded_postgres
+from app.store.databases import create_database, drop_database, throwaway_server
 
 
 async def _finish(ctx: HandlerContext, params: object) -> Done:
@@ -50,31 +46,13 @@ three_steps = Workflow(
 WORKFLOWS = (one_step, three_steps)
 
 
-@contextmanager
-def server(database_url: str | None) -> Iterator[str]:
-    if database_url:
-        yield database_url
-        return
-    data_dir = Path(tempfile.mkdtemp(prefix="laneway-bench-"))
-    try:
-        with embedded_postgres(data_dir) as url:
-            yield url
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
 @asynccontextmanager
 async def fresh_services(server_url: str, concurrency: int) -> AsyncIterator[Services]:
     name = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(server_url)
-    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = await create_database(server_url, name)
     try:
         settings = Settings(
-            database_url=with_database(server_url, name),
+            database_url=url,
             worker_concurrency=concurrency,
             poll_interval_seconds=1.0,
             pool_size=10,
@@ -82,8 +60,7 @@ async def fresh_services(server_url: str, concurrency: int) -> AsyncIterator[Ser
         async with open_services(settings, workflows=WORKFLOWS) as services:
             yield services
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await drop_database(server_url, name)
 
 
 async def commits(services: Services) -> int:
@@ -179,7 +156,9 @@ SCENARIOS: dict[str, Callable[[Services, int], Awaitable[dict[str, float]]]] = {
 
 async def main(args: argparse.Namespace) -> int:
     figures: dict[str, list[float]] = {}
-    with server(args.database_url or os.environ.get("DATABASE_URL")) as url:
+    # Durable settings as the server has them: honest figures, not a tuned throwaway.
+    given = args.database_url or os.environ.get("DATABASE_URL")
+    with throwaway_server(given, tune=False) as url:
         admin = await asyncpg.connect(url)
         settings = {
             row["name"]: row["setting"]

@@ -8,9 +8,9 @@ import asyncpg
 import pytest
 
 from app.store import queries
+from app.store.databases import database_url_for
 from app.store.migrate import apply_migrations, migration_files
 from app.store.pool import connect
-from tests.conftest import url_for
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ async def empty_database_url(server_url: str) -> AsyncIterator[str]:
     admin = await asyncpg.connect(server_url)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
-        yield url_for(server_url, name)
+        yield database_url_for(server_url, name)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
