@@ -13,6 +13,7 @@ from strawberry.types.unset import UNSET
 from app.api.auth import CanRead
 from app.api.context import RequestContext
 from app.api.types import (
+    EntityLock,
     QueueStats,
     Schedule,
     WorkflowDefinitionInfo,
@@ -135,6 +136,14 @@ async def resolve_schedules(info: Info[RequestContext, None]) -> list[Schedule]:
     return [Schedule.from_record(r) for r in await info.context.services.engine.schedules()]
 
 
+async def resolve_entity_lock(
+    info: Info[RequestContext, None], entity_type: str, entity_id: str
+) -> EntityLock | None:
+    """Who holds an entity lock right now; null when nobody does (or it expired)."""
+    record = await info.context.services.engine.locks.holder(entity_type, entity_id)
+    return EntityLock.from_record(record) if record else None
+
+
 @strawberry.type
 class Query:
     workflow_instance: WorkflowInstanceStatus | None = strawberry.field(
@@ -154,4 +163,7 @@ class Query:
     )
     schedules: list[Schedule] = strawberry.field(
         resolver=resolve_schedules, permission_classes=[CanRead]
+    )
+    entity_lock: EntityLock | None = strawberry.field(
+        resolver=resolve_entity_lock, permission_classes=[CanRead]
     )

@@ -23,6 +23,7 @@ from app.model import (
 from app.model import (
     EventRecord,
     InstanceRecord,
+    LockRecord,
     OperationRecord,
     QueueRecord,
     ScheduleRecord,
@@ -215,6 +216,27 @@ class WorkflowDefinitionInfo:
             kind=workflow.kind,
             stages=list(workflow.stages),
             description=workflow.description,
+        )
+
+
+@strawberry.type
+class EntityLock:
+    """An entity lock held by an instance until it expires, is released, or the instance ends."""
+
+    entity_type: str
+    entity_id: str
+    owner_instance_id: strawberry.ID
+    fencing_token: str
+    expires_at: float
+
+    @classmethod
+    def from_record(cls, record: LockRecord) -> Self:
+        return cls(
+            entity_type=record.entity_type,
+            entity_id=record.entity_id,
+            owner_instance_id=strawberry.ID(str(record.owner_instance)),
+            fencing_token=str(record.fencing_token),
+            expires_at=millis(record.expires_at),
         )
 
 

@@ -156,3 +156,26 @@ async def test_instances_page_by_statuses_and_offset(run: Execute, services: Ser
 async def test_report_rejects_bad_params(run: Execute, params: Any) -> None:
     result = await run(ENQUEUE, name="report", params=params)
     assert codes(result) == ["BAD_USER_INPUT"]
+
+
+async def test_entity_lock_shows_its_holder_until_released(
+    run: Execute, services: Services
+) -> None:
+    owner = await enqueue(run, "hello", {"name": "holder"})
+    query = """query ($t: String!, $e: String!) { entityLock(entityType: $t, entityID: $e) {
+        entityType entityID ownerInstanceID fencingToken expiresAt } }"""
+    free = await run(query, t="account", e="42")
+    assert free.data == {"entityLock": None}
+    lock = await services.engine.locks.acquire("account", "42", UUID(owner), ttl_seconds=60)
+    assert lock is not None
+    held = await run(query, t="account", e="42")
+    assert held.data is not None
+    shown = held.data["entityLock"]
+    assert (shown["entityType"], shown["entityID"], shown["ownerInstanceID"]) == (
+        "account",
+        "42",
+        owner,
+    )
+    assert shown["fencingToken"] == str(lock.fencing_token)
+    await services.engine.locks.release(lock)
+    assert (await run(query, t="account", e="42")).data == {"entityLock": None}
