@@ -80,10 +80,6 @@ class Scheduler:
             run.task.cancel()
         return True
 
-    @property
-    def running_ids(self) -> list[UUID]:
-        return list(self._runs)
-
     # -- one round, for tests and for the loop ---------------------------------------------------
 
     async def maintain(self) -> None:
