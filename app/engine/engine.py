@@ -221,6 +221,8 @@ class Engine:
         )
         result = await self.store.enqueue(new)
         self.scheduler.wake()
+        if new.delay_ms > 0:
+            self.scheduler.wake_in(new.delay_ms / 1000.0)
         return result
 
     async def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:

@@ -25,6 +25,7 @@ from app.model import (
     LockRecord,
     OperationRecord,
     RunnerWrite,
+    Status,
     Transition,
 )
 from app.store import Store
@@ -140,8 +141,12 @@ async def run_instance(
     committer: Committer,
     on_terminal: Callable[[Transition], Awaitable[None]],
     tools: RunnerTools,
-) -> None:
-    """Drive one claimed instance until it ends, pauses, fails an attempt, or loses its lease."""
+) -> float | None:
+    """Drive one claimed instance until it ends, pauses, fails an attempt, or loses its lease.
+
+    Returns the seconds until the instance is due again when a failed attempt left it
+    pending (its retry backoff), else None.
+    """
     record = run.record
     state: dict[str, object] = dict(record.state)
     action = record.next_action or workflow.initial
@@ -164,18 +169,20 @@ async def run_instance(
         try:
             write = await _call_handler(ctx, workflow, action)
         except LeaseLostError:
-            return
+            return None
         try:
             transition = await committer.write(write)
         except LeaseLostError:
             logger.info(
                 "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
             )
-            return
+            return None
+        if isinstance(write, FailWrite) and transition.status == Status.PENDING:
+            return write.delay_ms / 1000.0
         if not isinstance(write, CheckpointWrite) or write.pause_label is not None:
             if transition.status.is_terminal:
                 await on_terminal(transition)
-            return
+            return None
         stage = ctx.stage
         # The next handler gets exactly what was checkpointed, so an uninterrupted instance
         # and one resumed after a crash see the same params.

@@ -53,6 +53,7 @@ class Scheduler:
         self._committer = Committer(store, owner_id, lease_seconds)
         self._runs: dict[UUID, Run] = {}
         self._wake = asyncio.Event()
+        self._next_wake: float | None = None  # monotonic deadline set by wake_in
         self._last_maintenance = 0.0
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
@@ -68,6 +69,13 @@ class Scheduler:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def wake_in(self, seconds: float) -> None:
+        """Claim again after `seconds` (a retry backoff or a delay this process knows of),
+        sooner than the next poll would."""
+        deadline = time.monotonic() + max(seconds, 0.0)
+        if self._next_wake is None or deadline < self._next_wake:
+            self._next_wake = deadline
 
     def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
         """Cancel the handler task of an instance running here; False if it is not here."""
@@ -167,7 +175,17 @@ class Scheduler:
                 self._start(group, record)
             if claimed and len(self._runs) < self.concurrency:
                 continue  # there may be more due work right now
-            await _wait_any(stopping, self._wake, self.poll_interval_seconds)
+            await _wait_any(stopping, self._wake, self._idle_seconds())
+
+    def _idle_seconds(self) -> float:
+        """How long the loop may sleep: until the next poll, or a known due time before it."""
+        now = time.monotonic()
+        if self._next_wake is not None and self._next_wake <= now:
+            self._next_wake = None
+            return 0.0
+        if self._next_wake is None:
+            return self.poll_interval_seconds
+        return min(self.poll_interval_seconds, self._next_wake - now)
 
     def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
         run = Run(record=record)
@@ -178,7 +196,9 @@ class Scheduler:
         try:
             workflow = self._registry.get(run.record.name)
             tools = RunnerTools(self._store, self.owner_id, run.record.instance_id, self._spawn)
-            await run_instance(run, workflow, self._committer, self._on_terminal, tools)
+            due_in = await run_instance(run, workflow, self._committer, self._on_terminal, tools)
+            if due_in is not None:
+                self.wake_in(due_in)
         except asyncio.CancelledError:
             raise
         except Exception:

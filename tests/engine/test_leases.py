@@ -1,6 +1,7 @@
 """Leases, fencing, heartbeats, retries and cancellation (issue #2, points 5, 6 and 7)."""
 
 import asyncio
+from datetime import timedelta
 
 from app.engine import Done, HandlerContext, PermanentFailure, RetryPolicy, Workflow
 from app.model import EventType, Status
@@ -200,3 +201,28 @@ async def test_permanent_failure_ends_the_instance_without_more_attempts(store: 
     assert failed.attempts == 1
     assert failed.last_error == "card declined"
     assert EventType.RETRYING not in await types_of(store, enqueued.instance_id)
+
+
+async def test_retry_starts_when_its_backoff_ends_not_at_the_next_poll(store: Store) -> None:
+    async def once(ctx: HandlerContext, params: object) -> Done:
+        if ctx.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        return Done(ctx.attempt)
+
+    workflow = Workflow(
+        "backs_off",
+        handlers={"run": once},
+        initial="run",
+        retry=RetryPolicy(max_attempts=2, backoff="fixed", base_ms=200),
+    )
+    engine = make_engine(store, workflow, poll_interval_seconds=60.0)
+    async with engine.running():
+        enqueued = await engine.enqueue("backs_off")
+        # The loop polls once a minute; only the backoff timer can start attempt 2 this soon.
+        done = await engine.wait(enqueued.instance_id, timeout=10)
+        delayed = await engine.enqueue("backs_off", delay_ms=300)
+        later = await engine.wait(delayed.instance_id, timeout=10)
+    assert done.status == Status.COMPLETED
+    assert done.result == 2
+    assert later.status == Status.COMPLETED
+    assert later.updated_at - later.created_at >= timedelta(milliseconds=300)
