@@ -1,20 +1,32 @@
-"""Plain HTTP routes: /healthz, and / (GraphiQL until the dashboard arrives in issue 5).
+"""Plain HTTP routes: /healthz, and / (the dashboard, static/dashboard.html).
 
-Owns the health verdict: the database answers, the event listener is connected, the engine
-loop runs (or is turned off on purpose). Knows nothing of GraphQL.
+Owns the health verdict (the database answers, the event listener is connected, the engine
+loop runs or is turned off on purpose) and how the dashboard page is served: as it is on
+disk, with a Content-Security-Policy that admits only its own inline style and script.
+Knows nothing of GraphQL; the page talks to /graphql by itself.
 """
 
 import asyncio
+import base64
+import functools
+import hashlib
 import logging
+import re
+from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from app.api.context import services_of
 
 logger = logging.getLogger(__name__)
 
 DATABASE_TIMEOUT_SECONDS = 2.0
+DASHBOARD = Path(__file__).parent / "static" / "dashboard.html"
+_INLINE = {
+    "script": re.compile(r"<script>(.*?)</script>", re.DOTALL),
+    "style": re.compile(r"<style>(.*?)</style>", re.DOTALL),
+}
 
 
 async def healthz(request: Request) -> Response:
@@ -46,6 +58,45 @@ async def healthz(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 
+def _hashes(pattern: re.Pattern[str], page: str) -> str:
+    digests = (hashlib.sha256(block.encode()).digest() for block in pattern.findall(page))
+    return " ".join(f"'sha256-{base64.b64encode(d).decode()}'" for d in digests)
+
+
+def content_security_policy(page: str) -> str:
+    """The page's CSP: its own inline blocks (by hash) and connections to this origin only.
+
+    Nothing may load from elsewhere, so the dashboard works with no internet, and an injected
+    script or style would not run.
+    """
+    return "; ".join(
+        (
+            "default-src 'none'",
+            f"script-src {_hashes(_INLINE['script'], page)}",
+            f"style-src {_hashes(_INLINE['style'], page)}",
+            "connect-src 'self'",
+            "img-src 'self' data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        )
+    )
+
+
+@functools.cache
+def dashboard() -> tuple[bytes, dict[str, str]]:
+    """The dashboard's bytes and headers, read once per process (restart to see an edit)."""
+    page = DASHBOARD.read_text(encoding="utf-8")
+    headers = {
+        "content-security-policy": content_security_policy(page),
+        "cache-control": "no-cache",
+        "referrer-policy": "no-referrer",
+        "x-content-type-options": "nosniff",
+    }
+    return page.encode(), headers
+
+
 async def home(request: Request) -> Response:
-    """The API's front door: GraphiQL for now."""
-    return RedirectResponse("/graphql")
+    """The dashboard: live instances, queues, an instance page and actions (GraphiQL: /graphql)."""
+    body, headers = dashboard()
+    return Response(body, media_type="text/html; charset=utf-8", headers=headers)

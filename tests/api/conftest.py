@@ -148,8 +148,10 @@ class LiveServer:
 
 
 @asynccontextmanager
-async def live_server(settings: Settings) -> AsyncIterator[LiveServer]:
-    server = uvicorn.Server(server_config(create_app(settings), host="127.0.0.1", port=0))
+async def live_server(settings: Settings, port: int = 0) -> AsyncIterator[LiveServer]:
+    """uvicorn with create_app(settings) on 127.0.0.1 (`port` 0: any free port; a chosen
+    port lets a restarted server come back where clients are looking)."""
+    server = uvicorn.Server(server_config(create_app(settings), host="127.0.0.1", port=port))
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(30):

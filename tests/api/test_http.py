@@ -93,10 +93,18 @@ async def test_healthz_is_503_when_the_listener_is_down(
     await wait_until(healthy)
 
 
-async def test_root_redirects_to_graphiql(server: LiveServer) -> None:
+async def test_root_serves_the_dashboard_and_graphiql_stays_at_graphql(
+    server: LiveServer,
+) -> None:
     response = await server.client.get("/")
-    assert response.status_code == 307
-    assert response.headers["location"] == "/graphql"
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    assert "<title>Laneway dashboard</title>" in response.text
+    assert 'href="/graphql"' in response.text
+    policy = response.headers["content-security-policy"]
+    assert "default-src 'none'" in policy
+    assert "connect-src 'self'" in policy
+    assert "script-src 'sha256-" in policy
     page = await server.client.get("/graphql", headers={"accept": "text/html"})
     assert page.status_code == 200
     assert "graphiql" in page.text.lower()

@@ -1,0 +1,351 @@
+"""The dashboard at / in a real browser: Debian's Chromium, headless, driven by Playwright.
+
+Each test serves the app with uvicorn on 127.0.0.1 (the example workflows, the engine on)
+and opens / in a fresh browser context. Waits are Playwright expectations with timeouts,
+never sleeps. Without /usr/bin/chromium every test is skipped, and no browser is ever
+downloaded (`playwright install` is not part of this project).
+"""
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+
+from tests.api.conftest import (
+    TOKEN,
+    LiveServer,
+    live_server,
+    make_settings,
+    running_services,
+    wait_until,
+)
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 20_000
+INSTANCE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+ENQUEUE_HELLO = """mutation ($name: String!) {
+  enqueueWorkflow(name: "hello", params: {name: $name}) { instanceID }
+}"""
+STATUS = "query ($id: ID!) { workflowInstance(instanceID: $id) { status } }"
+HISTORY = (
+    "query ($after: ID) { workflowEventHistory(afterEventID: $after, limit: 500) { eventID } }"
+)
+OF_INSTANCE = "query ($id: ID) { workflowEventHistory(instanceID: $id) { eventID } }"
+
+expect.set_options(timeout=TIMEOUT_MS)
+
+# Checked before any fixture runs, so a machine without Chromium starts no server for nothing.
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason=f"{CHROMIUM} is missing: `apt-get install chromium` to run the dashboard's browser "
+    "tests (.ci/run installs it)",
+)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@dataclass
+class Dashboard:
+    """One open dashboard page and what it did: console errors, requests, websocket frames."""
+
+    page: Page
+    origin: str
+    problems: list[str] = field(default_factory=list)
+    requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    frames_sent: list[str] = field(default_factory=list)
+
+    @property
+    def connection(self) -> Locator:
+        return self.page.get_by_test_id("connection-state")
+
+    @property
+    def panel(self) -> Locator:
+        return self.page.get_by_test_id("instance-panel")
+
+    def row(self, instance_id: str) -> Locator:
+        return self.page.locator(f'tr[data-instance-id="{instance_id}"]')
+
+    async def enqueue(self, workflow: str, params: dict[str, Any]) -> str:
+        """Enqueue through the page's form; the new instance's id."""
+        await self.page.get_by_test_id("enqueue-workflow").select_option(workflow)
+        await self.page.get_by_test_id("enqueue-params").fill(json.dumps(params))
+        await self.page.get_by_role("button", name="Enqueue", exact=True).click()
+        result = self.page.get_by_test_id("enqueue-result")
+        await expect(result).to_have_attribute("data-instance-id", INSTANCE_ID)
+        instance_id = await result.get_attribute("data-instance-id")
+        assert instance_id is not None
+        return instance_id
+
+    async def open_instance(self, instance_id: str) -> None:
+        await self.row(instance_id).get_by_role("link").click()
+        await expect(self.panel).to_have_attribute("data-instance-id", instance_id)
+
+    async def received_event_ids(self) -> list[str]:
+        ids: list[str] = await self.page.evaluate("window.lanewayDashboard.receivedEventIDs()")
+        return ids
+
+
+@asynccontextmanager
+async def open_dashboard(
+    browser: Browser, server: LiveServer, *, live: bool = True
+) -> AsyncIterator[Dashboard]:
+    """Open / in a fresh context; with `live`, wait until its event stream is connected."""
+    context = await browser.new_context()
+    context.set_default_timeout(TIMEOUT_MS)
+    page = await context.new_page()
+    dashboard = Dashboard(page=page, origin=f"http://127.0.0.1:{server.port}")
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            dashboard.problems.append(f"console error: {message.text}")
+
+    def on_websocket(socket: Any) -> None:
+        socket.on("framesent", lambda payload: dashboard.frames_sent.append(str(payload)))
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: dashboard.problems.append(f"page error: {error}"))
+    page.on("request", lambda request: dashboard.requests.append((request.url, request.headers)))
+    page.on("websocket", on_websocket)
+    try:
+        await page.goto(f"{dashboard.origin}/")
+        if live:
+            await expect(dashboard.connection).to_have_attribute("data-state", "connected")
+        yield dashboard
+    finally:
+        await context.close()
+
+
+async def enqueue_hello(server: LiveServer, name: str) -> str:
+    body = await server.graphql(ENQUEUE_HELLO, token=_token(server), name=name)
+    instance_id: str = body["data"]["enqueueWorkflow"]["instanceID"]
+    return instance_id
+
+
+def _token(server: LiveServer) -> str | None:
+    return server.settings.api_tokens[0] if server.settings.api_tokens else None
+
+
+async def assert_page_saw_every_event(dashboard: Dashboard, server: LiveServer) -> None:
+    """The page received every event after the cursor it started from, once each, in order."""
+    start = await dashboard.page.evaluate("window.lanewayDashboard.startCursor")
+    assert start is not None
+
+    async def expected() -> list[str]:
+        body = await server.graphql(HISTORY, token=_token(server), after=start)
+        return [e["eventID"] for e in body["data"]["workflowEventHistory"]]
+
+    async def caught_up() -> bool:
+        history = await expected()
+        cursor = await dashboard.page.evaluate("window.lanewayDashboard.cursor")
+        return bool(history) and cursor == history[-1]
+
+    await wait_until(caught_up)
+    assert await dashboard.received_event_ids() == await expected()
+
+
+async def test_page_loads_with_no_console_errors_and_only_its_own_assets(
+    server: LiveServer, browser: Browser
+) -> None:
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        await expect(page).to_have_title("Laneway dashboard")
+        await expect(page.get_by_role("heading", name="Laneway", exact=True)).to_be_visible()
+        workflows = page.get_by_test_id("enqueue-workflow")
+        await expect(workflows.locator('option[value="hello"]')).to_have_count(1)
+        await expect(
+            page.locator('[data-testid="queue-card"][data-queue="report"]')
+        ).to_be_visible()
+        await expect(page.get_by_test_id("instances-empty")).to_be_visible()
+        await expect(page.get_by_role("link", name="GraphiQL")).to_have_attribute(
+            "href", "/graphql"
+        )
+        assert dashboard.problems == []
+        assert dashboard.requests
+        outside = [url for url, _ in dashboard.requests if not url.startswith(dashboard.origin)]
+        assert outside == []
+
+
+async def test_hello_enqueued_from_the_page_completes_live(
+    server: LiveServer, browser: Browser
+) -> None:
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        await page.evaluate("window.sameDocument = true")
+        instance_id = await dashboard.enqueue("hello", {"name": "Browser"})
+        row = dashboard.row(instance_id)
+        await expect(row).to_have_attribute("data-status", "completed")
+        await expect(page.get_by_test_id("instance-row").first).to_have_attribute(
+            "data-instance-id", instance_id
+        )
+        hello_queue = page.locator('[data-testid="queue-card"][data-queue="hello"]')
+        await expect(hello_queue.get_by_test_id("count-completed")).to_have_text("1")
+        await dashboard.open_instance(instance_id)
+        await expect(dashboard.panel).to_have_attribute("data-status", "completed")
+        await expect(page.get_by_test_id("instance-result")).to_contain_text("Hello, Browser!")
+        timeline = page.get_by_test_id("timeline-event")
+        await expect(timeline).to_have_count(3)
+        assert await timeline.evaluate_all("items => items.map(i => i.dataset.type)") == [
+            "enqueued",
+            "started",
+            "completed",
+        ]
+        assert await page.evaluate("window.sameDocument") is True  # live, not reloaded
+        assert dashboard.problems == []
+
+
+async def test_countdown_cancelled_from_the_page_ends_cancelled(
+    server: LiveServer, browser: Browser
+) -> None:
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        instance_id = await dashboard.enqueue("countdown", {"n": 50, "delayMs": 200})
+        await dashboard.open_instance(instance_id)
+        await expect(dashboard.panel).to_have_attribute("data-status", "running")
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "running")
+        await page.get_by_test_id("action-cancel").click()
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "cancelled")
+        await expect(dashboard.panel).to_have_attribute("data-status", "cancelled")
+        await expect(
+            page.locator('[data-testid="timeline-event"][data-type="cancelled"]')
+        ).to_have_count(1)
+        await expect(page.get_by_test_id("action-cancel")).to_be_disabled()
+        body = await server.graphql(STATUS, id=instance_id)
+        assert body["data"]["workflowInstance"]["status"] == "cancelled"
+        assert dashboard.problems == []
+
+
+async def test_report_paused_at_data_ready_is_resumed_from_the_page_and_completes(
+    server: LiveServer, browser: Browser
+) -> None:
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        instance_id = await dashboard.enqueue("report", {"review": True})
+        await dashboard.open_instance(instance_id)
+        await expect(dashboard.panel).to_have_attribute("data-status", "paused")
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "paused")
+        await expect(page.get_by_test_id("instance-checkpoint")).to_have_text("data_ready")
+        collect = page.locator('[data-testid="operation-row"][data-operation="collect"]')
+        await expect(collect).to_have_attribute("data-status", "completed")
+        await expect(page.get_by_test_id("action-retry")).to_be_disabled()
+        await page.get_by_test_id("action-resume").click()
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "completed")
+        await expect(dashboard.panel).to_have_attribute("data-status", "completed")
+        await expect(page.get_by_test_id("operation-row")).to_have_count(5)
+        await expect(
+            page.locator('[data-testid="timeline-event"][data-type="resumed"]')
+        ).to_have_count(1)
+        # The chained `hello` child is the newest instance: it appears at the top of the table.
+        newest = page.get_by_test_id("instance-row").first
+        await expect(newest.locator("td").nth(1)).to_have_text("hello")
+        await expect(newest).to_have_attribute("data-status", "completed")
+        assert dashboard.problems == []
+
+
+async def test_a_killed_listener_connection_loses_no_row_update(
+    server: LiveServer, browser: Browser, admin: asyncpg.Connection
+) -> None:
+    async with open_dashboard(browser, server) as dashboard:
+        before = await enqueue_hello(server, "before")
+        await expect(dashboard.row(before)).to_have_attribute("data-status", "completed")
+        killed = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'laneway-listener' AND datname = current_database()"
+        )
+        assert killed == 1
+        after = await enqueue_hello(server, "after")
+        await expect(dashboard.row(after)).to_have_attribute("data-status", "completed")
+        await expect(dashboard.connection).to_have_attribute("data-state", "connected")
+        await assert_page_saw_every_event(dashboard, server)
+
+        async def listening() -> bool:
+            return (await server.health())["listener"] == "ok"
+
+        await wait_until(listening)
+        assert dashboard.problems == []
+
+
+async def test_page_resubscribes_after_its_event_id_when_the_server_drops_the_socket(
+    database_url: str, browser: Browser
+) -> None:
+    settings = make_settings(database_url)
+    async with AsyncExitStack() as pages:
+        async with live_server(settings) as first:
+            port = first.port
+            dashboard = await pages.enter_async_context(open_dashboard(browser, first))
+            before = await enqueue_hello(first, "before")
+            await expect(dashboard.row(before)).to_have_attribute("data-status", "completed")
+        # The server is gone (its shutdown closed the page's websocket): the page shows it.
+        await expect(dashboard.connection).to_have_attribute("data-state", "reconnecting")
+        # An instance runs from start to end while the page has no socket at all.
+        async with running_services(settings) as services:
+            enqueued = await services.engine.enqueue("hello", {"name": "offline"})
+            finished = await services.engine.wait(enqueued.instance_id)
+            assert finished.status == "completed"
+        offline = str(enqueued.instance_id)
+        async with live_server(settings, port=port) as second:
+            await expect(dashboard.connection).to_have_attribute("data-state", "connected")
+            await expect(dashboard.row(offline)).to_have_attribute("data-status", "completed")
+            # Its events reached the page only through the replay after the page's cursor.
+            await assert_page_saw_every_event(dashboard, second)
+            history = await second.graphql(OF_INSTANCE, id=offline)
+            offline_events = [e["eventID"] for e in history["data"]["workflowEventHistory"]]
+            assert len(offline_events) == 3
+            assert set(offline_events) <= set(await dashboard.received_event_ids())
+            live = await enqueue_hello(second, "after the restart")
+            await expect(dashboard.row(live)).to_have_attribute("data-status", "completed")
+
+
+async def test_token_protected_server_makes_the_page_ask_for_a_token(
+    database_url: str, browser: Browser
+) -> None:
+    settings = make_settings(database_url, api_tokens=(TOKEN,))
+    async with (
+        live_server(settings) as secured,
+        open_dashboard(browser, secured, live=False) as dashboard,
+    ):
+        page = dashboard.page
+        dialog = page.get_by_test_id("token-dialog")
+        await expect(dialog).to_be_visible()
+        await expect(dashboard.connection).to_have_attribute("data-state", "needs-token")
+        await page.get_by_test_id("token-input").fill("guess")
+        await page.get_by_test_id("token-submit").click()
+        await expect(page.get_by_test_id("token-reason")).to_contain_text("refused")
+        await expect(dialog).to_be_visible()
+        await page.get_by_test_id("token-input").fill(TOKEN)
+        await page.get_by_test_id("token-submit").click()
+        await expect(dialog).to_be_hidden()
+        await expect(dashboard.connection).to_have_attribute("data-state", "connected")
+        assert await page.evaluate("sessionStorage.getItem('laneway.apiToken')") == TOKEN
+        instance_id = await dashboard.enqueue("hello", {"name": "Token"})
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "completed")
+    graphql_headers = [h for url, h in dashboard.requests if url.endswith("/graphql")]
+    assert {"authorization": f"Bearer {TOKEN}"}.items() <= graphql_headers[-1].items()
+    inits = [json.loads(f) for f in dashboard.frames_sent if '"connection_init"' in f]
+    assert inits[-1]["payload"] == {"authorization": f"Bearer {TOKEN}"}
