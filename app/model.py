@@ -245,6 +245,15 @@ RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DueWork:
+    """What an idle poll found: expired leases, due schedules, claimable instances."""
+
+    expired_leases: bool
+    due_schedules: bool
+    claimable: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperationRecord:
     """The recorded outcome of one template operation."""
 

@@ -54,7 +54,7 @@ class Scheduler:
         self._runs: dict[UUID, Run] = {}
         self._wake = asyncio.Event()
         self._next_wake: float | None = None  # monotonic deadline set by wake_in
-        self._last_maintenance = 0.0
+        self._last_poll = -float("inf")
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
         self.is_running = False
@@ -92,7 +92,26 @@ class Scheduler:
 
     async def maintain(self) -> None:
         """Recover expired leases, fire due schedules, and report unrunnable instances."""
-        self._last_maintenance = time.monotonic()
+        await self._recover()
+        if len(self._registry):
+            await self._store.fire_due_schedules(self._plan_schedule)
+        await self._report_unregistered()
+
+    async def _poll(self) -> bool:
+        """The idle poll: one cheap statement, then only the work it found.
+
+        Returns whether due instances are waiting to be claimed.
+        """
+        self._last_poll = time.monotonic()
+        due = await self._store.due_work(self._registry.names())
+        if due.expired_leases:
+            await self._recover()
+        if due.due_schedules and len(self._registry):
+            await self._store.fire_due_schedules(self._plan_schedule)
+        await self._report_unregistered()
+        return due.claimable
+
+    async def _recover(self) -> None:
         recovered = await self._store.recover_expired_leases()
         for transition in recovered:
             logger.warning(
@@ -101,20 +120,21 @@ class Scheduler:
             )
             if transition.status.is_terminal:
                 await self._on_terminal(transition)
-        if len(self._registry):
-            await self._store.fire_due_schedules(self._plan_schedule)
+
+    async def _report_unregistered(self) -> None:
         now = time.monotonic()
-        if now - self._last_unregistered_check >= UNREGISTERED_CHECK_SECONDS:
-            # Scans the pending backlog, so it runs rarely; it only feeds a warning.
-            self._last_unregistered_check = now
-            unregistered = await self._store.unregistered_pending(self._registry.names())
-            for name, count in unregistered.items():
-                if name not in self._warned_unregistered:
-                    self._warned_unregistered.add(name)
-                    logger.warning(
-                        "pending instances of a workflow not registered here",
-                        extra={"workflow": name, "pending": count},
-                    )
+        if now - self._last_unregistered_check < UNREGISTERED_CHECK_SECONDS:
+            return
+        # Scans the pending backlog, so it runs rarely; it only feeds a warning.
+        self._last_unregistered_check = now
+        unregistered = await self._store.unregistered_pending(self._registry.names())
+        for name, count in unregistered.items():
+            if name not in self._warned_unregistered:
+                self._warned_unregistered.add(name)
+                logger.warning(
+                    "pending instances of a workflow not registered here",
+                    extra={"workflow": name, "pending": count},
+                )
 
     async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
         free = self.concurrency - len(self._runs)
@@ -154,12 +174,15 @@ class Scheduler:
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0
+        woken = True  # the first round claims whatever is due
         while not stopping.is_set():
             self._wake.clear()
             try:
-                if time.monotonic() - self._last_maintenance >= self.poll_interval_seconds:
-                    await self.maintain()
-                claimed = await self.claim() if len(self._runs) < self.concurrency else []
+                claimable = woken
+                if time.monotonic() - self._last_poll >= self.poll_interval_seconds:
+                    claimable = await self._poll() or woken
+                has_room = len(self._runs) < self.concurrency
+                claimed = await self.claim() if claimable and has_room else []
                 failures = 0
             except Exception as exc:
                 # A lost or restarting database: the loop outlives it, backing off meanwhile.
@@ -175,17 +198,17 @@ class Scheduler:
                 self._start(group, record)
             if claimed and len(self._runs) < self.concurrency:
                 continue  # there may be more due work right now
-            await _wait_any(stopping, self._wake, self._idle_seconds())
+            woken = await _wait_any(stopping, self._wake, self._idle_seconds())
+            if self._next_wake is not None and time.monotonic() >= self._next_wake:
+                self._next_wake = None  # a known due time arrived: claim
+                woken = True
 
     def _idle_seconds(self) -> float:
         """How long the loop may sleep: until the next poll, or a known due time before it."""
-        now = time.monotonic()
-        if self._next_wake is not None and self._next_wake <= now:
-            self._next_wake = None
-            return 0.0
+        until_poll = max(self._last_poll + self.poll_interval_seconds - time.monotonic(), 0.0)
         if self._next_wake is None:
-            return self.poll_interval_seconds
-        return min(self.poll_interval_seconds, self._next_wake - now)
+            return until_poll
+        return max(min(until_poll, self._next_wake - time.monotonic()), 0.0)
 
     def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
         run = Run(record=record)
@@ -241,7 +264,8 @@ async def _wait(stopping: asyncio.Event, seconds: float) -> None:
             await stopping.wait()
 
 
-async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:
+async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event, seconds: float) -> bool:
+    """Wait for a wake-up, a stop, or the timeout; True when woken."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             stop_task = asyncio.ensure_future(stopping.wait())
@@ -251,3 +275,4 @@ async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event, seconds: float
             finally:
                 stop_task.cancel()
                 wake_task.cancel()
+    return wake.is_set()

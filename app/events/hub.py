@@ -23,7 +23,7 @@ from app.store import Store
 logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
-POLL_SECONDS = 2.0
+POLL_SECONDS = 5.0  # a fallback: NOTIFY wakes the reader, and a reconnect re-reads the table
 READ_BACKOFF_MIN_SECONDS = 0.05
 READ_BACKOFF_MAX_SECONDS = 5.0
 

@@ -178,6 +178,27 @@ RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, ru
 # claims and leases
 
 # $1 registered workflow names (text[])
+# The idle poll: one cheap look at whether anything needs doing, so an idle process sends one
+# statement per poll instead of a transaction per kind of work.
+DUE_WORK = """
+SELECT EXISTS (SELECT 1
+                 FROM laneway.instances
+                WHERE status = 'running'
+                  AND lease_expires_at < now()) AS expired_leases,
+       EXISTS (SELECT 1
+                 FROM laneway.schedules
+                WHERE enabled
+                  AND next_run_at <= now()) AS due_schedules,
+       EXISTS (SELECT 1
+                 FROM laneway.instances AS i
+                 JOIN laneway.queues AS q ON q.name = i.queue
+                WHERE i.status = 'pending'
+                  AND i.run_after <= now()
+                  AND i.name = ANY($1::text[])
+                  AND NOT q.paused) AS claimable
+"""
+
+# $1 registered workflow names (text[])
 # Locks the queues that have due work for this process; a queue another process is claiming
 # from is skipped this round. The claim itself runs as the next statement, so its snapshot
 # sees every claim committed by the previous holder of the queue lock.

@@ -18,6 +18,7 @@ from app.errors import InvalidInputError, NotFoundError
 from app.model import (
     CheckpointWrite,
     CompleteWrite,
+    DueWork,
     EnqueueResult,
     EventRecord,
     EventType,
@@ -423,6 +424,17 @@ class Store:
                 conn, [_event_for(r, EventType.STARTED, attempt=r.attempts) for r in records]
             )
         return records
+
+    async def due_work(self, workflow_names: Sequence[str]) -> DueWork:
+        """One statement telling an idle engine which kinds of work are waiting."""
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(queries.DUE_WORK, list(workflow_names))
+        assert row is not None
+        return DueWork(
+            expired_leases=row["expired_leases"],
+            due_schedules=row["due_schedules"],
+            claimable=row["claimable"],
+        )
 
     async def recover_expired_leases(self, limit: int = 500) -> list[Transition]:
         """Return instances whose lease ran out to pending (or failed when out of attempts)."""
