@@ -178,6 +178,7 @@ class EventHub:
         self._poll_seconds = poll_seconds
         self._streams: set[EventStream] = set()
         self._wake = asyncio.Event()
+        self._notified = last_event_id  # the highest id a NOTIFY has announced
         self._closed = False
         self._failure: BaseException | None = None
 
@@ -297,6 +298,7 @@ class EventHub:
                     extra={"payload": event.message[:200], "error": repr(error)},
                 )
                 continue
+            self._notified = max(self._notified, notification.last_event_id)
             # Coalescing: a doorbell for rows the reader already read wakes nobody.
             if notification.last_event_id > self._cursor:
                 self._wake.set()
@@ -329,6 +331,11 @@ class EventHub:
     async def _read_new_events(self) -> None:
         # Ids become visible in id order (the append lock, queries.APPEND_EVENTS), so reading
         # `event_id > cursor` in id order never skips a row that commits later.
+        if not self._streams:
+            # Nobody to hand rows to (a worker process, an idle API): skip the read. A stream
+            # opened later starts from the table itself, so nothing it needs is lost.
+            self._cursor = max(self._cursor, self._notified)
+            return
         while True:
             page = await self._store.events_after(self._cursor, PAGE_SIZE)
             if page:

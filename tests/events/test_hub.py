@@ -189,6 +189,31 @@ async def test_table_is_read_once_per_wake_up_when_many_subscribers_follow(
     assert CountingStore.reads <= 30
 
 
+async def test_table_is_not_read_while_nobody_subscribes(database_url: str) -> None:
+    class CountingStore(Store):
+        reads = 0
+
+        async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
+            CountingStore.reads += 1
+            return await super().events_after(after_event_id, limit)
+
+    pool = await create_pool(database_url)
+    try:
+        store = CountingStore(pool, database_url)
+        engine = make_engine(store)
+        async with EventHub.open(database_url, store, poll_seconds=0.05) as hub:
+            for _ in range(5):
+                await engine.enqueue("noop")
+            latest = await store.latest_event_id()
+            await until(lambda: hub.last_event_id >= latest)  # the cursor follows the doorbells
+            assert CountingStore.reads == 0
+            async with hub.open_stream(after_event_id=0, matches=lambda e: True) as stream:
+                replayed = [await anext(stream) for _ in range(5)]
+            assert [e.event_id for e in replayed] == sorted(e.event_id for e in replayed)
+    finally:
+        await pool.close()
+
+
 # -- adversity --------------------------------------------------------------------------------
 
 
