@@ -118,7 +118,7 @@ class ListenBackend(BroadcastBackend):
 
     async def publish(self, channel: str, message: object) -> None:
         """Refused: events are NOTIFYed by the writer's transaction, never through LISTEN."""
-        raise NotImplementedError("Laneway's writers NOTIFY in their own transactions")
+        raise TypeError("Laneway's writers NOTIFY in their own transactions, not through LISTEN")
 
     async def next_published(self) -> Event:
         """The next NOTIFY payload as an Event, or a gap marker (see `is_gap`)."""
