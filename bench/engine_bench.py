@@ -205,4 +205,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(parse(sys.argv[1:]))))
+    import uvloop  # what `laneway worker` and `laneway serve` run on
+
+    sys.exit(uvloop.run(main(parse(sys.argv[1:]))))
