@@ -53,6 +53,9 @@ class Committer:
         """
         future: asyncio.Future[Transition | None] = asyncio.get_running_loop().create_future()
         self._queued.append((item, future))
+        # One turn of the event loop lets the other runners that are ready now queue their
+        # writes too, so the first writer does not commit alone.
+        await asyncio.sleep(0)
         async with self._lock:
             if not future.done():
                 batch, self._queued = self._queued, []
