@@ -136,21 +136,24 @@ async def test_resume_after_fifty_events_replays_exactly_the_rest(server: LiveSe
     assert ids == sorted(set(ids))
 
 
+async def collect_hello_events(
+    server: LiveServer, received: list[dict[str, Any]], total: int
+) -> None:
+    """Subscribe to every `hello` event from the beginning until `total` have arrived."""
+    async with Client(transport=transport(server)) as session:
+        request = GraphQLRequest(EVENTS, variable_values={"name": "hello", "after": "0"})
+        async for result in session.subscribe(request):
+            received.append(result["workflowEvents"])
+            if len(received) == total:
+                return
+
+
 async def test_every_event_arrives_once_in_order_across_a_killed_listener(
     server: LiveServer, admin: asyncpg.Connection
 ) -> None:
     received: list[dict[str, Any]] = []
     total = 60
-
-    async def subscribe() -> None:
-        async with Client(transport=transport(server)) as session:
-            request = GraphQLRequest(EVENTS, variable_values={"name": "hello", "after": "0"})
-            async for result in session.subscribe(request):
-                received.append(result["workflowEvents"])
-                if len(received) == total:
-                    return
-
-    subscriber = asyncio.create_task(subscribe())
+    subscriber = asyncio.create_task(collect_hello_events(server, received, total))
     for n in range(10):
         await enqueue_hello(server, f"a{n}")
 
@@ -307,16 +310,7 @@ async def test_every_event_arrives_once_in_order_across_a_postgres_restart(
     started = await admin.fetchval("SELECT pg_postmaster_start_time()")
     received: list[dict[str, Any]] = []
     total = 60
-
-    async def subscribe() -> None:
-        async with Client(transport=transport(server)) as session:
-            request = GraphQLRequest(EVENTS, variable_values={"name": "hello", "after": "0"})
-            async for result in session.subscribe(request):
-                received.append(result["workflowEvents"])
-                if len(received) == total:
-                    return
-
-    subscriber = asyncio.create_task(subscribe())
+    subscriber = asyncio.create_task(collect_hello_events(server, received, total))
     for n in range(10):
         await enqueue_hello(server, f"a{n}")
     await all_completed(server, 10)

@@ -21,6 +21,16 @@ def any_event(event: EventRecord) -> bool:
     return True
 
 
+class CountingStore(Store):
+    """A real Store that counts the hub's table reads."""
+
+    reads = 0
+
+    async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
+        self.reads += 1
+        return await super().events_after(after_event_id, limit)
+
+
 def make_engine(store: Store) -> Engine:
     return Engine(store, WorkflowRegistry([noop]))
 
@@ -160,13 +170,6 @@ async def test_every_subscriber_receives_every_event_when_ten_are_open_at_once(
 async def test_table_is_read_once_per_wake_up_when_many_subscribers_follow(
     database_url: str,
 ) -> None:
-    class CountingStore(Store):
-        reads = 0
-
-        async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
-            CountingStore.reads += 1
-            return await super().events_after(after_event_id, limit)
-
     pool = await create_pool(database_url)
     try:
         store = CountingStore(pool, database_url)
@@ -186,17 +189,10 @@ async def test_table_is_read_once_per_wake_up_when_many_subscribers_follow(
     finally:
         await pool.close()
     # One reader: at most one read per NOTIFY, however many subscribers there are.
-    assert CountingStore.reads <= 30
+    assert store.reads <= 30
 
 
 async def test_table_is_not_read_while_nobody_subscribes(database_url: str) -> None:
-    class CountingStore(Store):
-        reads = 0
-
-        async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
-            CountingStore.reads += 1
-            return await super().events_after(after_event_id, limit)
-
     pool = await create_pool(database_url)
     try:
         store = CountingStore(pool, database_url)
@@ -206,7 +202,7 @@ async def test_table_is_not_read_while_nobody_subscribes(database_url: str) -> N
                 await engine.enqueue("noop")
             latest = await store.latest_event_id()
             await until(lambda: hub.last_event_id >= latest)  # the cursor follows the doorbells
-            assert CountingStore.reads == 0
+            assert store.reads == 0
             async with hub.open_stream(after_event_id=0, matches=lambda e: True) as stream:
                 replayed = [await anext(stream) for _ in range(5)]
             assert [e.event_id for e in replayed] == sorted(e.event_id for e in replayed)
