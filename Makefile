@@ -1,6 +1,8 @@
 .DEFAULT_GOAL := help
 VENV ?= .venv
 PY := $(VENV)/bin/python
+BENCH_VENV ?= bench/.venv
+BENCH_PY := $(BENCH_VENV)/bin/python
 PYTHON ?= python3
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -9,6 +11,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# The peers (PgQueuer, Procrastinate, DBOS) live in a bench-only venv, never in .venv.
+$(BENCH_VENV)/.installed: bench/requirements-peers.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --quiet --upgrade pip
+	$(BENCH_PY) -m pip install --quiet -r bench/requirements-peers.txt
+	$(BENCH_PY) -m pip check
 	touch $@
 
 install: $(VENV)/.installed             ## create .venv with the app and the dev tools
@@ -28,8 +38,13 @@ fmt: install                            ## apply lint fixes and formatting
 	$(PY) -m ruff format app tests bench
 schema: install                         ## rewrite schema.graphql from the code
 	$(PY) -m app export-schema > schema.graphql
-bench: install                          ## engine throughput and latency figures (not a test)
+bench-peers: $(BENCH_VENV)/.installed   ## bench/.venv with the pinned peers of `make bench`
+bench: install bench-peers              ## side by side with PgQueuer, Procrastinate, DBOS (BENCH_ARGS=--markdown)
+	$(PY) bench/compare.py $(BENCH_ARGS)
+bench-engine: install                   ## Laneway-only engine throughput and latency figures
 	$(PY) bench/engine_bench.py
+bench-service: install                  ## service-level figures: websocket latency, fan-out, idle queries, claims
+	$(PY) bench/service_bench.py
 help:
-	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
-.PHONY: install run worker test lint check fmt schema bench help
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+.PHONY: install run worker test lint check fmt schema bench bench-peers bench-engine bench-service help
