@@ -86,6 +86,10 @@ class EventStream(AsyncIterator[EventRecord]):
         return self._overflow_count
 
     async def __anext__(self) -> EventRecord:
+        # Let the rest of the process run between two events: a subscriber draining a
+        # backlog would otherwise hold the loop for the whole backlog (its sends need not
+        # wait), and lease renewals, claims and the listener heartbeat would stall behind it.
+        await asyncio.sleep(0)
         while True:
             if self._error is not None:
                 raise self._error
