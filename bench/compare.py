@@ -184,9 +184,10 @@ class Options:
 
 
 async def run_phase(
-    options: Options, contestant: Contestant, phase: str, database_url: str, count: int
+    options: Options, contestant: Contestant, phase: str, database_url: str, *, setup: bool
 ) -> dict[str, object]:
-    """Run one phase of `contestant` in a fresh process; its JSON answer.
+    """Run one phase of `contestant` in a fresh process (with `setup`, installing its schema
+    first, untimed); its JSON answer.
 
     Raises:
         RuntimeError: the runner failed, or ran past the phase deadline (it is then killed).
@@ -202,13 +203,14 @@ async def run_phase(
         "--variant",
         contestant.variant,
         "--count",
-        str(count),
+        str(options.count),
         "--samples",
         str(options.samples),
         "--spacing-ms",
         str(options.spacing_ms),
         "--deadline",
         str(options.deadline),
+        *(["--setup"] if setup else []),
     ]
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     process = await asyncio.create_subprocess_exec(
@@ -316,16 +318,15 @@ async def contestant_round(
     system = SYSTEMS[contestant.system]
     notes: list[str] = []
     async with server.database(contestant.key) as (name, url):
-        await run_phase(options, contestant, "setup", url, options.count)
         phase, figure = fill
-        answer = await run_phase(options, contestant, phase, url, options.count)
+        answer = await run_phase(options, contestant, phase, url, setup=True)
         if figure is not None:
             rate = options.count / number(answer, "seconds")
             results.add(figure, system.name, rate)
             notes.append(f"{phase} {rate:,.0f}/s")
         await server.settle(name)
         before = await server.commits(name)
-        answer = await run_phase(options, contestant, "process", url, options.count)
+        answer = await run_phase(options, contestant, "process", url, setup=False)
         await server.settle(name)
         after = await server.commits(name)
     processed = options.count / number(answer, "seconds")
@@ -335,14 +336,12 @@ async def contestant_round(
     notes += [f"processed {processed:,.0f}/s", f"commits/instance {commits:.2f}"]
     if extra_batch:
         async with server.database(contestant.key) as (_, url):
-            await run_phase(options, contestant, "setup", url, options.count)
-            answer = await run_phase(options, contestant, "enqueue-batch", url, options.count)
+            answer = await run_phase(options, contestant, "enqueue-batch", url, setup=True)
         rate = options.count / number(answer, "seconds")
         results.add("enqueue_batch", system.name, rate)
         notes.append(f"enqueue-batch {rate:,.0f}/s")
     async with server.database(contestant.key) as (_, url):
-        await run_phase(options, contestant, "setup", url, options.count)
-        answer = await run_phase(options, contestant, "latency", url, options.count)
+        answer = await run_phase(options, contestant, "latency", url, setup=True)
     raw = answer.get("ms")
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"runner answer has no latency samples: {answer!r}"[:300])

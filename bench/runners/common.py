@@ -4,7 +4,8 @@ A runner is one small script per system (laneway_runner.py, pgqueuer_runner.py, 
 bench/compare.py starts once per phase, as a fresh process, with the interpreter of the
 venv that has that system installed (the project's .venv for Laneway, bench/.venv for the
 peers). It does one phase against one database and prints exactly one JSON object on its
-last stdout line; logs go to stderr. Phases and answers:
+last stdout line; logs go to stderr. With --setup it installs the schema first, before any
+clock starts (one process start less per database). Phases and answers:
 
   setup          install the system's schema (and queue) in the fresh database  {}
   enqueue-one    enqueue --count no-op jobs, one call each       {"seconds"}
@@ -58,6 +59,9 @@ def parse(argv: list[str], variants: tuple[str, ...]) -> argparse.Namespace:
     parser.add_argument("phase", choices=PHASES)
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--variant", choices=variants, default=variants[0])
+    parser.add_argument(
+        "--setup", action="store_true", help="install the schema first (untimed), as `setup`"
+    )
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--spacing-ms", type=float, default=50.0)

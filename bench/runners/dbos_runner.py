@@ -17,7 +17,8 @@ its faster, unlimited setting; the -wc100 variant shows the other. The producer 
 DBOSClient (DBOS's API for enqueueing from outside the application): enqueue-one calls
 client.enqueue(...) per workflow. DBOS has no multi-row enqueue; enqueue-batch uses
 client.enqueue_in_transaction(...) with 1000 enqueues per SQLAlchemy transaction, its
-documented way to enqueue many workflows in one commit. Completed = dbos.workflow_status
+documented way to enqueue many workflows in one commit. Setup is DBOS.migrate() (what
+`dbos migrate` runs) and DBOSClient.register_queue(QUEUE). Completed = dbos.workflow_status
 rows with status 'SUCCESS'.
 
 By hand: bench/.venv/bin/python bench/runners/dbos_runner.py setup --database-url URL
@@ -79,6 +80,16 @@ async def _launch(
     await DBOS.register_queue_async(QUEUE, worker_concurrency=worker_concurrency)
 
 
+def _install(url: str) -> None:
+    """Create DBOS's system tables and the bench queue, as `dbos migrate` and a client do."""
+    DBOS.migrate(url)
+    client = DBOSClient(system_database_url=url, application_name=APP)
+    try:
+        client.register_queue(QUEUE)
+    finally:
+        client.destroy()
+
+
 def _client(url: str, stack: contextlib.AsyncExitStack) -> DBOSClient:
     client = DBOSClient(system_database_url=url, application_name=APP)
     stack.callback(client.destroy)
@@ -114,8 +125,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "workflow_name": WORKFLOW_NAMES[args.variant.removesuffix("-wc100")],
     }
     async with contextlib.AsyncExitStack() as stack:
+        if args.setup or args.phase == "setup":
+            await asyncio.to_thread(_install, url)
         if args.phase == "setup":
-            await _launch(url, stack)
             return {}
         client = _client(url, stack)
         # The client's API is synchronous: the loops run in one thread, timed inside it.

@@ -123,7 +123,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     async with contextlib.AsyncExitStack() as stack:
         services = await stack.enter_async_context(open_services(settings, workflows=[workflow]))
         engine = services.engine
-        if args.phase == "setup":  # open_services migrated the database
+        if args.phase == "setup":  # open_services migrated the database (so --setup is a no-op)
             return {}
         if args.phase == "enqueue-one":
             seconds = await common.timed_loop(args.count, lambda i: engine.enqueue(name, {"i": i}))

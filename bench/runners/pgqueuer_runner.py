@@ -57,8 +57,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         conn = await asyncpg.connect(args.database_url)
         stack.push_async_callback(conn.close)
         queries = Queries.from_asyncpg_connection(conn)
-        if args.phase == "setup":
+        if args.setup or args.phase == "setup":
             await queries.install()
+        if args.phase == "setup":
             return {}
         if args.phase == "enqueue-one":
             seconds = await common.timed_loop(

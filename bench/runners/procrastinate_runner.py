@@ -60,8 +60,9 @@ async def _worker(args: argparse.Namespace, stack: contextlib.AsyncExitStack) ->
 async def run(args: argparse.Namespace) -> dict[str, object]:
     async with contextlib.AsyncExitStack() as stack:
         producer = await _open_app(args.database_url, stack)
-        if args.phase == "setup":
+        if args.setup or args.phase == "setup":
             await producer.schema_manager.apply_schema_async()
+        if args.phase == "setup":
             return {}
         deferrer = producer.configure_task(TASK)
         if args.phase == "enqueue-one":
