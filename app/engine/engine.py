@@ -105,6 +105,7 @@ class Engine:
         self.registry = registry if registry is not None else WorkflowRegistry()
         self.owner_id = owner_id or default_owner_id()
         self.locks = EntityLocks(store)
+        self._started = False
         self.scheduler = Scheduler(
             store,
             self.registry,
@@ -436,6 +437,15 @@ class Engine:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Claim and run instances until `stopping` is set (for the process's TaskGroup)."""
+        # Running from the first line: health checks must not see a starting engine as down.
+        self._started = True
+        try:
+            await self._prepare_queues()
+            await self.scheduler.run(stopping)
+        finally:
+            self._started = False
+
+    async def _prepare_queues(self) -> None:
         await self.store.ensure_queues({w.queue_name for w in self.registry})
         for workflow in self.registry:
             settings = getattr(getattr(workflow, "template", None), "queue_settings", None)
@@ -445,7 +455,6 @@ class Engine:
                     concurrency=settings.concurrency,
                     rate_per_minute=settings.rate_per_minute,
                 )
-        await self.scheduler.run(stopping)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator["Engine"]:
@@ -460,7 +469,8 @@ class Engine:
 
     @property
     def is_running(self) -> bool:
-        return self.scheduler.is_running
+        """True while `run` is active, from its first line to its last."""
+        return self._started
 
     async def _after_terminal(self, transition: Transition) -> None:
         workflow = self.registry.find(transition.name)

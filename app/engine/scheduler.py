@@ -57,7 +57,6 @@ class Scheduler:
         self._last_poll = -float("inf")
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
-        self.is_running = False
 
     # -- signals from outside --------------------------------------------------------------------
 
@@ -160,17 +159,13 @@ class Scheduler:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Claim and run until `stopping` is set; then hand unfinished instances back."""
-        self.is_running = True
-        try:
-            async with asyncio.TaskGroup() as group:
-                heartbeat = group.create_task(self._heartbeat(stopping), name="laneway-heartbeat")
-                try:
-                    await self._loop(group, stopping)
-                finally:
-                    heartbeat.cancel()
-                    await self._shutdown()
-        finally:
-            self.is_running = False
+        async with asyncio.TaskGroup() as group:
+            heartbeat = group.create_task(self._heartbeat(stopping), name="laneway-heartbeat")
+            try:
+                await self._loop(group, stopping)
+            finally:
+                heartbeat.cancel()
+                await self._shutdown()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0
