@@ -136,6 +136,17 @@ async def test_resume_after_fifty_events_replays_exactly_the_rest(server: LiveSe
     assert ids == sorted(set(ids))
 
 
+async def assert_every_hello_event_once_in_order(
+    server: LiveServer, received: list[dict[str, Any]], *, instances: int
+) -> None:
+    """The subscriber got exactly the `hello` events of the history: none lost, none twice."""
+    await all_completed(server, instances)
+    expected = [e for e in await history(server) if e["name"] == "hello"]
+    assert received == expected
+    ids = [int(e["eventID"]) for e in received]
+    assert ids == sorted(set(ids))
+
+
 async def collect_hello_events(
     server: LiveServer, received: list[dict[str, Any]], total: int
 ) -> None:
@@ -170,11 +181,7 @@ async def test_every_event_arrives_once_in_order_across_a_killed_listener(
         await enqueue_hello(server, f"b{n}")
     async with asyncio.timeout(30):
         await subscriber
-    await all_completed(server, 20)
-    expected = [e for e in await history(server) if e["name"] == "hello"]
-    assert received == expected
-    ids = [int(e["eventID"]) for e in received]
-    assert ids == sorted(set(ids))
+    await assert_every_hello_event_once_in_order(server, received, instances=20)
 
     async def reconnected() -> bool:
         return (await server.health())["listener"] == "ok"
@@ -329,11 +336,7 @@ async def test_every_event_arrives_once_in_order_across_a_postgres_restart(
         await enqueue_until_accepted(server, f"b{n}")
     async with asyncio.timeout(60):
         await subscriber
-    await all_completed(server, 20)
-    expected = [e for e in await history(server) if e["name"] == "hello"]
-    assert received == expected
-    ids = [int(e["eventID"]) for e in received]
-    assert ids == sorted(set(ids))
+    await assert_every_hello_event_once_in_order(server, received, instances=20)
 
 
 async def test_open_reads_admit_a_websocket_without_token_but_not_its_mutations(
