@@ -29,7 +29,7 @@ from app.logs import configure_logging
 from app.services import open_services
 from app.store.embedded import embedded_postgres
 from app.store.migrate import apply_migrations
-from app.store.pool import connect
+from app.store.pool import MIGRATION_TIMEOUTS, connect
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
 async def worker(args: argparse.Namespace, settings: Settings) -> int:
     """Run the engine only, until SIGINT/SIGTERM; then hand unfinished instances back."""
     stopping = asyncio.Event()
-    async with open_services(settings) as services:
+    async with open_services(settings, role="worker") as services:
         _on_signals(stopping.set)
         logger.info("worker started", extra={"workflows": services.engine.registry.names()})
         await services.engine.run(stopping)
@@ -97,7 +97,7 @@ async def migrate(args: argparse.Namespace, settings: Settings) -> int:
     """Apply pending migrations and print their names."""
     with contextlib.ExitStack() as stack:
         url = settings.database_url or stack.enter_context(embedded_postgres(settings.data_dir))
-        conn = await connect(url)
+        conn = await connect(url, timeouts=MIGRATION_TIMEOUTS)
         try:
             applied = await apply_migrations(conn)
         finally:
@@ -118,7 +118,7 @@ async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
         params = strict_json_loads(args.params)
     except ValueError as exc:
         return _fail(f"--params is not valid JSON: {exc}")
-    async with open_services(settings) as services:
+    async with open_services(settings, role="cli") as services:
         result = await services.engine.enqueue(
             args.name,
             params,
@@ -138,7 +138,7 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         instance_id = UUID(args.instance_id)
     except ValueError:
         return _fail(f"not an instance id: {args.instance_id!r}")
-    async with open_services(settings) as services:
+    async with open_services(settings, role="cli") as services:
         record = await services.engine.get(instance_id)
     if record is None:
         return _fail(f"no instance {instance_id}", EXIT_FAILED)
@@ -154,7 +154,7 @@ async def watch(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(f"not an instance id: {args.instance!r}")
     task = asyncio.current_task()
     assert task is not None
-    async with open_services(settings) as services:
+    async with open_services(settings, role="cli") as services:
         _on_signals(task.cancel)
         try:
             async with services.hub.open_stream(

@@ -73,6 +73,10 @@ class Settings:
     poll_interval_seconds: float = 2.0
     worker_concurrency: int = 100
     owner_id: str | None = None
+    max_recoveries: int = 3
+    statement_timeout_seconds: float = 30.0
+    lock_timeout_seconds: float = 2.0
+    idle_in_transaction_timeout_seconds: float = 60.0
     pool_size: int = 10
     graphiql: bool = True
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -101,6 +105,12 @@ class Settings:
             poll_interval_seconds=_number(environ, "LANEWAY_POLL_SECONDS", 2.0, 0.01),
             worker_concurrency=int(_number(environ, "LANEWAY_WORKER_CONCURRENCY", 100, 1)),
             owner_id=environ.get("LANEWAY_OWNER_ID") or None,
+            max_recoveries=int(_number(environ, "LANEWAY_MAX_RECOVERIES", 3, 0)),
+            statement_timeout_seconds=_number(environ, "LANEWAY_STATEMENT_TIMEOUT", 30.0, 0.0),
+            lock_timeout_seconds=_number(environ, "LANEWAY_LOCK_TIMEOUT", 2.0, 0.0),
+            idle_in_transaction_timeout_seconds=_number(
+                environ, "LANEWAY_IDLE_IN_TRANSACTION_TIMEOUT", 60.0, 0.0
+            ),
             pool_size=int(_number(environ, "LANEWAY_POOL_SIZE", 10, 2)),
             graphiql=_flag(environ, "LANEWAY_GRAPHIQL", True),
         )

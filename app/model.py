@@ -69,6 +69,8 @@ class InstanceRecord:
     owner_id: str | None
     lease_expires_at: datetime | None
     parent_id: UUID | None
+    lease_epoch: int
+    recoveries: int
     stage: str | None
     checkpoint: str | None
     progress: float | None
@@ -208,6 +210,7 @@ class CheckpointWrite:
 
     instance_id: UUID
     attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
     state_json: str
     next_action: str
     next_params_json: str
@@ -223,6 +226,7 @@ class CompleteWrite:
 
     instance_id: UUID
     attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
     result_json: str
     state_json: str
 
@@ -236,6 +240,7 @@ class FailWrite:
 
     instance_id: UUID
     attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
     error: str
     delay_ms: float
     final: bool = False

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from app.config import Settings
 from app.engine import Engine, Workflow, WorkflowRegistry, check_workflows
+from app.engine.engine import default_owner_id
 from app.events import EventHub
 from app.store import Store, open_store
 from app.store.embedded import embedded_postgres
+from app.store.pool import Timeouts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,35 +31,54 @@ class Services:
 
 @contextlib.asynccontextmanager
 async def open_services(
-    settings: Settings, *, workflows: Iterable[Workflow] = ()
+    settings: Settings, *, workflows: Iterable[Workflow] = (), role: str = "serve"
 ) -> AsyncIterator[Services]:
     """Build one process's object graph; tear it down in reverse order.
 
     Workflows come from the modules in `settings.workflow_modules` plus `workflows`.
     The engine's loop is not started here: the caller runs `engine.run(stopping)` (or
-    `engine.running()`) where it owns background tasks.
+    `engine.running()`) where it owns background tasks. Every connection is named
+    `laneway-<role>-<owner id>` (or `laneway-listener-<owner id>`) in pg_stat_activity.
     """
     registry = WorkflowRegistry.from_modules(settings.workflow_modules)
     for workflow in workflows:
         registry.register(workflow)
     check_workflows(registry)  # a badly wired template fails start-up, naming every problem
+    owner_id = settings.owner_id or default_owner_id()
     async with contextlib.AsyncExitStack() as stack:
         database_url = settings.database_url or stack.enter_context(
             embedded_postgres(settings.data_dir)
         )
         store = await stack.enter_async_context(
-            open_store(database_url, pool_size=settings.pool_size)
+            open_store(
+                database_url,
+                pool_size=settings.pool_size,
+                application_name=f"laneway-{role}-{owner_id}",
+                timeouts=Timeouts(
+                    statement_ms=round(settings.statement_timeout_seconds * 1000),
+                    lock_ms=round(settings.lock_timeout_seconds * 1000),
+                    idle_in_transaction_ms=round(
+                        settings.idle_in_transaction_timeout_seconds * 1000
+                    ),
+                ),
+            )
         )
         engine = Engine(
             store,
             registry,
-            owner_id=settings.owner_id,
+            owner_id=owner_id,
             lease_seconds=settings.lease_seconds,
             poll_interval_seconds=settings.poll_interval_seconds,
             concurrency=settings.worker_concurrency,
+            max_recoveries=settings.max_recoveries,
         )
         hub = await stack.enter_async_context(
-            EventHub.open(database_url, store, on_notification=engine.notify)
+            EventHub.open(
+                database_url,
+                store,
+                on_notification=engine.notify,
+                application_name=f"laneway-listener-{owner_id}",
+            )
         )
         yield Services(
             settings=settings, database_url=database_url, store=store, engine=engine, hub=hub

@@ -40,6 +40,7 @@ from app.model import (
     Transition,
 )
 from app.store import Store
+from app.store.store import DEFAULT_MAX_RECOVERIES
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +99,12 @@ class Engine:
         lease_seconds: float = 30.0,
         poll_interval_seconds: float = 2.0,
         concurrency: int = 100,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
     ) -> None:
         if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
             raise InvalidInputError("lease, poll interval and concurrency must be positive")
+        if max_recoveries < 0:
+            raise InvalidInputError("max_recoveries must not be negative")
         self.store = store
         self.registry = registry if registry is not None else WorkflowRegistry()
         self.owner_id = owner_id or default_owner_id()
@@ -113,6 +117,7 @@ class Engine:
             lease_seconds=lease_seconds,
             poll_interval_seconds=poll_interval_seconds,
             concurrency=concurrency,
+            max_recoveries=max_recoveries,
             plan_schedule=self._plan_fire,
             on_terminal=self._after_terminal,
             spawn=self._enqueue_child,

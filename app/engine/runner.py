@@ -90,10 +90,13 @@ ChildSpawner = Callable[[UUID, str, JSONValue], Awaitable[UUID]]
 class RunnerTools:
     """The InstanceTools of one running instance: store calls fenced by this owner."""
 
-    def __init__(self, store: Store, owner_id: str, instance_id: UUID, spawn: ChildSpawner) -> None:
+    def __init__(
+        self, store: Store, owner_id: str, record: InstanceRecord, spawn: ChildSpawner
+    ) -> None:
         self._store = store
         self._owner_id = owner_id
-        self._instance_id = instance_id
+        self._instance_id = record.instance_id
+        self._epoch = record.lease_epoch
         self._spawn = spawn
 
     async def finished_operations(self) -> list[OperationRecord]:
@@ -102,6 +105,7 @@ class RunnerTools:
     async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
         recorded = await self._store.record_operation(
             owner_id=self._owner_id,
+            epoch=self._epoch,
             operation=operation,
             seconds=seconds,
             data_json=encode_json(operation.data, what="operation data"),
@@ -170,7 +174,7 @@ async def run_instance(
             tools=tools,
         )
         try:
-            write = await _call_handler(ctx, workflow, action)
+            write = await _call_handler(ctx, workflow, action, record.lease_epoch)
         except LeaseLostError:
             return None
         try:
@@ -192,8 +196,10 @@ async def run_instance(
         action, params, attempt = write.next_action, json.loads(write.next_params_json), 1
 
 
-async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) -> RunnerWrite:
-    """Call one handler and turn its outcome into the write that records it."""
+async def _call_handler(
+    ctx: HandlerContext, workflow: Workflow, action: str, epoch: int
+) -> RunnerWrite:
+    """Call one handler and turn its outcome into the write (fenced by `epoch`) that records it."""
     handler = workflow.handlers.get(action)
     try:
         if handler is None:
@@ -207,6 +213,7 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
             return CheckpointWrite(
                 instance_id=ctx.instance_id,
                 attempt=ctx.attempt,
+                epoch=epoch,
                 state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
                 next_action=step.action,
                 next_params_json=encode_json(step.params, what="action params"),
@@ -219,6 +226,7 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
             return CompleteWrite(
                 instance_id=ctx.instance_id,
                 attempt=ctx.attempt,
+                epoch=epoch,
                 result_json=encode_json(step.result, what="result", max_bytes=MAX_PAYLOAD_BYTES),
                 state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
             )
@@ -243,6 +251,7 @@ async def _call_handler(ctx: HandlerContext, workflow: Workflow, action: str) ->
         return FailWrite(
             instance_id=ctx.instance_id,
             attempt=ctx.attempt,
+            epoch=epoch,
             error=_error_text(exc),
             delay_ms=workflow.retry.delay_ms(ctx.attempt),
             final=isinstance(exc, PermanentFailure),

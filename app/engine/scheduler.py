@@ -37,6 +37,7 @@ class Scheduler:
         lease_seconds: float,
         poll_interval_seconds: float,
         concurrency: int,
+        max_recoveries: int,
         plan_schedule: SchedulePlanner,
         on_terminal: TerminalCallback,
         spawn: ChildSpawner,
@@ -47,6 +48,7 @@ class Scheduler:
         self.lease_seconds = lease_seconds
         self.poll_interval_seconds = poll_interval_seconds
         self.concurrency = concurrency
+        self.max_recoveries = max_recoveries
         self._plan_schedule = plan_schedule
         self._on_terminal = on_terminal
         self._spawn = spawn
@@ -111,7 +113,7 @@ class Scheduler:
         return due.claimable
 
     async def _recover(self) -> None:
-        recovered = await self._store.recover_expired_leases()
+        recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)
         for transition in recovered:
             logger.warning(
                 "lease expired, instance recovered",
@@ -213,7 +215,7 @@ class Scheduler:
     async def _run(self, run: Run) -> None:
         try:
             workflow = self._registry.get(run.record.name)
-            tools = RunnerTools(self._store, self.owner_id, run.record.instance_id, self._spawn)
+            tools = RunnerTools(self._store, self.owner_id, run.record, self._spawn)
             due_in = await run_instance(run, workflow, self._committer, self._on_terminal, tools)
             if due_in is not None:
                 self.wake_in(due_in)
@@ -223,32 +225,37 @@ class Scheduler:
             # A bug or a lost database: the lease runs out and another claim retries it.
             logger.exception("runner crashed", extra={"instance_id": str(run.record.instance_id)})
         finally:
-            self._runs.pop(run.record.instance_id, None)
+            # A run whose lease was lost may end after the instance was claimed here again.
+            if self._runs.get(run.record.instance_id) is run:
+                del self._runs[run.record.instance_id]
             self._wake.set()
 
     async def _heartbeat(self, stopping: asyncio.Event) -> None:
         interval = max(self.lease_seconds / 3.0, 0.05)
         while not stopping.is_set():
             await _wait(stopping, interval)
-            ids = list(self._runs)
-            if not ids:
+            leases = self._leases()
+            if not leases:
                 continue
             try:
-                held = await self._store.renew_leases(self.owner_id, ids, self.lease_seconds)
+                held = await self._store.renew_leases(self.owner_id, leases, self.lease_seconds)
             except Exception as exc:
                 logger.warning("lease renewal failed", extra={"error": str(exc)})
                 continue
-            for instance_id in ids:
+            for instance_id in leases:
                 if instance_id not in held and instance_id in self._runs:
                     self.stop_run(instance_id, reason="lease lost")
 
+    def _leases(self) -> dict[UUID, int]:
+        return {instance_id: run.record.lease_epoch for instance_id, run in self._runs.items()}
+
     async def _shutdown(self) -> None:
-        ids = list(self._runs)
-        for instance_id in ids:
+        leases = self._leases()
+        for instance_id in leases:
             self.stop_run(instance_id, reason="shutdown")
-        if ids:
+        if leases:
             try:
-                await self._store.release(self.owner_id, ids)
+                await self._store.release(self.owner_id, leases)
             except Exception as exc:
                 logger.warning("release at shutdown failed", extra={"error": str(exc)})
 

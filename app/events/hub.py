@@ -16,7 +16,12 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from app.events.backend import CONNECTION_ERRORS, ListenBackend, is_gap
+from app.events.backend import (
+    CONNECTION_ERRORS,
+    LISTENER_APPLICATION_NAME,
+    ListenBackend,
+    is_gap,
+)
 from app.model import NOTIFY_CHANNEL, EventRecord, Notification
 from app.store import Store
 
@@ -197,6 +202,7 @@ class EventHub:
         heartbeat_seconds: float = 5.0,
         subscriber_queue_size: int = 1000,
         poll_seconds: float = POLL_SECONDS,
+        application_name: str = LISTENER_APPLICATION_NAME,
     ) -> AsyncIterator["EventHub"]:
         """Start the LISTEN connection, its heartbeat and the reader; stop them on exit.
 
@@ -205,7 +211,9 @@ class EventHub:
         """
         if subscriber_queue_size < 1 or poll_seconds <= 0:
             raise ValueError("subscriber_queue_size and poll_seconds must be positive")
-        backend = ListenBackend(database_url, heartbeat_seconds=heartbeat_seconds)
+        backend = ListenBackend(
+            database_url, heartbeat_seconds=heartbeat_seconds, application_name=application_name
+        )
         await backend.connect()
         try:
             await backend.subscribe(NOTIFY_CHANNEL)

@@ -76,19 +76,30 @@ SELECT q.name, q.concurrency, q.rate_per_minute, q.paused,
 """
 
 # ---------------------------------------------------------------------------------------------
+# instances: the columns every instance read returns (instance_from_row in store.py reads them)
+
+INSTANCE_COLUMNS = (
+    "instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at,"
+    " updated_at, params, state, next_action, next_params, result, last_error, idempotency_key,"
+    " singleton_key, owner_id, lease_expires_at, lease_epoch, recoveries, parent_id, stage,"
+    " checkpoint, progress, message"
+)
+RETURNED_BY_CLAIM = ", ".join(f"i.{name}" for name in INSTANCE_COLUMNS.split(", ")) + ", i.seq"
+
+# ---------------------------------------------------------------------------------------------
 # instances: reads
 
 # $1 instance id
-GET_INSTANCE = """
-SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+GET_INSTANCE = f"""
+SELECT {INSTANCE_COLUMNS}
   FROM laneway.instances
  WHERE instance_id = $1
 """
 
 # $1 workflow name, $2 queue, $3 statuses (text[]), $4 parent id, $5 limit, $6 offset
 # (a NULL filter matches everything)
-LIST_INSTANCES = """
-SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+LIST_INSTANCES = f"""
+SELECT {INSTANCE_COLUMNS}
   FROM laneway.instances
  WHERE ($1::text IS NULL OR name = $1)
    AND ($2::text IS NULL OR queue = $2)
@@ -100,15 +111,15 @@ OFFSET $6
 """
 
 # $1 idempotency key
-FIND_BY_IDEMPOTENCY_KEY = """
-SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+FIND_BY_IDEMPOTENCY_KEY = f"""
+SELECT {INSTANCE_COLUMNS}
   FROM laneway.instances
  WHERE idempotency_key = $1
 """
 
 # $1 workflow name, $2 singleton key
-FIND_ACTIVE_SINGLETON = """
-SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+FIND_ACTIVE_SINGLETON = f"""
+SELECT {INSTANCE_COLUMNS}
   FROM laneway.instances
  WHERE name = $1
    AND singleton_key = $2
@@ -133,7 +144,7 @@ SELECT name, count(*) AS pending
 # $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
 # ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
 # $11 parent ids: one row per element. A row whose keys conflict is skipped (not returned).
-INSERT_INSTANCES = """
+INSERT_INSTANCES = f"""
 INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
 SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
        now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
@@ -143,35 +154,36 @@ SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
        AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params, first_action,
              idempotency_key, singleton_key, parent_id)
 ON CONFLICT DO NOTHING
-RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+RETURNING {INSTANCE_COLUMNS}
 """
 
 # $1 instance id
-CANCEL_INSTANCE = """
+CANCEL_INSTANCE = f"""
 UPDATE laneway.instances
    SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL,
        updated_at = now(), finished_at = now()
  WHERE instance_id = $1
    AND status NOT IN ('completed', 'failed', 'cancelled')
-RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+RETURNING {INSTANCE_COLUMNS}
 """
 
 # $1 instance id
-RESUME_INSTANCE = """
+RESUME_INSTANCE = f"""
 UPDATE laneway.instances
    SET status = 'pending', checkpoint = NULL, run_after = now(), updated_at = now()
  WHERE instance_id = $1
    AND status = 'paused'
-RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+RETURNING {INSTANCE_COLUMNS}
 """
 
 # $1 instance id
-RETRY_INSTANCE = """
+RETRY_INSTANCE = f"""
 UPDATE laneway.instances
-   SET status = 'pending', attempts = 0, run_after = now(), finished_at = NULL, updated_at = now()
+   SET status = 'pending', attempts = 0, recoveries = 0, run_after = now(), finished_at = NULL,
+       updated_at = now()
  WHERE instance_id = $1
    AND status = 'failed'
-RETURNING instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+RETURNING {INSTANCE_COLUMNS}
 """
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +233,7 @@ SELECT q.name
 # Per queue: free slots = concurrency - running (across all processes), and, for a
 # rate-limited queue, the whole tokens in its bucket (refilled at rate/60 per second, holding
 # at most one second's worth or one token). Tokens spent are written back.
-CLAIM_INSTANCES = """
+CLAIM_INSTANCES = f"""
 WITH allowance AS (
     SELECT q.name, q.rate_per_minute, t.tokens_now,
            LEAST(q.concurrency - (SELECT count(*)
@@ -257,11 +269,12 @@ picked AS (
 claimed AS (
     UPDATE laneway.instances AS i
        SET status = 'running', owner_id = $1, attempts = i.attempts + 1,
+           lease_epoch = i.lease_epoch + 1, claimed_at = now(), lease_renewed_at = now(),
            lease_expires_at = now() + $5::double precision * interval '1 second',
            updated_at = now()
       FROM picked
      WHERE i.instance_id = picked.instance_id
-    RETURNING i.instance_id, i.name, i.queue, i.status, i.priority, i.attempts, i.max_attempts, i.run_after, i.created_at, i.updated_at, i.params, i.state, i.next_action, i.next_params, i.result, i.last_error, i.idempotency_key, i.singleton_key, i.owner_id, i.lease_expires_at, i.parent_id, i.stage, i.checkpoint, i.progress, i.message, i.seq
+    RETURNING {RETURNED_BY_CLAIM}
 ),
 spent AS (
     UPDATE laneway.queues AS q
@@ -272,14 +285,17 @@ spent AS (
        AND c.queue = a.name
        AND a.rate_per_minute IS NOT NULL
 )
-SELECT instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at, updated_at, params, state, next_action, next_params, result, last_error, idempotency_key, singleton_key, owner_id, lease_expires_at, parent_id, stage, checkpoint, progress, message
+SELECT {INSTANCE_COLUMNS}
   FROM claimed
  ORDER BY priority DESC, run_after, seq
 """
 
-# $1 max rows
+# $1 max rows, $2 recovery cap
 # A lease that ran out means its worker is gone: the attempt counts (so an instance that keeps
-# killing its worker ends failed), and the instance goes back to pending from its checkpoint.
+# failing ends failed), and the instance goes back to pending from its checkpoint. Recoveries
+# are counted apart from attempts (checkpoints reset attempts): an instance whose worker was
+# already lost `$2` times is dead-lettered, so a step that kills its worker cannot take down
+# worker after worker.
 RECOVER_EXPIRED_LEASES = """
 WITH expired AS (
     SELECT instance_id
@@ -289,40 +305,57 @@ WITH expired AS (
      ORDER BY lease_expires_at
      LIMIT $1
        FOR UPDATE SKIP LOCKED
+),
+judged AS (
+    SELECT i.instance_id,
+           CASE WHEN i.recoveries >= $2::integer
+                THEN 'dead-lettered: its worker was lost ' || (i.recoveries + 1)
+                     || ' times (recovery cap ' || $2::integer || '), last during attempt ' || i.attempts
+                WHEN i.attempts >= i.max_attempts
+                THEN 'lease expired: worker lost during attempt ' || i.attempts || ' of '
+                     || i.max_attempts
+           END AS final_error
+      FROM laneway.instances AS i
+      JOIN expired USING (instance_id)
 )
 UPDATE laneway.instances AS i
-   SET status = CASE WHEN i.attempts >= i.max_attempts THEN 'failed' ELSE 'pending' END,
-       last_error = CASE WHEN i.attempts >= i.max_attempts
-                         THEN 'lease expired: worker lost during attempt ' || i.attempts || ' of ' || i.max_attempts
-                         ELSE 'lease expired: worker lost during attempt ' || i.attempts END,
-       finished_at = CASE WHEN i.attempts >= i.max_attempts THEN now() END,
+   SET status = CASE WHEN j.final_error IS NULL THEN 'pending' ELSE 'failed' END,
+       last_error = COALESCE(j.final_error,
+                             'lease expired: worker lost during attempt ' || i.attempts),
+       finished_at = CASE WHEN j.final_error IS NULL THEN NULL ELSE now() END,
+       recoveries = i.recoveries + 1,
        owner_id = NULL, lease_expires_at = NULL, run_after = now(), updated_at = now()
-  FROM expired
- WHERE i.instance_id = expired.instance_id
+  FROM judged AS j
+ WHERE i.instance_id = j.instance_id
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
 """
 
-# $1 owner id, $2 instance ids (uuid[]), $3 lease seconds
+# $1 owner id, $2 instance ids (uuid[]), $3 lease seconds, $4 lease epochs (bigint[])
 RENEW_LEASES = """
-UPDATE laneway.instances
-   SET lease_expires_at = now() + $3::double precision * interval '1 second'
- WHERE instance_id = ANY($2::uuid[])
-   AND owner_id = $1
-   AND status = 'running'
-RETURNING instance_id
+UPDATE laneway.instances AS i
+   SET lease_expires_at = now() + $3::double precision * interval '1 second',
+       lease_renewed_at = now()
+  FROM unnest($2::uuid[], $4::bigint[]) AS u (instance_id, epoch)
+ WHERE i.instance_id = u.instance_id
+   AND i.owner_id = $1
+   AND i.lease_epoch = u.epoch
+   AND i.status = 'running'
+RETURNING i.instance_id
 """
 
-# $1 owner id, $2 instance ids (uuid[])
+# $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
 # Graceful shutdown: the interrupted attempt does not count, and another process may claim the
 # instance at once instead of after the lease.
 RELEASE_INSTANCES = """
-UPDATE laneway.instances
-   SET status = 'pending', attempts = GREATEST(attempts - 1, 0), owner_id = NULL,
+UPDATE laneway.instances AS i
+   SET status = 'pending', attempts = GREATEST(i.attempts - 1, 0), owner_id = NULL,
        lease_expires_at = NULL, run_after = now(), updated_at = now()
- WHERE instance_id = ANY($2::uuid[])
-   AND owner_id = $1
-   AND status = 'running'
-RETURNING instance_id, name, queue, status, attempts
+  FROM unnest($2::uuid[], $3::bigint[]) AS u (instance_id, epoch)
+ WHERE i.instance_id = u.instance_id
+   AND i.owner_id = $1
+   AND i.lease_epoch = u.epoch
+   AND i.status = 'running'
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 """
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +363,7 @@ RETURNING instance_id, name, queue, status, attempts
 
 # $1 owner id, $2 lease seconds, $3 instance ids, $4 states (json text[]), $5 next actions,
 # $6 next params (json text[]), $7 progress (float8[]), $8 messages, $9 stages,
-# $10 pause labels (NULL: keep running)
+# $10 pause labels (NULL: keep running), $11 lease epochs (bigint[])
 # A checkpoint with a pause label parks the instance: paused, no owner, no lease, no slot;
 # resuming it makes it pending again at the checkpointed action with fresh attempts.
 CHECKPOINT_INSTANCES = """
@@ -344,30 +377,36 @@ UPDATE laneway.instances AS i
        owner_id = CASE WHEN u.pause_label IS NULL THEN i.owner_id END,
        lease_expires_at = CASE WHEN u.pause_label IS NULL
                                THEN now() + $2::double precision * interval '1 second' END,
-       updated_at = now()
+       lease_renewed_at = now(), updated_at = now()
   FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-              $9::text[], $10::text[])
-       AS u (instance_id, state, next_action, next_params, progress, message, stage, pause_label)
+              $9::text[], $10::text[], $11::bigint[])
+       AS u (instance_id, state, next_action, next_params, progress, message, stage, pause_label,
+             epoch)
  WHERE i.instance_id = u.instance_id
    AND i.owner_id = $1
+   AND i.lease_epoch = u.epoch
    AND i.status = 'running'
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage, i.checkpoint
 """
 
-# $1 owner id, $2 instance ids, $3 results (json text[]), $4 states (json text[])
+# $1 owner id, $2 instance ids, $3 results (json text[]), $4 states (json text[]),
+# $5 lease epochs (bigint[])
 COMPLETE_INSTANCES = """
 UPDATE laneway.instances AS i
    SET status = 'completed', result = u.result::jsonb, state = u.state::jsonb,
        next_action = NULL, next_params = NULL, progress = 1, owner_id = NULL,
        lease_expires_at = NULL, updated_at = now(), finished_at = now()
-  FROM unnest($2::uuid[], $3::text[], $4::text[]) AS u (instance_id, result, state)
+  FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[])
+       AS u (instance_id, result, state, epoch)
  WHERE i.instance_id = u.instance_id
    AND i.owner_id = $1
+   AND i.lease_epoch = u.epoch
    AND i.status = 'running'
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 """
 
-# $1 owner id, $2 instance ids, $3 errors, $4 retry delays in ms, $5 final flags
+# $1 owner id, $2 instance ids, $3 errors, $4 retry delays in ms, $5 final flags,
+# $6 lease epochs (bigint[])
 # An attempt failed: with attempts left (and not final) the instance waits out the backoff as
 # pending, keeping the state and action of its last checkpoint; otherwise it ends failed.
 FAIL_ATTEMPTS = """
@@ -380,10 +419,11 @@ UPDATE laneway.instances AS i
        finished_at = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
                           THEN NULL ELSE now() END,
        last_error = u.error, owner_id = NULL, lease_expires_at = NULL, updated_at = now()
-  FROM unnest($2::uuid[], $3::text[], $4::float8[], $5::boolean[])
-       AS u (instance_id, error, delay_ms, final)
+  FROM unnest($2::uuid[], $3::text[], $4::float8[], $5::boolean[], $6::bigint[])
+       AS u (instance_id, error, delay_ms, final, epoch)
  WHERE i.instance_id = u.instance_id
    AND i.owner_id = $1
+   AND i.lease_epoch = u.epoch
    AND i.status = 'running'
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
 """
@@ -398,7 +438,8 @@ DELETE FROM laneway.locks
 # template operations
 
 # $1 operation id, $2 instance id, $3 owner id, $4 stage, $5 position, $6 type, $7 status,
-# $8 attempts, $9 error, $10 data (json text), $11 metadata (json text), $12 seconds it took
+# $8 attempts, $9 error, $10 data (json text), $11 metadata (json text), $12 seconds it took,
+# $13 lease epoch
 # Written when the operation finishes, fenced by the owner: a crash mid-stage re-runs only the
 # operations that have no completed row.
 RECORD_OPERATION = """
@@ -408,6 +449,7 @@ SELECT $1, i.instance_id, $4, $5, $6, $7, $8, $9, $10::text::jsonb, $11::text::j
   FROM laneway.instances AS i
  WHERE i.instance_id = $2
    AND i.owner_id = $3
+   AND i.lease_epoch = $13
    AND i.status = 'running'
 ON CONFLICT (instance_id, stage, position) DO UPDATE
    SET type = EXCLUDED.type, status = EXCLUDED.status, attempts = EXCLUDED.attempts,

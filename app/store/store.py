@@ -6,7 +6,7 @@ atomically and reports what changed. Runner writes are fenced by owner id.
 """
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -37,9 +37,17 @@ from app.model import (
 )
 from app.store import queries
 from app.store.migrate import apply_migrations
-from app.store.pool import connect, create_pool
+from app.store.pool import (
+    APPLICATION_NAME,
+    DEFAULT_TIMEOUTS,
+    MIGRATION_TIMEOUTS,
+    Timeouts,
+    connect,
+    create_pool,
+)
 
 EVENTS_LOCK_KEY = 7_461_726_102  # serialises event appends; see queries.APPEND_EVENTS
+DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
 
 Row = asyncpg.Record
 Conn = asyncpg.Connection | PoolConnectionProxy  # what pool.acquire() yields, or a plain one
@@ -68,6 +76,8 @@ def instance_from_row(row: Row) -> InstanceRecord:
         singleton_key=row["singleton_key"],
         owner_id=row["owner_id"],
         lease_expires_at=row["lease_expires_at"],
+        lease_epoch=row["lease_epoch"],
+        recoveries=row["recoveries"],
         parent_id=parent,
         stage=row["stage"],
         checkpoint=row["checkpoint"],
@@ -167,14 +177,24 @@ def _event_for(record: InstanceRecord, event_type: EventType, **data: Any) -> Ne
 
 
 @contextlib.asynccontextmanager
-async def open_store(database_url: str, *, pool_size: int = 10) -> AsyncIterator["Store"]:
+async def open_store(
+    database_url: str,
+    *,
+    pool_size: int = 10,
+    application_name: str = APPLICATION_NAME,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
+) -> AsyncIterator["Store"]:
     """Migrate the database, open a pool, and yield a Store; close the pool on exit."""
-    conn = await connect(database_url)
+    conn = await connect(
+        database_url, application_name=application_name, timeouts=MIGRATION_TIMEOUTS
+    )
     try:
         await apply_migrations(conn)
     finally:
         await conn.close()
-    pool = await create_pool(database_url, size=pool_size)
+    pool = await create_pool(
+        database_url, size=pool_size, application_name=application_name, timeouts=timeouts
+    )
     try:
         yield Store(pool, database_url)
     finally:
@@ -436,33 +456,44 @@ class Store:
             claimable=row["claimable"],
         )
 
-    async def recover_expired_leases(self, limit: int = 500) -> list[Transition]:
-        """Return instances whose lease ran out to pending (or failed when out of attempts)."""
+    async def recover_expired_leases(
+        self, limit: int = 500, *, max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    ) -> list[Transition]:
+        """Return instances whose lease ran out to pending.
+
+        An instance out of attempts, or whose worker was already lost `max_recoveries` times
+        (dead-lettered), ends failed instead.
+        """
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit)
+            rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit, max_recoveries)
             transitions = [transition_from_row(row) for row in rows]
             await self._release_locks_of_terminal(conn, transitions)
             await self._append_events(conn, [_transition_event(t) for t in transitions])
         return transitions
 
     async def renew_leases(
-        self, owner_id: str, instance_ids: Sequence[UUID], lease_seconds: float
+        self, owner_id: str, leases: Mapping[UUID, int], lease_seconds: float
     ) -> set[UUID]:
-        """Extend the leases this owner still holds; returns the ids still held."""
-        if not instance_ids:
+        """Extend the leases (instance id → lease epoch) this owner still holds.
+
+        Returns the ids still held.
+        """
+        if not leases:
             return set()
         async with self._pool.acquire() as conn:
             rows = await conn.fetch(
-                queries.RENEW_LEASES, owner_id, list(instance_ids), lease_seconds
+                queries.RENEW_LEASES, owner_id, list(leases), lease_seconds, list(leases.values())
             )
         return {row["instance_id"] for row in rows}
 
-    async def release(self, owner_id: str, instance_ids: Sequence[UUID]) -> list[Transition]:
-        """Hand unfinished instances back at shutdown, without counting the attempt."""
-        if not instance_ids:
+    async def release(self, owner_id: str, leases: Mapping[UUID, int]) -> list[Transition]:
+        """Hand unfinished instances (id → lease epoch) back at shutdown; the attempt is free."""
+        if not leases:
             return []
         async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(queries.RELEASE_INSTANCES, owner_id, list(instance_ids))
+            rows = await conn.fetch(
+                queries.RELEASE_INSTANCES, owner_id, list(leases), list(leases.values())
+            )
             transitions = [transition_from_row(row) for row in rows]
             await self._append_events(
                 conn,
@@ -507,6 +538,7 @@ class Store:
                     [w.message for w in checkpoints],
                     [w.stage for w in checkpoints],
                     [w.pause_label for w in checkpoints],
+                    [w.epoch for w in checkpoints],
                 )
                 for row in rows:
                     t = transition_from_row(row)
@@ -526,6 +558,7 @@ class Store:
                     [w.instance_id for w in completions],
                     [w.result_json for w in completions],
                     [w.state_json for w in completions],
+                    [w.epoch for w in completions],
                 )
                 for row in rows:
                     t = transition_from_row(row)
@@ -539,6 +572,7 @@ class Store:
                     [w.error for w in failures],
                     [w.delay_ms for w in failures],
                     [w.final for w in failures],
+                    [w.epoch for w in failures],
                 )
                 for row in rows:
                     t = transition_from_row(row)
@@ -561,6 +595,7 @@ class Store:
         self,
         *,
         owner_id: str,
+        epoch: int,
         operation: OperationRecord,
         seconds: float,
         data_json: str,
@@ -582,6 +617,7 @@ class Store:
                 data_json,
                 metadata_json,
                 seconds,
+                epoch,
             )
         return operation_from_row(row) if row else None
 

@@ -226,3 +226,67 @@ async def test_retry_starts_when_its_backoff_ends_not_at_the_next_poll(store: St
     assert done.result == 2
     assert later.status == Status.COMPLETED
     assert later.updated_at - later.created_at >= timedelta(milliseconds=300)
+
+
+async def test_a_second_claim_by_the_same_owner_fences_the_first(
+    store: Store, database_url: str
+) -> None:
+    # Two claims of one instance under one owner id (a restarted worker reusing its id, or a
+    # stalled run in the same process): only the later claim's writes may land.
+    first_gate, first_entered = asyncio.Event(), asyncio.Event()
+    first = make_engine(store, _blocking("first", first_gate, first_entered), owner_id="same")
+    enqueued = await first.enqueue("fenced")
+    first_tick = asyncio.create_task(first.tick())
+    await asyncio.wait_for(first_entered.wait(), timeout=10)
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+        )
+    async with open_store(database_url) as other_store:
+        second_gate, second_entered = asyncio.Event(), asyncio.Event()
+        second = make_engine(
+            other_store, _blocking("second", second_gate, second_entered), owner_id="same"
+        )
+        second_tick = asyncio.create_task(second.tick())
+        await asyncio.wait_for(second_entered.wait(), timeout=10)
+        first_gate.set()
+        await asyncio.wait_for(first_tick, timeout=10)
+        held = await first.get(enqueued.instance_id)
+        assert held is not None
+        assert held.status == Status.RUNNING  # the first claim's completion was fenced out
+        assert held.lease_epoch == 2
+        second_gate.set()
+        await asyncio.wait_for(second_tick, timeout=10)
+    done = await first.get(enqueued.instance_id)
+    assert done is not None
+    assert done.result == {"by": "second"}
+    assert (await types_of(store, enqueued.instance_id)).count(EventType.COMPLETED) == 1
+
+
+async def test_an_instance_that_keeps_losing_its_worker_is_dead_lettered(store: Store) -> None:
+    workflow = Workflow(
+        "poison", handlers=dict(noop.handlers), initial="run", retry=RetryPolicy(max_attempts=10)
+    )
+    engine = make_engine(store, workflow)
+    enqueued = await engine.enqueue("poison")
+    statuses = []
+    for _ in range(3):  # claimed, then the worker vanishes: its lease runs out
+        assert len(await store.claim("doomed", ["poison"], 10, 30.0)) == 1
+        async with store.connection() as conn:
+            await conn.execute(
+                "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+            )
+        recovered = await store.recover_expired_leases(max_recoveries=2)
+        statuses.append([t.status for t in recovered])
+    assert statuses == [[Status.PENDING], [Status.PENDING], [Status.FAILED]]
+    dead = await engine.get(enqueued.instance_id)
+    assert dead is not None
+    assert dead.recoveries == 3
+    assert dead.last_error is not None
+    assert dead.last_error.startswith("dead-lettered: its worker was lost 3 times")
+    events = await store.instance_events_after(enqueued.instance_id, 0, 100)
+    assert [e.type for e in events].count(EventType.FAILED) == 1
+    assert events[-1].type == EventType.FAILED
+    assert events[-1].error == dead.last_error
+    retried = await engine.retry(enqueued.instance_id)  # a manual retry starts the count again
+    assert retried.recoveries == 0

@@ -1,0 +1,45 @@
+"""Every connection carries its process's name and PostgreSQL-side timeouts (RELIABILITY F10)."""
+
+import asyncpg
+
+from app.config import Settings
+from app.services import open_services
+from app.store import open_store
+from app.store.pool import Timeouts
+
+
+async def test_pooled_connections_carry_the_configured_timeouts(database_url: str) -> None:
+    timeouts = Timeouts(statement_ms=1234, lock_ms=567, idle_in_transaction_ms=8900)
+    async with (
+        open_store(database_url, application_name="laneway-test-pool", timeouts=timeouts) as store,
+        store.connection() as conn,
+    ):
+        shown = await conn.fetchrow(
+            "SELECT current_setting('statement_timeout') AS statement,"
+            "       current_setting('lock_timeout') AS lock,"
+            "       current_setting('idle_in_transaction_session_timeout') AS idle,"
+            "       current_setting('application_name') AS name"
+        )
+    assert dict(shown) == {
+        "statement": "1234ms",
+        "lock": "567ms",
+        "idle": "8900ms",
+        "name": "laneway-test-pool",
+    }
+
+
+async def test_a_process_names_its_connections_by_role_and_owner(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    settings = Settings(database_url=database_url, owner_id="w7", lock_timeout_seconds=3)
+    async with open_services(settings, role="worker") as services:
+        async with services.store.connection() as conn:
+            lock_timeout = await conn.fetchval("SELECT current_setting('lock_timeout')")
+        names = {
+            row["application_name"]
+            for row in await admin.fetch(
+                "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE '%-w7'"
+            )
+        }
+    assert lock_timeout == "3s"
+    assert names == {"laneway-worker-w7", "laneway-listener-w7"}
