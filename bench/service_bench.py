@@ -267,6 +267,11 @@ def server_env(database_url: str, port: int, *, engine: bool) -> dict[str, str]:
         LANEWAY_ENGINE="1" if engine else "0",
         PORT=str(port),
         HOST="127.0.0.1",
+        # One client machine opens every connection here: per-client limits would measure
+        # the limiter, not the service.
+        LANEWAY_RATE_LIMIT="0",
+        LANEWAY_WS_HANDSHAKES_PER_MINUTE="0",
+        LANEWAY_WS_CONNECTIONS_PER_TOKEN="0",
     )
     return env
 

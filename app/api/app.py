@@ -27,6 +27,7 @@ from strawberry.types.unset import UNSET, UnsetType
 
 from app.api.auth import Access
 from app.api.context import RequestContext, get_context
+from app.api.fanout import EventRenderer, LanewayTransportWSHandler
 from app.api.limits import MAX_BODY_BYTES, RequestLimits, strict_json_loads
 from app.api.routes import healthz, home
 from app.api.schema import MAX_TOKENS, build_schema, schema
@@ -43,7 +44,11 @@ NO_ACK_PAYLOAD: UnsetType = UNSET
 
 
 class LanewayGraphQL(GraphQL[RequestContext, None]):
-    """Strawberry's ASGI view with our context, websocket auth and strict JSON."""
+    """Strawberry's ASGI view with our context, websocket auth, strict JSON, and event fan-out
+    that renders each event once per selection (fanout.py)."""
+
+    graphql_transport_ws_handler_class = LanewayTransportWSHandler
+    event_renderer: EventRenderer | None = None
 
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket
@@ -61,14 +66,17 @@ class LanewayGraphQL(GraphQL[RequestContext, None]):
 
 
 def graphql_view(settings: Settings) -> LanewayGraphQL:
-    return LanewayGraphQL(
-        schema if settings.graphiql else build_schema(introspection=False),
+    chosen = schema if settings.graphiql else build_schema(introspection=False)
+    view = LanewayGraphQL(
+        chosen,
         graphql_ide="graphiql" if settings.graphiql else None,
         # The legacy graphql-ws protocol stays off (STACK P11): only graphql-transport-ws.
         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
         connection_init_wait_timeout=CONNECTION_INIT_TIMEOUT,
         max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
     )
+    view.event_renderer = EventRenderer(chosen)
+    return view
 
 
 def create_app(settings: Settings, *, workflows: Iterable[Workflow] = ()) -> Starlette:
@@ -119,6 +127,9 @@ def server_config(app: Starlette, *, host: str, port: int) -> uvicorn.Config:
         host=host,
         port=port,
         ws_max_size=WS_MAX_MESSAGE_BYTES,
+        # Compressing every frame cost about as much CPU as everything else a delivery does,
+        # for payloads of a few hundred bytes; it is also an attack surface (OWASP WS).
+        ws_per_message_deflate=False,
         lifespan="on",
         log_config=None,
         timeout_graceful_shutdown=10,

@@ -276,7 +276,7 @@ async def test_a_killed_listener_connection_loses_no_row_update(
         await expect(dashboard.row(before)).to_have_attribute("data-status", "completed")
         killed = await admin.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'laneway-listener' AND datname = current_database()"
+            "WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
         )
         assert killed == 1
         after = await enqueue_hello(server, "after")

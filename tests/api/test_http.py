@@ -74,7 +74,7 @@ async def test_healthz_is_503_when_the_listener_is_down(
         try:
             await admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'laneway-listener' AND datname = current_database()"
+                "WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
             )
 
             async def unhealthy() -> bool:

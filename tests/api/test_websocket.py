@@ -174,7 +174,7 @@ async def test_every_event_arrives_once_in_order_across_a_killed_listener(
     await wait_until(midway)
     killed = await admin.fetchval(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-        "WHERE application_name = 'laneway-listener' AND datname = current_database()"
+        "WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
     )
     assert killed == 1
     for n in range(10):
