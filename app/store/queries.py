@@ -143,18 +143,38 @@ SELECT name, count(*) AS pending
 
 # $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
 # ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
-# $11 parent ids: one row per element. A row whose keys conflict is skipped (not returned).
-INSERT_INSTANCES = f"""
-INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
-SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
-       now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
-       u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id
-  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
-              $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[])
-       AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params, first_action,
-             idempotency_key, singleton_key, parent_id)
-ON CONFLICT DO NOTHING
-RETURNING {INSTANCE_COLUMNS}
+# $11 parent ids: one row per element; $12 the event-append advisory lock key.
+# One statement, so one round trip and one implicit transaction: the rows, their `enqueued`
+# events (ids drawn under the append lock, as in APPEND_EVENTS) and the doorbell. A row whose
+# keys conflict is skipped (not returned, no event). The lock is taken only once every row is
+# inserted (the count reads them all): an insert may wait for another transaction (a key
+# conflict still in flight), and waiting while holding the append lock could deadlock with a
+# transaction that holds that row and wants the lock.
+ENQUEUE_INSTANCES = f"""
+WITH inserted AS (
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+    SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
+           now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
+           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id
+      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[])
+           AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
+                 first_action, idempotency_key, singleton_key, parent_id)
+    ON CONFLICT DO NOTHING
+    RETURNING {INSTANCE_COLUMNS}
+),
+appended AS (
+    INSERT INTO laneway.events (instance_id, name, type, status, at, attempt)
+    SELECT inserted.instance_id, inserted.name, 'enqueued', inserted.status, clock_timestamp(), 0
+      FROM inserted
+     WHERE (SELECT pg_advisory_xact_lock($12)
+              FROM (SELECT count(*) FROM inserted) AS all_inserted) IS NOT NULL
+    RETURNING event_id
+)
+SELECT inserted.*,
+       (SELECT pg_notify('laneway_events', json_build_object('e', max(event_id))::text)
+          FROM appended) AS rang
+  FROM inserted
 """
 
 # $1 instance id
@@ -213,7 +233,8 @@ SELECT EXISTS (SELECT 1
 # $1 registered workflow names (text[])
 # Locks the queues that have due work for this process; a queue another process is claiming
 # from is skipped this round. The claim itself runs as the next statement, so its snapshot
-# sees every claim committed by the previous holder of the queue lock.
+# sees every claim committed by the previous holder of the queue lock. NO KEY UPDATE: claimers
+# exclude each other, while enqueues (whose foreign key check takes KEY SHARE) never wait.
 LOCK_CLAIMABLE_QUEUES = """
 SELECT q.name
   FROM laneway.queues AS q
@@ -225,7 +246,7 @@ SELECT q.name
                   AND i.run_after <= now()
                   AND i.name = ANY($1::text[]))
  ORDER BY q.name
-   FOR UPDATE OF q SKIP LOCKED
+   FOR NO KEY UPDATE OF q SKIP LOCKED
 """
 
 # $1 owner id, $2 locked queue names (text[]), $3 registered workflow names (text[]),

@@ -310,38 +310,27 @@ class Store:
         return result
 
     async def enqueue_many(self, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
-        """Enqueue instances in one statement and one transaction (one commit, one NOTIFY).
+        """Enqueue instances with their `enqueued` events in one statement (one commit, one
+        NOTIFY).
 
         Results come in the order of `batch`; an instance whose keys name an existing one
-        returns that one, not created.
+        returns that one, not created. The unique indexes decide races; a conflicting row that
+        vanished before it could be read (a singleton that just ended) lets the next insert
+        round through.
         """
         if not batch:
             return []
         async with self._pool.acquire() as conn:
             for queue in {new.queue for new in batch}:
                 await self._ensure_queue(conn, queue)
-            async with conn.transaction():
-                results = await self._insert_or_find(conn, batch)
-                await self._append_events(
-                    conn,
-                    [
-                        _event_for(r.instance, EventType.ENQUEUED, attempt=0)
-                        for r in results
-                        if r.created
-                    ],
-                )
-        return results
+            return await self._enqueue_on(conn, batch)
 
-    async def _insert_or_find(
-        self, conn: Conn, batch: Sequence[NewInstance]
-    ) -> list[EnqueueResult]:
-        # The unique indexes decide races. A conflicting row that vanished before it could be
-        # read (a singleton that just ended) lets the next insert round through.
+    async def _enqueue_on(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
         found: dict[UUID, EnqueueResult] = {}
         todo = list(batch)
         for _ in range(5):
             rows = await conn.fetch(
-                queries.INSERT_INSTANCES,
+                queries.ENQUEUE_INSTANCES,
                 [n.instance_id for n in todo],
                 [n.name for n in todo],
                 [n.queue for n in todo],
@@ -353,6 +342,7 @@ class Store:
                 [n.idempotency_key for n in todo],
                 [n.singleton_key for n in todo],
                 [n.parent_id for n in todo],
+                EVENTS_LOCK_KEY,
             )
             for row in rows:
                 found[row["instance_id"]] = EnqueueResult(
@@ -761,16 +751,8 @@ class Store:
                 new, next_run_at = plan(schedule, now)
                 if new is not None:
                     await self._ensure_queue(conn, new.queue)
-                    results.extend(await self._insert_or_find(conn, [new]))
+                    results.extend(await self._enqueue_on(conn, [new]))
                 await conn.execute(queries.ADVANCE_SCHEDULE, schedule.name, next_run_at)
-            await self._append_events(
-                conn,
-                [
-                    _event_for(r.instance, EventType.ENQUEUED, attempt=0)
-                    for r in results
-                    if r.created
-                ],
-            )
         return results
 
     # -- administration --------------------------------------------------------------------------
