@@ -84,7 +84,6 @@ INSTANCE_COLUMNS = (
     " singleton_key, owner_id, lease_expires_at, lease_epoch, recoveries, parent_id, stage,"
     " checkpoint, progress, message"
 )
-RETURNED_BY_CLAIM = ", ".join(f"i.{name}" for name in INSTANCE_COLUMNS.split(", ")) + ", i.seq"
 
 # ---------------------------------------------------------------------------------------------
 # instances: reads
@@ -230,85 +229,14 @@ SELECT EXISTS (SELECT 1
                   AND NOT q.paused) AS claimable
 """
 
-# $1 registered workflow names (text[])
-# Locks the queues that have due work for this process; a queue another process is claiming
-# from is skipped this round. The claim itself runs as the next statement, so its snapshot
-# sees every claim committed by the previous holder of the queue lock. NO KEY UPDATE: claimers
-# exclude each other, while enqueues (whose foreign key check takes KEY SHARE) never wait.
-LOCK_CLAIMABLE_QUEUES = """
-SELECT q.name
-  FROM laneway.queues AS q
- WHERE NOT q.paused
-   AND EXISTS (SELECT 1
-                 FROM laneway.instances AS i
-                WHERE i.queue = q.name
-                  AND i.status = 'pending'
-                  AND i.run_after <= now()
-                  AND i.name = ANY($1::text[]))
- ORDER BY q.name
-   FOR NO KEY UPDATE OF q SKIP LOCKED
-"""
-
-# $1 owner id, $2 locked queue names (text[]), $3 registered workflow names (text[]),
-# $4 at most this many instances, $5 lease seconds
-# Per queue: free slots = concurrency - running (across all processes), and, for a
-# rate-limited queue, the whole tokens in its bucket (refilled at rate/60 per second, holding
-# at most one second's worth or one token). Tokens spent are written back.
-CLAIM_INSTANCES = f"""
-WITH allowance AS (
-    SELECT q.name, q.rate_per_minute, t.tokens_now,
-           LEAST(q.concurrency - (SELECT count(*)
-                                    FROM laneway.instances AS r
-                                   WHERE r.queue = q.name
-                                     AND r.status = 'running'),
-                 COALESCE(floor(t.tokens_now)::integer, $4::integer)) AS slots
-      FROM laneway.queues AS q
-     CROSS JOIN LATERAL (
-        SELECT CASE WHEN q.rate_per_minute IS NULL THEN NULL
-                    ELSE LEAST(GREATEST(q.rate_per_minute / 60.0, 1.0),
-                               q.tokens + EXTRACT(EPOCH FROM now() - q.tokens_at)
-                                          * q.rate_per_minute / 60.0)
-               END AS tokens_now) AS t
-     WHERE q.name = ANY($2::text[])
-),
-picked AS (
-    SELECT p.instance_id, p.priority, p.run_after, p.seq
-      FROM allowance AS a
-     CROSS JOIN LATERAL (
-        SELECT i.instance_id, i.priority, i.run_after, i.seq
-          FROM laneway.instances AS i
-         WHERE i.queue = a.name
-           AND i.status = 'pending'
-           AND i.run_after <= now()
-           AND i.name = ANY($3::text[])
-         ORDER BY i.priority DESC, i.run_after, i.seq
-         LIMIT GREATEST(a.slots, 0)
-           FOR UPDATE SKIP LOCKED) AS p
-     ORDER BY p.priority DESC, p.run_after, p.seq
-     LIMIT $4
-),
-claimed AS (
-    UPDATE laneway.instances AS i
-       SET status = 'running', owner_id = $1, attempts = i.attempts + 1,
-           lease_epoch = i.lease_epoch + 1, claimed_at = now(), lease_renewed_at = now(),
-           lease_expires_at = now() + $5::double precision * interval '1 second',
-           updated_at = now()
-      FROM picked
-     WHERE i.instance_id = picked.instance_id
-    RETURNING {RETURNED_BY_CLAIM}
-),
-spent AS (
-    UPDATE laneway.queues AS q
-       SET tokens = a.tokens_now - c.n, tokens_at = now()
-      FROM allowance AS a,
-           (SELECT claimed.queue, count(*) AS n FROM claimed GROUP BY claimed.queue) AS c
-     WHERE q.name = a.name
-       AND c.queue = a.name
-       AND a.rate_per_minute IS NOT NULL
-)
+# $1 owner id, $2 registered workflow names (text[]), $3 at most this many instances,
+# $4 lease seconds, $5 the event-append advisory lock key
+# The whole claim (queue locks, caps and token buckets, the rows, their `started` events and
+# the doorbell) in one round trip: see migrations/0004_claim_function.sql for why it is a
+# function and what it does.
+CLAIM = f"""
 SELECT {INSTANCE_COLUMNS}
-  FROM claimed
- ORDER BY priority DESC, run_after, seq
+  FROM laneway.claim($1, $2::text[], $3, $4, $5)
 """
 
 # $1 max rows, $2 recovery cap

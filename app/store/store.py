@@ -421,19 +421,11 @@ class Store:
         """Claim up to `limit` due instances within every queue's caps, across processes."""
         if limit <= 0 or not workflow_names:
             return []
-        names = list(workflow_names)
-        async with self._pool.acquire() as conn, conn.transaction():
-            locked = [row["name"] for row in await conn.fetch(queries.LOCK_CLAIMABLE_QUEUES, names)]
-            if not locked:
-                return []
+        async with self._pool.acquire() as conn:
             rows = await conn.fetch(
-                queries.CLAIM_INSTANCES, owner_id, locked, names, limit, lease_seconds
+                queries.CLAIM, owner_id, list(workflow_names), limit, lease_seconds, EVENTS_LOCK_KEY
             )
-            records = [instance_from_row(row) for row in rows]
-            await self._append_events(
-                conn, [_event_for(r, EventType.STARTED, attempt=r.attempts) for r in records]
-            )
-        return records
+        return [instance_from_row(row) for row in rows]
 
     async def due_work(self, workflow_names: Sequence[str]) -> DueWork:
         """One statement telling an idle engine which kinds of work are waiting."""

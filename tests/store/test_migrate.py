@@ -56,7 +56,7 @@ QUERY_NAMES = [
     for name, value in vars(queries).items()
     if name.isupper()
     and isinstance(value, str)
-    and name not in {"CREATE_MIGRATIONS_TABLE", "INSTANCE_COLUMNS", "RETURNED_BY_CLAIM"}
+    and name not in {"CREATE_MIGRATIONS_TABLE", "INSTANCE_COLUMNS"}
 ]
 
 
