@@ -310,71 +310,121 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 # ---------------------------------------------------------------------------------------------
 # runner writes, fenced by owner id and batched (one statement for many instances)
 
-# $1 owner id, $2 lease seconds, $3 instance ids, $4 states (json text[]), $5 next actions,
-# $6 next params (json text[]), $7 progress (float8[]), $8 messages, $9 stages,
-# $10 pause labels (NULL: keep running), $11 lease epochs (bigint[])
-# A checkpoint with a pause label parks the instance: paused, no owner, no lease, no slot;
-# resuming it makes it pending again at the checkpointed action with fresh attempts.
-CHECKPOINT_INSTANCES = """
-UPDATE laneway.instances AS i
-   SET state = u.state::jsonb, next_action = u.next_action, next_params = u.next_params::jsonb,
-       progress = COALESCE(u.progress, i.progress), message = COALESCE(u.message, i.message),
-       stage = COALESCE(u.stage, i.stage),
-       status = CASE WHEN u.pause_label IS NULL THEN 'running' ELSE 'paused' END,
-       checkpoint = u.pause_label,
-       attempts = CASE WHEN u.pause_label IS NULL THEN 1 ELSE 0 END,
-       owner_id = CASE WHEN u.pause_label IS NULL THEN i.owner_id END,
-       lease_expires_at = CASE WHEN u.pause_label IS NULL
-                               THEN now() + $2::double precision * interval '1 second' END,
-       lease_renewed_at = now(), updated_at = now()
-  FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-              $9::text[], $10::text[], $11::bigint[])
-       AS u (instance_id, state, next_action, next_params, progress, message, stage, pause_label,
-             epoch)
- WHERE i.instance_id = u.instance_id
-   AND i.owner_id = $1
-   AND i.lease_epoch = u.epoch
-   AND i.status = 'running'
-RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage, i.checkpoint
-"""
-
-# $1 owner id, $2 instance ids, $3 results (json text[]), $4 states (json text[]),
-# $5 lease epochs (bigint[])
-COMPLETE_INSTANCES = """
-UPDATE laneway.instances AS i
-   SET status = 'completed', result = u.result::jsonb, state = u.state::jsonb,
-       next_action = NULL, next_params = NULL, progress = 1, owner_id = NULL,
-       lease_expires_at = NULL, updated_at = now(), finished_at = now()
-  FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[])
-       AS u (instance_id, result, state, epoch)
- WHERE i.instance_id = u.instance_id
-   AND i.owner_id = $1
-   AND i.lease_epoch = u.epoch
-   AND i.status = 'running'
-RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
-"""
-
-# $1 owner id, $2 instance ids, $3 errors, $4 retry delays in ms, $5 final flags,
-# $6 lease epochs (bigint[])
-# An attempt failed: with attempts left (and not final) the instance waits out the backoff as
-# pending, keeping the state and action of its last checkpoint; otherwise it ends failed.
-FAIL_ATTEMPTS = """
-UPDATE laneway.instances AS i
-   SET status = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
-                     THEN 'pending' ELSE 'failed' END,
-       run_after = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
-                        THEN now() + u.delay_ms * interval '1 millisecond'
-                        ELSE i.run_after END,
-       finished_at = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
-                          THEN NULL ELSE now() END,
-       last_error = u.error, owner_id = NULL, lease_expires_at = NULL, updated_at = now()
-  FROM unnest($2::uuid[], $3::text[], $4::float8[], $5::boolean[], $6::bigint[])
-       AS u (instance_id, error, delay_ms, final, epoch)
- WHERE i.instance_id = u.instance_id
-   AND i.owner_id = $1
-   AND i.lease_epoch = u.epoch
-   AND i.status = 'running'
-RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+# $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
+# checkpoints: $4 instance ids, $5 states (json text[]), $6 next actions, $7 next params (json
+#   text[]), $8 progress (float8[]), $9 messages, $10 stages, $11 pause labels (NULL: keep
+#   running), $12 lease epochs, $13 attempts (for their events);
+# completions: $14 instance ids, $15 results (json text[]), $16 states (json text[]),
+#   $17 lease epochs;
+# failed attempts: $18 instance ids, $19 errors, $20 retry delays in ms, $21 final flags,
+#   $22 lease epochs.
+# The group commit of many runners' writes: one statement, one round trip, one transaction.
+# Every write is fenced by (owner, lease epoch) and a running status; a write that matches
+# nothing returns no row (its lease is lost). Each instance appears at most once per batch.
+# - A checkpoint saves state and the next action and renews the lease; with a pause label it
+#   parks the instance instead: paused, no owner, no lease, no slot (resuming makes it pending
+#   again at the checkpointed action with fresh attempts).
+# - A failed attempt with attempts left (and not final) waits out its backoff as pending,
+#   keeping the state and action of its last checkpoint; otherwise the instance ends failed.
+# - Instances that ended give up their entity locks. Events are appended under the append
+#   lock once every row is written and every lock row deleted (the gate reads both counts;
+#   waiting on a row while holding the append lock could deadlock), then the doorbell rings.
+WRITE_RUNNER_BATCH = """
+WITH checkpointed AS (
+    UPDATE laneway.instances AS i
+       SET state = u.state::jsonb, next_action = u.next_action,
+           next_params = u.next_params::jsonb,
+           progress = COALESCE(u.progress, i.progress), message = COALESCE(u.message, i.message),
+           stage = COALESCE(u.stage, i.stage),
+           status = CASE WHEN u.pause_label IS NULL THEN 'running' ELSE 'paused' END,
+           checkpoint = u.pause_label,
+           attempts = CASE WHEN u.pause_label IS NULL THEN 1 ELSE 0 END,
+           owner_id = CASE WHEN u.pause_label IS NULL THEN i.owner_id END,
+           lease_expires_at = CASE WHEN u.pause_label IS NULL
+                                   THEN now() + $2::double precision * interval '1 second' END,
+           lease_renewed_at = now(), updated_at = now()
+      FROM unnest($4::uuid[], $5::text[], $6::text[], $7::text[], $8::float8[], $9::text[],
+                  $10::text[], $11::text[], $12::bigint[], $13::integer[])
+           AS u (instance_id, state, next_action, next_params, progress, message, stage,
+                 pause_label, epoch, attempt)
+     WHERE i.instance_id = u.instance_id
+       AND i.owner_id = $1
+       AND i.lease_epoch = u.epoch
+       AND i.status = 'running'
+    RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage, i.checkpoint,
+              u.attempt AS event_attempt
+),
+completed AS (
+    UPDATE laneway.instances AS i
+       SET status = 'completed', result = u.result::jsonb, state = u.state::jsonb,
+           next_action = NULL, next_params = NULL, progress = 1, owner_id = NULL,
+           lease_expires_at = NULL, updated_at = now(), finished_at = now()
+      FROM unnest($14::uuid[], $15::text[], $16::text[], $17::bigint[])
+           AS u (instance_id, result, state, epoch)
+     WHERE i.instance_id = u.instance_id
+       AND i.owner_id = $1
+       AND i.lease_epoch = u.epoch
+       AND i.status = 'running'
+    RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
+),
+failed AS (
+    UPDATE laneway.instances AS i
+       SET status = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+                         THEN 'pending' ELSE 'failed' END,
+           run_after = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+                            THEN now() + u.delay_ms * interval '1 millisecond'
+                            ELSE i.run_after END,
+           finished_at = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+                              THEN NULL ELSE now() END,
+           last_error = u.error, owner_id = NULL, lease_expires_at = NULL, updated_at = now()
+      FROM unnest($18::uuid[], $19::text[], $20::float8[], $21::boolean[], $22::bigint[])
+           AS u (instance_id, error, delay_ms, final, epoch)
+     WHERE i.instance_id = u.instance_id
+       AND i.owner_id = $1
+       AND i.lease_epoch = u.epoch
+       AND i.status = 'running'
+    RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+),
+written AS (
+    SELECT c.instance_id, c.name, c.queue, c.status, c.attempts, NULL::text AS last_error,
+           c.stage, c.checkpoint,
+           CASE WHEN c.status = 'paused' THEN 'paused' ELSE 'checkpoint' END AS event_type,
+           c.event_attempt
+      FROM checkpointed AS c
+    UNION ALL
+    SELECT d.instance_id, d.name, d.queue, d.status, d.attempts, NULL, NULL, NULL,
+           'completed', d.attempts
+      FROM completed AS d
+    UNION ALL
+    SELECT f.instance_id, f.name, f.queue, f.status, f.attempts, f.last_error, NULL, NULL,
+           CASE WHEN f.status = 'pending' THEN 'retrying' ELSE 'failed' END, f.attempts
+      FROM failed AS f
+),
+unlocked AS (
+    DELETE FROM laneway.locks
+     WHERE owner_instance IN (SELECT instance_id FROM written
+                               WHERE status IN ('completed', 'failed'))
+    RETURNING owner_instance
+),
+appended AS (
+    INSERT INTO laneway.events (instance_id, name, type, status, at, attempt, error, stage, checkpoint)
+    SELECT w.instance_id, w.name, w.event_type, w.status, clock_timestamp(), w.event_attempt,
+           w.last_error, w.stage, w.checkpoint
+      FROM written AS w
+     WHERE (SELECT CASE WHEN n.rows > 0 THEN pg_advisory_xact_lock($3) END
+              FROM (SELECT (SELECT count(*) FROM written) AS rows,
+                           (SELECT count(*) FROM unlocked) AS released) AS n) IS NOT NULL
+    RETURNING event_id
+),
+rang AS (
+    SELECT pg_notify('laneway_events', json_build_object('e', max(event_id))::text)
+      FROM appended
+    HAVING count(*) > 0
+)
+SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
+       w.checkpoint
+  FROM written AS w
+ WHERE (SELECT count(*) FROM rang) >= 0
 """
 
 # $1 terminal instance ids (uuid[]): their entity locks go with them

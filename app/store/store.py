@@ -503,66 +503,33 @@ class Store:
         checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
         completions = [w for w in writes if isinstance(w, CompleteWrite)]
         failures = [w for w in writes if isinstance(w, FailWrite)]
-        attempts = {w.instance_id: w.attempt for w in writes}
-        transitions: list[Transition] = []
-        events: list[NewEvent] = []
-        async with self._pool.acquire() as conn, conn.transaction():
-            if checkpoints:
-                rows = await conn.fetch(
-                    queries.CHECKPOINT_INSTANCES,
-                    owner_id,
-                    lease_seconds,
-                    [w.instance_id for w in checkpoints],
-                    [w.state_json for w in checkpoints],
-                    [w.next_action for w in checkpoints],
-                    [w.next_params_json for w in checkpoints],
-                    [w.progress for w in checkpoints],
-                    [w.message for w in checkpoints],
-                    [w.stage for w in checkpoints],
-                    [w.pause_label for w in checkpoints],
-                    [w.epoch for w in checkpoints],
-                )
-                for row in rows:
-                    t = transition_from_row(row)
-                    transitions.append(t)
-                    paused = t.status == Status.PAUSED
-                    events.append(
-                        _transition_event(
-                            t,
-                            EventType.PAUSED if paused else EventType.CHECKPOINT,
-                            attempts[t.instance_id],
-                        )
-                    )
-            if completions:
-                rows = await conn.fetch(
-                    queries.COMPLETE_INSTANCES,
-                    owner_id,
-                    [w.instance_id for w in completions],
-                    [w.result_json for w in completions],
-                    [w.state_json for w in completions],
-                    [w.epoch for w in completions],
-                )
-                for row in rows:
-                    t = transition_from_row(row)
-                    transitions.append(t)
-                    events.append(_transition_event(t))
-            if failures:
-                rows = await conn.fetch(
-                    queries.FAIL_ATTEMPTS,
-                    owner_id,
-                    [w.instance_id for w in failures],
-                    [w.error for w in failures],
-                    [w.delay_ms for w in failures],
-                    [w.final for w in failures],
-                    [w.epoch for w in failures],
-                )
-                for row in rows:
-                    t = transition_from_row(row)
-                    transitions.append(t)
-                    events.append(_transition_event(t))
-            await self._release_locks_of_terminal(conn, transitions)
-            await self._append_events(conn, events)
-        return transitions
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(
+                queries.WRITE_RUNNER_BATCH,
+                owner_id,
+                lease_seconds,
+                EVENTS_LOCK_KEY,
+                [w.instance_id for w in checkpoints],
+                [w.state_json for w in checkpoints],
+                [w.next_action for w in checkpoints],
+                [w.next_params_json for w in checkpoints],
+                [w.progress for w in checkpoints],
+                [w.message for w in checkpoints],
+                [w.stage for w in checkpoints],
+                [w.pause_label for w in checkpoints],
+                [w.epoch for w in checkpoints],
+                [w.attempt for w in checkpoints],
+                [w.instance_id for w in completions],
+                [w.result_json for w in completions],
+                [w.state_json for w in completions],
+                [w.epoch for w in completions],
+                [w.instance_id for w in failures],
+                [w.error for w in failures],
+                [w.delay_ms for w in failures],
+                [w.final for w in failures],
+                [w.epoch for w in failures],
+            )
+        return [transition_from_row(row) for row in rows]
 
     async def _release_locks_of_terminal(
         self, conn: Conn, transitions: Sequence[Transition]
