@@ -79,6 +79,12 @@ class Settings:
     idle_in_transaction_timeout_seconds: float = 60.0
     pool_size: int = 10
     graphiql: bool = True
+    rate_limit_per_second: float = 20.0
+    rate_burst: int = 40
+    ws_handshakes_per_minute: int = 10
+    ws_connections_per_token: int = 5
+    limit_local_clients: bool = False
+    operation_timeout_seconds: float = 10.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -113,6 +119,16 @@ class Settings:
             ),
             pool_size=int(_number(environ, "LANEWAY_POOL_SIZE", 10, 2)),
             graphiql=_flag(environ, "LANEWAY_GRAPHIQL", True),
+            rate_limit_per_second=_number(environ, "LANEWAY_RATE_LIMIT", 20.0, 0.0),
+            rate_burst=int(_number(environ, "LANEWAY_RATE_BURST", 40, 1)),
+            ws_handshakes_per_minute=int(
+                _number(environ, "LANEWAY_WS_HANDSHAKES_PER_MINUTE", 10, 0)
+            ),
+            ws_connections_per_token=int(
+                _number(environ, "LANEWAY_WS_CONNECTIONS_PER_TOKEN", 5, 0)
+            ),
+            operation_timeout_seconds=_number(environ, "LANEWAY_OPERATION_TIMEOUT", 10.0, 0.0),
+            limit_local_clients=_flag(environ, "LANEWAY_LIMIT_LOCAL_CLIENTS", False),
         )
 
     def check_bind(self, host: str) -> None:

@@ -15,7 +15,6 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
@@ -28,9 +27,10 @@ from strawberry.types.unset import UNSET, UnsetType
 from app.api.auth import Access
 from app.api.context import RequestContext, get_context
 from app.api.fanout import EventRenderer, LanewayTransportWSHandler
-from app.api.limits import MAX_BODY_BYTES, RequestLimits, strict_json_loads
+from app.api.limits import strict_json_loads
+from app.api.middleware import middleware_for
 from app.api.routes import healthz, home
-from app.api.schema import MAX_TOKENS, build_schema, schema
+from app.api.schema import build_schema, schema
 from app.config import Settings
 from app.engine import Workflow
 from app.services import open_services
@@ -113,9 +113,7 @@ def create_app(settings: Settings, *, workflows: Iterable[Workflow] = ()) -> Sta
             Route("/graphql", view),
             WebSocketRoute("/graphql", view),
         ],
-        middleware=[
-            Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS)
-        ],
+        middleware=middleware_for(settings),
         lifespan=lifespan,
     )
 

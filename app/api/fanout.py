@@ -45,7 +45,7 @@ from strawberry.types.base import get_object_definition
 
 from app.api.auth import require
 from app.api.context import RequestContext
-from app.api.errors import MASKED_MESSAGE
+from app.api.errors import public_error
 from app.api.query import parse_event_id, parse_instance_id
 from app.api.subscription import event_matcher
 from app.api.types import WorkflowEvent
@@ -222,11 +222,12 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
             final: dict[str, Any] = {"id": operation.id, "type": "complete"}
         except WebSocketDisconnected:
             return
-        except Exception:
-            # The hub closed or failed under the stream: the client resubscribes with its
-            # last event id. Logged once here; the client sees only the masked message.
+        except Exception as exc:
+            # The hub or the database failed under the stream: the client resubscribes with its
+            # last event id. Logged once here; the client sees SERVICE_UNAVAILABLE or the
+            # masked message, as on the ordinary path.
             logger.exception("event stream failed", extra={"operation": operation.id})
-            final = {"id": operation.id, "type": "error", "payload": [{"message": MASKED_MESSAGE}]}
+            final = {"id": operation.id, "type": "error", "payload": [public_error(exc)]}
         with suppress(WebSocketDisconnected):
             await operation.send_operation_message(final)  # type: ignore[arg-type]
 

@@ -1,16 +1,25 @@
-"""Request limits in front of /graphql: body size, strict JSON, one operation per document.
+"""Request limits in front of /graphql: body size, strict JSON, one operation per document,
+and the operation wall clock.
 
-Owns RequestLimits, a pure ASGI middleware, and `strict_json_loads`, which the GraphQL view
-also uses for websocket frames and GET variables. Everything it rejects is answered with a
-4xx and a small JSON body before Strawberry sees it; nothing here may ever end in a 500.
+Owns RequestLimits and OperationDeadline, pure ASGI middlewares, and `strict_json_loads`,
+which the GraphQL view also uses for websocket frames and GET variables. Everything
+RequestLimits rejects is answered with a 4xx and a small JSON body before Strawberry sees it;
+nothing here may ever end in a 500. The decoded body is left in the scope under DECODED_BODY
+for the rate limiter, so a body is parsed once.
 """
 
+import asyncio
 import json
+import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from graphql import GraphQLError, OperationDefinitionNode, parse
+
+from app.api.errors import TIMEOUT, send_error
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,6 +31,7 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 4300  # CPython's own int_max_str_digits default
 PARSE_ERROR = "Unable to parse request body as JSON"
+DECODED_BODY = "laneway.decoded_body"
 NEED_OPERATION_NAME = "Must provide operation name if query contains multiple operations."
 
 
@@ -113,21 +123,6 @@ def has_several_unnamed_operations(body: object, max_tokens: int) -> bool:
     return len(operations) > 1
 
 
-async def _send_error(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"errors": [{"message": message}]}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 class BodyTooLargeError(Exception):
     """The request body is larger than the limit."""
 
@@ -171,7 +166,7 @@ class RequestLimits:
             return
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
-            await _send_error(send, 413, "Request body too large.")
+            await send_error(send, 413, "Request body too large.")
             return
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -179,17 +174,18 @@ class RequestLimits:
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except BodyTooLargeError:
-            await _send_error(send, 413, "Request body too large.")
+            await send_error(send, 413, "Request body too large.")
             return
         if _is_json(scope):
             try:
                 parsed = strict_json_loads(body)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                await _send_error(send, 400, PARSE_ERROR)
+                await send_error(send, 400, PARSE_ERROR)
                 return
             if has_several_unnamed_operations(parsed, self.max_tokens):
-                await _send_error(send, 400, NEED_OPERATION_NAME)
+                await send_error(send, 400, NEED_OPERATION_NAME)
                 return
+            scope[DECODED_BODY] = parsed
         await self.app(scope, _replay(body, receive), send)
 
 
@@ -222,3 +218,42 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+class OperationDeadline:
+    """Pure ASGI middleware: a GraphQL request on `path` must answer within `seconds`.
+
+    Past the deadline the request is cancelled (its transaction rolls back) and answered
+    504 with code TIMEOUT. Once the response has started the clock stops, so streamed
+    subscriptions are exempt. `seconds` 0 turns the deadline off.
+    """
+
+    def __init__(self, app: ASGIApp, *, seconds: float, path: str = "/graphql") -> None:
+        self.app = app
+        self.seconds = seconds
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].rstrip("/") != self.path or not self.seconds:
+            await self.app(scope, receive, send)
+            return
+        started = False
+        deadline = asyncio.timeout(self.seconds)
+
+        async def timed_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                deadline.reschedule(None)
+            await send(message)
+
+        try:
+            async with deadline:
+                await self.app(scope, receive, timed_send)
+        except TimeoutError:
+            if started or not deadline.expired():
+                raise
+            logger.warning("operation timed out", extra={"seconds": self.seconds})
+            await send_error(
+                send, 504, f"The operation took longer than {self.seconds:g} s.", TIMEOUT
+            )

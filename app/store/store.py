@@ -12,7 +12,7 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
+from asyncpg.pool import PoolAcquireContext, PoolConnectionProxy
 
 from app.errors import InvalidInputError, NotFoundError
 from app.model import (
@@ -47,6 +47,7 @@ from app.store.pool import (
 )
 
 EVENTS_LOCK_KEY = 7_461_726_102  # serialises event appends; see queries.APPEND_EVENTS
+ACQUIRE_TIMEOUT_SECONDS = 5.0  # longest wait for a pooled connection
 DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
 
 Row = asyncpg.Record
@@ -204,10 +205,22 @@ async def open_store(
 class Store:
     """Laneway's tables, behind one method per verb."""
 
-    def __init__(self, pool: asyncpg.Pool, database_url: str) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        database_url: str,
+        *,
+        acquire_timeout: float = ACQUIRE_TIMEOUT_SECONDS,
+    ) -> None:
         self._pool = pool
         self.database_url = database_url
+        self._acquire_timeout = acquire_timeout
         self._known_queues: set[str] = set()
+
+    def _acquire(self) -> "PoolAcquireContext":
+        # A pool that stays exhausted (or a database that stopped answering) fails the call
+        # with TimeoutError instead of queueing it forever.
+        return self._pool.acquire(timeout=self._acquire_timeout)
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -235,12 +248,12 @@ class Store:
 
     async def ping(self) -> None:
         """Raise if the database cannot answer."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             await conn.fetchval(queries.DB_NOW)
 
     async def now(self) -> datetime:
         """The database clock."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             value: datetime = await conn.fetchval(queries.DB_NOW)
             return value
 
@@ -253,7 +266,7 @@ class Store:
 
     async def ensure_queues(self, names: Iterable[str]) -> None:
         """Create queues with default settings where they do not exist yet."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             for name in names:
                 await self._ensure_queue(conn, name)
 
@@ -261,7 +274,7 @@ class Store:
         self, name: str, concurrency: int, rate_per_minute: float | None
     ) -> QueueRecord:
         """Create or change a queue's caps."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, conn.transaction():
             await conn.execute(queries.CONFIGURE_QUEUE, name, concurrency, rate_per_minute)
             self._known_queues.add(name)
             row = await conn.fetchrow(queries.QUEUE_STATS, name)
@@ -270,13 +283,13 @@ class Store:
 
     async def queues(self, name: str | None = None) -> list[QueueRecord]:
         """Queues with their settings and instance counts per status."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             return [queue_from_row(row) for row in await conn.fetch(queries.QUEUE_STATS, name)]
 
     # -- instance reads --------------------------------------------------------------------------
 
     async def get_instance(self, instance_id: UUID) -> InstanceRecord | None:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
         return instance_from_row(row) if row else None
 
@@ -284,7 +297,7 @@ class Store:
         self, where: InstanceFilter, *, limit: int, offset: int
     ) -> list[InstanceRecord]:
         statuses = [s.value for s in where.statuses] if where.statuses is not None else None
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.LIST_INSTANCES,
                 where.name,
@@ -298,7 +311,7 @@ class Store:
 
     async def unregistered_pending(self, registered: Sequence[str]) -> dict[str, int]:
         """Due pending instances per workflow name that `registered` does not include."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(queries.UNREGISTERED_PENDING, list(registered))
         return {row["name"]: row["pending"] for row in rows}
 
@@ -320,7 +333,7 @@ class Store:
         """
         if not batch:
             return []
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             for queue in {new.queue for new in batch}:
                 await self._ensure_queue(conn, queue)
             return await self._enqueue_on(conn, batch)
@@ -370,7 +383,7 @@ class Store:
 
     async def cancel_instance(self, instance_id: UUID) -> tuple[InstanceRecord, bool]:
         """Cancel a non-terminal instance; a terminal one is returned unchanged (False)."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, conn.transaction():
             row = await conn.fetchrow(queries.CANCEL_INSTANCE, instance_id)
             if row is None:
                 return await self._existing(conn, instance_id), False
@@ -385,7 +398,7 @@ class Store:
 
     async def resume_instance(self, instance_id: UUID) -> InstanceRecord | None:
         """Put a paused instance back to pending; None when it is not paused."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, conn.transaction():
             row = await conn.fetchrow(queries.RESUME_INSTANCE, instance_id)
             if row is None:
                 await self._existing(conn, instance_id)
@@ -396,7 +409,7 @@ class Store:
 
     async def retry_instance(self, instance_id: UUID) -> InstanceRecord | None:
         """Put a failed instance back to pending from its last checkpoint; None when not failed."""
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, conn.transaction():
             row = await conn.fetchrow(queries.RETRY_INSTANCE, instance_id)
             if row is None:
                 await self._existing(conn, instance_id)
@@ -421,7 +434,7 @@ class Store:
         """Claim up to `limit` due instances within every queue's caps, across processes."""
         if limit <= 0 or not workflow_names:
             return []
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.CLAIM, owner_id, list(workflow_names), limit, lease_seconds, EVENTS_LOCK_KEY
             )
@@ -429,7 +442,7 @@ class Store:
 
     async def due_work(self, workflow_names: Sequence[str]) -> DueWork:
         """One statement telling an idle engine which kinds of work are waiting."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(queries.DUE_WORK, list(workflow_names))
         assert row is not None
         return DueWork(
@@ -446,7 +459,7 @@ class Store:
         An instance out of attempts, or whose worker was already lost `max_recoveries` times
         (dead-lettered), ends failed instead.
         """
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, conn.transaction():
             rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit, max_recoveries)
             transitions = [transition_from_row(row) for row in rows]
             await self._release_locks_of_terminal(conn, transitions)
@@ -462,7 +475,7 @@ class Store:
         """
         if not leases:
             return set()
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.RENEW_LEASES, owner_id, list(leases), lease_seconds, list(leases.values())
             )
@@ -472,7 +485,7 @@ class Store:
         """Hand unfinished instances (id → lease epoch) back at shutdown; the attempt is free."""
         if not leases:
             return []
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 queries.RELEASE_INSTANCES, owner_id, list(leases), list(leases.values())
             )
@@ -503,7 +516,7 @@ class Store:
         checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
         completions = [w for w in writes if isinstance(w, CompleteWrite)]
         failures = [w for w in writes if isinstance(w, FailWrite)]
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.WRITE_RUNNER_BATCH,
                 owner_id,
@@ -551,7 +564,7 @@ class Store:
         metadata_json: str,
     ) -> OperationRecord | None:
         """Record a finished operation, fenced by the owner; None when the lease is lost."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(
                 queries.RECORD_OPERATION,
                 operation.operation_id,
@@ -572,7 +585,7 @@ class Store:
 
     async def operations(self, instance_id: UUID) -> list[OperationRecord]:
         """An instance's recorded operations, in the order they finished."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(queries.LIST_OPERATIONS, instance_id)
         return [operation_from_row(row) for row in rows]
 
@@ -581,7 +594,7 @@ class Store:
     ) -> dict[UUID, list[OperationRecord]]:
         """Operations of several instances at once (one query), by instance id."""
         result: dict[UUID, list[OperationRecord]] = {i: [] for i in instance_ids}
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             for row in await conn.fetch(queries.LIST_OPERATIONS_OF, list(instance_ids)):
                 result[row["instance_id"]].append(operation_from_row(row))
         return result
@@ -592,7 +605,7 @@ class Store:
         self, entity_type: str, entity_id: str, owner_instance: UUID, ttl_seconds: float
     ) -> LockRecord | None:
         """Take the lock if it is free, expired, or already this owner's; else None."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(
                 queries.ACQUIRE_LOCK, entity_type, entity_id, owner_instance, ttl_seconds
             )
@@ -600,14 +613,14 @@ class Store:
 
     async def release_lock(self, lock: LockRecord) -> bool:
         """Release a lock still held under its fencing token; False if it was lost."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             token = await conn.fetchval(
                 queries.RELEASE_LOCK, lock.entity_type, lock.entity_id, lock.fencing_token
             )
         return token is not None
 
     async def current_lock(self, entity_type: str, entity_id: str) -> LockRecord | None:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(queries.GET_LOCK, entity_type, entity_id)
         return lock_from_row(row) if row else None
 
@@ -615,14 +628,14 @@ class Store:
 
     async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
         """Events with ids above `after_event_id`, in id (= commit) order."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(queries.EVENTS_AFTER, after_event_id, limit)
         return [event_from_row(row) for row in rows]
 
     async def instance_events_after(
         self, instance_id: UUID, after_event_id: int, limit: int
     ) -> list[EventRecord]:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.INSTANCE_EVENTS_AFTER, instance_id, after_event_id, limit
             )
@@ -630,12 +643,12 @@ class Store:
 
     async def latest_instance_events(self, instance_id: UUID, limit: int) -> list[EventRecord]:
         """The newest `limit` events of one instance, oldest first."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             rows = await conn.fetch(queries.LATEST_INSTANCE_EVENTS, instance_id, limit)
         return [event_from_row(row) for row in rows]
 
     async def latest_event_id(self) -> int:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             value: int = await conn.fetchval(queries.LATEST_EVENT_ID)
         return value
 
@@ -652,7 +665,7 @@ class Store:
         timezone: str,
         next_run_at: datetime,
     ) -> ScheduleRecord:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(
                 queries.UPSERT_SCHEDULE,
                 name,
@@ -667,26 +680,26 @@ class Store:
         return schedule_from_row(row)
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(queries.GET_SCHEDULE, name)
         return schedule_from_row(row) if row else None
 
     async def schedules(self) -> list[ScheduleRecord]:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             return [schedule_from_row(row) for row in await conn.fetch(queries.LIST_SCHEDULES)]
 
     async def set_schedule_enabled(
         self, name: str, enabled: bool, next_run_at: datetime
     ) -> ScheduleRecord:
         """Enable or disable; enabling starts from `next_run_at`, so no backlog fires."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             row = await conn.fetchrow(queries.SET_SCHEDULE_ENABLED, name, enabled, next_run_at)
         if row is None:
             raise NotFoundError(f"no schedule named {name!r}")
         return schedule_from_row(row)
 
     async def delete_schedule(self, name: str) -> bool:
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             return await conn.fetchval(queries.DELETE_SCHEDULE, name) is not None
 
     async def fire_due_schedules(
@@ -700,7 +713,7 @@ class Store:
         the workflow is not registered here) and when the schedule fires next.
         """
         results: list[EnqueueResult] = []
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with self._acquire() as conn, conn.transaction():
             rows = await conn.fetch(queries.LOCK_DUE_SCHEDULES, limit)
             if not rows:
                 return results
@@ -719,7 +732,7 @@ class Store:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Conn]:
         """A pooled connection, for diagnostics and tests; never for LISTEN."""
-        async with self._pool.acquire() as conn:
+        async with self._acquire() as conn:
             yield conn
 
 

@@ -27,11 +27,16 @@ TOKEN = "s3cret-token"
 
 
 def make_settings(database_url: str, **changes: Any) -> Settings:
+    """Test settings. Rate limits, handshake and connection caps are off: tests poll fast
+    and open many sockets from one address (tests/api/test_security_*.py turn them on)."""
     base = Settings(
         database_url=database_url,
         workflow_modules=WORKFLOW_MODULES,
         lease_seconds=5.0,
         poll_interval_seconds=0.05,
+        rate_limit_per_second=0.0,
+        ws_handshakes_per_minute=0,
+        ws_connections_per_token=0,
     )
     return dataclasses.replace(base, **changes)
 

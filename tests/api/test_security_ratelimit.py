@@ -1,0 +1,312 @@
+"""RELIABILITY A-06: rate limits per token (per IP without one), over HTTP and websockets.
+
+The buckets and the cost rule are checked with a hand-driven clock; the admitted rate,
+the 429 and the websocket error against a real uvicorn with small configured limits.
+"""
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+from websockets.typing import Subprotocol
+
+from app.api.ratelimit import RateLimiter, TokenBucket, client_key, root_field_cost
+from app.config import Settings
+from app.errors import InvalidInputError
+from tests.api.conftest import TOKEN, live_server, make_settings
+
+PROTOCOL = Subprotocol("graphql-transport-ws")
+OTHER_TOKEN = "another-token"
+ENQUEUE = 'mutation { enqueueWorkflow(name: "noop") { instanceID } }'
+ALIASED = "{ " + " ".join(f"w{n}: workflows {{ name }}" for n in range(15)) + " }"
+
+
+def test_the_limits_are_read_from_the_environment() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.rate_limit_per_second, defaults.rate_burst) == (20.0, 40)
+    assert (defaults.ws_handshakes_per_minute, defaults.ws_connections_per_token) == (10, 5)
+    assert defaults.operation_timeout_seconds == 10.0
+    tuned = Settings.from_env(
+        {
+            "LANEWAY_RATE_LIMIT": "0",
+            "LANEWAY_RATE_BURST": "3",
+            "LANEWAY_WS_HANDSHAKES_PER_MINUTE": "0",
+            "LANEWAY_WS_CONNECTIONS_PER_TOKEN": "2",
+            "LANEWAY_OPERATION_TIMEOUT": "2.5",
+        }
+    )
+    assert (tuned.rate_limit_per_second, tuned.rate_burst) == (0.0, 3)
+    assert (tuned.ws_handshakes_per_minute, tuned.ws_connections_per_token) == (0, 2)
+    assert tuned.operation_timeout_seconds == 2.5
+    with pytest.raises(InvalidInputError, match="LANEWAY_RATE_BURST"):
+        Settings.from_env({"LANEWAY_RATE_BURST": "0"})
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_bucket_admits_its_burst_then_its_rate() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(5.0, 5.0, clock=clock)
+    assert [limiter.take("a") for _ in range(5)] == [0.0] * 5
+    assert limiter.take("a") == pytest.approx(0.2)
+    assert limiter.take("b") == 0.0  # another client has its own bucket
+    clock.now += 0.2
+    assert limiter.take("a") == 0.0
+    assert limiter.take("a") > 0
+    clock.now += 60
+    assert [limiter.take("a") for _ in range(6)].count(0.0) == 5  # refills to the burst only
+
+
+def test_a_cost_spends_several_tokens_and_never_more_than_the_burst() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(1.0, 40.0, clock=clock)
+    assert limiter.take("a", 15) == 0.0
+    assert limiter.take("a", 15) == 0.0
+    assert limiter.take("a", 15) == pytest.approx(5.0)
+    assert limiter.take("a", 10) == 0.0
+    clock.now += 1000
+    assert limiter.take("a", 500) == 0.0  # costs at most the burst, so it can ever pass
+    assert limiter.take("a", 1) > 0
+
+
+def test_a_client_is_its_valid_token_however_spelled_else_its_address() -> None:
+    tokens = (TOKEN, OTHER_TOKEN)
+    address = ("10.1.2.3", 5555)
+    keys = {client_key(f"{scheme} {TOKEN}", tokens, address) for scheme in ("Bearer", "bearer ")}
+    assert len(keys) == 1
+    assert keys.pop().startswith("token:")
+    assert client_key(f"Bearer {TOKEN}", tokens, address) != client_key(
+        f"Bearer {OTHER_TOKEN}", tokens, address
+    )
+    for wrong in (None, "Bearer guess", TOKEN, 7):
+        assert client_key(wrong, tokens, address) == "ip:10.1.2.3"
+    assert client_key(f"Bearer {TOKEN}", (), address) == "ip:10.1.2.3"
+
+
+def test_full_buckets_are_forgotten_when_there_are_too_many() -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(10.0, 2.0, clock=clock, max_keys=3)
+    for key in ("a", "b", "c"):
+        limiter.take(key)
+    clock.now += 1
+    limiter.take("d")
+    assert set(limiter._buckets) == {"d"}
+    bucket = TokenBucket(rate=1.0, burst=2.0, tokens=0.0, updated_at=0.0)
+    assert not bucket.is_full(1.0)
+    assert bucket.is_full(2.0)
+
+
+@pytest.mark.parametrize(
+    ("query", "operation_name", "cost"),
+    [
+        ("{ workflows { name } }", None, 1),
+        ("{ workflows { name } queues { name } schedules { name } }", None, 3),
+        (ALIASED, None, 15),
+        ("{ a: workflows { name } a: workflows { name } }", None, 1),
+        ("{ ...F ...F } fragment F on Query { x: workflows { name } y: queues { name } }", None, 2),
+        ("{ ... on Query { workflows { name } } queues { name } }", None, 2),
+        (
+            "query A { workflows { name } } query B { a: queues { name } b: queues { name } }",
+            "B",
+            2,
+        ),
+        ("query A { workflows { name } }", "Z", 1),
+        ("{ workflows { name }", None, 1),
+        (123, None, 1),
+        (
+            "{ ...A } fragment A on Query { ...B } fragment B on Query { ...A q: queues { name } }",
+            None,
+            1,
+        ),
+    ],
+)
+def test_a_request_costs_its_root_fields(
+    query: object, operation_name: str | None, cost: int
+) -> None:
+    assert root_field_cost(query, operation_name) == cost
+
+
+def ok(response: httpx.Response) -> bool:
+    return response.status_code == 200
+
+
+async def test_admitted_requests_stay_within_rate_and_burst(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    rate, burst = 5.0, 5
+    settings = make_settings(
+        database_url,
+        limit_local_clients=True,
+        engine_enabled=False,
+        rate_limit_per_second=rate,
+        rate_burst=burst,
+    )
+    async with live_server(settings) as server:
+        # All at once: never more than the burst.
+        began = time.monotonic()
+        at_once = await asyncio.gather(
+            *(server.client.post("/graphql", json={"query": ENQUEUE}) for _ in range(20))
+        )
+        elapsed = time.monotonic() - began
+        assert 1 <= sum(map(ok, at_once)) <= burst + rate * elapsed
+        refused = next(r for r in at_once if r.status_code == 429)
+        assert refused.json() == {
+            "errors": [
+                {"message": "Too many requests; slow down.", "extensions": {"code": "RATE_LIMITED"}}
+            ]
+        }
+        assert int(refused.headers["retry-after"]) >= 1
+        # Then a steady hammering for two seconds.
+        admitted_at: list[float] = []
+        began = time.monotonic()
+        while time.monotonic() - began < 2.0:
+            response = await server.client.post("/graphql", json={"query": ENQUEUE})
+            assert response.status_code in (200, 429)
+            if ok(response):
+                admitted_at.append(time.monotonic() - began)
+        window = time.monotonic() - began
+    admitted = len(admitted_at)
+    print(f"admitted {admitted} in {window:.2f} s ({admitted / window:.2f}/s at {rate:g}/s)")
+    # The bucket starts (nearly) empty after the burst above, so it admits about rate × window.
+    assert rate * window * 0.8 <= admitted <= burst + rate * window + 1
+    for i, start in enumerate(admitted_at):
+        for j in range(i, len(admitted_at)):
+            span = admitted_at[j] - start
+            assert j - i + 1 <= burst + rate * span + 1
+    # A refused request ran nothing: one instance per admitted request.
+    created = await admin.fetchval("SELECT count(*) FROM laneway.instances")
+    assert created == sum(map(ok, at_once)) + admitted
+
+
+async def test_fifteen_aliased_fields_cost_fifteen(database_url: str) -> None:
+    settings = make_settings(
+        database_url,
+        limit_local_clients=True,
+        engine_enabled=False,
+        rate_limit_per_second=0.01,
+        rate_burst=40,
+    )
+    async with live_server(settings) as server:
+        statuses = [
+            (await server.client.post("/graphql", json={"query": query})).status_code
+            for query in (ALIASED, ALIASED, ALIASED, "{ workflows { name } }")
+        ]
+    assert statuses == [200, 200, 429, 200]
+
+
+async def test_each_token_has_its_own_bucket_and_a_wrong_one_counts_as_its_address(
+    database_url: str,
+) -> None:
+    settings = make_settings(
+        database_url,
+        limit_local_clients=True,
+        engine_enabled=False,
+        api_tokens=(TOKEN, OTHER_TOKEN),
+        open_reads=True,
+        rate_limit_per_second=0.01,
+        rate_burst=2,
+    )
+    query = {"query": "{ workflows { name } }"}
+
+    async def status(token: str | None) -> int:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        response = await server.client.post("/graphql", json=query, headers=headers)
+        return response.status_code
+
+    async with live_server(settings) as server:
+        assert [await status(TOKEN) for _ in range(3)] == [200, 200, 429]
+        assert [await status(OTHER_TOKEN) for _ in range(3)] == [200, 200, 429]
+        assert [await status(None), await status("guess-1"), await status("guess-2")] == [
+            200,
+            200,
+            429,
+        ]
+
+
+async def subscribe(ws: Any, operation_id: str) -> None:
+    query = (
+        "{ workflows { name } }"
+        if operation_id.startswith("q")
+        else "subscription { workflowEvents { eventID } }"
+    )
+    await ws.send(
+        json.dumps({"id": operation_id, "type": "subscribe", "payload": {"query": query}})
+    )
+
+
+async def test_over_the_limit_a_websocket_operation_gets_rate_limited_and_the_socket_stays(
+    database_url: str,
+) -> None:
+    settings = make_settings(
+        database_url,
+        limit_local_clients=True,
+        engine_enabled=False,
+        rate_limit_per_second=0.01,
+        rate_burst=2,
+    )
+    async with (
+        live_server(settings) as server,
+        connect(server.ws_url, subprotocols=[PROTOCOL]) as ws,
+    ):
+        await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        await subscribe(ws, "s1")
+        await subscribe(ws, "s2")
+        await subscribe(ws, "q3")
+        async with asyncio.timeout(10):
+            reply = json.loads(await ws.recv())
+        assert reply["id"] == "q3"
+        assert reply["type"] == "error"
+        assert reply["payload"][0]["extensions"]["code"] == "RATE_LIMITED"
+        assert reply["payload"][0]["extensions"]["retryAfter"] >= 1
+        await ws.send(json.dumps({"type": "ping"}))
+        async with asyncio.timeout(10):
+            assert json.loads(await ws.recv())["type"] == "pong"
+        # The HTTP side spends from the same bucket.
+        response = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
+        assert response.status_code == 429
+
+
+async def test_websocket_handshakes_are_capped_per_address(database_url: str) -> None:
+    settings = make_settings(
+        database_url, limit_local_clients=True, engine_enabled=False, ws_handshakes_per_minute=3
+    )
+    async with live_server(settings) as server:
+        for _ in range(3):
+            async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
+                await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+                assert json.loads(await ws.recv())["type"] == "connection_ack"
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(server.ws_url, subprotocols=[PROTOCOL]):
+                pass
+        response = refused.value.response
+        assert response.status_code == 429
+        assert int(response.headers["retry-after"]) >= 1
+        assert b"RATE_LIMITED" in response.body
+        # Plain HTTP is not a handshake.
+        assert (await server.client.get("/healthz")).status_code == 200
+
+
+async def test_tokenless_clients_on_this_machine_are_not_limited_by_default(
+    database_url: str,
+) -> None:
+    # `make run`, local scripts and the dashboard on 127.0.0.1: no token, no throttling.
+    settings = make_settings(
+        database_url, engine_enabled=False, rate_limit_per_second=0.01, rate_burst=1
+    )
+    query = {"query": "{ queues { name } }"}
+    async with live_server(settings) as server, httpx.AsyncClient() as client:
+        statuses = [(await client.post(server.http_url, json=query)).status_code for _ in range(5)]
+    assert statuses == [200] * 5

@@ -1,0 +1,71 @@
+"""RELIABILITY A-03 (operation wall clock) and P-04 (lock stall) at the API.
+
+The test holds an ACCESS EXCLUSIVE lock on the instances table from its own connection, so a
+query resolver blocks in PostgreSQL. Past LANEWAY_OPERATION_TIMEOUT the request is answered
+504 TIMEOUT; past the lock timeout PostgreSQL gives up first and the answer is 503. Either
+way the server keeps its pool and answers normally once the lock is gone.
+"""
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+
+from tests.api.conftest import FORBIDDEN_TEXT, live_server, make_settings
+
+INSTANCES = "{ workflowInstances { instanceID } }"
+
+
+@asynccontextmanager
+async def instances_locked(admin: asyncpg.Connection) -> AsyncIterator[None]:
+    async with admin.transaction():
+        await admin.execute("LOCK TABLE laneway.instances IN ACCESS EXCLUSIVE MODE")
+        yield
+
+
+async def test_an_operation_past_the_deadline_gets_504_timeout_and_the_pool_survives(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    settings = make_settings(
+        database_url, engine_enabled=False, operation_timeout_seconds=0.3, pool_size=2
+    )
+    async with live_server(settings) as server:
+        async with instances_locked(admin):
+            # More timed-out requests than the pool has connections: each gives its back.
+            for _ in range(3):
+                began = time.monotonic()
+                response = await server.client.post("/graphql", json={"query": INSTANCES})
+                assert time.monotonic() - began < 2.0
+                assert response.status_code == 504, response.text
+                error = response.json()["errors"][0]
+                assert error["extensions"]["code"] == "TIMEOUT"
+                assert "0.3 s" in error["message"]
+                assert "x-request-id" in response.headers
+                for word in FORBIDDEN_TEXT:
+                    assert word not in response.text
+            # Requests that do not touch the locked table are unaffected meanwhile.
+            assert (await server.graphql("{ workflows { name } }"))["data"]["workflows"]
+        body = await server.graphql(INSTANCES)
+        assert body["data"] == {"workflowInstances": []}
+        assert (await server.client.get("/healthz")).status_code == 200
+
+
+async def test_a_lock_stall_past_the_lock_timeout_answers_503(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    settings = make_settings(
+        database_url, engine_enabled=False, operation_timeout_seconds=5, lock_timeout_seconds=0.2
+    )
+    async with live_server(settings) as server:
+        async with instances_locked(admin):
+            began = time.monotonic()
+            response = await server.client.post("/graphql", json={"query": INSTANCES})
+            assert time.monotonic() - began < 3.0
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "2"
+        error = response.json()["errors"][0]
+        assert error["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+        assert error["message"] == "The database is unavailable; try again shortly."
+        body = await server.graphql(INSTANCES)
+        assert body["data"] == {"workflowInstances": []}

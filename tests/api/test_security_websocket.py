@@ -1,0 +1,116 @@
+"""RELIABILITY A-03 and A-05 over real websockets: connections per token, protocol misuse.
+
+Raw `websockets` clients against uvicorn, since close codes are the point. The cases
+test_websocket.py already covers (4403, 4406, 4408, 4400 for a non-JSON frame, 1009, the
+21st subscription, a mutation without a token under open reads) are not repeated here.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
+
+from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings, wait_until
+
+PROTOCOL = Subprotocol("graphql-transport-ws")
+OTHER_TOKEN = "another-token"
+EVENTS = "subscription { workflowEvents { eventID } }"
+
+
+async def closed_with(ws: ClientConnection, *frames: dict[str, Any]) -> int:
+    """Send `frames`, then read until the server closes; its close code."""
+    try:
+        async with asyncio.timeout(10):
+            for frame in frames:
+                await ws.send(json.dumps(frame))
+            while True:
+                await ws.recv()
+    except ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd is not None else 1006
+
+
+def init(token: str | None = None) -> dict[str, Any]:
+    payload = {"authorization": f"Bearer {token}"} if token else {}
+    return {"type": "connection_init", "payload": payload}
+
+
+async def open_acked(server: LiveServer, token: str | None = None) -> ClientConnection:
+    """A socket whose connection_init was acknowledged (closed by the caller)."""
+    ws = await connect(server.ws_url, subprotocols=[PROTOCOL])
+    await ws.send(json.dumps(init(token)))
+    async with asyncio.timeout(10):
+        reply = json.loads(await ws.recv())
+    assert reply["type"] == "connection_ack", reply
+    return ws
+
+
+async def init_outcome(server: LiveServer, token: str) -> str:
+    """ "ack", or the close code the server answered connection_init with."""
+    async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
+        await ws.send(json.dumps(init(token)))
+        try:
+            async with asyncio.timeout(10):
+                return str(json.loads(await ws.recv())["type"])
+        except ConnectionClosed as closed:
+            return str(closed.rcvd.code if closed.rcvd is not None else 1006)
+
+
+@pytest.fixture
+async def capped(database_url: str) -> AsyncIterator[LiveServer]:
+    settings = make_settings(
+        database_url,
+        engine_enabled=False,
+        api_tokens=(TOKEN, OTHER_TOKEN),
+        ws_connections_per_token=5,
+    )
+    async with live_server(settings) as server:
+        yield server
+
+
+async def test_a_sixth_connection_per_token_is_closed_with_4429_until_one_ends(
+    capped: LiveServer,
+) -> None:
+    sockets = [await open_acked(capped, TOKEN) for _ in range(5)]
+    try:
+        assert await init_outcome(capped, TOKEN) == "4429"
+        other = await open_acked(capped, OTHER_TOKEN)  # each token has its own five
+        await other.close()
+        await sockets.pop().close()
+
+        async def admitted() -> bool:
+            return await init_outcome(capped, TOKEN) == "connection_ack"
+
+        await wait_until(admitted, seconds=10)
+        # A connection that dies without a close handshake frees its place too.
+        sockets.append(await open_acked(capped, TOKEN))
+        assert await init_outcome(capped, TOKEN) == "4429"
+        sockets.pop().transport.abort()
+        await wait_until(admitted, seconds=10)
+    finally:
+        for ws in sockets:
+            await ws.close()
+
+
+async def test_subscribe_before_the_ack_closes_with_4401(capped: LiveServer) -> None:
+    async with connect(capped.ws_url, subprotocols=[PROTOCOL]) as ws:
+        frame = {"id": "1", "type": "subscribe", "payload": {"query": EVENTS}}
+        assert await closed_with(ws, frame) == 4401
+
+
+async def test_a_second_connection_init_closes_with_4429(capped: LiveServer) -> None:
+    ws = await open_acked(capped, TOKEN)
+    async with ws:
+        assert await closed_with(ws, init(TOKEN)) == 4429
+
+
+async def test_a_duplicate_subscription_id_closes_with_4409(capped: LiveServer) -> None:
+    ws = await open_acked(capped, TOKEN)
+    async with ws:
+        frame = {"id": "same", "type": "subscribe", "payload": {"query": EVENTS}}
+        await ws.send(json.dumps(frame))
+        assert await closed_with(ws, frame) == 4409
