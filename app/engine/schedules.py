@@ -12,6 +12,7 @@ from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
 
 from app.errors import InvalidInputError
 
@@ -38,6 +39,15 @@ _EVERY_PATTERN: Final = re.compile(
 )
 _MS_PER_UNIT: Final = (86_400_000, 3_600_000, 60_000, 1_000, 1)
 _CRON_FIELDS: Final = "minute hour day-of-month month day-of-week"
+_STEPPED_RANGE: Final = re.compile(r"([0-9A-Z]+)-([0-9A-Z]+)/0*[1-9][0-9]*")
+# The names each field accepts, by position, with their numbers (cronsim upper-cases them).
+_FIELD_NAMES: Final[tuple[dict[str, int], ...]] = (
+    {},
+    {},
+    {},
+    {name: number for number, name in enumerate(SYMBOLIC_MONTHS, start=1)},
+    {name: number for number, name in enumerate(SYMBOLIC_DAYS)},
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,7 +173,8 @@ def _load_zone(timezone: str) -> ZoneInfo:
 
 
 def _parse_cron(text: str) -> str:
-    """Return the expression with its whitespace normalized, and an alias lowercased."""
+    """Return the expression with its whitespace normalized, an alias lowercased, and a
+    stepped range of one value (`5-5/10`) written as that value."""
     if len(text) > MAX_CRON_LENGTH:
         raise InvalidInputError(
             f"invalid cron expression {_quote(text)}: longer than {MAX_CRON_LENGTH} characters"
@@ -180,6 +191,7 @@ def _parse_cron(text: str) -> str:
         raise InvalidInputError(
             f"invalid cron expression {_quote(text)}: expected 5 fields ({_CRON_FIELDS})"
         )
+    expression = _collapse_single_value_steps(expression)
     try:
         first_fire = next(CronSim(expression, datetime(2000, 1, 1)), None)
     except CronSimError as error:
@@ -189,6 +201,27 @@ def _parse_cron(text: str) -> str:
     if first_fire is None:
         raise InvalidInputError(f"invalid cron expression {_quote(text)}: it never fires")
     return expression
+
+
+def _collapse_single_value_steps(expression: str) -> str:
+    """Rewrite a stepped range of one value (`5-5/10`) as that value, as Vixie cron reads it.
+
+    cronsim 2.8 reads such a range as `5/10`, every 10th value from 5 to the field's end, so
+    `0-0/1 * * * *` would fire every minute instead of once an hour.
+    """
+    fields = expression.split()
+    return " ".join(
+        ",".join(_collapse_term(term, names) for term in field.split(","))
+        for field, names in zip(fields, _FIELD_NAMES, strict=True)
+    )
+
+
+def _collapse_term(term: str, names: dict[str, int]) -> str:
+    match = _STEPPED_RANGE.fullmatch(term.upper())
+    if match is None:
+        return term
+    first, last = (names.get(end, int(end) if end.isdigit() else -1) for end in match.groups())
+    return term.split("-", 1)[0] if first == last >= 0 else term
 
 
 def _is_fixed_time(expression: str) -> bool:

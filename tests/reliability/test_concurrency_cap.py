@@ -1,0 +1,86 @@
+"""S-01 (RELIABILITY §C.4): a queue cap of 5 holds across three engines on separate pools.
+
+500 instances whose one step takes 20–200 ms, all enqueued up front; the overlap of their
+[started, completed) intervals is measured on the events' database timestamps.
+"""
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+
+from app.engine import Done, Engine, EnqueueRequest, HandlerContext, Workflow
+from app.model import JSONValue, Status
+from app.store import Store, open_store
+from tests.engine.helpers import eventually, make_engine
+from tests.reliability.conftest import Figure
+from tests.reliability.history import (
+    busy_fraction,
+    events_by_instance,
+    max_overlap,
+    run_intervals,
+    status_counts,
+)
+
+CAP = 5
+ENGINES = 3
+INSTANCES = 500
+STEP_MS = (20, 200)
+# While a backlog waits, the cap is kept busy: the plan's 80 % (RELIABILITY S-01). Measured
+# here at 92–97 % with the box's load average at 5–6.
+MIN_UTILISATION = 0.8
+
+
+async def _step(ctx: HandlerContext, params: JSONValue) -> Done:
+    assert isinstance(params, dict)
+    await asyncio.sleep(params["ms"] / 1000)
+    return Done()
+
+
+capped = Workflow("capped", handlers={"run": _step}, initial="run", queue="narrow")
+
+
+@contextlib.asynccontextmanager
+async def running_engines(database_url: str, count: int) -> AsyncIterator[list[Engine]]:
+    """`count` engines, each on its own pool, running until the block ends."""
+    async with contextlib.AsyncExitStack() as stack:
+        engines = []
+        for n in range(count):
+            store = await stack.enter_async_context(open_store(database_url, pool_size=3))
+            engines.append(
+                make_engine(store, capped, owner_id=f"cap-{n}", poll_interval_seconds=0.05)
+            )
+        for engine in engines:
+            await stack.enter_async_context(engine.running())
+        yield engines
+
+
+async def test_queue_cap_holds_across_engines_when_a_backlog_of_500_drains(
+    store: Store, database_url: str, figure: Figure
+) -> None:
+    client = make_engine(store, capped)
+    await client.configure_queue("narrow", concurrency=CAP)
+    durations = random.Random(1).choices(range(STEP_MS[0], STEP_MS[1] + 1), k=INSTANCES)
+    await client.enqueue_many(
+        [EnqueueRequest(name="capped", params={"ms": ms}) for ms in durations]
+    )
+
+    async with running_engines(database_url, ENGINES):
+        await eventually(
+            lambda: status_counts(store),
+            lambda counts: counts.get(Status.COMPLETED) == INSTANCES,
+            timeout=60,
+        )
+
+    histories = await events_by_instance(store)
+    intervals = [i for events in histories.values() for i in run_intervals(events)]
+    starts = sorted(start for start, _ in intervals)
+    utilisation = busy_fraction(intervals, CAP, starts[0], starts[-1])
+    figure("s01_max_overlap", max_overlap(intervals))
+    figure("s01_utilisation_with_backlog", round(utilisation, 3))
+    figure(
+        "s01_drain_seconds", round((max(e for _, e in intervals) - starts[0]).total_seconds(), 2)
+    )
+    assert len(intervals) == INSTANCES
+    assert max_overlap(intervals) == CAP  # never above the cap, and the cap was reached
+    assert utilisation >= MIN_UTILISATION
