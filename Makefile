@@ -28,6 +28,8 @@ worker: install                         ## run an engine-only worker
 	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m app worker
 test: install                           ## the whole suite on a throwaway PostgreSQL
 	$(PY) -m pytest -n 2 --dist loadfile
+chaos: install                          ## full reliability tier: production leases, ~20 min (docs/reliability.md)
+	$(PY) -m tests.chaos.full
 lint: install                           ## ruff and mypy
 	$(PY) -m ruff check app tests bench
 	$(PY) -m ruff format --check app tests bench
@@ -47,4 +49,4 @@ bench-service: install                  ## service-level figures: websocket late
 	$(PY) bench/service_bench.py
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
-.PHONY: install run worker test lint check fmt schema bench bench-peers bench-engine bench-service help
+.PHONY: install run worker test chaos lint check fmt schema bench bench-peers bench-engine bench-service help

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from app.engine import faults
 from app.engine.definitions import Workflow, check_name
 from app.engine.locks import EntityLocks
 from app.engine.payloads import encode_json
@@ -273,6 +274,8 @@ class Engine:
         """
         record, changed = await self.store.cancel_instance(instance_id)
         if changed:
+            if faults.ARMED:
+                await faults.hit("cancel_transition")
             self.scheduler.stop_run(instance_id, reason="cancelled")
             await self._run_hook(record)
         return record

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from app.engine import faults
 from app.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure
 from app.engine.definitions import Workflow
 from app.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
@@ -73,6 +74,8 @@ class Committer:
             transitions = await self._store.write_runner_batch(
                 self._owner_id, self._lease_seconds, [item for item, _ in batch]
             )
+            if faults.ARMED:
+                await faults.hit("after_checkpoint_commit")
         except Exception as exc:
             for _, future in batch:
                 if not future.done():
@@ -173,10 +176,14 @@ async def run_instance(
             stage=stage,
             tools=tools,
         )
+        if faults.ARMED:
+            await faults.hit("before_step")
         try:
             write = await _call_handler(ctx, workflow, action, record.lease_epoch)
         except LeaseLostError:
             return None
+        if faults.ARMED and isinstance(write, CheckpointWrite) and write.pause_label:
+            await faults.hit("pause_transition")
         try:
             transition = await committer.write(write)
         except LeaseLostError:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from uuid import UUID
 
+from app.engine import faults
 from app.engine.registry import WorkflowRegistry
 from app.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
 from app.model import InstanceRecord, NewInstance, Notification, ScheduleRecord, Transition
@@ -96,6 +97,8 @@ class Scheduler:
         await self._recover()
         if len(self._registry):
             await self._store.fire_due_schedules(self._plan_schedule)
+            if faults.ARMED:
+                await faults.hit("cron_insert")
         await self._report_unregistered()
 
     async def _poll(self) -> bool:
@@ -109,6 +112,8 @@ class Scheduler:
             await self._recover()
         if due.due_schedules and len(self._registry):
             await self._store.fire_due_schedules(self._plan_schedule)
+            if faults.ARMED:
+                await faults.hit("cron_insert")
         await self._report_unregistered()
         return due.claimable
 
@@ -255,6 +260,8 @@ class Scheduler:
             self.stop_run(instance_id, reason="shutdown")
         if leases:
             try:
+                if faults.ARMED:
+                    await faults.hit("before_release")
                 await self._store.release(self.owner_id, leases)
             except Exception as exc:
                 logger.warning("release at shutdown failed", extra={"error": str(exc)})

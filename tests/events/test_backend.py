@@ -1,15 +1,12 @@
 """ListenBackend on a real PostgreSQL: LISTEN once, heartbeat, reconnect, gap markers, bounds.
 
-Also holds BlackholeProxy, the TCP proxy the adversity tests put between a listener and the
-server (test_hub.py imports it).
+The adversity tests put tests/chaos/proxy.py's TcpProxy between the listener and the server.
 """
 
 import asyncio
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -19,102 +16,8 @@ from app.engine import Engine, WorkflowRegistry
 from app.events.backend import LISTENER_APPLICATION_NAME, ListenBackend, is_gap
 from app.model import NOTIFY_CHANNEL, Notification
 from app.store import Store
+from tests.chaos.proxy import TcpProxy
 from tests.workflows import noop
-
-# -- a proxy that can make a connection half-open ---------------------------------------------
-
-
-@dataclass(eq=False)
-class _Link:
-    writers: list[asyncio.StreamWriter] = field(default_factory=list)
-    blackholed: bool = False
-
-
-class BlackholeProxy:
-    """TCP on 127.0.0.1 in front of the test server (unix socket or TCP).
-
-    `blackhole()` makes every open link half-open: bytes are swallowed both ways and neither
-    side is told, as when a host vanishes (pg-boss's halfOpenProxy). `refuse()` closes new
-    connections at once, as a server that is down; `accept()` undoes it.
-    """
-
-    def __init__(self, database_url: str) -> None:
-        parts = urlsplit(database_url)
-        query = dict(parse_qsl(parts.query))
-        socket_dir = query.pop("host", "")
-        port = parts.port or int(query.pop("port", "5432"))
-        self._unix_path = f"{socket_dir}/.s.PGSQL.{port}" if socket_dir.startswith("/") else None
-        self._tcp_target = (parts.hostname or "127.0.0.1", port)
-        self._parts = parts._replace(query=urlencode(query))
-        self._links: list[_Link] = []
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._refusing = False
-        self.accepted = 0
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[str]:
-        """Serve until exit; yields the URL that reaches the server through the proxy."""
-        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        user = self._parts.username or "postgres"
-        password = f":{self._parts.password}" if self._parts.password else ""
-        try:
-            yield urlunsplit(self._parts._replace(netloc=f"{user}{password}@127.0.0.1:{port}"))
-        finally:
-            server.close()
-            for link in self._links:
-                for writer in link.writers:
-                    writer.close()
-            # Handlers end once their sockets are closed (cancelling them would make asyncio's
-            # stream callback log the CancelledError).
-            if self._handlers:
-                await asyncio.wait(self._handlers, timeout=5)
-            await server.wait_closed()
-
-    def blackhole(self) -> None:
-        for link in self._links:
-            link.blackholed = True
-
-    def refuse(self) -> None:
-        self._refusing = True
-
-    def accept(self) -> None:
-        self._refusing = False
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        self.accepted += 1
-        try:
-            if self._refusing:
-                return
-            if self._unix_path is not None:
-                up_reader, up_writer = await asyncio.open_unix_connection(self._unix_path)
-            else:
-                up_reader, up_writer = await asyncio.open_connection(*self._tcp_target)
-            link = _Link(writers=[writer, up_writer])
-            self._links.append(link)
-            async with asyncio.TaskGroup() as pipes:
-                pipes.create_task(self._pipe(link, reader, up_writer))
-                pipes.create_task(self._pipe(link, up_reader, writer))
-        finally:
-            writer.close()
-            self._handlers.discard(task)
-
-    async def _pipe(
-        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        try:
-            while data := await reader.read(65536):
-                if not link.blackholed:
-                    writer.write(data)
-                    await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
-
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -220,7 +123,7 @@ async def test_backend_reconnects_and_signals_a_gap_when_its_connection_is_termi
 async def test_backend_retries_until_the_server_accepts_when_reconnects_fail(
     database_url: str, admin: asyncpg.Connection
 ) -> None:
-    proxy = BlackholeProxy(database_url)
+    proxy = TcpProxy(database_url)
     async with proxy.running() as url, running_backend(url) as backend:
         proxy.refuse()
         await terminate_listener(admin)
@@ -235,7 +138,7 @@ async def test_backend_retries_until_the_server_accepts_when_reconnects_fail(
 async def test_backend_replaces_a_half_open_connection_when_the_heartbeat_times_out(
     database_url: str,
 ) -> None:
-    proxy = BlackholeProxy(database_url)
+    proxy = TcpProxy(database_url)
     async with proxy.running() as url, running_backend(url, heartbeat_seconds=0.2) as backend:
         proxy.blackhole()
         # Within a few heartbeat periods: wait 0.2 s, probe times out after 0.2 s, reconnect.

@@ -13,7 +13,8 @@ from app.events import EventHub, EventStream
 from app.model import EventRecord, EventType, NewEvent, Notification, Status
 from app.store import Store
 from app.store.pool import connect, create_pool
-from tests.events.test_backend import BlackholeProxy, listener_pids, terminate_listener, until
+from tests.chaos.proxy import TcpProxy
+from tests.events.test_backend import listener_pids, terminate_listener, until
 from tests.workflows import noop
 
 
@@ -244,7 +245,7 @@ async def test_events_written_while_the_listener_is_down_arrive_when_it_reconnec
     store: Store, database_url: str, admin: asyncpg.Connection
 ) -> None:
     engine = make_engine(store)
-    proxy = BlackholeProxy(database_url)
+    proxy = TcpProxy(database_url)
     async with (
         proxy.running() as url,
         EventHub.open(url, store, poll_seconds=60) as hub,
@@ -266,7 +267,7 @@ async def test_half_open_listener_is_replaced_when_the_heartbeat_times_out(
     store: Store, database_url: str
 ) -> None:
     engine = make_engine(store)
-    proxy = BlackholeProxy(database_url)
+    proxy = TcpProxy(database_url)
     async with (
         proxy.running() as url,
         EventHub.open(url, store, heartbeat_seconds=0.2, poll_seconds=60) as hub,
@@ -287,7 +288,7 @@ async def test_lost_notifications_are_recovered_by_the_poll_when_the_listener_mi
     store: Store, database_url: str
 ) -> None:
     engine = make_engine(store)
-    proxy = BlackholeProxy(database_url)
+    proxy = TcpProxy(database_url)
     async with (
         proxy.running() as url,
         EventHub.open(url, store, heartbeat_seconds=60, poll_seconds=0.1) as hub,

@@ -1,0 +1,224 @@
+"""The test-only `chaos` schema: the side-effect ledger, the audit trigger, and reading a history.
+
+Owns three things the harness installs next to Laneway's tables (never in migrations):
+
+- `chaos.ledger`: one row per handler execution, written by the chaos workflows on their own
+  autocommit connection (so a row survives whatever happens to the engine's transaction):
+  instance, step, attempt, owner, clock_timestamp().
+- `chaos.audit` and a trigger on `laneway.instances`: one row per UPDATE with the old and new
+  status, owner, lease epoch and lease expiry, the writer's application_name and role timeouts,
+  and clock_timestamp(). Columns added by later migrations are read through to_jsonb, so the
+  trigger works on any schema version that has the columns it needs.
+- `read_history`: everything the checker needs, read back as plain records.
+"""
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, fields
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+SCHEMA = """
+CREATE SCHEMA IF NOT EXISTS chaos;
+
+CREATE TABLE IF NOT EXISTS chaos.ledger (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    instance_id  uuid NOT NULL,
+    step         text NOT NULL,
+    attempt      integer NOT NULL,
+    owner_id     text NOT NULL,
+    at           timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE IF NOT EXISTS chaos.audit (
+    id                    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    instance_id           uuid NOT NULL,
+    old_status            text NOT NULL,
+    new_status            text NOT NULL,
+    old_owner             text,
+    new_owner             text,
+    old_epoch             bigint,
+    new_epoch             bigint,
+    old_lease_expires_at  timestamptz,
+    new_lease_expires_at  timestamptz,
+    old_renewed_at        timestamptz,
+    new_renewed_at        timestamptz,
+    recoveries            integer,
+    last_error            text,
+    application_name      text NOT NULL,
+    timeouts              text NOT NULL,
+    at                    timestamptz NOT NULL
+);
+
+CREATE OR REPLACE FUNCTION chaos.audit_instance() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    o jsonb := to_jsonb(OLD) - 'state' - 'params' - 'next_params' - 'result';
+    n jsonb := to_jsonb(NEW) - 'state' - 'params' - 'next_params' - 'result';
+BEGIN
+    INSERT INTO chaos.audit (
+        instance_id, old_status, new_status, old_owner, new_owner, old_epoch, new_epoch,
+        old_lease_expires_at, new_lease_expires_at, old_renewed_at, new_renewed_at,
+        recoveries, last_error, application_name, timeouts, at)
+    VALUES (
+        NEW.instance_id, OLD.status, NEW.status, OLD.owner_id, NEW.owner_id,
+        (o ->> 'lease_epoch')::bigint, (n ->> 'lease_epoch')::bigint,
+        OLD.lease_expires_at, NEW.lease_expires_at,
+        (o ->> 'lease_renewed_at')::timestamptz, (n ->> 'lease_renewed_at')::timestamptz,
+        (n ->> 'recoveries')::integer, NEW.last_error,
+        current_setting('application_name'),
+        current_setting('statement_timeout') || '/' || current_setting('lock_timeout') || '/'
+            || current_setting('idle_in_transaction_session_timeout'),
+        clock_timestamp());
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS chaos_audit ON laneway.instances;
+CREATE TRIGGER chaos_audit AFTER UPDATE ON laneway.instances
+    FOR EACH ROW EXECUTE FUNCTION chaos.audit_instance();
+"""
+
+INSERT_LEDGER = (
+    "INSERT INTO chaos.ledger (instance_id, step, attempt, owner_id) VALUES ($1, $2, $3, $4)"
+)
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+Conn = asyncpg.Connection | PoolConnectionProxy  # a plain or a pooled connection
+
+
+async def install(conn: Conn) -> None:
+    """Create the chaos schema, ledger, audit table and trigger (idempotent)."""
+    await conn.execute(SCHEMA)
+
+
+class LedgerWriter:
+    """The ledger side of a worker process: a small autocommit pool, opened on first use.
+
+    The URL is LANEWAY_CHAOS_LEDGER_URL (the database directly, never through a test proxy:
+    a side effect happens in the world even while the worker's own link is cut).
+    """
+
+    def __init__(self) -> None:
+        self._pool: asyncpg.Pool | None = None
+        self._lock = asyncio.Lock()
+
+    async def record(self, instance_id: UUID, step: str, attempt: int) -> None:
+        pool = await self._open()
+        owner = os.environ.get("LANEWAY_OWNER_ID", "unknown")
+        await pool.execute(INSERT_LEDGER, instance_id, step, attempt, owner)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _open(self) -> asyncpg.Pool:
+        async with self._lock:
+            if self._pool is None:
+                url = os.environ.get("LANEWAY_CHAOS_LEDGER_URL") or os.environ["DATABASE_URL"]
+                owner = os.environ.get("LANEWAY_OWNER_ID", "unknown")
+                self._pool = await asyncpg.create_pool(
+                    url,
+                    min_size=1,
+                    max_size=4,
+                    server_settings={"application_name": f"chaos-ledger-{owner}"[:63]},
+                )
+            return self._pool
+
+
+# -- reading a history back --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRow:
+    instance_id: UUID
+    old_status: str
+    new_status: str
+    old_owner: str | None
+    new_owner: str | None
+    old_epoch: int | None
+    new_epoch: int | None
+    old_lease_expires_at: datetime | None
+    new_lease_expires_at: datetime | None
+    recoveries: int | None
+    last_error: str | None
+    application_name: str
+    timeouts: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerRow:
+    instance_id: UUID
+    step: str
+    attempt: int
+    owner_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalInstance:
+    instance_id: UUID
+    name: str
+    status: str
+    params: object
+    result: object
+    last_error: str | None
+    terminal_events: int
+    checkpoint_events: int  # checkpoint and paused events: one per step boundary passed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredHistory:
+    instances: dict[UUID, FinalInstance]
+    audit: list[AuditRow]
+    ledger: list[LedgerRow]
+
+
+async def read_history(conn: Conn) -> StoredHistory:
+    """Read every instance (with its count of terminal events), audit row and ledger row."""
+    rows = await conn.fetch(
+        """
+        SELECT i.instance_id, i.name, i.status, i.params::text AS params,
+               i.result::text AS result, i.last_error,
+               (SELECT count(*) FROM laneway.events AS e
+                 WHERE e.instance_id = i.instance_id AND e.type = ANY($1::text[])) AS terminal,
+               (SELECT count(*) FROM laneway.events AS e
+                 WHERE e.instance_id = i.instance_id
+                   AND e.type IN ('checkpoint', 'paused')) AS checkpoints
+          FROM laneway.instances AS i
+        """,
+        list(TERMINAL),
+    )
+    instances = {
+        row["instance_id"]: FinalInstance(
+            instance_id=row["instance_id"],
+            name=row["name"],
+            status=row["status"],
+            params=_json(row["params"]),
+            result=_json(row["result"]),
+            last_error=row["last_error"],
+            terminal_events=row["terminal"],
+            checkpoint_events=row["checkpoints"],
+        )
+        for row in rows
+    }
+    audit = [
+        AuditRow(**{f.name: row[f.name] for f in fields(AuditRow)})
+        for row in await conn.fetch("SELECT * FROM chaos.audit ORDER BY at, id")
+    ]
+    ledger = [
+        LedgerRow(**{f.name: row[f.name] for f in fields(LedgerRow)})
+        for row in await conn.fetch("SELECT * FROM chaos.ledger ORDER BY at, id")
+    ]
+    return StoredHistory(instances=instances, audit=audit, ledger=ledger)
+
+
+def _json(text: str | None) -> object:
+    return None if text is None else json.loads(text)

@@ -1,0 +1,68 @@
+"""The audit trigger and ledger on a real database: a planted stale write is caught end to end.
+
+A control for the chaos tests: if the trigger, the application names or the checker stopped
+seeing stale writes, every chaos test would pass vacuously. This plants one on purpose.
+"""
+
+from uuid import UUID
+
+import asyncpg
+import pytest
+
+from app.engine import Engine, WorkflowRegistry
+from app.store import Store
+from app.store.pool import connect
+from tests.chaos.checker import History, check
+from tests.chaos.harness import w3_oracle
+from tests.chaos.ledger import LedgerWriter, install, read_history
+from tests.chaos.workflows import w3
+
+
+async def as_worker(database_url: str, owner: str, sql: str, *args: object) -> None:
+    conn = await connect(database_url, application_name=f"laneway-worker-{owner}")
+    try:
+        await conn.execute(sql, *args)
+    finally:
+        await conn.close()
+
+
+CLAIM = (
+    "UPDATE laneway.instances SET status = 'running', owner_id = $2,"
+    " lease_epoch = lease_epoch + 1, lease_expires_at = now() + interval '30 seconds'"
+    " WHERE instance_id = $1"
+)
+PROGRESS = "UPDATE laneway.instances SET progress = 0.5 WHERE instance_id = $1"
+
+
+async def test_a_write_by_a_worker_that_does_not_own_the_row_is_reported_stale(
+    store: Store, database_url: str, admin: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await install(admin)
+    enqueued = await Engine(store, WorkflowRegistry([w3])).enqueue("w3", {"n": 1})
+    instance_id: UUID = enqueued.instance.instance_id
+    await as_worker(database_url, "a", CLAIM, instance_id, "a")  # a claim: fine
+    await as_worker(database_url, "a", PROGRESS, instance_id)  # the owner writes: fine
+    await as_worker(database_url, "b", PROGRESS, instance_id)  # b does not own it: stale
+    monkeypatch.setenv("LANEWAY_CHAOS_LEDGER_URL", database_url)
+    monkeypatch.setenv("LANEWAY_OWNER_ID", "a")
+    ledger = LedgerWriter()
+    try:
+        await ledger.record(instance_id, "one", 1)
+    finally:
+        await ledger.close()
+    stored = await read_history(admin)
+    verdict = check(
+        History(
+            enqueued={instance_id: {"n": 1}},
+            stored=stored,
+            lease_seconds=30.0,
+            tick_seconds=2.0,
+        ),
+        w3_oracle,
+    )
+    assert [(row.application_name, row.old_owner) for row in verdict.stale_writes] == [
+        ("laneway-worker-b", "a")
+    ]
+    assert [row.timeouts for row in stored.audit] == ["30s/2s/1min"] * 3
+    assert [(r.step, r.owner_id) for r in stored.ledger] == [("one", "a")]
+    assert verdict.lost == {instance_id}  # still running: the checker says so
