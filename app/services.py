@@ -71,6 +71,7 @@ async def open_services(
             poll_interval_seconds=settings.poll_interval_seconds,
             concurrency=settings.worker_concurrency,
             max_recoveries=settings.max_recoveries,
+            shutdown_grace_seconds=settings.shutdown_grace_seconds,
         )
         hub = await stack.enter_async_context(
             EventHub.open(

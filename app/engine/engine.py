@@ -60,6 +60,11 @@ def new_instance_id() -> UUID:
     return UUID(int=value)
 
 
+# How long a stopping process lets steps in flight finish before it hands them back. Below
+# the 10 s a container runtime usually waits between SIGTERM and SIGKILL.
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 8.0
+
+
 def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -101,11 +106,12 @@ class Engine:
         poll_interval_seconds: float = 2.0,
         concurrency: int = 100,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
     ) -> None:
         if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
             raise InvalidInputError("lease, poll interval and concurrency must be positive")
-        if max_recoveries < 0:
-            raise InvalidInputError("max_recoveries must not be negative")
+        if max_recoveries < 0 or shutdown_grace_seconds < 0:
+            raise InvalidInputError("max_recoveries and shutdown grace must not be negative")
         self.store = store
         self.registry = registry if registry is not None else WorkflowRegistry()
         self.owner_id = owner_id or default_owner_id()
@@ -119,6 +125,7 @@ class Engine:
             poll_interval_seconds=poll_interval_seconds,
             concurrency=concurrency,
             max_recoveries=max_recoveries,
+            shutdown_grace_seconds=shutdown_grace_seconds,
             plan_schedule=self._plan_fire,
             on_terminal=self._after_terminal,
             spawn=self._enqueue_child,

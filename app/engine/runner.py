@@ -138,6 +138,8 @@ class Run:
     record: InstanceRecord
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     task: "asyncio.Task[None] | None" = None
+    draining: bool = False  # the process is stopping: end at the next checkpoint
+    handed_back: bool = False  # stopped at a checkpoint while draining; still leased here
 
 
 def _error_text(exc: BaseException) -> str:
@@ -196,6 +198,10 @@ async def run_instance(
         if not isinstance(write, CheckpointWrite) or write.pause_label is not None:
             if transition.status.is_terminal:
                 await on_terminal(transition)
+            return None
+        if run.draining:
+            # Shutting down: the step is recorded, the next one is another process's.
+            run.handed_back = True
             return None
         stage = ctx.stage
         # The next handler gets exactly what was checkpointed, so an uninterrupted instance

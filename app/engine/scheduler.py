@@ -39,6 +39,7 @@ class Scheduler:
         poll_interval_seconds: float,
         concurrency: int,
         max_recoveries: int,
+        shutdown_grace_seconds: float,
         plan_schedule: SchedulePlanner,
         on_terminal: TerminalCallback,
         spawn: ChildSpawner,
@@ -50,11 +51,13 @@ class Scheduler:
         self.poll_interval_seconds = poll_interval_seconds
         self.concurrency = concurrency
         self.max_recoveries = max_recoveries
+        self.shutdown_grace_seconds = shutdown_grace_seconds
         self._plan_schedule = plan_schedule
         self._on_terminal = on_terminal
         self._spawn = spawn
         self._committer = Committer(store, owner_id, lease_seconds)
         self._runs: dict[UUID, Run] = {}
+        self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
         self._wake = asyncio.Event()
         self._next_wake: float | None = None  # monotonic deadline set by wake_in
         self._last_poll = -float("inf")
@@ -165,14 +168,21 @@ class Scheduler:
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event) -> None:
-        """Claim and run until `stopping` is set; then hand unfinished instances back."""
+        """Claim and run until `stopping` is set; then let steps in flight finish (within the
+        grace period) and hand every unfinished instance back."""
+        halted = asyncio.Event()
         async with asyncio.TaskGroup() as group:
-            heartbeat = group.create_task(self._heartbeat(stopping), name="laneway-heartbeat")
+            # Leases are renewed until the hand-back, drain included.
+            heartbeat = group.create_task(self._heartbeat(halted), name="laneway-heartbeat")
             try:
                 await self._loop(group, stopping)
             finally:
-                heartbeat.cancel()
-                await self._shutdown()
+                try:
+                    await self._drain()
+                finally:
+                    halted.set()
+                    heartbeat.cancel()
+                    await self._shutdown()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0
@@ -235,10 +245,10 @@ class Scheduler:
                 del self._runs[run.record.instance_id]
             self._wake.set()
 
-    async def _heartbeat(self, stopping: asyncio.Event) -> None:
+    async def _heartbeat(self, halted: asyncio.Event) -> None:
         interval = max(self.lease_seconds / 3.0, 0.05)
-        while not stopping.is_set():
-            await _wait(stopping, interval)
+        while not halted.is_set():
+            await _wait(halted, interval)
             leases = self._leases()
             if not leases:
                 continue
@@ -254,8 +264,28 @@ class Scheduler:
     def _leases(self) -> dict[UUID, int]:
         return {instance_id: run.record.lease_epoch for instance_id, run in self._runs.items()}
 
+    async def _drain(self) -> None:
+        """Let each run finish the step it is in; it stops at its next checkpoint (or ends).
+
+        A step still running after the grace period is interrupted by the hand-back; without
+        the wait, nearly every step in flight would run again in another process.
+        """
+        runs = list(self._runs.values())
+        for run in runs:
+            run.draining = True
+        tasks = [run.task for run in runs if run.task is not None]
+        if tasks and self.shutdown_grace_seconds > 0:
+            logger.info(
+                "draining", extra={"runs": len(tasks), "grace_s": self.shutdown_grace_seconds}
+            )
+            await asyncio.wait(tasks, timeout=self.shutdown_grace_seconds)
+        for run in runs:
+            if run.handed_back:
+                self._handed_back[run.record.instance_id] = run.record.lease_epoch
+
     async def _shutdown(self) -> None:
-        leases = self._leases()
+        leases = {**self._handed_back, **self._leases()}
+        self._handed_back = {}
         for instance_id in leases:
             self.stop_run(instance_id, reason="shutdown")
         if leases:

@@ -244,7 +244,10 @@ SELECT {INSTANCE_COLUMNS}
 # failing ends failed), and the instance goes back to pending from its checkpoint. Recoveries
 # are counted apart from attempts (checkpoints reset attempts): an instance whose worker was
 # already lost `$2` times is dead-lettered, so a step that kills its worker cannot take down
-# worker after worker.
+# worker after worker. The first recovery is claimable at once (a crashed worker's instances
+# resume without delay); later ones wait a random 0-1 s, 0-2 s, 0-4 s ... (at most 30 s), so
+# instances that keep dying together with a poison pill on one worker are spread out instead
+# of being claimed in one batch and killed with it again, until only the poison is left.
 RECOVER_EXPIRED_LEASES = """
 WITH expired AS (
     SELECT instance_id
@@ -273,7 +276,10 @@ UPDATE laneway.instances AS i
                              'lease expired: worker lost during attempt ' || i.attempts),
        finished_at = CASE WHEN j.final_error IS NULL THEN NULL ELSE now() END,
        recoveries = i.recoveries + 1,
-       owner_id = NULL, lease_expires_at = NULL, run_after = now(), updated_at = now()
+       run_after = now() + CASE WHEN i.recoveries = 0 THEN interval '0'
+                                ELSE random() * LEAST(power(2, i.recoveries - 1), 30)
+                                     * interval '1 second' END,
+       owner_id = NULL, lease_expires_at = NULL, updated_at = now()
   FROM judged AS j
  WHERE i.instance_id = j.instance_id
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error

@@ -133,7 +133,7 @@ async def test_sigterm_hands_unfinished_instances_back_at_once(
     store: Store, database_url: str
 ) -> None:
     engine = make_engine(store, slow)
-    env = {"LANEWAY_LEASE_SECONDS": "60"}
+    env = {"LANEWAY_LEASE_SECONDS": "60", "LANEWAY_SHUTDOWN_GRACE": "0.5"}
     async with worker_process(database_url, "leaving", env) as leaving:
         stuck = await engine.enqueue("slow", {"seconds": 3600})
         await eventually(

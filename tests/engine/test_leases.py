@@ -3,7 +3,7 @@
 import asyncio
 from datetime import timedelta
 
-from app.engine import Done, HandlerContext, PermanentFailure, RetryPolicy, Workflow
+from app.engine import Done, HandlerContext, Next, PermanentFailure, RetryPolicy, Workflow
 from app.model import EventType, Status
 from app.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine, types_of
@@ -269,8 +269,10 @@ async def test_an_instance_that_keeps_losing_its_worker_is_dead_lettered(store: 
     )
     engine = make_engine(store, workflow)
     enqueued = await engine.enqueue("poison")
-    statuses = []
+    statuses, waits = [], []
     for _ in range(3):  # claimed, then the worker vanishes: its lease runs out
+        async with store.connection() as conn:  # any backoff of the last recovery is over
+            await conn.execute("UPDATE laneway.instances SET run_after = now()")
         assert len(await store.claim("doomed", ["poison"], 10, 30.0)) == 1
         async with store.connection() as conn:
             await conn.execute(
@@ -278,7 +280,15 @@ async def test_an_instance_that_keeps_losing_its_worker_is_dead_lettered(store: 
             )
         recovered = await store.recover_expired_leases(max_recoveries=2)
         statuses.append([t.status for t in recovered])
+        async with store.connection() as conn:
+            waits.append(
+                await conn.fetchval(
+                    "SELECT EXTRACT(EPOCH FROM run_after - now()) FROM laneway.instances"
+                )
+            )
     assert statuses == [[Status.PENDING], [Status.PENDING], [Status.FAILED]]
+    assert waits[0] <= 0  # the first recovery resumes at once
+    assert 0 <= waits[1] <= 1  # the second waits a random part of a second
     dead = await engine.get(enqueued.instance_id)
     assert dead is not None
     assert dead.recoveries == 3
@@ -290,3 +300,56 @@ async def test_an_instance_that_keeps_losing_its_worker_is_dead_lettered(store: 
     assert events[-1].error == dead.last_error
     retried = await engine.retry(enqueued.instance_id)  # a manual retry starts the count again
     assert retried.recoveries == 0
+
+
+def _two_steps(gate: asyncio.Event, entered: asyncio.Event, second_ran: list[str]) -> Workflow:
+    async def first(ctx: HandlerContext, params: object) -> Next:
+        entered.set()
+        await gate.wait()
+        return Next("second")
+
+    async def second(ctx: HandlerContext, params: object) -> Done:
+        second_ran.append(str(ctx.instance_id))
+        return Done()
+
+    return Workflow("drained", handlers={"first": first, "second": second}, initial="first")
+
+
+async def test_stopping_lets_the_step_in_flight_finish_and_hands_back_at_its_checkpoint(
+    store: Store,
+) -> None:
+    gate, entered, second_ran = asyncio.Event(), asyncio.Event(), []
+    engine = make_engine(store, _two_steps(gate, entered, second_ran), shutdown_grace_seconds=30)
+    enqueued = await engine.enqueue("drained")
+    stopping = asyncio.Event()
+    running = asyncio.create_task(engine.run(stopping))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    stopping.set()  # SIGTERM while the first step runs
+    gate.set()
+    await asyncio.wait_for(running, timeout=10)
+    handed = await engine.get(enqueued.instance_id)
+    assert handed is not None
+    assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "second", 0)
+    assert second_ran == []  # the next step is left to whoever claims it next
+    assert await types_of(store, enqueued.instance_id) == [
+        EventType.ENQUEUED,
+        EventType.STARTED,
+        EventType.CHECKPOINT,
+        EventType.RETRYING,
+    ]
+
+
+async def test_a_step_still_running_after_the_grace_is_handed_back_unfinished(
+    store: Store,
+) -> None:
+    never, entered = asyncio.Event(), asyncio.Event()
+    engine = make_engine(store, _two_steps(never, entered, []), shutdown_grace_seconds=0.2)
+    enqueued = await engine.enqueue("drained")
+    stopping = asyncio.Event()
+    running = asyncio.create_task(engine.run(stopping))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    stopping.set()
+    await asyncio.wait_for(running, timeout=10)
+    handed = await engine.get(enqueued.instance_id)
+    assert handed is not None
+    assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "first", 0)
