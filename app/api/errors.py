@@ -11,12 +11,12 @@ error bodies the middlewares answer with (413, 429, 503, 504).
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from collections.abc import Iterable
 
 import asyncpg
 from graphql import GraphQLError
 
+from app.api.asgi import Send
 from app.api.trace import current_trace
 from app.engine import LockUnavailableError
 from app.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
@@ -140,9 +140,6 @@ def public_error(error: BaseException) -> dict[str, object]:
     if is_database_unavailable(error):
         return {"message": UNAVAILABLE_MESSAGE, "extensions": {"code": SERVICE_UNAVAILABLE}}
     return {"message": MASKED_MESSAGE}
-
-
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def error_body(message: str, code: str | None = None) -> bytes:

@@ -12,20 +12,15 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from graphql import GraphQLError, OperationDefinitionNode, parse
 
+from app.api.asgi import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import TIMEOUT, send_error
 
 logger = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_JSON_DEPTH = 64

@@ -12,9 +12,8 @@ websocket_limits.py and spends from the same buckets.
 import hashlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qs
 
 from graphql import (
@@ -28,17 +27,13 @@ from graphql import (
     parse,
 )
 
+from app.api.asgi import ASGIApp, Receive, Scope, Send
 from app.api.auth import Access, check_bearer
 from app.api.errors import RATE_LIMITED, send_error
 from app.api.limits import DECODED_BODY
 from app.api.schema import MAX_TOKENS
 from app.config import is_loopback
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Clock = Callable[[], float]
 
 RATE_LIMITED_MESSAGE = "Too many requests; slow down."

@@ -9,17 +9,10 @@ over HTTP (Strawberry masks websocket results after errors.py has seen them).
 """
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
 
+from app.api.asgi import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import MASKED_MESSAGE, UNAVAILABLE_RETRY_AFTER_SECONDS
 from app.api.trace import REQUEST_ID_HEADER, Trace, request_id_for, tag_log_records, traced
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Loggers whose records are about one request: the resolver-error log among them.
 TRACED_LOGGERS = (

@@ -14,9 +14,9 @@ GraphQL view does:
 """
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from app.api.asgi import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import RATE_LIMITED, error_body
 from app.api.ratelimit import (
     RATE_LIMITED_MESSAGE,
@@ -25,12 +25,6 @@ from app.api.ratelimit import (
     retry_after,
     root_field_cost,
 )
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 TOO_MANY_CONNECTIONS = 4429
 HANDSHAKES_REFUSED = "Too many websocket handshakes; slow down."

@@ -5,15 +5,14 @@
 """
 
 import asyncio
-import contextlib
 import random
-from collections.abc import AsyncIterator
 
-from app.engine import Done, Engine, EnqueueRequest, HandlerContext, Workflow
+from app.engine import Done, EnqueueRequest, HandlerContext, Workflow
 from app.model import JSONValue, Status
-from app.store import Store, open_store
+from app.store import Store
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
+from tests.reliability.engines import running_engines
 from tests.reliability.history import (
     busy_fraction,
     events_by_instance,
@@ -40,21 +39,6 @@ async def _step(ctx: HandlerContext, params: JSONValue) -> Done:
 capped = Workflow("capped", handlers={"run": _step}, initial="run", queue="narrow")
 
 
-@contextlib.asynccontextmanager
-async def running_engines(database_url: str, count: int) -> AsyncIterator[list[Engine]]:
-    """`count` engines, each on its own pool, running until the block ends."""
-    async with contextlib.AsyncExitStack() as stack:
-        engines = []
-        for n in range(count):
-            store = await stack.enter_async_context(open_store(database_url, pool_size=3))
-            engines.append(
-                make_engine(store, capped, owner_id=f"cap-{n}", poll_interval_seconds=0.05)
-            )
-        for engine in engines:
-            await stack.enter_async_context(engine.running())
-        yield engines
-
-
 async def test_queue_cap_holds_across_engines_when_a_backlog_of_500_drains(
     store: Store, database_url: str, figure: Figure
 ) -> None:
@@ -65,7 +49,7 @@ async def test_queue_cap_holds_across_engines_when_a_backlog_of_500_drains(
         [EnqueueRequest(name="capped", params={"ms": ms}) for ms in durations]
     )
 
-    async with running_engines(database_url, ENGINES):
+    async with running_engines(database_url, ENGINES, capped, prefix="cap"):
         await eventually(
             lambda: status_counts(store),
             lambda counts: counts.get(Status.COMPLETED) == INSTANCES,

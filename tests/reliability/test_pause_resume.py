@@ -7,8 +7,6 @@ a conflict; new engines run all 100 to completion.
 """
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 from app.engine import Engine
 from app.errors import ConflictError
@@ -17,6 +15,7 @@ from app.model import EventType, InstanceRecord, Status
 from app.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
+from tests.reliability.engines import running_engines
 from tests.reliability.history import (
     events_by_instance,
     max_overlap,
@@ -35,23 +34,6 @@ SELECT count(*) FILTER (WHERE status = 'paused') AS paused,
   FROM laneway.instances
  WHERE name = 'report'
 """
-
-
-@contextlib.asynccontextmanager
-async def running_engines(database_url: str, prefix: str) -> AsyncIterator[list[Engine]]:
-    """Two engines on their own pools, running `report` (and the `hello` it chains to)."""
-    async with contextlib.AsyncExitStack() as stack:
-        engines = []
-        for n in range(2):
-            store = await stack.enter_async_context(open_store(database_url, pool_size=4))
-            engines.append(
-                make_engine(
-                    store, report, hello, owner_id=f"{prefix}-{n}", poll_interval_seconds=0.05
-                )
-            )
-        for engine in engines:
-            await stack.enter_async_context(engine.running())
-        yield engines
 
 
 async def _report_statuses(engine: Engine) -> list[Status]:
@@ -76,7 +58,7 @@ async def test_paused_hold_nothing_and_one_resume_wins_when_100_reports_wait_for
         for n in range(INSTANCES)
     ]
 
-    async with running_engines(database_url, "before"):
+    async with running_engines(database_url, 2, report, hello, prefix="before", pool_size=4):
         await eventually(
             lambda: _report_statuses(client),
             lambda statuses: statuses.count(Status.PAUSED) == INSTANCES,
@@ -94,7 +76,7 @@ async def test_paused_hold_nothing_and_one_resume_wins_when_100_reports_wait_for
         first, second = make_engine(first_store, report), make_engine(second_store, report)
         pairs = await asyncio.gather(*(_resume_pair(first, second, r) for r in reviewed))
 
-    async with running_engines(database_url, "after"):
+    async with running_engines(database_url, 2, report, hello, prefix="after", pool_size=4):
         await eventually(
             lambda: status_counts(store),
             lambda counts: set(counts) == {Status.COMPLETED},

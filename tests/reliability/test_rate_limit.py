@@ -6,16 +6,16 @@ are claimed by three engines; every window [a, b] of start times must hold at mo
 C + r·(b − a) starts (the O(n²) check), and the run takes at most (200 − C)/r + 3 s.
 """
 
-import contextlib
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
-from app.engine import Done, Engine, EnqueueRequest, HandlerContext, Workflow
+from app.engine import Done, EnqueueRequest, HandlerContext, Workflow
 from app.model import JSONValue, Status
-from app.store import Store, open_store
+from app.store import Store
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
+from tests.reliability.engines import running_engines
 from tests.reliability.history import events_by_instance, run_intervals, status_counts
 
 RATE_PER_MINUTE = 600.0
@@ -34,20 +34,6 @@ async def _done(ctx: HandlerContext, params: JSONValue) -> Done:
 metered = Workflow("metered", handlers={"run": _done}, initial="run", queue="metered")
 
 
-@contextlib.asynccontextmanager
-async def running_engines(database_url: str, count: int) -> AsyncIterator[list[Engine]]:
-    async with contextlib.AsyncExitStack() as stack:
-        engines = []
-        for n in range(count):
-            store = await stack.enter_async_context(open_store(database_url, pool_size=3))
-            engines.append(
-                make_engine(store, metered, owner_id=f"rate-{n}", poll_interval_seconds=0.02)
-            )
-        for engine in engines:
-            await stack.enter_async_context(engine.running())
-        yield engines
-
-
 def worst_excess(starts: Sequence[datetime]) -> float:
     """max over windows [starts[i], starts[j]] of count − (C + r·(b − a)); ≤ 0 means none over."""
     ordered = sorted(starts)
@@ -64,7 +50,7 @@ async def test_token_bucket_holds_across_engines_when_200_instances_compete(
     await client.configure_queue("metered", concurrency=100, rate_per_minute=RATE_PER_MINUTE)
     await client.enqueue_many([EnqueueRequest(name="metered") for _ in range(INSTANCES)])
 
-    async with running_engines(database_url, ENGINES):
+    async with running_engines(database_url, ENGINES, metered, prefix="rate", poll_seconds=0.02):
         await eventually(
             lambda: status_counts(store),
             lambda counts: counts.get(Status.COMPLETED) == INSTANCES,
