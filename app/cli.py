@@ -2,7 +2,9 @@
 
 Owns argument parsing, logging setup, `asyncio.run` and exit codes (0 ok, 1 not found or
 failed, 2 bad input or refused configuration). Each subcommand is a small async function;
-the work itself is done by the engine, store, hub and API modules.
+the work itself is done by the engine, store, hub and API modules. The API modules are
+imported by the subcommands that use them, so `laneway worker` starts without loading
+Strawberry, Starlette and uvicorn (about a second less to replace a lost worker).
 """
 
 import argparse
@@ -14,15 +16,9 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from uuid import UUID
 
-from strawberry.types.base import get_object_definition
-
-from app.api.app import create_app, server_config
-from app.api.limits import strict_json_loads
-from app.api.schema import LanewayNames, export_schema
-from app.api.types import WorkflowEvent, WorkflowInstanceStatus
 from app.config import Settings
 from app.errors import InvalidInputError, LanewayError
 from app.logs import configure_logging
@@ -31,6 +27,9 @@ from app.store.embedded import embedded_postgres
 from app.store.migrate import apply_migrations
 from app.store.pool import MIGRATION_TIMEOUTS, connect
 
+if TYPE_CHECKING:
+    from app.api.types import WorkflowEvent, WorkflowInstanceStatus
+
 logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -38,8 +37,12 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
-def graphql_shape(value: WorkflowInstanceStatus | WorkflowEvent) -> dict[str, Any]:
+def graphql_shape(value: "WorkflowInstanceStatus | WorkflowEvent") -> dict[str, Any]:
     """A GraphQL object as JSON, with the schema's field names (plain fields only)."""
+    from strawberry.types.base import get_object_definition
+
+    from app.api.schema import LanewayNames
+
     names = LanewayNames()
     definition = get_object_definition(value, strict=True)
     return {
@@ -70,6 +73,8 @@ def _on_signals(callback: Callable[[], object]) -> None:
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
     """Serve the API (and, unless LANEWAY_ENGINE=0, run the engine) until SIGINT/SIGTERM."""
     import uvicorn
+
+    from app.api.app import create_app, server_config
 
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
@@ -108,12 +113,16 @@ async def migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 async def export(args: argparse.Namespace, settings: Settings) -> int:
     """Print the GraphQL schema as SDL."""
+    from app.api.schema import export_schema
+
     sys.stdout.write(export_schema())
     return EXIT_OK
 
 
 async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """Enqueue one instance and print `{"instanceID", "created"}`."""
+    from app.api.limits import strict_json_loads
+
     try:
         params = strict_json_loads(args.params)
     except ValueError as exc:
@@ -134,6 +143,8 @@ async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
 
 async def status(args: argparse.Namespace, settings: Settings) -> int:
     """Print one instance as JSON (the fields of WorkflowInstanceStatus); 1 when unknown."""
+    from app.api.types import WorkflowInstanceStatus
+
     try:
         instance_id = UUID(args.instance_id)
     except ValueError:
@@ -148,6 +159,8 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
 
 async def watch(args: argparse.Namespace, settings: Settings) -> int:
     """Print one JSON line per event as it happens, until SIGINT/SIGTERM."""
+    from app.api.types import WorkflowEvent
+
     try:
         instance_id = UUID(args.instance) if args.instance else None
     except ValueError:

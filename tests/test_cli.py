@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -178,3 +179,20 @@ async def test_migrate_reports_nothing_left_on_a_migrated_database(database_url:
     code, out, err = await laneway("migrate", env=environment(database_url))
     assert code == 0, err
     assert json.loads(out) == {"applied": []}
+
+
+def test_a_worker_starts_without_loading_the_api_stack() -> None:
+    # A replacement worker is claiming sooner: Strawberry, Starlette and uvicorn cost about a
+    # second of imports that `laneway worker` never uses.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, app.cli; print(sorted({'strawberry', 'starlette', 'uvicorn'}"
+            " & {name.split('.')[0] for name in sys.modules}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -79,6 +79,10 @@ def is_database_unavailable(error: BaseException | None) -> bool:
     """True for the driver and socket errors of a database that is down, starting or full."""
     if isinstance(error, _UNAVAILABLE_ERRORS):
         return True
+    if isinstance(error, asyncpg.InternalClientError):
+        # A pooled connection that broke mid-operation during a restart reports its protocol
+        # state on its next use ("cannot switch to state ..."): the database went away.
+        return str(error).startswith("cannot switch to state")
     return isinstance(error, asyncpg.InterfaceError) and str(error) in _CLOSED_MESSAGES
 
 

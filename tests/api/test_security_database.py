@@ -50,6 +50,9 @@ QUERIES = [
         asyncpg.QueryCanceledError("canceling statement due to statement timeout"),
         asyncpg.InterfaceError("connection is closed"),
         asyncpg.InterfaceError("pool is closing"),
+        asyncpg.InternalClientError(
+            "cannot switch to state 12; another operation (2) is in progress"
+        ),
     ],
     ids=lambda error: type(error).__name__,
 )
@@ -69,6 +72,7 @@ def test_driver_and_socket_errors_of_a_database_that_is_down_are_unavailable(
         RuntimeError("boom"),
         asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
         asyncpg.UniqueViolationError("duplicate key"),
+        asyncpg.InternalClientError("unexpected codec state"),
     ],
     ids=lambda error: type(error).__name__,
 )
