@@ -20,6 +20,8 @@ from app.store import Store
 
 logger = logging.getLogger(__name__)
 
+CLAIM_COALESCE_SECONDS = 0.002
+
 SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
@@ -211,6 +213,10 @@ class Scheduler:
             if claimed and len(self._runs) < self.concurrency:
                 continue  # there may be more due work right now
             woken = await _wait_any(stopping, self._wake, self._idle_seconds())
+            if woken and 0 < self.concurrency - len(self._runs) < self.concurrency // 4:
+                # Busy, and only a few slots free: a moment lets more runs finish, so one
+                # claim takes them all (every claim is a commit in the append-lock pipeline).
+                await _wait(stopping, CLAIM_COALESCE_SECONDS)
             if self._next_wake is not None and time.monotonic() >= self._next_wake:
                 self._next_wake = None  # a known due time arrived: claim
                 woken = True
