@@ -30,6 +30,8 @@ test: install                           ## the whole suite on a throwaway Postgr
 	$(PY) -m pytest -n 2 --dist loadfile
 chaos: install                          ## full reliability tier: production leases, ~20 min (docs/reliability.md)
 	$(PY) -m tests.chaos.full
+soak: install                           ## K-01 soak: 20/s, 20 websockets, kills, LISTEN cuts; one table (SOAK_MINUTES, default 60)
+	$(PY) -m tests.chaos.soak --minutes $${SOAK_MINUTES:-60}
 lint: install                           ## ruff and mypy
 	$(PY) -m ruff check app tests bench
 	$(PY) -m ruff format --check app tests bench
@@ -49,4 +51,4 @@ bench-service: install                  ## service-level figures: websocket late
 	$(PY) bench/service_bench.py
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
-.PHONY: install run worker test chaos lint check fmt schema bench bench-peers bench-engine bench-service help
+.PHONY: install run worker test chaos soak lint check fmt schema bench bench-peers bench-engine bench-service help
