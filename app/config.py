@@ -75,6 +75,7 @@ class Settings:
     owner_id: str | None = None
     max_recoveries: int = 3
     shutdown_grace_seconds: float = 8.0
+    retention_days: float = 7.0
     statement_timeout_seconds: float = 30.0
     lock_timeout_seconds: float = 2.0
     idle_in_transaction_timeout_seconds: float = 60.0
@@ -114,6 +115,7 @@ class Settings:
             owner_id=environ.get("LANEWAY_OWNER_ID") or None,
             max_recoveries=int(_number(environ, "LANEWAY_MAX_RECOVERIES", 3, 0)),
             shutdown_grace_seconds=_number(environ, "LANEWAY_SHUTDOWN_GRACE", 8.0, 0.0),
+            retention_days=_number(environ, "LANEWAY_RETENTION_DAYS", 7.0, 0.0),
             statement_timeout_seconds=_number(environ, "LANEWAY_STATEMENT_TIMEOUT", 30.0, 0.0),
             lock_timeout_seconds=_number(environ, "LANEWAY_LOCK_TIMEOUT", 2.0, 0.0),
             idle_in_transaction_timeout_seconds=_number(

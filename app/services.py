@@ -72,6 +72,7 @@ async def open_services(
             concurrency=settings.worker_concurrency,
             max_recoveries=settings.max_recoveries,
             shutdown_grace_seconds=settings.shutdown_grace_seconds,
+            retention_seconds=settings.retention_days * 86_400.0,
         )
         hub = await stack.enter_async_context(
             EventHub.open(

@@ -63,6 +63,8 @@ def new_instance_id() -> UUID:
 # How long a stopping process lets steps in flight finish before it hands them back. Below
 # the 10 s a container runtime usually waits between SIGTERM and SIGKILL.
 DEFAULT_SHUTDOWN_GRACE_SECONDS = 8.0
+# Finished instances (with their events and operations) are kept this long, then pruned.
+DEFAULT_RETENTION_SECONDS = 7 * 86_400.0
 
 
 def default_owner_id() -> str:
@@ -107,11 +109,14 @@ class Engine:
         concurrency: int = 100,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
     ) -> None:
         if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
             raise InvalidInputError("lease, poll interval and concurrency must be positive")
-        if max_recoveries < 0 or shutdown_grace_seconds < 0:
-            raise InvalidInputError("max_recoveries and shutdown grace must not be negative")
+        if max_recoveries < 0 or shutdown_grace_seconds < 0 or retention_seconds < 0:
+            raise InvalidInputError(
+                "max_recoveries, shutdown grace and retention must not be negative"
+            )
         self.store = store
         self.registry = registry if registry is not None else WorkflowRegistry()
         self.owner_id = owner_id or default_owner_id()
@@ -124,6 +129,7 @@ class Engine:
             lease_seconds=lease_seconds,
             poll_interval_seconds=poll_interval_seconds,
             concurrency=concurrency,
+            retention_seconds=retention_seconds,
             max_recoveries=max_recoveries,
             shutdown_grace_seconds=shutdown_grace_seconds,
             plan_schedule=self._plan_fire,

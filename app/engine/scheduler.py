@@ -26,6 +26,7 @@ SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None,
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
 UNREGISTERED_CHECK_SECONDS = 60.0
+PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
 
 
 class Scheduler:
@@ -40,6 +41,7 @@ class Scheduler:
         lease_seconds: float,
         poll_interval_seconds: float,
         concurrency: int,
+        retention_seconds: float,
         max_recoveries: int,
         shutdown_grace_seconds: float,
         plan_schedule: SchedulePlanner,
@@ -53,6 +55,7 @@ class Scheduler:
         self.poll_interval_seconds = poll_interval_seconds
         self.concurrency = concurrency
         self.max_recoveries = max_recoveries
+        self.retention_seconds = retention_seconds
         self.shutdown_grace_seconds = shutdown_grace_seconds
         self._plan_schedule = plan_schedule
         self._on_terminal = on_terminal
@@ -65,6 +68,7 @@ class Scheduler:
         self._last_poll = -float("inf")
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
+        self._last_prune = -PRUNE_EVERY_SECONDS
 
     # -- signals from outside --------------------------------------------------------------------
 
@@ -105,6 +109,7 @@ class Scheduler:
             if faults.ARMED:
                 await faults.hit("cron_insert")
         await self._report_unregistered()
+        await self._prune()
 
     async def _poll(self) -> bool:
         """The idle poll: one cheap statement, then only the work it found.
@@ -120,7 +125,18 @@ class Scheduler:
             if faults.ARMED:
                 await faults.hit("cron_insert")
         await self._report_unregistered()
+        await self._prune()
         return due.claimable
+
+    async def _prune(self) -> None:
+        """Every few minutes, delete finished instances older than the retention period."""
+        now = time.monotonic()
+        if self.retention_seconds <= 0 or now - self._last_prune < PRUNE_EVERY_SECONDS:
+            return
+        self._last_prune = now
+        pruned = await self._store.prune_finished(self.retention_seconds)
+        if pruned:
+            logger.info("finished instances pruned", extra={"count": pruned})
 
     async def _recover(self) -> None:
         recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)

@@ -433,6 +433,33 @@ SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.sta
  WHERE (SELECT count(*) FROM rang) >= 0
 """
 
+# $1 keep finished instances this many seconds, $2 at most this many instances
+# Retention: instances that ended longer ago than the retention period go, with their events
+# and operation rows (their locks went when they ended). Oldest first, a bounded batch per
+# sweep; rows another sweep is deleting are skipped.
+PRUNE_FINISHED = """
+WITH doomed AS (
+    SELECT instance_id
+      FROM laneway.instances
+     WHERE status IN ('completed', 'failed', 'cancelled')
+       AND finished_at < now() - $1::double precision * interval '1 second'
+     ORDER BY finished_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+),
+events_gone AS (
+    DELETE FROM laneway.events
+     WHERE instance_id IN (SELECT instance_id FROM doomed)
+),
+operations_gone AS (
+    DELETE FROM laneway.operations
+     WHERE instance_id IN (SELECT instance_id FROM doomed)
+)
+DELETE FROM laneway.instances
+ WHERE instance_id IN (SELECT instance_id FROM doomed)
+RETURNING instance_id
+"""
+
 # $1 terminal instance ids (uuid[]): their entity locks go with them
 RELEASE_INSTANCE_LOCKS = """
 DELETE FROM laneway.locks

@@ -466,6 +466,13 @@ class Store:
             await self._append_events(conn, [_transition_event(t) for t in transitions])
         return transitions
 
+    async def prune_finished(self, retention_seconds: float, limit: int = 5000) -> int:
+        """Delete up to `limit` instances that ended over `retention_seconds` ago, with their
+        events and operations; returns how many went."""
+        async with self._acquire() as conn:
+            rows = await conn.fetch(queries.PRUNE_FINISHED, retention_seconds, limit)
+        return len(rows)
+
     async def renew_leases(
         self, owner_id: str, leases: Mapping[UUID, int], lease_seconds: float
     ) -> set[UUID]:
