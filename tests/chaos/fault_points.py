@@ -75,9 +75,14 @@ async def r05_runner_points(
         verdict,
         {
             "only armed workers died": all(d.owner_id in armed_owners for d in deaths),
-            "faults cost leases": bool(verdict.reclaim_seconds),
         },
-        {"deaths": str(len(deaths)), "duplicate step runs": str(verdict.duplicate_runs)},
+        {
+            "deaths": str(len(deaths)),
+            # A kill right after a worker's last commit may leave it holding no lease, so the
+            # number of reclaims is a figure, not a pass condition.
+            "reclaims": str(len(verdict.reclaim_seconds)),
+            "duplicate step runs": str(verdict.duplicate_runs),
+        },
     )
 
 
