@@ -23,7 +23,6 @@ from typing import Any
 from uuid import UUID
 
 from graphql import (
-    DocumentNode,
     FieldNode,
     GraphQLError,
     GraphQLObjectType,
@@ -35,6 +34,7 @@ from graphql import (
 )
 from graphql.execution.values import get_argument_values, get_variable_values
 from starlette.websockets import WebSocketDisconnect
+from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.schema import Schema
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
@@ -66,7 +66,6 @@ MAX_RENDERED = 8192  # rendered (event, selection) payloads remembered
 class Plan:
     """A validated single-field `workflowEvents` document: what to select and how to name it."""
 
-    document: DocumentNode
     operation: OperationDefinitionNode
     field: FieldNode
     root_key: str
@@ -143,7 +142,6 @@ class EventRenderer:
         if len(selection) > MAX_SELECTIONS or validate(self._schema, document):
             return None
         return Plan(
-            document=document,
             operation=operation,
             field=field,
             root_key=(field.alias or field.name).value,
@@ -259,11 +257,9 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
                 await self._send_text(prefix + renderer.render(event, plan) + "}")
 
     async def _send_text(self, text: str) -> None:
-        websocket = getattr(self.websocket, "ws", None)
-        if websocket is None:  # another adapter than Starlette's: the ordinary encoder
-            await self.send_message(json.loads(text))
-            return
+        websocket = self.websocket
+        assert isinstance(websocket, ASGIWebSocketAdapter)  # the view is Strawberry's ASGI one
         try:
-            await websocket.send_text(text)
+            await websocket.ws.send_text(text)
         except WebSocketDisconnect as exc:
             raise WebSocketDisconnected from exc

@@ -463,7 +463,7 @@ class Store:
             rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit, max_recoveries)
             transitions = [transition_from_row(row) for row in rows]
             await self._release_locks_of_terminal(conn, transitions)
-            await self._append_events(conn, [_transition_event(t) for t in transitions])
+            await self._append_events(conn, [_recovery_event(t) for t in transitions])
         return transitions
 
     async def prune_finished(self, retention_seconds: float, limit: int = 5000) -> int:
@@ -743,25 +743,18 @@ class Store:
             yield conn
 
 
-def _transition_event(
-    t: Transition, event_type: EventType | None = None, attempt: int | None = None
-) -> NewEvent:
-    """The event a runner or recovery transition produces."""
-    if event_type is None:
-        event_type = {
-            Status.PENDING: EventType.RETRYING,
-            Status.FAILED: EventType.FAILED,
-            Status.COMPLETED: EventType.COMPLETED,
-            Status.CANCELLED: EventType.CANCELLED,
-            Status.PAUSED: EventType.PAUSED,
-        }[t.status]
+def _recovery_event(t: Transition) -> NewEvent:
+    """The event of a recovered lease: retrying from the checkpoint, or failed for good.
+
+    (Runner writes name their events in WRITE_RUNNER_BATCH itself.)
+    """
     return NewEvent(
         instance_id=t.instance_id,
         name=t.name,
-        type=event_type,
+        type=EventType.RETRYING if t.status == Status.PENDING else EventType.FAILED,
         status=t.status,
-        attempt=t.attempts if attempt is None else attempt,
-        error=t.error if event_type in (EventType.RETRYING, EventType.FAILED) else None,
+        attempt=t.attempts,
+        error=t.error,
         stage=t.stage,
         checkpoint=t.checkpoint,
     )

@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
-from app.engine.schedules import Recurrence, parse_recurrence
+from app.engine.schedules import Recurrence
 from app.errors import InvalidInputError
+from tests.engine.test_schedules import cron_in, fires_after, utc
 from tests.reliability.cron_model import (
     CRON_CASES,
     CronCase,
@@ -59,22 +60,6 @@ settings.register_profile(
 CRON_SETTINGS = settings.get_profile(
     "laneway-cron-full" if os.environ.get("LANEWAY_CHAOS_FULL") == "1" else "laneway-cron-pr"
 )
-
-
-def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
-    return datetime(year, month, day, hour, minute, tzinfo=UTC)
-
-
-def cron_in(zone: str, expression: str) -> Recurrence:
-    return parse_recurrence(every=None, cron=expression, timezone=zone)
-
-
-def chain(recurrence: Recurrence, start: datetime, count: int) -> list[datetime]:
-    fires: list[datetime] = []
-    for _ in range(count):
-        start = recurrence.next_fire_after(start)
-        fires.append(start)
-    return fires
 
 
 def local_iso(instants: list[datetime], zone: str) -> list[str]:
@@ -201,8 +186,8 @@ def test_stepped_range_of_one_value_fires_that_value_only_when_hypothesis_found_
     # Collapsed, the day field no longer meets the last Sunday: refused, not a silent no-op.
     with pytest.raises(InvalidInputError, match="never fires"):
         cron_in("UTC", "0 0 */16,1-1/1 * 0L")
-    assert chain(hourly, utc(2026, 1, 1), 3) == [utc(2026, 1, 1, h) for h in (1, 2, 3)]
-    assert local_iso(chain(weekly, utc(2026, 1, 1), 2), "Europe/Berlin") == [
+    assert fires_after(hourly, utc(2026, 1, 1), 3) == [utc(2026, 1, 1, h) for h in (1, 2, 3)]
+    assert local_iso(fires_after(weekly, utc(2026, 1, 1), 2), "Europe/Berlin") == [
         "2026-01-05T09:30:00+01:00",
         "2026-01-12T09:30:00+01:00",
     ]
@@ -322,6 +307,6 @@ def test_stepped_range_of_one_value_fires_that_value_only_when_hypothesis_found_
 def test_cron_fires_at_golden_instants_when_clocks_change(
     zone: str, expression: str, after: datetime, expected: list[str]
 ) -> None:
-    fires = chain(cron_in(zone, expression), after, len(expected))
+    fires = fires_after(cron_in(zone, expression), after, len(expected))
 
     assert local_iso(fires, zone) == expected
