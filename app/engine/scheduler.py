@@ -61,6 +61,10 @@ class Scheduler:
         self._on_terminal = on_terminal
         self._spawn = spawn
         self._committer = Committer(store, owner_id, lease_seconds)
+        # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
+        # claimed while the other's group commit is in flight, instead of the claim and the
+        # commit taking turns (8,500 no-op instances/s instead of 7,500 in bench/compare.py).
+        self._cohort = max(concurrency // 2, 1)
         self._runs: dict[UUID, Run] = {}
         self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
         self._wake = asyncio.Event()
@@ -212,7 +216,7 @@ class Scheduler:
                 if time.monotonic() - self._last_poll >= self.poll_interval_seconds:
                     claimable = await self._poll() or woken
                 has_room = len(self._runs) < self.concurrency
-                claimed = await self.claim() if claimable and has_room else []
+                claimed = await self.claim(self._cohort) if claimable and has_room else []
                 failures = 0
             except Exception as exc:
                 # A lost or restarting database: the loop outlives it, backing off meanwhile.

@@ -221,12 +221,15 @@ SELECT EXISTS (SELECT 1
                 WHERE enabled
                   AND next_run_at <= now()) AS due_schedules,
        EXISTS (SELECT 1
-                 FROM laneway.instances AS i
-                 JOIN laneway.queues AS q ON q.name = i.queue
-                WHERE i.status = 'pending'
-                  AND i.run_after <= now()
-                  AND i.name = ANY($1::text[])
-                  AND NOT q.paused) AS claimable
+                 FROM laneway.queues AS q
+                WHERE NOT q.paused
+                  AND (SELECT true  -- one probe per queue, not a scan of the whole backlog
+                         FROM laneway.instances AS i
+                        WHERE i.queue = q.name
+                          AND i.status = 'pending'
+                          AND i.run_after <= now()
+                          AND i.name = ANY($1::text[])
+                        LIMIT 1)) AS claimable
 """
 
 # $1 owner id, $2 registered workflow names (text[]), $3 at most this many instances,
