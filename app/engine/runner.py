@@ -140,6 +140,9 @@ class Run:
     task: "asyncio.Task[None] | None" = None
     draining: bool = False  # the process is stopping: end at the next checkpoint
     handed_back: bool = False  # stopped at a checkpoint while draining; still leased here
+    # The write that ends this run here committed (terminal, paused, retry pending): the lease
+    # is gone on purpose, so a renewal that misses it must not stop the run's last steps.
+    settled: bool = False
 
 
 def _error_text(exc: BaseException) -> str:
@@ -194,8 +197,10 @@ async def run_instance(
             )
             return None
         if isinstance(write, FailWrite) and transition.status == Status.PENDING:
+            run.settled = True
             return write.delay_ms / 1000.0
         if not isinstance(write, CheckpointWrite) or write.pause_label is not None:
+            run.settled = True
             if transition.status.is_terminal:
                 await on_terminal(transition)
             return None

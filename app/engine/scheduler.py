@@ -275,17 +275,22 @@ class Scheduler:
         interval = max(self.lease_seconds / 3.0, 0.05)
         while not halted.is_set():
             await _wait(halted, interval)
-            leases = self._leases()
-            if not leases:
-                continue
             try:
-                held = await self._store.renew_leases(self.owner_id, leases, self.lease_seconds)
+                await self.renew()
             except Exception as exc:
                 logger.warning("lease renewal failed", extra={"error": str(exc)})
-                continue
-            for instance_id in leases:
-                if instance_id not in held and instance_id in self._runs:
-                    self.stop_run(instance_id, reason="lease lost")
+
+    async def renew(self) -> None:
+        """Renew every lease held here; stop the runs whose lease is gone."""
+        leases = self._leases()
+        if not leases:
+            return
+        held = await self._store.renew_leases(self.owner_id, leases, self.lease_seconds)
+        for instance_id in leases:
+            run = self._runs.get(instance_id)
+            # A run that settled while the renewal was in flight gave its lease up itself.
+            if instance_id not in held and run is not None and not run.settled:
+                self.stop_run(instance_id, reason="lease lost")
 
     def _leases(self) -> dict[UUID, int]:
         return {instance_id: run.record.lease_epoch for instance_id, run in self._runs.items()}

@@ -353,3 +353,46 @@ async def test_a_step_still_running_after_the_grace_is_handed_back_unfinished(
     handed = await engine.get(enqueued.instance_id)
     assert handed is not None
     assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "first", 0)
+
+
+async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
+    store: Store,
+) -> None:
+    # Found by S-12 under CPU load: a renewal in flight while a run's completion committed
+    # came back without that instance, and the heartbeat cancelled the run in its last
+    # steps (here: the workflow's terminal hook) as if its lease had been lost.
+    gate, entered, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def hook(record: object) -> None:
+        entered.set()
+        await gate.wait()
+        finished.set()
+
+    workflow = Workflow(
+        "hooked", handlers=dict(noop.handlers), initial=noop.initial, on_terminal=hook
+    )
+    engine = make_engine(store, workflow, owner_id="renewer")
+    enqueued = await engine.enqueue("hooked")
+    tick = asyncio.create_task(engine.tick())
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    run = engine.scheduler._runs[enqueued.instance_id]
+    assert run.settled
+    await engine.scheduler.renew()  # the instance is completed: the renewal does not hold it
+    assert not run.cancelled.is_set()
+    gate.set()
+    await asyncio.wait_for(tick, timeout=10)
+    assert finished.is_set()  # the hook ran to its end
+
+
+async def test_a_renewal_stops_a_run_whose_lease_was_taken(store: Store) -> None:
+    gate, entered = asyncio.Event(), asyncio.Event()
+    engine = make_engine(store, _blocking("mine", gate, entered), owner_id="renewer")
+    enqueued = await engine.enqueue("fenced")
+    tick = asyncio.create_task(engine.tick())
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    async with store.connection() as conn:  # another owner took it over
+        await conn.execute("UPDATE laneway.instances SET owner_id = 'thief'")
+    run = engine.scheduler._runs[enqueued.instance_id]
+    await engine.scheduler.renew()
+    assert run.cancelled.is_set()
+    await asyncio.wait_for(tick, timeout=10)
