@@ -349,3 +349,57 @@ async def r06_poison(
             "others' throughput / input rate": f"{throughput / rate_per_second:.0%}",
         },
     )
+
+
+# -- S-12 -------------------------------------------------------------------------------------
+
+
+async def renewal_gaps(run: ChaosRun) -> list[float]:
+    """Seconds between consecutive lease renewals of one instance by one owner (audit rows
+    where a running instance kept its owner and its renewal time moved)."""
+    rows = await run.fetch(
+        "SELECT EXTRACT(EPOCH FROM new_renewed_at - old_renewed_at)::float8 AS gap"
+        "  FROM chaos.audit"
+        " WHERE old_status = 'running' AND new_status = 'running'"
+        "   AND old_owner = new_owner AND new_renewed_at > old_renewed_at"
+    )
+    return [row["gap"] for row in rows]
+
+
+async def s12_busy_workers(
+    database_url: str,
+    log_dir: Path,
+    config: RunConfig,
+    *,
+    seconds: float,
+    busy_threads: int,
+    rate_per_second: float,
+) -> Outcome:
+    """Long steps on workers whose CPU is taken by busy threads: leases must still be renewed
+    in time, so no live owner loses its instances."""
+    busy_env = {**config.worker_env, "LANEWAY_CHAOS_BUSY_THREADS": str(busy_threads)}
+    async with chaos_run(database_url, replace(config, worker_env=busy_env), log_dir) as run:
+        async with run.background_load(
+            rate_per_second=rate_per_second, params=steps_of(8_000, 16_000), key_prefix="b-"
+        ):
+            await asyncio.sleep(seconds)  # the load runs this long (a scenario, not a test)
+        await run.wait_settled(timeout=config.reclaim_max_seconds + 180)
+        gaps = sorted(await renewal_gaps(run))
+        verdict = await run.verdict()
+    interval = config.lease_seconds / 3.0
+    lag_p99 = gaps[int(0.99 * (len(gaps) - 1))] - interval if gaps else None
+    return run.outcome(
+        "S-12 busy workers",
+        f"{len(run.enqueued)} W3 with 8-16 s steps, {busy_threads} busy threads per worker",
+        verdict,
+        {
+            "renewals happened": len(gaps) > 0,
+            "0 premature reclaims": not verdict.premature,
+            "0 reclaims of live owners": not verdict.reclaim_seconds,
+            "renewal lag p99 < lease/3": lag_p99 is not None and lag_p99 < interval,
+        },
+        {
+            "renewals": str(len(gaps)),
+            "renewal lag p99": f"{lag_p99:.2f}s" if lag_p99 is not None else "-",
+        },
+    )

@@ -54,8 +54,8 @@ def scenarios(quick: bool) -> list[Scenario]:
     def pick(small: Any, full: Any) -> Any:
         return small if quick else full
 
-    kills, kill_gap, r01_min = pick(6, 16), pick(40, 120), pick(200, 2400)
-    stops, cuts, terms = pick(1, 2), pick(1, 2), pick(3, 10)
+    kills, kill_gap, r01_min = pick(6, 100), pick(40, 100), pick(200, 10_000)
+    stops, cuts, terms = pick(1, 20), pick(1, 10), pick(3, 20)
     kill_p = pick("0.1", "0.01")
     runner_specs = {
         0: f"before_step=kill@{kill_p}",
@@ -153,6 +153,19 @@ def scenarios(quick: bool) -> list[Scenario]:
             f"1 poison + {poison_others} W3 at 30/s, cap 3",
             lambda url, logs: crashes.r06_poison(
                 url, logs, r06_config, others=poison_others, rate_per_second=30
+            ),
+        ),
+        Scenario(
+            "S-12",
+            "workers at 100 % CPU (busy threads) for 2 min: 0 premature reclaims, lag < lease/3",
+            f"{pick(20, 120)} s of W3 at {pick(2, 3)}/s, 8-16 s steps, 2 busy threads per worker",
+            lambda url, logs: crashes.s12_busy_workers(
+                url,
+                logs,
+                config,
+                seconds=pick(20, 120),
+                busy_threads=2,
+                rate_per_second=pick(2, 3),
             ),
         ),
         Scenario(

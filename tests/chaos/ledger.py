@@ -81,6 +81,59 @@ $$;
 DROP TRIGGER IF EXISTS chaos_audit ON laneway.instances;
 CREATE TRIGGER chaos_audit AFTER UPDATE ON laneway.instances
     FOR EACH ROW EXECUTE FUNCTION chaos.audit_instance();
+
+-- The retention sweep deletes finished instances with their events: keep what the checker
+-- and the subscriber comparison need of them, so a pruned instance is not counted as lost.
+CREATE TABLE IF NOT EXISTS chaos.pruned_instances (
+    instance_id  uuid PRIMARY KEY,
+    name         text NOT NULL,
+    status       text NOT NULL,
+    params       text,
+    result       text,
+    last_error   text
+);
+
+CREATE TABLE IF NOT EXISTS chaos.pruned_events (
+    event_id     bigint PRIMARY KEY,
+    instance_id  uuid NOT NULL,
+    name         text NOT NULL,
+    type         text NOT NULL,
+    at           timestamptz NOT NULL
+);
+
+CREATE OR REPLACE FUNCTION chaos.keep_pruned_instance() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos.pruned_instances (instance_id, name, status, params, result, last_error)
+    VALUES (OLD.instance_id, OLD.name, OLD.status, OLD.params::text, OLD.result::text,
+            OLD.last_error);
+    RETURN OLD;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION chaos.keep_pruned_event() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos.pruned_events (event_id, instance_id, name, type, at)
+    VALUES (OLD.event_id, OLD.instance_id, OLD.name, OLD.type, OLD.at);
+    RETURN OLD;
+END
+$$;
+
+DROP TRIGGER IF EXISTS chaos_pruned ON laneway.instances;
+CREATE TRIGGER chaos_pruned BEFORE DELETE ON laneway.instances
+    FOR EACH ROW EXECUTE FUNCTION chaos.keep_pruned_instance();
+
+DROP TRIGGER IF EXISTS chaos_pruned ON laneway.events;
+CREATE TRIGGER chaos_pruned BEFORE DELETE ON laneway.events
+    FOR EACH ROW EXECUTE FUNCTION chaos.keep_pruned_event();
+"""
+
+# Every event, the pruned ones included.
+ALL_EVENTS = """
+SELECT event_id, instance_id, name, type, at FROM laneway.events
+UNION ALL
+SELECT event_id, instance_id, name, type, at FROM chaos.pruned_events
 """
 
 INSERT_LEDGER = (
@@ -182,18 +235,30 @@ class StoredHistory:
 
 
 async def read_history(conn: Conn) -> StoredHistory:
-    """Read every instance (with its count of terminal events), audit row and ledger row."""
+    """Read every instance (with its count of terminal events), audit row and ledger row;
+    instances the retention sweep deleted are read from what the chaos triggers kept."""
     rows = await conn.fetch(
-        """
-        SELECT i.instance_id, i.name, i.status, i.params::text AS params,
-               i.result::text AS result, i.last_error,
-               (SELECT count(*) FROM laneway.events AS e
-                 WHERE e.instance_id = i.instance_id AND e.type = ANY($1::text[])) AS terminal,
-               (SELECT count(*) FROM laneway.events AS e
-                 WHERE e.instance_id = i.instance_id
-                   AND e.type IN ('checkpoint', 'paused')) AS checkpoints
-          FROM laneway.instances AS i
-        """,
+        f"""
+        WITH everyone AS (
+            SELECT instance_id, name, status, params::text AS params, result::text AS result,
+                   last_error
+              FROM laneway.instances
+            UNION ALL
+            SELECT instance_id, name, status, params, result, last_error
+              FROM chaos.pruned_instances
+        ),
+        counts AS (
+            SELECT instance_id,
+                   count(*) FILTER (WHERE type = ANY($1::text[])) AS terminal,
+                   count(*) FILTER (WHERE type IN ('checkpoint', 'paused')) AS checkpoints
+              FROM ({ALL_EVENTS}) AS e
+             GROUP BY instance_id
+        )
+        SELECT i.*, coalesce(c.terminal, 0) AS terminal,
+               coalesce(c.checkpoints, 0) AS checkpoints
+          FROM everyone AS i
+          LEFT JOIN counts AS c USING (instance_id)
+        """,  # noqa: S608 (ALL_EVENTS is a constant of this module)
         list(TERMINAL),
     )
     instances = {

@@ -8,12 +8,14 @@ instance's checkpointed state went through, which must be exactly one, two, thre
 Params (all optional): `n` (echoed in the result), `step_ms` ([low, high], default [5, 50]),
 `poison` (step two SIGKILLs its own worker, on every attempt), `hold_tx_s` (step one holds a
 database transaction idle that long, on its first attempt only: the P-05 test).
+LANEWAY_CHAOS_BUSY_THREADS=N starts N CPU-bound threads in the worker (S-12).
 """
 
 import asyncio
 import os
 import random
 import signal
+import threading
 
 from app.config import Settings
 from app.engine.context import Done, HandlerContext, Next, Pause
@@ -24,6 +26,21 @@ from tests.chaos.ledger import LedgerWriter
 
 STEPS = ("one", "two", "three")
 LEDGER = LedgerWriter()
+
+
+def _spin() -> None:
+    value = 0
+    while True:  # pure Python: holds the GIL a switch interval at a time, like CPU-bound code
+        value = (value * 31 + 7) % 1_000_003
+
+
+def start_busy_threads(count: int) -> None:
+    """S-12: CPU-bound threads beside the event loop, for the life of the process."""
+    for index in range(count):
+        threading.Thread(target=_spin, name=f"chaos-busy-{index}", daemon=True).start()
+
+
+start_busy_threads(int(os.environ.get("LANEWAY_CHAOS_BUSY_THREADS") or 0))
 
 
 def expected_result(params: JSONValue) -> JSONValue:
