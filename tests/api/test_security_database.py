@@ -187,3 +187,55 @@ async def assert_recovers(server: LiveServer) -> None:
     await wait_until(healthy, seconds=20)
     body = await server.graphql(QUERIES[3])
     assert body["data"]["enqueueWorkflow"]["instanceID"]
+
+
+async def test_with_every_connection_taken_nothing_answers_500_and_all_recovers(
+    private_server: str,
+) -> None:
+    # RELIABILITY P-06: another client takes every connection the server has left. Requests
+    # either find a pooled connection (200) or are told to come back (503), never 500; once
+    # the connections are given back the API and the engine carry on without a restart.
+    database_url = await create_database(private_server, "laneway_full", migrate=True)
+    probe = await asyncpg.connect(database_url)
+    try:
+        pgdata = Path(await probe.fetchval("SHOW data_directory"))
+        await probe.execute("ALTER SYSTEM SET max_connections = 12")
+    finally:
+        await probe.close()
+    await pg_ctl(pgdata, "-m", "fast", "stop")
+    await pg_ctl(pgdata, "-o", '-h ""', "-o", f"-k {pgdata}", "start")
+    settings = make_settings(database_url, pool_size=4)
+    async with live_server(settings) as server:
+        assert (await server.client.post("/graphql", json={"query": QUERIES[0]})).status_code == 200
+        hogs: list[asyncpg.Connection] = []
+        try:
+            for _ in range(12):
+                try:
+                    hogs.append(await asyncpg.connect(database_url))
+                except asyncpg.TooManyConnectionsError:
+                    break
+            else:
+                raise AssertionError("the server never refused a connection")
+            responses = await asyncio.gather(
+                *(server.client.post("/graphql", json={"query": q}) for q in QUERIES * 3)
+            )
+            for response in responses:
+                assert response.status_code in (200, 503), response.text
+                if response.status_code == 503:
+                    assert_unavailable(response, pgdata)
+                assert not leaked(response.text, pgdata)
+            assert (await server.client.get("/healthz")).status_code in (200, 503)
+        finally:
+            for hog in hogs:
+                await hog.close()
+        await assert_recovers(server)
+        enqueued = await server.graphql(QUERIES[3])
+        instance_id = enqueued["data"]["enqueueWorkflow"]["instanceID"]
+
+        async def completed() -> bool:
+            body = await server.graphql(
+                f'{{ workflowInstance(instanceID: "{instance_id}") {{ status }} }}'
+            )
+            return body["data"]["workflowInstance"]["status"] == "completed"
+
+        await wait_until(completed, seconds=20)
