@@ -13,6 +13,7 @@ the limit of fan-out (issue #6: ~4,000 deliveries/s flat in N); rendered once, t
 delivery is a queue hand-off and one websocket write.
 """
 
+import asyncio
 import json
 import logging
 from collections import OrderedDict
@@ -29,6 +30,7 @@ from graphql import (
     GraphQLSchema,
     OperationDefinitionNode,
     OperationType,
+    get_operation_ast,
     parse,
     validate,
 )
@@ -45,7 +47,7 @@ from strawberry.types.base import get_object_definition
 
 from app.api.auth import require
 from app.api.context import RequestContext
-from app.api.errors import public_error
+from app.api.errors import TIMEOUT, public_error
 from app.api.query import parse_event_id, parse_instance_id
 from app.api.subscription import event_matcher
 from app.api.types import WorkflowEvent
@@ -213,7 +215,7 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
             else None
         )
         if renderer is None or plan is None or arguments is None:
-            await super().run_operation(operation)
+            await self._run_timed(operation)
             return
         try:
             await self._deliver(operation, renderer, plan, arguments)
@@ -228,6 +230,29 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
             final = {"id": operation.id, "type": "error", "payload": [public_error(exc)]}
         with suppress(WebSocketDisconnected):
             await operation.send_operation_message(final)  # type: ignore[arg-type]
+
+    async def _run_timed(self, operation: Operation[RequestContext, None]) -> None:
+        """Strawberry's path; a query or mutation under the same deadline as over HTTP."""
+        seconds = self.context.settings.operation_timeout_seconds
+        if not seconds or _kind(operation.query, operation.operation_name) not in _TIMED:
+            await super().run_operation(operation)
+            return
+        deadline = asyncio.timeout(seconds)
+        try:
+            async with deadline:
+                await super().run_operation(operation)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            logger.warning("operation timed out", extra={"seconds": seconds})
+            message = f"The operation took longer than {seconds:g} s."
+            final: dict[str, Any] = {
+                "id": operation.id,
+                "type": "error",
+                "payload": [{"message": message, "extensions": {"code": TIMEOUT}}],
+            }
+            with suppress(WebSocketDisconnected):
+                await operation.send_operation_message(final)  # type: ignore[arg-type]
 
     def _may_read(self) -> bool:
         context = self.context
@@ -263,3 +288,16 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
             await websocket.ws.send_text(text)
         except WebSocketDisconnect as exc:
             raise WebSocketDisconnected from exc
+
+
+_TIMED = (OperationType.QUERY, OperationType.MUTATION)
+
+
+def _kind(query: str, operation_name: str | None) -> OperationType | None:
+    """The operation's type, or None when the document does not parse (Strawberry then
+    answers with the parse error at once)."""
+    try:
+        operation = get_operation_ast(parse(query), operation_name)
+    except GraphQLError:
+        return None
+    return operation.operation if operation is not None else None

@@ -1,4 +1,5 @@
-"""RELIABILITY A-03 (operation wall clock) and P-04 (lock stall) at the API.
+"""RELIABILITY A-03 (operation wall clock, over HTTP and websockets) and P-04 (lock stall) at
+the API.
 
 The test holds an ACCESS EXCLUSIVE lock on the instances table from its own connection, so a
 query resolver blocks in PostgreSQL. Past LANEWAY_OPERATION_TIMEOUT the request is answered
@@ -6,13 +7,16 @@ query resolver blocks in PostgreSQL. Past LANEWAY_OPERATION_TIMEOUT the request 
 way the server keeps its pool and answers normally once the lock is gone.
 """
 
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
+from websockets.asyncio.client import connect
 
 from tests.api.conftest import FORBIDDEN_TEXT, live_server, make_settings
+from tests.api.test_security_database import PROTOCOL, websocket_reply
 
 INSTANCES = "{ workflowInstances { instanceID } }"
 
@@ -69,3 +73,27 @@ async def test_a_lock_stall_past_the_lock_timeout_answers_503(
         assert error["message"] == "The database is unavailable; try again shortly."
         body = await server.graphql(INSTANCES)
         assert body["data"] == {"workflowInstances": []}
+
+
+async def test_a_websocket_query_past_the_deadline_gets_a_timeout_error_and_the_socket_lives(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    settings = make_settings(database_url, engine_enabled=False, operation_timeout_seconds=0.3)
+    async with (
+        live_server(settings) as server,
+        connect(server.ws_url, subprotocols=[PROTOCOL]) as ws,
+    ):
+        await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        async with instances_locked(admin):
+            began = time.monotonic()
+            reply = await websocket_reply(ws, "slow", INSTANCES)
+            assert time.monotonic() - began < 2.0
+        assert reply["type"] == "error", reply
+        [error] = reply["payload"]
+        assert error["extensions"]["code"] == "TIMEOUT"
+        assert "0.3 s" in error["message"]
+        # The same socket answers the next operation.
+        reply = await websocket_reply(ws, "after", INSTANCES)
+        assert reply["type"] == "next"
+        assert reply["payload"]["data"] == {"workflowInstances": []}
