@@ -88,6 +88,19 @@ def private_server() -> Iterator[str]:
         yield url
 
 
+async def private_database(server_url: str, name: str, *setup: str) -> tuple[str, Path]:
+    """A migrated database on the private server, and the server's data directory; `setup`
+    statements run on it first."""
+    database_url = await create_database(server_url, name, migrate=True)
+    probe = await asyncpg.connect(database_url)
+    try:
+        for statement in setup:
+            await probe.execute(statement)
+        return database_url, Path(await probe.fetchval("SHOW data_directory"))
+    finally:
+        await probe.close()
+
+
 async def pg_ctl(pgdata: Path, *args: str) -> None:
     """Run pg_ctl on `pgdata` as the user that owns it."""
     owner = (await asyncio.to_thread(os.stat, pgdata)).st_uid
@@ -140,12 +153,7 @@ def error_codes(reply: dict[str, Any]) -> set[str]:
 async def test_while_postgres_is_down_the_api_answers_503_and_recovers_without_restart(
     private_server: str,
 ) -> None:
-    database_url = await create_database(private_server, "laneway_down", migrate=True)
-    probe = await asyncpg.connect(database_url)
-    try:
-        pgdata = Path(await probe.fetchval("SHOW data_directory"))
-    finally:
-        await probe.close()
+    database_url, pgdata = await private_database(private_server, "laneway_down")
     settings = make_settings(database_url)
     async with live_server(settings) as server:
         assert (await server.client.post("/graphql", json={"query": QUERIES[0]})).status_code == 200
@@ -195,13 +203,9 @@ async def test_with_every_connection_taken_nothing_answers_500_and_all_recovers(
     # RELIABILITY P-06: another client takes every connection the server has left. Requests
     # either find a pooled connection (200) or are told to come back (503), never 500; once
     # the connections are given back the API and the engine carry on without a restart.
-    database_url = await create_database(private_server, "laneway_full", migrate=True)
-    probe = await asyncpg.connect(database_url)
-    try:
-        pgdata = Path(await probe.fetchval("SHOW data_directory"))
-        await probe.execute("ALTER SYSTEM SET max_connections = 12")
-    finally:
-        await probe.close()
+    database_url, pgdata = await private_database(
+        private_server, "laneway_full", "ALTER SYSTEM SET max_connections = 12"
+    )
     await pg_ctl(pgdata, "-m", "fast", "stop")
     await pg_ctl(pgdata, "-o", '-h ""', "-o", f"-k {pgdata}", "start")
     settings = make_settings(database_url, pool_size=4)

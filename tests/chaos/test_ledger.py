@@ -12,9 +12,9 @@ import pytest
 from app.engine import Engine, WorkflowRegistry
 from app.store import Store
 from app.store.pool import connect
-from tests.chaos.checker import History, check
+from tests.chaos.checker import History, Verdict, check
 from tests.chaos.harness import w3_oracle
-from tests.chaos.ledger import ALL_EVENTS, LedgerWriter, install, read_history
+from tests.chaos.ledger import ALL_EVENTS, LedgerWriter, StoredHistory, install, read_history
 from tests.chaos.workflows import LEDGER, w3
 
 
@@ -24,6 +24,14 @@ async def as_worker(database_url: str, owner: str, sql: str, *args: object) -> N
         await conn.execute(sql, *args)
     finally:
         await conn.close()
+
+
+def judge(instance_id: UUID, stored: StoredHistory) -> Verdict:
+    """The checker on one W3 instance enqueued with {"n": 1}."""
+    history = History(
+        enqueued={instance_id: {"n": 1}}, stored=stored, lease_seconds=30.0, tick_seconds=2.0
+    )
+    return check(history, w3_oracle)
 
 
 CLAIM = (
@@ -51,15 +59,7 @@ async def test_a_write_by_a_worker_that_does_not_own_the_row_is_reported_stale(
     finally:
         await ledger.close()
     stored = await read_history(admin)
-    verdict = check(
-        History(
-            enqueued={instance_id: {"n": 1}},
-            stored=stored,
-            lease_seconds=30.0,
-            tick_seconds=2.0,
-        ),
-        w3_oracle,
-    )
+    verdict = judge(instance_id, stored)
     assert [(row.application_name, row.old_owner) for row in verdict.stale_writes] == [
         ("laneway-worker-b", "a")
     ]
@@ -95,15 +95,7 @@ async def test_an_instance_the_retention_sweep_deleted_is_judged_from_what_was_k
     assert (kept.status, kept.terminal_events, kept.checkpoint_events) == ("completed", 1, 2)
     all_events = f"SELECT count(*) FROM ({ALL_EVENTS}) AS e"  # noqa: S608 (a constant)
     assert await admin.fetchval(all_events) == events_before
-    verdict = check(
-        History(
-            enqueued={instance_id: {"n": 1}},
-            stored=stored,
-            lease_seconds=30.0,
-            tick_seconds=2.0,
-        ),
-        w3_oracle,
-    )
+    verdict = judge(instance_id, stored)
     # (engine.tick() claims at every step boundary, which the checker reads as early reclaims;
     # only the instance's outcome matters here)
     assert verdict.ok == {instance_id}
