@@ -140,28 +140,12 @@ SELECT name, count(*) AS pending
 # ---------------------------------------------------------------------------------------------
 # instances: writes by the API side (each returns the row it changed)
 
-# $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
-# ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
-# $11 parent ids: one row per element; $12 the event-append advisory lock key.
-# One statement, so one round trip and one implicit transaction: the rows, their `enqueued`
-# events (ids drawn under the append lock, as in APPEND_EVENTS) and the doorbell. A row whose
-# keys conflict is skipped (not returned, no event). The lock is taken only once every row is
-# inserted (the count reads them all): an insert may wait for another transaction (a key
-# conflict still in flight), and waiting while holding the append lock could deadlock with a
-# transaction that holds that row and wants the lock.
-ENQUEUE_INSTANCES = f"""
-WITH inserted AS (
-    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
-    SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
-           now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
-           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id
-      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
-                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[])
-           AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
-                 first_action, idempotency_key, singleton_key, parent_id)
-    ON CONFLICT DO NOTHING
-    RETURNING {INSTANCE_COLUMNS}
-),
+# The tail of both enqueue statements: the `enqueued` events of the rows `inserted` returned
+# (ids drawn under the append lock, as in APPEND_EVENTS) and the doorbell; $12 is the lock key.
+# The lock is taken only once every row is inserted (the count reads them all): an insert may
+# wait for another transaction (a key conflict still in flight), and waiting while holding the
+# append lock could deadlock with a transaction that holds that row and wants the lock.
+_ENQUEUED_EVENTS = """
 appended AS (
     INSERT INTO laneway.events (instance_id, name, type, status, at, attempt)
     SELECT inserted.instance_id, inserted.name, 'enqueued', inserted.status, clock_timestamp(), 0
@@ -175,6 +159,40 @@ SELECT inserted.*,
           FROM appended) AS rang
   FROM inserted
 """
+
+# $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
+# ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
+# $11 parent ids: one row per element; $12 the event-append advisory lock key.
+# One statement, so one round trip and one implicit transaction: the rows, their events and
+# the doorbell. A row whose keys conflict is skipped (not returned, no event).
+ENQUEUE_INSTANCES = f"""
+WITH inserted AS (
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+    SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
+           now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
+           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id
+      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[])
+           AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
+                 first_action, idempotency_key, singleton_key, parent_id)
+    ON CONFLICT DO NOTHING
+    RETURNING {INSTANCE_COLUMNS}
+),
+{_ENQUEUED_EVENTS}"""
+
+# The same for one instance ($1 … $11 single values, $12 the lock key): no arrays to unpack,
+# and only the columns the database fills in come back (the caller knows the rest; see
+# store.new_instance_record). The single call is the common one, and its latency is the
+# enqueue rate of a client that enqueues one at a time.
+ENQUEUE_INSTANCE = f"""
+WITH inserted AS (
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+    VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
+            $7::jsonb, $9, $10, $11)
+    ON CONFLICT DO NOTHING
+    RETURNING instance_id, name, status, run_after, created_at, updated_at, params
+),
+{_ENQUEUED_EVENTS}"""
 
 # $1 instance id
 CANCEL_INSTANCE = f"""

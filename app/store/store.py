@@ -87,6 +87,42 @@ def instance_from_row(row: Row) -> InstanceRecord:
     )
 
 
+def new_instance_record(new: NewInstance, row: Row) -> InstanceRecord:
+    """The record of an instance just inserted by ENQUEUE_INSTANCE: what the database filled
+    in comes from `row`, the rest is what was inserted (the columns' defaults for the others,
+    as migrations/0001 and 0003 set them; a test compares this with the row read back)."""
+    params = row["params"]
+    return InstanceRecord(
+        instance_id=new.instance_id,
+        name=new.name,
+        queue=new.queue,
+        status=Status(row["status"]),
+        priority=new.priority,
+        attempts=0,
+        max_attempts=new.max_attempts,
+        run_after=row["run_after"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        params=params,
+        state={},
+        next_action=new.first_action,
+        next_params=params,
+        result=None,
+        last_error=None,
+        idempotency_key=new.idempotency_key,
+        singleton_key=new.singleton_key,
+        owner_id=None,
+        lease_expires_at=None,
+        lease_epoch=0,
+        recoveries=0,
+        parent_id=new.parent_id,
+        stage=None,
+        checkpoint=None,
+        progress=None,
+        message=None,
+    )
+
+
 def event_from_row(row: Row) -> EventRecord:
     return EventRecord(
         event_id=row["event_id"],
@@ -342,25 +378,8 @@ class Store:
         found: dict[UUID, EnqueueResult] = {}
         todo = list(batch)
         for _ in range(5):
-            rows = await conn.fetch(
-                queries.ENQUEUE_INSTANCES,
-                [n.instance_id for n in todo],
-                [n.name for n in todo],
-                [n.queue for n in todo],
-                [n.priority for n in todo],
-                [n.max_attempts for n in todo],
-                [n.delay_ms for n in todo],
-                [n.params_json for n in todo],
-                [n.first_action for n in todo],
-                [n.idempotency_key for n in todo],
-                [n.singleton_key for n in todo],
-                [n.parent_id for n in todo],
-                EVENTS_LOCK_KEY,
-            )
-            for row in rows:
-                found[row["instance_id"]] = EnqueueResult(
-                    instance=instance_from_row(row), created=True
-                )
+            for record in await self._insert(conn, todo):
+                found[record.instance_id] = EnqueueResult(instance=record, created=True)
             skipped = [n for n in todo if n.instance_id not in found]
             todo = []
             for new in skipped:
@@ -372,6 +391,43 @@ class Store:
             if not todo:
                 return [found[new.instance_id] for new in batch]
         raise InvalidInputError("enqueue kept conflicting with a concurrent change; try again")
+
+    async def _insert(self, conn: Conn, todo: Sequence[NewInstance]) -> list[InstanceRecord]:
+        """Insert the instances with their events; those whose keys conflict are left out."""
+        if len(todo) == 1:
+            new = todo[0]
+            row = await conn.fetchrow(
+                queries.ENQUEUE_INSTANCE,
+                new.instance_id,
+                new.name,
+                new.queue,
+                new.priority,
+                new.max_attempts,
+                new.delay_ms,
+                new.params_json,
+                new.first_action,
+                new.idempotency_key,
+                new.singleton_key,
+                new.parent_id,
+                EVENTS_LOCK_KEY,
+            )
+            return [] if row is None else [new_instance_record(new, row)]
+        rows = await conn.fetch(
+            queries.ENQUEUE_INSTANCES,
+            [n.instance_id for n in todo],
+            [n.name for n in todo],
+            [n.queue for n in todo],
+            [n.priority for n in todo],
+            [n.max_attempts for n in todo],
+            [n.delay_ms for n in todo],
+            [n.params_json for n in todo],
+            [n.first_action for n in todo],
+            [n.idempotency_key for n in todo],
+            [n.singleton_key for n in todo],
+            [n.parent_id for n in todo],
+            EVENTS_LOCK_KEY,
+        )
+        return [instance_from_row(row) for row in rows]
 
     async def _find_by_keys(self, conn: Conn, new: NewInstance) -> InstanceRecord | None:
         row = None

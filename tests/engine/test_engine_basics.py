@@ -118,3 +118,28 @@ async def test_tick_runs_many_instances_in_one_claim(store: Store) -> None:
     statuses = {(await engine.get(i)).status for i in ids}  # type: ignore[union-attr]
     assert statuses == {Status.COMPLETED}
     await asyncio.sleep(0)
+
+
+async def test_what_enqueue_returns_is_the_row_as_stored(store: Store) -> None:
+    # A single enqueue builds its record from what it inserted plus the columns the database
+    # filled in (store.new_instance_record); it must equal the row read back, field by field.
+    engine = make_engine(store, noop)
+    parent = await engine.enqueue("noop")
+    returned = await engine.enqueue(
+        "noop",
+        {"z": [1, 2.5, None], "a": {"nested": "é"}, "mid": True},
+        queue="elsewhere",
+        priority=7,
+        delay_ms=60_000,
+        idempotency_key="same-as-stored",
+        singleton_key="one-of-a-kind",
+        parent_id=parent.instance_id,
+    )
+    stored = await engine.get(returned.instance_id)
+    assert stored is not None
+    assert returned.instance == stored
+    assert list(returned.instance.params) == list(stored.params)  # key order too (jsonb's)
+    assert await engine.get(parent.instance_id) == parent.instance
+    again = await engine.enqueue("noop", idempotency_key="same-as-stored")
+    assert not again.created
+    assert again.instance == stored

@@ -55,6 +55,7 @@ QUERY_NAMES = [
     name
     for name, value in vars(queries).items()
     if name.isupper()
+    and not name.startswith("_")  # fragments that statements are built from
     and isinstance(value, str)
     and name not in {"CREATE_MIGRATIONS_TABLE", "INSTANCE_COLUMNS"}
 ]
