@@ -140,6 +140,8 @@ async def test_what_enqueue_returns_is_the_row_as_stored(store: Store) -> None:
     assert returned.instance == stored
     assert list(returned.instance.params) == list(stored.params)  # key order too (jsonb's)
     assert await engine.get(parent.instance_id) == parent.instance
+    # No foreign key guards it (migration 0007): the enqueue created the new queue's row.
+    assert "elsewhere" in {queue.name for queue in await store.queues()}
     again = await engine.enqueue("noop", idempotency_key="same-as-stored")
     assert not again.created
     assert again.instance == stored
