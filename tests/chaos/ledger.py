@@ -85,12 +85,13 @@ CREATE TRIGGER chaos_audit AFTER UPDATE ON laneway.instances
 -- The retention sweep deletes finished instances with their events: keep what the checker
 -- and the subscriber comparison need of them, so a pruned instance is not counted as lost.
 CREATE TABLE IF NOT EXISTS chaos.pruned_instances (
-    instance_id  uuid PRIMARY KEY,
-    name         text NOT NULL,
-    status       text NOT NULL,
-    params       text,
-    result       text,
-    last_error   text
+    instance_id      uuid PRIMARY KEY,
+    name             text NOT NULL,
+    status           text NOT NULL,
+    params           text,
+    result           text,
+    last_error       text,
+    idempotency_key  text
 );
 
 CREATE TABLE IF NOT EXISTS chaos.pruned_events (
@@ -104,9 +105,10 @@ CREATE TABLE IF NOT EXISTS chaos.pruned_events (
 CREATE OR REPLACE FUNCTION chaos.keep_pruned_instance() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos.pruned_instances (instance_id, name, status, params, result, last_error)
+    INSERT INTO chaos.pruned_instances (
+        instance_id, name, status, params, result, last_error, idempotency_key)
     VALUES (OLD.instance_id, OLD.name, OLD.status, OLD.params::text, OLD.result::text,
-            OLD.last_error);
+            OLD.last_error, OLD.idempotency_key);
     RETURN OLD;
 END
 $$;
