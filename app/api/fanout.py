@@ -49,6 +49,7 @@ from app.api.auth import require
 from app.api.context import RequestContext
 from app.api.errors import TIMEOUT, public_error
 from app.api.query import parse_event_id, parse_instance_id
+from app.api.schema import MAX_TOKENS
 from app.api.subscription import event_matcher
 from app.api.types import WorkflowEvent
 from app.errors import LanewayError
@@ -114,7 +115,7 @@ class EventRenderer:
         if len(query) > MAX_DOCUMENT_CHARS:
             return None
         try:
-            document = parse(query, no_location=True)
+            document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
         except GraphQLError:
             return None
         if len(document.definitions) != 1:
@@ -297,7 +298,8 @@ def _kind(query: str, operation_name: str | None) -> OperationType | None:
     """The operation's type, or None when the document does not parse (Strawberry then
     answers with the parse error at once)."""
     try:
-        operation = get_operation_ast(parse(query), operation_name)
+        document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
+        operation = get_operation_ast(document, operation_name)
     except GraphQLError:
         return None
     return operation.operation if operation is not None else None
