@@ -63,10 +63,10 @@ def scenarios(quick: bool) -> list[Scenario]:
         2: "after_checkpoint_commit=raise_conn_lost@0.05",
     }
     runner_min, poison_others = pick(60, 2000), pick(150, 1000)
-    p01_n, p02_n, p02_stop = pick(300, 2400), pick(200, 1500), pick(4, 45)
+    p01_n, p02_n, p02_stop = pick(300, 10_000), pick(200, 1500), pick(4, 45)
     p01_schedule = pick(
         [(60, "restart:fast"), (150, "restart:immediate")],
-        [(400, "restart:fast"), (1000, "restart:immediate"), (1600, "stop:20")],
+        [(2000, "restart:fast"), (5000, "restart:immediate"), (8000, "stop:20")],
     )
     # keep their PR-tier leases in --quick: 30 s (a pick-up within a second can
     # only come from the release) and 3 s (time to boot a replacement between deaths).
