@@ -21,9 +21,9 @@ from graphql import GraphQLObjectType, GraphQLSchema, get_named_type
 
 from app.api.schema import schema
 from tests.api.conftest import TOKEN, live_server, make_settings
+from tests.sizes import FULL
 
 SEED = 20260407
-FULL = os.environ.get("LANEWAY_CHAOS_FULL") == "1"
 REQUESTS = 10_000 if FULL else 300
 WARM_UP = 100  # requests before the RSS baseline (imports, caches, first connections)
 LEAKS = (

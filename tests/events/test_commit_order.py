@@ -9,7 +9,6 @@ event once, in id order. PR tier: 20 rounds of 0-20 ms; LANEWAY_CHAOS_FULL=1: th
 
 import asyncio
 import contextlib
-import os
 import random
 
 import asyncpg
@@ -19,8 +18,8 @@ from app.model import EventType, NewEvent, Status
 from app.store import Store
 from app.store.pool import connect
 from tests.events.test_hub import any_event, ids_of, make_engine, table_ids
+from tests.sizes import FULL
 
-FULL = os.environ.get("LANEWAY_CHAOS_FULL") == "1"
 ROUNDS = 1000 if FULL else 20
 MAX_HOLD_SECONDS = 0.2 if FULL else 0.02
 WRITERS = 8

@@ -11,7 +11,6 @@ at most 10 s and no event may arrive more than 12 s after it committed (about 6 
 """
 
 import asyncio
-import os
 import time
 
 from app.events import EventHub, EventStream
@@ -19,8 +18,8 @@ from app.store import Store
 from tests.chaos.proxy import TcpProxy
 from tests.events.test_backend import until
 from tests.events.test_hub import any_event, make_engine, table_ids
+from tests.sizes import FULL
 
-FULL = os.environ.get("LANEWAY_CHAOS_FULL") == "1"
 OUTAGES = 10 if FULL else 2
 OUTAGE_SECONDS = 30.0 if FULL else 1.0
 HEARTBEAT_SECONDS = 5.0 if FULL else 0.2

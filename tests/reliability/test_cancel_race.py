@@ -30,8 +30,9 @@ from app.store.pool import create_pool
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
 from tests.reliability.history import TERMINAL_EVENTS, Event, events_by_instance, status_counts
+from tests.sizes import size
 
-INSTANCES = 200
+INSTANCES = size(200, 1000)  # the plan's S-09: 1,000
 STEPS = ("one", "two", "three")
 FAILURE_RATE = 0.25
 CANCEL_WITHIN_SECONDS = 0.4
@@ -126,7 +127,7 @@ async def test_each_instance_ends_once_and_steps_stop_when_cancels_land_at_rando
             await eventually(
                 lambda: status_counts(store),
                 lambda counts: all(status.is_terminal for status in counts),
-                timeout=60,
+                timeout=60 * size(1, 10),
             )
         step_starts: dict[UUID, list[datetime]] = {i: [] for i in ids}
         for row in await ledger.fetch(READ_LEDGER):

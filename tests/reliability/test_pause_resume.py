@@ -22,9 +22,10 @@ from tests.reliability.history import (
     run_intervals,
     status_counts,
 )
+from tests.sizes import size
 
 CAP = 5
-INSTANCES = 100
+INSTANCES = size(100, 500)  # the plan's S-10: 500
 
 LEASES_AND_SLOTS = """
 SELECT count(*) FILTER (WHERE status = 'paused') AS paused,
@@ -62,7 +63,7 @@ async def test_paused_hold_nothing_and_one_resume_wins_when_100_reports_wait_for
         await eventually(
             lambda: _report_statuses(client),
             lambda statuses: statuses.count(Status.PAUSED) == INSTANCES,
-            timeout=60,
+            timeout=60 * size(1, 10),
         )
         async with store.connection() as conn:
             parked = await conn.fetchrow(LEASES_AND_SLOTS)
@@ -80,7 +81,7 @@ async def test_paused_hold_nothing_and_one_resume_wins_when_100_reports_wait_for
         await eventually(
             lambda: status_counts(store),
             lambda counts: set(counts) == {Status.COMPLETED},
-            timeout=60,
+            timeout=60 * size(1, 10),
         )
 
     histories = await events_by_instance(store)

@@ -17,11 +17,12 @@ from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
 from tests.reliability.engines import running_engines
 from tests.reliability.history import events_by_instance, run_intervals, status_counts
+from tests.sizes import size
 
 RATE_PER_MINUTE = 600.0
 CAPACITY = 10
 REFILL_PER_SECOND = RATE_PER_MINUTE / 60
-INSTANCES = 200
+INSTANCES = size(200, 1000)  # the plan's S-02: 1,000
 ENGINES = 3
 
 CLAIMED_AT = "SELECT claimed_at FROM laneway.instances"
@@ -54,7 +55,7 @@ async def test_token_bucket_holds_across_engines_when_200_instances_compete(
         await eventually(
             lambda: status_counts(store),
             lambda counts: counts.get(Status.COMPLETED) == INSTANCES,
-            timeout=60,
+            timeout=60 * size(1, 10),
         )
 
     async with store.connection() as conn:
