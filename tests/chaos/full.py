@@ -29,7 +29,7 @@ from app.store.databases import create_database
 from tests.chaos import crashes, database_faults, fault_points
 from tests.chaos.checker import Verdict
 from tests.chaos.harness import Outcome, RunConfig
-from tests.chaos.postgres import PostgresControl, private_server
+from tests.chaos.postgres import PostgresControl, private_server, server_version
 
 PRODUCTION = RunConfig(
     workers=4, lease_seconds=30.0, poll_seconds=2.0, idle_in_transaction_seconds=60.0
@@ -266,16 +266,8 @@ def table(rows: list[list[str]]) -> str:
 # -- running ------------------------------------------------------------------------------------
 
 
-async def _server_version(admin_url: str) -> str:
-    conn = await asyncpg.connect(admin_url)
-    try:
-        return str(await conn.fetchval("SHOW server_version"))
-    finally:
-        await conn.close()
-
-
 async def run_all(admin_url: str, chosen: list[Scenario], log_root: Path) -> int:
-    version = await _server_version(admin_url)
+    version = await server_version(admin_url)
     print(f"machine: {os.cpu_count()} cores, {platform.machine()}, PostgreSQL {version}")
     control = await PostgresControl.of(admin_url)
     try:
@@ -324,7 +316,7 @@ async def _ensure_running(admin_url: str, control: PostgresControl) -> None:
     """After a scenario that raised mid-outage, start the server again if it stays down."""
     for _ in range(60):
         try:
-            await _server_version(admin_url)
+            await server_version(admin_url)
             return
         except (OSError, asyncpg.PostgresError):
             if not (control.data_dir / "postmaster.pid").exists():

@@ -30,6 +30,15 @@ def private_server() -> Iterator[str]:
         yield url
 
 
+async def server_version(admin_url: str) -> str:
+    """The server's version, as the run's tables print it."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        return str(await conn.fetchval("SHOW server_version"))
+    finally:
+        await conn.close()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PostgresControl:
     """pg_ctl for one data directory, run as the user that owns it."""

@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import random
-import signal
 import statistics
 import sys
 import tempfile
@@ -40,7 +39,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
@@ -50,8 +48,8 @@ from app.errors import ConflictError
 from app.store.databases import create_database
 from tests.chaos.harness import DATABASE_DOWN, ChaosRun, RunConfig, chaos_run
 from tests.chaos.ledger import ALL_EVENTS, TERMINAL
-from tests.chaos.postgres import private_server
-from tests.chaos.supervisor import REPO
+from tests.chaos.postgres import private_server, server_version
+from tests.chaos.supervisor import REPO, stop_worker
 from tests.engine.helpers import eventually
 
 # Finished instances are pruned after this long (every engine sweeps every 5 minutes), so the
@@ -192,14 +190,7 @@ async def serve(database_url: str, log_dir: Path) -> AsyncIterator[Serve]:
                     await asyncio.sleep(0.1)
             yield server
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                async with asyncio.timeout(30):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await stop_worker(process, timeout=30)  # uvicorn stops on SIGTERM as on SIGINT
 
 
 # -- websocket subscribers -----------------------------------------------------------------------
@@ -789,14 +780,6 @@ def _machine() -> str:
     )
 
 
-async def _server_version(admin_url: str) -> str:
-    conn = await asyncpg.connect(admin_url)
-    try:
-        return str(await conn.fetchval("SHOW server_version"))
-    finally:
-        await conn.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=60.0, help="load duration (default 60)")
@@ -813,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"machine: {_machine()}; logs and samples: {log_dir}", flush=True)
     with private_server() as admin_url:
-        print(f"PostgreSQL {asyncio.run(_server_version(admin_url))}", flush=True)
+        print(f"PostgreSQL {asyncio.run(server_version(admin_url))}", flush=True)
         return asyncio.run(soak(admin_url, args.minutes, log_dir))
 
 
