@@ -79,9 +79,13 @@ async def open_services(
                 database_url,
                 store,
                 on_notification=engine.notify,
+                # A process that only enqueues or reads never listens; a running engine, the
+                # API and the first subscriber start the hub (EventHub.start).
+                listen=False,
                 application_name=f"laneway-listener-{owner_id}",
             )
         )
+        engine.before_run(hub.start)
         yield Services(
             settings=settings, database_url=database_url, store=store, engine=engine, hub=hub
         )

@@ -86,6 +86,9 @@ def create_app(settings: Settings, *, workflows: Iterable[Workflow] = ()) -> Sta
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         async with open_services(settings, workflows=extra_workflows) as services:
+            # Listening from the start: /healthz reports the listener, and the first
+            # subscriber does not wait for it.
+            await services.hub.start()
             stopping = asyncio.Event()
             async with asyncio.TaskGroup() as group:
                 if settings.engine_enabled:

@@ -13,7 +13,7 @@ import secrets
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -122,6 +122,7 @@ class Engine:
         self.owner_id = owner_id or default_owner_id()
         self.locks = EntityLocks(store)
         self._started = False
+        self._before_run: list[Callable[[], Awaitable[object]]] = []
         self.scheduler = Scheduler(
             store,
             self.registry,
@@ -136,6 +137,11 @@ class Engine:
             on_terminal=self._after_terminal,
             spawn=self._enqueue_child,
         )
+
+    def before_run(self, step: Callable[[], Awaitable[object]]) -> None:
+        """Await `step` at the start of every `run` (open_services: the event hub's LISTEN, so
+        other processes' enqueues and cancels reach the loop at once)."""
+        self._before_run.append(step)
 
     # -- definitions -----------------------------------------------------------------------------
 
@@ -461,6 +467,8 @@ class Engine:
         # Running from the first line: health checks must not see a starting engine as down.
         self._started = True
         try:
+            for step in self._before_run:
+                await step()
             await self._prepare_queues()
             await self.scheduler.run(stopping)
         finally:

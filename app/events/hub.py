@@ -190,6 +190,8 @@ class EventHub:
         self._notified = last_event_id  # the highest id a NOTIFY has announced
         self._closed = False
         self._failure: BaseException | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._start_lock = asyncio.Lock()
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -199,49 +201,75 @@ class EventHub:
         store: Store,
         *,
         on_notification: NotificationCallback | None = None,
+        listen: bool = True,
         heartbeat_seconds: float = 5.0,
         subscriber_queue_size: int = 1000,
         poll_seconds: float = POLL_SECONDS,
         application_name: str = LISTENER_APPLICATION_NAME,
     ) -> AsyncIterator["EventHub"]:
-        """Start the LISTEN connection, its heartbeat and the reader; stop them on exit.
+        """The hub, listening now (`listen`) or from the first `start()`; stopped on exit.
 
         `on_notification` is called with every NOTIFY payload (it must be quick; its errors are
         logged and dropped). `poll_seconds` bounds how late an event can be if a NOTIFY is lost.
+        With `listen=False` a process that only writes (a producer) holds no LISTEN connection
+        and is not woken by every event in the database; `open_stream` starts it when needed.
         """
         if subscriber_queue_size < 1 or poll_seconds <= 0:
             raise ValueError("subscriber_queue_size and poll_seconds must be positive")
         backend = ListenBackend(
             database_url, heartbeat_seconds=heartbeat_seconds, application_name=application_name
         )
-        await backend.connect()
+        hub = cls(
+            store,
+            backend,
+            last_event_id=0,
+            on_notification=on_notification,
+            subscriber_queue_size=subscriber_queue_size,
+            poll_seconds=poll_seconds,
+        )
         try:
-            await backend.subscribe(NOTIFY_CHANNEL)
-            # Taken after LISTEN: every event committed later rings the bell.
-            hub = cls(
-                store,
-                backend,
-                last_event_id=await store.latest_event_id(),
-                on_notification=on_notification,
-                subscriber_queue_size=subscriber_queue_size,
-                poll_seconds=poll_seconds,
-            )
-            tasks = [
-                asyncio.create_task(backend.run(), name="laneway-events-listener"),
-                asyncio.create_task(hub._pump(), name="laneway-events-pump"),
-                asyncio.create_task(hub._read_loop(), name="laneway-events-reader"),
-            ]
-            for task in tasks:
-                task.add_done_callback(hub._on_task_done)
-            try:
-                yield hub
-            finally:
-                hub._close()
-                for task in tasks:
-                    task.cancel()
-                await asyncio.wait(tasks)
+            if listen:
+                await hub.start()
+            yield hub
         finally:
+            hub._close()
+            for task in hub._tasks:
+                task.cancel()
+            if hub._tasks:
+                await asyncio.wait(hub._tasks)
             await backend.disconnect()
+
+    async def start(self) -> None:
+        """Open the LISTEN connection and start the reader; at once if they already run.
+
+        Raises:
+            RuntimeError: the hub is closed.
+            asyncpg.PostgresError, OSError, TimeoutError: the database cannot be reached now.
+        """
+        if self._tasks:
+            return
+        async with self._start_lock:
+            if self._tasks:
+                return
+            if self._closed:
+                raise RuntimeError("the event hub is closed")
+            backend = self._backend
+            await backend.connect()
+            try:
+                await backend.subscribe(NOTIFY_CHANNEL)
+                # Taken after LISTEN: every event committed later rings the bell.
+                latest = await self._store.latest_event_id()
+            except BaseException:
+                await backend.disconnect()
+                raise
+            self._cursor = self._notified = max(self._cursor, latest)
+            self._tasks = [
+                asyncio.create_task(backend.run(), name="laneway-events-listener"),
+                asyncio.create_task(self._pump(), name="laneway-events-pump"),
+                asyncio.create_task(self._read_loop(), name="laneway-events-reader"),
+            ]
+            for task in self._tasks:
+                task.add_done_callback(self._on_task_done)
 
     @property
     def is_connected(self) -> bool:
@@ -272,11 +300,14 @@ class EventHub:
         Raises:
             ValueError: `after_event_id` is negative.
             RuntimeError: the hub is closed or one of its tasks crashed.
+            asyncpg.PostgresError, OSError, TimeoutError: the hub was not listening yet and the
+                database cannot be reached now (see `start`).
         """
         if after_event_id is not None and after_event_id < 0:
             raise ValueError("after_event_id must not be negative")
         if self._closed or self._failure is not None:
             raise RuntimeError("the event hub is not running") from self._failure
+        await self.start()
         stream = EventStream(
             self._store,
             matches,

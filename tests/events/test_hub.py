@@ -211,6 +211,29 @@ async def test_table_is_not_read_while_nobody_subscribes(database_url: str) -> N
         await pool.close()
 
 
+async def test_a_hub_opened_without_listen_connects_at_the_first_stream(
+    store: Store, database_url: str, admin: asyncpg.Connection
+) -> None:
+    engine = make_engine(store)
+    async with EventHub.open(database_url, store, listen=False) as hub:
+        before = await write_events(engine, 3)  # a producer: nothing listens, nothing is lost
+        assert await listener_pids(admin) == []
+        assert not hub.is_connected
+        async with hub.open_stream(after_event_id=0, matches=any_event) as stream:
+            assert len(await listener_pids(admin)) == 1
+            assert hub.is_connected
+            after = await write_events(engine, 2)
+            received = await take(stream, 5)
+        await hub.start()  # already listening: no second connection
+        assert len(await listener_pids(admin)) == 1
+    assert [e.instance_id for e in received] == before + after
+    await until(lambda: no_listener(admin))  # closed with the hub (the server notices soon)
+
+
+async def no_listener(admin: asyncpg.Connection) -> bool:
+    return await listener_pids(admin) == []
+
+
 # -- adversity --------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from app.config import Settings
 from app.services import open_services
 from app.store import open_store
 from app.store.pool import Timeouts
+from tests.workflows import noop
 
 
 async def test_pooled_connections_carry_the_configured_timeouts(database_url: str) -> None:
@@ -31,15 +32,23 @@ async def test_pooled_connections_carry_the_configured_timeouts(database_url: st
 async def test_a_process_names_its_connections_by_role_and_owner(
     database_url: str, admin: asyncpg.Connection
 ) -> None:
+    async def names() -> set[str]:
+        rows = await admin.fetch(
+            "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE '%-w7'"
+        )
+        return {row["application_name"] for row in rows}
+
     settings = Settings(database_url=database_url, owner_id="w7", lock_timeout_seconds=3)
-    async with open_services(settings, role="worker") as services:
+    async with open_services(settings, workflows=[noop], role="worker") as services:
         async with services.store.connection() as conn:
             lock_timeout = await conn.fetchval("SELECT current_setting('lock_timeout')")
-        names = {
-            row["application_name"]
-            for row in await admin.fetch(
-                "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE '%-w7'"
-            )
-        }
+        enqueued = await services.engine.enqueue("noop")
+        # Enqueueing and reading need no LISTEN: a producer is not woken by every event.
+        before_running = await names()
+        async with services.engine.running():
+            # The running engine listens, so other processes' enqueues and cancels wake it.
+            await services.engine.wait(enqueued.instance_id, timeout=10)
+            while_running = await names()
     assert lock_timeout == "3s"
-    assert names == {"laneway-worker-w7", "laneway-listener-w7"}
+    assert before_running == {"laneway-worker-w7"}
+    assert while_running == {"laneway-worker-w7", "laneway-listener-w7"}
