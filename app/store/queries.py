@@ -181,16 +181,28 @@ WITH inserted AS (
 {_ENQUEUED_EVENTS}"""
 
 # The same for one instance ($1 … $11 single values, $12 the lock key): no arrays to unpack,
-# and only the columns the database fills in come back (the caller knows the rest; see
-# store.new_instance_record). The single call is the common one, and its latency is the
-# enqueue rate of a client that enqueues one at a time.
-ENQUEUE_INSTANCE = f"""
-WITH inserted AS (
+# and only the columns the database fills in (and params, in jsonb's key order) come back; the
+# caller knows the rest (store.new_instance_record). The single call is the common one, and
+# its latency is the enqueue rate of a client that enqueues one at a time.
+_INSERT_INSTANCE = """
     INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
-            $7::jsonb, $9, $10, $11)
+            $7::jsonb, $9, $10, $11)"""
+_RETURNING_FILLED_IN = (
+    "RETURNING instance_id, name, status, run_after, created_at, updated_at, params"
+)
+ENQUEUE_INSTANCE = f"""
+WITH inserted AS ({_INSERT_INSTANCE}
     ON CONFLICT DO NOTHING
-    RETURNING instance_id, name, status, run_after, created_at, updated_at, params
+    {_RETURNING_FILLED_IN}
+),
+{_ENQUEUED_EVENTS}"""
+# An instance without idempotency or singleton key can only conflict on its fresh id, so it
+# skips ON CONFLICT's speculative insertion (a probe of every unique index before the insert
+# and a confirmation record after it).
+ENQUEUE_INSTANCE_WITHOUT_KEYS = f"""
+WITH inserted AS ({_INSERT_INSTANCE}
+    {_RETURNING_FILLED_IN}
 ),
 {_ENQUEUED_EVENTS}"""
 

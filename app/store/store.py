@@ -396,8 +396,9 @@ class Store:
         """Insert the instances with their events; those whose keys conflict are left out."""
         if len(todo) == 1:
             new = todo[0]
+            keyed = new.idempotency_key is not None or new.singleton_key is not None
             row = await conn.fetchrow(
-                queries.ENQUEUE_INSTANCE,
+                queries.ENQUEUE_INSTANCE if keyed else queries.ENQUEUE_INSTANCE_WITHOUT_KEYS,
                 new.instance_id,
                 new.name,
                 new.queue,
