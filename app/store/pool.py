@@ -1,13 +1,20 @@
-"""The asyncpg pool and per-connection setup: JSON codecs, application name, timeouts.
+"""Laneway's connection pool and per-connection setup: JSON codecs, application name, timeouts.
 
-Owns how a connection is made. Does not run Laneway queries (store.py does).
+Owns how a connection is made and lent. Does not run Laneway queries (store.py does).
 """
 
+import asyncio
 import json
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import asyncpg
+
+logger = logging.getLogger(__name__)
 
 APPLICATION_NAME = "laneway"
 
@@ -54,11 +61,193 @@ def server_settings(
     }
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    # Laneway's pooled connections hold no session state (no LISTEN, no session locks, no
-    # SET), so the default reset (UNLISTEN *, RESET ALL, ...) would be a wasted round trip
-    # on every release.
-    return None
+COMMAND_TIMEOUT_SECONDS = 60.0  # client-side bound on a statement (the server has its own)
+CLOSE_TIMEOUT_SECONDS = 5.0  # how long close() waits for lent connections to come back
+
+
+class ConnectionPool:
+    """Up to `size` connections, lent last-in first-out; what a Store runs its statements on.
+
+    asyncpg's own pool costs more per loan than a short statement costs the server: a task to
+    shield every release, a timer re-armed per release, a proxy and a future per acquire. Here
+    a loan of an idle connection is a list pop and its return a list append; a return does
+    nothing that could be cancelled, so nothing needs shielding.
+
+    A connection goes back on the idle stack only if it is known to be at rest: its block
+    ended normally, or with an error the server reported (that exchange is complete), and
+    outside a transaction. Any other exit (a cancellation, a timeout, a lost connection, a
+    client-side error) may have left a statement in flight, so the connection is terminated and
+    its slot freed. A connection that died while idle is dropped when next taken. Connections
+    stay open until `close()`, never more than `size`; waiters are served first come, first
+    served.
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], *, size: int) -> None:
+        if size < 1:
+            raise ValueError("a pool needs at least one connection")
+        self._connect = connect
+        self._size = size
+        self._idle: list[asyncpg.Connection] = []
+        self._lent: set[asyncpg.Connection] = set()
+        self._opening = 0
+        # A waiter is handed a connection, or None: "a slot is free, open one yourself".
+        self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
+        self._closed = False
+        self._drained: asyncio.Event | None = None  # set by close() once nothing is lent
+
+    @property
+    def size(self) -> int:
+        """Connections open (idle or lent) or being opened."""
+        return len(self._idle) + len(self._lent) + self._opening
+
+    @property
+    def idle(self) -> int:
+        """Connections open and not lent."""
+        return len(self._idle)
+
+    def acquire(self, timeout: float | None = None) -> "Loan":
+        """`async with pool.acquire(timeout) as conn:` a connection for the block.
+
+        Raises (on entry):
+            TimeoutError: no connection within `timeout` seconds.
+            asyncpg.InterfaceError: the pool is closed.
+            asyncpg.PostgresError, OSError: a new connection could not be opened.
+        """
+        return Loan(self, timeout)
+
+    def _lend_idle(self) -> asyncpg.Connection | None:
+        while self._idle and not self._closed:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                self._lent.add(conn)
+                return conn
+        return None
+
+    async def _lend(self) -> asyncpg.Connection:
+        while True:
+            if self._closed:
+                raise asyncpg.InterfaceError("the connection pool is closed")
+            conn = self._lend_idle()
+            if conn is not None:
+                return conn
+            if self.size < self._size:
+                return await self._open()
+            waiter: asyncio.Future[asyncpg.Connection | None] = (
+                asyncio.get_running_loop().create_future()
+            )
+            self._waiters.append(waiter)
+            try:
+                handed = await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    # Handed over just as this waiter gave up: pass it on.
+                    if (given := waiter.result()) is None:
+                        self._free_slot()
+                    else:
+                        self._give_back(given, at_rest=True)
+                else:
+                    waiter.cancel()
+                raise
+            if handed is not None:
+                return handed  # lent on this waiter's behalf by _give_back
+
+    async def _open(self) -> asyncpg.Connection:
+        self._opening += 1
+        try:
+            conn = await self._connect()
+        except BaseException:
+            self._opening -= 1
+            self._free_slot()
+            raise
+        self._opening -= 1
+        self._lent.add(conn)
+        if self._closed:  # closed while connecting
+            self._give_back(conn, at_rest=False)
+            raise asyncpg.InterfaceError("the connection pool is closed")
+        return conn
+
+    def _give_back(self, conn: asyncpg.Connection, *, at_rest: bool) -> None:
+        self._lent.discard(conn)
+        if self._closed or not at_rest or conn.is_closed() or conn.is_in_transaction():
+            conn.terminate()
+            self._free_slot()
+            return
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self._lent.add(conn)
+                waiter.set_result(conn)
+                return
+        self._idle.append(conn)
+
+    def _free_slot(self) -> None:
+        if self._closed:
+            if self._drained is not None and not self._lent and not self._opening:
+                self._drained.set()
+            return
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> None:
+        """Close the idle connections, and the lent ones as their blocks end; after `timeout`
+        seconds terminate what is still lent. Waiters and later acquires get InterfaceError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._drained = asyncio.Event()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(asyncpg.InterfaceError("the connection pool is closed"))
+        self._waiters.clear()
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            try:
+                async with asyncio.timeout(timeout):
+                    await conn.close()
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+                conn.terminate()
+        if self._lent or self._opening:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._drained.wait()
+            except TimeoutError:
+                logger.warning("connections still lent at pool close: terminated")
+        for conn in self._lent:
+            conn.terminate()
+        self._lent.clear()
+
+
+class Loan:
+    """One `async with pool.acquire()` block (a class, not a generator: it runs per statement)."""
+
+    __slots__ = ("_conn", "_pool", "_timeout")
+
+    def __init__(self, pool: ConnectionPool, timeout: float | None) -> None:
+        self._pool = pool
+        self._timeout = timeout
+        self._conn: asyncpg.Connection | None = None
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        conn = self._pool._lend_idle()  # the common case: no timer, no await
+        if conn is None:
+            async with asyncio.timeout(self._timeout):
+                conn = await self._pool._lend()
+        self._conn = conn
+        return conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            at_rest = exc_type is None or issubclass(exc_type, asyncpg.PostgresError)
+            self._pool._give_back(conn, at_rest=at_rest)
 
 
 async def create_pool(
@@ -67,18 +256,16 @@ async def create_pool(
     size: int = 10,
     application_name: str = APPLICATION_NAME,
     timeouts: Timeouts = DEFAULT_TIMEOUTS,
-) -> asyncpg.Pool:
-    """A pool whose connections decode JSON and carry Laneway's timeouts."""
-    pool = await asyncpg.create_pool(
-        database_url,
-        min_size=1,
-        max_size=size,
-        init=setup_connection,
-        reset=_keep_session,
-        server_settings=server_settings(application_name, timeouts),
-        command_timeout=60,
-    )
-    assert pool is not None
+) -> ConnectionPool:
+    """A pool whose connections decode JSON and carry Laneway's timeouts. One connection is
+    opened now, so an unreachable database fails here rather than at the first statement."""
+
+    async def open_one() -> asyncpg.Connection:
+        return await connect(database_url, application_name=application_name, timeouts=timeouts)
+
+    pool = ConnectionPool(open_one, size=size)
+    async with pool.acquire():
+        pass
     return pool
 
 
@@ -88,9 +275,11 @@ async def connect(
     application_name: str = APPLICATION_NAME,
     timeouts: Timeouts = DEFAULT_TIMEOUTS,
 ) -> asyncpg.Connection:
-    """One connection outside the pool (for LISTEN and for migrations)."""
+    """One connection: the pool's, or the LISTEN or migration connection outside it."""
     conn = await asyncpg.connect(
-        database_url, server_settings=server_settings(application_name, timeouts)
+        database_url,
+        server_settings=server_settings(application_name, timeouts),
+        command_timeout=COMMAND_TIMEOUT_SECONDS,
     )
     await setup_connection(conn)
     return conn

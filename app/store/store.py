@@ -12,7 +12,6 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
-from asyncpg.pool import PoolAcquireContext, PoolConnectionProxy
 
 from app.errors import InvalidInputError, NotFoundError
 from app.model import (
@@ -41,6 +40,8 @@ from app.store.pool import (
     APPLICATION_NAME,
     DEFAULT_TIMEOUTS,
     MIGRATION_TIMEOUTS,
+    ConnectionPool,
+    Loan,
     Timeouts,
     connect,
     create_pool,
@@ -51,7 +52,7 @@ ACQUIRE_TIMEOUT_SECONDS = 5.0  # longest wait for a pooled connection
 DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
 
 Row = asyncpg.Record
-Conn = asyncpg.Connection | PoolConnectionProxy  # what pool.acquire() yields, or a plain one
+Conn = asyncpg.Connection
 
 
 def instance_from_row(row: Row) -> InstanceRecord:
@@ -243,7 +244,7 @@ class Store:
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        pool: ConnectionPool,
         database_url: str,
         *,
         acquire_timeout: float = ACQUIRE_TIMEOUT_SECONDS,
@@ -253,7 +254,7 @@ class Store:
         self._acquire_timeout = acquire_timeout
         self._known_queues: set[str] = set()
 
-    def _acquire(self) -> "PoolAcquireContext":
+    def _acquire(self) -> Loan:
         # A pool that stays exhausted (or a database that stopped answering) fails the call
         # with TimeoutError instead of queueing it forever.
         return self._pool.acquire(timeout=self._acquire_timeout)

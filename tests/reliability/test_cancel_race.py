@@ -26,7 +26,6 @@ from app.engine import Done, Engine, EnqueueRequest, HandlerContext, Next, Retry
 from app.engine.definitions import Handler
 from app.model import JSONValue, Status
 from app.store import Store, open_store
-from app.store.pool import create_pool
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
 from tests.reliability.history import TERMINAL_EVENTS, Event, events_by_instance, status_counts
@@ -76,7 +75,10 @@ def cancellable(ledger: asyncpg.Pool, seed: int) -> Workflow:
 
 @contextlib.asynccontextmanager
 async def ledger_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(database_url, size=8, application_name="reliability-ledger")
+    # asyncpg's own pool: the ledger is the test's side channel, apart from Laneway's pool.
+    pool = await asyncpg.create_pool(
+        database_url, min_size=1, max_size=8, server_settings={"application_name": "ledger"}
+    )
     try:
         await pool.execute(CREATE_LEDGER)
         yield pool

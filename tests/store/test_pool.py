@@ -1,0 +1,151 @@
+"""ConnectionPool on a real PostgreSQL: reuse, bounds, waiters, broken connections, close."""
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from app.store.pool import ConnectionPool, create_pool
+from tests.events.test_backend import until
+
+
+async def backend_pid(pool: ConnectionPool) -> int:
+    async with pool.acquire(timeout=5) as conn:
+        pid: int = await conn.fetchval("SELECT pg_backend_pid()")
+    return pid
+
+
+async def test_one_caller_at_a_time_reuses_one_connection(database_url: str) -> None:
+    pool = await create_pool(database_url, size=4)
+    try:
+        pids = {await backend_pid(pool) for _ in range(20)}
+        assert len(pids) == 1
+        assert (pool.size, pool.idle) == (1, 1)
+    finally:
+        await pool.close()
+
+
+async def test_a_waiter_gets_the_first_connection_given_back_and_a_late_one_times_out(
+    database_url: str,
+) -> None:
+    pool = await create_pool(database_url, size=2)
+    try:
+        first, second = pool.acquire(), pool.acquire()
+        held = [await first.__aenter__(), await second.__aenter__()]
+        assert pool.size == 2
+        with pytest.raises(TimeoutError):
+            async with pool.acquire(timeout=0.2):
+                pass
+        waiting = asyncio.create_task(backend_pid(pool))
+        await asyncio.sleep(0)  # the waiter queues
+        assert not waiting.done()
+        given_back = await held[0].fetchval("SELECT pg_backend_pid()")
+        await first.__aexit__(None, None, None)
+        assert await asyncio.wait_for(waiting, 5) == given_back
+        await second.__aexit__(None, None, None)
+        assert (pool.size, pool.idle) == (2, 2)
+    finally:
+        await pool.close()
+
+
+async def test_a_connection_terminated_while_idle_is_replaced(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    pool = await create_pool(database_url, size=2)
+    try:
+        async with pool.acquire() as conn:
+            old = await conn.fetchval("SELECT pg_backend_pid()")
+        await admin.execute("SELECT pg_terminate_backend($1)", old)
+        await until(conn.is_closed)  # the client reads the server's goodbye
+        assert await backend_pid(pool) != old
+        assert pool.size == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_server_error_keeps_the_connection_and_a_cancelled_statement_drops_it(
+    database_url: str,
+) -> None:
+    pool = await create_pool(database_url, size=2)
+    try:
+        pid = await backend_pid(pool)
+        with pytest.raises(asyncpg.DivisionByZeroError):
+            async with pool.acquire() as conn:
+                await conn.fetchval("SELECT 1 / 0")
+        assert await backend_pid(pool) == pid  # the exchange was complete: lent again
+        with pytest.raises(TimeoutError):
+            async with pool.acquire() as conn, asyncio.timeout(0.2):
+                await conn.execute("SELECT pg_sleep(30)")
+        # The sleeping statement may still run: that connection is terminated, not lent.
+        assert pool.size == 0
+        assert await backend_pid(pool) != pid
+    finally:
+        await pool.close()
+
+
+async def test_a_transaction_left_open_is_not_lent_again(database_url: str) -> None:
+    pool = await create_pool(database_url, size=2)
+    try:
+        async with pool.acquire() as conn:
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+            await conn.execute("BEGIN")
+        assert pool.size == 0
+        async with pool.acquire() as conn:
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SELECT pg_backend_pid()") != pid
+    finally:
+        await pool.close()
+
+
+async def test_close_fails_waiters_waits_for_lent_connections_and_refuses_new_loans(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    pool = await create_pool(database_url, size=1, application_name="laneway-test-close")
+    lent = pool.acquire()
+    conn = await lent.__aenter__()
+    waiting = asyncio.create_task(backend_pid(pool))
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(pool.close(timeout=5))
+    with pytest.raises(asyncpg.InterfaceError):
+        await waiting
+    assert not closing.done()  # the lent connection's block has not ended
+    assert await conn.fetchval("SELECT 1") == 1  # and it still works meanwhile
+    await lent.__aexit__(None, None, None)
+    await asyncio.wait_for(closing, 5)
+    assert conn.is_closed()
+    with pytest.raises(asyncpg.InterfaceError):
+        await backend_pid(pool)
+    left = await admin.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'laneway-test-close'"
+    )
+    assert left in (0, 1)  # terminated; the server may not have reaped it yet
+
+
+async def test_close_terminates_a_connection_whose_block_never_ends(database_url: str) -> None:
+    pool = await create_pool(database_url, size=1)
+    lent = pool.acquire()
+    conn = await lent.__aenter__()
+    await pool.close(timeout=0.1)
+    assert conn.is_closed()
+    await lent.__aexit__(None, None, None)  # a late end of the block is harmless
+    assert pool.size == 0
+
+
+async def test_many_concurrent_callers_never_exceed_the_size(database_url: str) -> None:
+    pool = await create_pool(database_url, size=3)
+    in_use = peak = 0
+
+    async def one() -> None:
+        nonlocal in_use, peak
+        async with pool.acquire(timeout=10) as conn:
+            in_use += 1
+            peak = max(peak, in_use)
+            await conn.execute("SELECT pg_sleep(0.005)")
+            in_use -= 1
+
+    try:
+        await asyncio.gather(*(one() for _ in range(60)))
+        assert peak == 3
+        assert pool.size == 3
+    finally:
+        await pool.close()
