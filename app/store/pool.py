@@ -274,12 +274,13 @@ async def connect(
     *,
     application_name: str = APPLICATION_NAME,
     timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    command_timeout: float = COMMAND_TIMEOUT_SECONDS,
 ) -> asyncpg.Connection:
     """One connection: the pool's, or the LISTEN or migration connection outside it."""
     conn = await asyncpg.connect(
         database_url,
         server_settings=server_settings(application_name, timeouts),
-        command_timeout=COMMAND_TIMEOUT_SECONDS,
+        command_timeout=command_timeout,
     )
     await setup_connection(conn)
     return conn
