@@ -76,10 +76,12 @@ class ConnectionPool:
     A connection goes back on the idle stack only if it is known to be at rest: its block
     ended normally, or with an error the server reported (that exchange is complete), and
     outside a transaction. Any other exit (a cancellation, a timeout, a lost connection, a
-    client-side error) may have left a statement in flight, so the connection is terminated and
-    its slot freed. A connection that died while idle is dropped when next taken. Connections
-    stay open until `close()`, never more than `size`; waiters are served first come, first
-    served.
+    client-side error) may have left a statement in flight, so the connection is retired: closed
+    in the background once asyncpg's cancel request has reached the server (a socket cut alone
+    leaves the backend running the statement, or waiting on its lock, to the end), terminated if
+    that takes longer than CLOSE_TIMEOUT_SECONDS. Its slot is freed when it is gone. A connection
+    that died while idle is dropped when next taken. Connections stay open until `close()`,
+    never more than `size` (retiring ones included); waiters are served first come, first served.
     """
 
     def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], *, size: int) -> None:
@@ -90,6 +92,7 @@ class ConnectionPool:
         self._idle: list[asyncpg.Connection] = []
         self._lent: set[asyncpg.Connection] = set()
         self._opening = 0
+        self._retiring: set[asyncio.Task[None]] = set()
         # A waiter is handed a connection, or None: "a slot is free, open one yourself".
         self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
         self._closed = False
@@ -97,8 +100,8 @@ class ConnectionPool:
 
     @property
     def size(self) -> int:
-        """Connections open (idle or lent) or being opened."""
-        return len(self._idle) + len(self._lent) + self._opening
+        """Connections open (idle, lent or retiring) or being opened."""
+        return len(self._idle) + len(self._lent) + len(self._retiring) + self._opening
 
     @property
     def idle(self) -> int:
@@ -168,9 +171,13 @@ class ConnectionPool:
 
     def _give_back(self, conn: asyncpg.Connection, *, at_rest: bool) -> None:
         self._lent.discard(conn)
-        if self._closed or not at_rest or conn.is_closed() or conn.is_in_transaction():
-            conn.terminate()
+        if conn.is_closed():
+            conn.terminate()  # asyncpg's cleanup of a connection lost under it
             self._free_slot()
+            return
+        if self._closed or not at_rest or conn.is_in_transaction():
+            task = asyncio.get_running_loop().create_task(self._retire(conn))
+            self._retiring.add(task)
             return
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -180,9 +187,21 @@ class ConnectionPool:
                 return
         self._idle.append(conn)
 
+    async def _retire(self, conn: asyncpg.Connection) -> None:
+        try:
+            # Waits for a pending cancel request first, then says goodbye to the server.
+            await conn.close(timeout=CLOSE_TIMEOUT_SECONDS)
+        except Exception:  # whatever went wrong, the connection is abandoned either way
+            conn.terminate()
+        finally:
+            task = asyncio.current_task()
+            assert task is not None
+            self._retiring.discard(task)
+            self._free_slot()
+
     def _free_slot(self) -> None:
         if self._closed:
-            if self._drained is not None and not self._lent and not self._opening:
+            if self._drained is not None and not (self._lent or self._opening or self._retiring):
                 self._drained.set()
             return
         while self._waiters:
@@ -209,7 +228,7 @@ class ConnectionPool:
                     await conn.close()
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
                 conn.terminate()
-        if self._lent or self._opening:
+        if self._lent or self._opening or self._retiring:
             try:
                 async with asyncio.timeout(timeout):
                     await self._drained.wait()
@@ -218,6 +237,8 @@ class ConnectionPool:
         for conn in self._lent:
             conn.terminate()
         self._lent.clear()
+        for task in self._retiring:
+            task.cancel()  # its close() aborts the connection
 
 
 class Loan:
