@@ -76,12 +76,14 @@ class ConnectionPool:
     A connection goes back on the idle stack only if it is known to be at rest: its block
     ended normally, or with an error the server reported (that exchange is complete), and
     outside a transaction. Any other exit (a cancellation, a timeout, a lost connection, a
-    client-side error) may have left a statement in flight, so the connection is retired: closed
-    in the background once asyncpg's cancel request has reached the server (a socket cut alone
-    leaves the backend running the statement, or waiting on its lock, to the end), terminated if
-    that takes longer than CLOSE_TIMEOUT_SECONDS. Its slot is freed when it is gone. A connection
-    that died while idle is dropped when next taken. Connections stay open until `close()`,
-    never more than `size` (retiring ones included); waiters are served first come, first served.
+    client-side error) may have left a statement in flight, so the connection settles in the
+    background first: asyncpg's cancel request reaches the server (cutting the socket instead
+    would abort it, and a backend running a statement, or waiting on a lock, does not notice a
+    closed socket), then a trivial statement must answer outside a transaction within
+    CLOSE_TIMEOUT_SECONDS; if it does the connection is lent again, if not it is closed (or
+    terminated). A connection that died while idle is dropped when next taken. Connections stay
+    open until `close()`, never more than `size` (settling ones included); waiters are served
+    first come, first served.
     """
 
     def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], *, size: int) -> None:
@@ -92,7 +94,7 @@ class ConnectionPool:
         self._idle: list[asyncpg.Connection] = []
         self._lent: set[asyncpg.Connection] = set()
         self._opening = 0
-        self._retiring: set[asyncio.Task[None]] = set()
+        self._settling: set[asyncio.Task[None]] = set()
         # A waiter is handed a connection, or None: "a slot is free, open one yourself".
         self._waiters: deque[asyncio.Future[asyncpg.Connection | None]] = deque()
         self._closed = False
@@ -100,8 +102,8 @@ class ConnectionPool:
 
     @property
     def size(self) -> int:
-        """Connections open (idle, lent or retiring) or being opened."""
-        return len(self._idle) + len(self._lent) + len(self._retiring) + self._opening
+        """Connections open (idle, lent or settling) or being opened."""
+        return len(self._idle) + len(self._lent) + len(self._settling) + self._opening
 
     @property
     def idle(self) -> int:
@@ -175,9 +177,13 @@ class ConnectionPool:
             conn.terminate()  # asyncpg's cleanup of a connection lost under it
             self._free_slot()
             return
-        if self._closed or not at_rest or conn.is_in_transaction():
-            task = asyncio.get_running_loop().create_task(self._retire(conn))
-            self._retiring.add(task)
+        if self._closed:
+            conn.terminate()
+            self._free_slot()
+            return
+        if not at_rest or conn.is_in_transaction():
+            task = asyncio.get_running_loop().create_task(self._settle(conn))
+            self._settling.add(task)
             return
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -187,21 +193,36 @@ class ConnectionPool:
                 return
         self._idle.append(conn)
 
-    async def _retire(self, conn: asyncpg.Connection) -> None:
+    async def _settle(self, conn: asyncpg.Connection) -> None:
+        """Lend a connection that did not end at rest again once it is: a cancelled statement
+        has ended on the server (asyncpg lets its cancel request land before it sends the next
+        statement) and a trivial one answers outside a transaction. Otherwise close it."""
+        task = asyncio.current_task()
+        assert task is not None
+        at_rest = False
         try:
-            # Waits for a pending cancel request first, then says goodbye to the server.
-            await conn.close(timeout=CLOSE_TIMEOUT_SECONDS)
-        except Exception:  # whatever went wrong, the connection is abandoned either way
-            conn.terminate()
-        finally:
-            task = asyncio.current_task()
-            assert task is not None
-            self._retiring.discard(task)
-            self._free_slot()
+            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                await conn.execute("SELECT 1")
+            at_rest = not conn.is_in_transaction()
+        except Exception:  # lost, frozen or broken: not lent again either way
+            pass
+        except BaseException:
+            conn.terminate()  # the pool is closing
+            self._settling.discard(task)
+            raise
+        if not at_rest:
+            try:
+                await conn.close(timeout=CLOSE_TIMEOUT_SECONDS)
+            except Exception:
+                conn.terminate()
+        self._settling.discard(task)
+        if at_rest:
+            self._lent.add(conn)
+        self._give_back(conn, at_rest=at_rest)
 
     def _free_slot(self) -> None:
         if self._closed:
-            if self._drained is not None and not (self._lent or self._opening or self._retiring):
+            if self._drained is not None and not (self._lent or self._opening or self._settling):
                 self._drained.set()
             return
         while self._waiters:
@@ -228,7 +249,7 @@ class ConnectionPool:
                     await conn.close()
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
                 conn.terminate()
-        if self._lent or self._opening or self._retiring:
+        if self._lent or self._opening or self._settling:
             try:
                 async with asyncio.timeout(timeout):
                     await self._drained.wait()
@@ -237,7 +258,7 @@ class ConnectionPool:
         for conn in self._lent:
             conn.terminate()
         self._lent.clear()
-        for task in self._retiring:
+        for task in self._settling:
             task.cancel()  # its close() aborts the connection
 
 

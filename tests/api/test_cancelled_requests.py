@@ -72,7 +72,8 @@ async def test_clients_leaving_mid_query_leave_the_pool_bounded_and_the_api_answ
             async def pool_busy() -> bool:
                 return await waiting_on_the_lock(admin) >= min(clients, POOL_SIZE)
 
-            await wait_until(pool_busy)  # every pooled connection is stuck mid-statement
+            # Every pooled connection stuck mid-statement (1,000 clients take a while to connect).
+            await wait_until(pool_busy, seconds=120)
             started.set()
             await asyncio.gather(*leaving)
 
