@@ -124,7 +124,9 @@ class TcpProxy:
                 up_reader, up_writer = await asyncio.open_unix_connection(self._unix_path)
             else:
                 up_reader, up_writer = await asyncio.open_connection(*self._tcp_target)
-            link = _Link(writers=[writer, up_writer])
+            # A partition that began while this link was still connecting upstream covers it
+            # too: set_mode only marked the links already registered.
+            link = _Link(writers=[writer, up_writer], blackholed=self.mode == "blackhole")
             self._links.append(link)
             async with asyncio.TaskGroup() as pipes:
                 pipes.create_task(self._pipe(link, reader, up_writer))

@@ -53,3 +53,35 @@ async def test_close_resets_open_links_and_refuses_new_ones(database_url: str) -
         assert await answers(again)
         await again.close()
         conn.terminate()
+
+
+async def test_a_link_still_connecting_upstream_when_the_blackhole_begins_is_swallowed(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by R-03: a worker reconnecting at the moment of a cut kept a working link through
+    # the whole partition (set_mode marked only the links already registered).
+    proxy = TcpProxy(database_url)
+    upstream_reached = asyncio.Event()
+    cut_made = asyncio.Event()
+    open_unix, open_tcp = asyncio.open_unix_connection, asyncio.open_connection
+
+    async def slow_unix(*args: object, **kwargs: object) -> object:
+        upstream_reached.set()
+        await cut_made.wait()
+        return await open_unix(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def slow_tcp(*args: object, **kwargs: object) -> object:
+        upstream_reached.set()
+        await cut_made.wait()
+        return await open_tcp(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncio, "open_unix_connection", slow_unix)
+    monkeypatch.setattr(asyncio, "open_connection", slow_tcp)
+    async with proxy.running() as url:
+        connecting = asyncio.create_task(asyncpg.connect(url, timeout=1))
+        await upstream_reached.wait()  # accepted in pass mode, upstream not open yet
+        proxy.set_mode("blackhole")
+        cut_made.set()
+        with pytest.raises(TimeoutError):
+            await connecting  # its handshake is swallowed like any other link's
+        proxy.set_mode("pass")
