@@ -40,21 +40,36 @@ def seconds_range(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}s" if values else "-"
 
 
+# Per reclaim by another worker: the first step run after it, kept only where no later reclaim
+# came before that run (the instance's re-claimer was not killed in turn).
+LAST_RECLAIM_BEFORE_RERUN = """
+SELECT a.old_owner, r.at
+  FROM chaos.audit AS a
+  CROSS JOIN LATERAL (SELECT min(l.at) AS at FROM chaos.ledger AS l
+                       WHERE l.instance_id = a.instance_id AND l.at > a.at) AS r
+ WHERE a.old_status = 'running' AND a.new_owner IS NULL
+   AND a.application_name <> 'laneway-worker-' || a.old_owner
+   AND r.at IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM chaos.audit AS later
+                    WHERE later.instance_id = a.instance_id
+                      AND later.old_status = 'running' AND later.new_owner IS NULL
+                      AND later.at > a.at AND later.at < r.at)
+"""
+
+
 async def kill_to_rerun(run: ChaosRun) -> float | None:
-    """Longest time from a kill to a step of one of the victim's instances running again."""
+    """Longest time from a kill to a step of one of the victim's instances running again.
+
+    Measured from the kill of the instance's last owner before the re-run: when the worker
+    that re-claimed it was killed in turn before running a step (100 kills in a few minutes
+    make that happen), that instance counts against the later kill, not the first.
+    """
+    kills = {kill.owner_id: kill.at for kill in run.supervisor.incidents("kill")}
     worst: float | None = None
-    for kill in run.supervisor.incidents("kill"):
-        rows = await run.fetch(
-            "SELECT min(l.at) AS at FROM chaos.audit AS a"
-            "  JOIN chaos.ledger AS l ON l.instance_id = a.instance_id AND l.at > $2"
-            " WHERE a.old_owner = $1 AND a.old_status = 'running' AND a.new_owner IS NULL"
-            "   AND a.application_name <> 'laneway-worker-' || a.old_owner"
-            " GROUP BY a.instance_id",
-            kill.owner_id,
-            kill.at,
-        )
-        for row in rows:
-            seconds = (row["at"] - kill.at).total_seconds()
+    for row in await run.fetch(LAST_RECLAIM_BEFORE_RERUN):
+        killed_at = kills.get(row["old_owner"])
+        if killed_at is not None and row["at"] > killed_at:
+            seconds = (row["at"] - killed_at).total_seconds()
             worst = seconds if worst is None else max(worst, seconds)
     return worst
 
