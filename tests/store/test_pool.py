@@ -1,6 +1,7 @@
 """ConnectionPool on a real PostgreSQL: reuse, bounds, waiters, broken connections, close."""
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -9,81 +10,75 @@ from app.store.pool import ConnectionPool, create_pool
 from tests.events.test_backend import until
 
 
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[ConnectionPool]:
+    """A pool of two connections, closed after the test."""
+    opened = await create_pool(database_url, size=2)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
 async def backend_pid(pool: ConnectionPool) -> int:
     async with pool.acquire(timeout=5) as conn:
         pid: int = await conn.fetchval("SELECT pg_backend_pid()")
     return pid
 
 
-async def test_one_caller_at_a_time_reuses_one_connection(database_url: str) -> None:
-    pool = await create_pool(database_url, size=4)
-    try:
-        pids = {await backend_pid(pool) for _ in range(20)}
-        assert len(pids) == 1
-        assert (pool.size, pool.idle) == (1, 1)
-    finally:
-        await pool.close()
+async def test_one_caller_at_a_time_reuses_one_connection(pool: ConnectionPool) -> None:
+    pids = {await backend_pid(pool) for _ in range(20)}
+    assert len(pids) == 1
+    assert (pool.size, pool.idle) == (1, 1)
 
 
 async def test_a_waiter_gets_the_first_connection_given_back_and_a_late_one_times_out(
-    database_url: str,
+    pool: ConnectionPool,
 ) -> None:
-    pool = await create_pool(database_url, size=2)
-    try:
-        first, second = pool.acquire(), pool.acquire()
-        held = [await first.__aenter__(), await second.__aenter__()]
-        assert pool.size == 2
-        with pytest.raises(TimeoutError):
-            async with pool.acquire(timeout=0.2):
-                pass
-        waiting = asyncio.create_task(backend_pid(pool))
-        await asyncio.sleep(0)  # the waiter queues
-        assert not waiting.done()
-        given_back = await held[0].fetchval("SELECT pg_backend_pid()")
-        await first.__aexit__(None, None, None)
-        assert await asyncio.wait_for(waiting, 5) == given_back
-        await second.__aexit__(None, None, None)
-        assert (pool.size, pool.idle) == (2, 2)
-    finally:
-        await pool.close()
+    first, second = pool.acquire(), pool.acquire()
+    held = [await first.__aenter__(), await second.__aenter__()]
+    assert pool.size == 2
+    with pytest.raises(TimeoutError):
+        async with pool.acquire(timeout=0.2):
+            pass
+    waiting = asyncio.create_task(backend_pid(pool))
+    await asyncio.sleep(0)  # the waiter queues
+    assert not waiting.done()
+    given_back = await held[0].fetchval("SELECT pg_backend_pid()")
+    await first.__aexit__(None, None, None)
+    assert await asyncio.wait_for(waiting, 5) == given_back
+    await second.__aexit__(None, None, None)
+    assert (pool.size, pool.idle) == (2, 2)
 
 
 async def test_a_connection_terminated_while_idle_is_replaced(
-    database_url: str, admin: asyncpg.Connection
+    pool: ConnectionPool, admin: asyncpg.Connection
 ) -> None:
-    pool = await create_pool(database_url, size=2)
-    try:
-        async with pool.acquire() as conn:
-            old = await conn.fetchval("SELECT pg_backend_pid()")
-        await admin.execute("SELECT pg_terminate_backend($1)", old)
-        await until(conn.is_closed)  # the client reads the server's goodbye
-        assert await backend_pid(pool) != old
-        assert pool.size == 1
-    finally:
-        await pool.close()
+    async with pool.acquire() as conn:
+        old = await conn.fetchval("SELECT pg_backend_pid()")
+    await admin.execute("SELECT pg_terminate_backend($1)", old)
+    await until(conn.is_closed)  # the client reads the server's goodbye
+    assert await backend_pid(pool) != old
+    assert pool.size == 1
 
 
 async def test_a_server_error_keeps_the_connection_and_a_cancelled_statement_is_stopped(
-    database_url: str, admin: asyncpg.Connection
+    pool: ConnectionPool, admin: asyncpg.Connection
 ) -> None:
-    pool = await create_pool(database_url, size=2)
-    try:
-        pid = await backend_pid(pool)
-        with pytest.raises(asyncpg.DivisionByZeroError):
-            async with pool.acquire() as conn:
-                await conn.fetchval("SELECT 1 / 0")
-        assert await backend_pid(pool) == pid  # the exchange was complete: lent again
-        with pytest.raises(TimeoutError):
-            async with pool.acquire() as conn, asyncio.timeout(0.2):
-                await conn.execute("SELECT pg_sleep(30)")
-        # The server stops the statement (asyncpg's cancel request is let through) instead of
-        # sleeping on for 30 s, and the connection is lent again once it is at rest.
-        await until(lambda: not_sleeping(admin, pid), within=5)
-        await until(lambda: pool.idle == pool.size)
-        assert pid in {await backend_pid(pool) for _ in range(3)}
-        assert pool.size <= 2
-    finally:
-        await pool.close()
+    pid = await backend_pid(pool)
+    with pytest.raises(asyncpg.DivisionByZeroError):
+        async with pool.acquire() as conn:
+            await conn.fetchval("SELECT 1 / 0")
+    assert await backend_pid(pool) == pid  # the exchange was complete: lent again
+    with pytest.raises(TimeoutError):
+        async with pool.acquire() as conn, asyncio.timeout(0.2):
+            await conn.execute("SELECT pg_sleep(30)")
+    # The server stops the statement (asyncpg's cancel request is let through) instead of
+    # sleeping on for 30 s, and the connection is lent again once it is at rest.
+    await until(lambda: not_sleeping(admin, pid), within=5)
+    await until(lambda: pool.idle == pool.size)
+    assert pid in {await backend_pid(pool) for _ in range(3)}
+    assert pool.size <= 2
 
 
 async def not_sleeping(admin: asyncpg.Connection, pid: int) -> bool:
@@ -93,17 +88,13 @@ async def not_sleeping(admin: asyncpg.Connection, pid: int) -> bool:
     return query is None or "pg_sleep" not in query
 
 
-async def test_a_transaction_left_open_is_not_lent_again(database_url: str) -> None:
-    pool = await create_pool(database_url, size=2)
-    try:
-        async with pool.acquire() as conn:
-            pid = await conn.fetchval("SELECT pg_backend_pid()")
-            await conn.execute("BEGIN")
-        async with pool.acquire() as conn:
-            assert not conn.is_in_transaction()
-            assert await conn.fetchval("SELECT pg_backend_pid()") != pid
-    finally:
-        await pool.close()
+async def test_a_transaction_left_open_is_not_lent_again(pool: ConnectionPool) -> None:
+    async with pool.acquire() as conn:
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        await conn.execute("BEGIN")
+    async with pool.acquire() as conn:
+        assert not conn.is_in_transaction()
+        assert await conn.fetchval("SELECT pg_backend_pid()") != pid
 
 
 async def test_close_fails_waiters_waits_for_lent_connections_and_refuses_new_loans(
