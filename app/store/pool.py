@@ -259,7 +259,7 @@ class ConnectionPool:
             conn.terminate()
         self._lent.clear()
         for task in self._settling:
-            task.cancel()  # its close() aborts the connection
+            task.cancel()  # a cancelled settle terminates its connection
 
 
 class Loan:
