@@ -174,20 +174,19 @@ class EventHub:
         store: Store,
         backend: ListenBackend,
         *,
-        last_event_id: int,
         on_notification: NotificationCallback | None,
         subscriber_queue_size: int,
         poll_seconds: float,
     ) -> None:
         self._store = store
         self._backend = backend
-        self._cursor = last_event_id  # the reader has handed out every event up to here
+        self._cursor = 0  # the reader has handed out every event up to here (set by start)
         self._on_notification = on_notification
         self._subscriber_queue_size = subscriber_queue_size
         self._poll_seconds = poll_seconds
         self._streams: set[EventStream] = set()
         self._wake = asyncio.Event()
-        self._notified = last_event_id  # the highest id a NOTIFY has announced
+        self._notified = 0  # the highest id a NOTIFY has announced
         self._closed = False
         self._failure: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -222,7 +221,6 @@ class EventHub:
         hub = cls(
             store,
             backend,
-            last_event_id=0,
             on_notification=on_notification,
             subscriber_queue_size=subscriber_queue_size,
             poll_seconds=poll_seconds,
@@ -262,7 +260,7 @@ class EventHub:
             except BaseException:
                 await backend.disconnect()
                 raise
-            self._cursor = self._notified = max(self._cursor, latest)
+            self._cursor = self._notified = latest
             self._tasks = [
                 asyncio.create_task(backend.run(), name="laneway-events-listener"),
                 asyncio.create_task(self._pump(), name="laneway-events-pump"),

@@ -173,12 +173,8 @@ class ConnectionPool:
 
     def _give_back(self, conn: asyncpg.Connection, *, at_rest: bool) -> None:
         self._lent.discard(conn)
-        if conn.is_closed():
-            conn.terminate()  # asyncpg's cleanup of a connection lost under it
-            self._free_slot()
-            return
-        if self._closed:
-            conn.terminate()
+        if self._closed or conn.is_closed():
+            conn.terminate()  # also asyncpg's cleanup of a connection lost under it
             self._free_slot()
             return
         if not at_rest or conn.is_in_transaction():
@@ -198,27 +194,20 @@ class ConnectionPool:
         has ended on the server (asyncpg lets its cancel request land before it sends the next
         statement) and a trivial one answers outside a transaction. Otherwise close it."""
         task = asyncio.current_task()
-        assert task is not None
         at_rest = False
         try:
-            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                await conn.execute("SELECT 1")
-            at_rest = not conn.is_in_transaction()
-        except Exception:  # lost, frozen or broken: not lent again either way
-            pass
-        except BaseException:
-            conn.terminate()  # the pool is closing
-            self._settling.discard(task)
-            raise
-        if not at_rest:
             try:
-                await conn.close(timeout=CLOSE_TIMEOUT_SECONDS)
-            except Exception:
-                conn.terminate()
-        self._settling.discard(task)
-        if at_rest:
-            self._lent.add(conn)
-        self._give_back(conn, at_rest=at_rest)
+                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                    await conn.execute("SELECT 1")
+                at_rest = not conn.is_in_transaction()
+            except Exception:  # lost, frozen or broken: not lent again either way
+                pass
+            if not at_rest:
+                await _close_or_terminate(conn, CLOSE_TIMEOUT_SECONDS)
+        finally:
+            # Also when close() cancels this: the pool is closed, so the connection ends.
+            self._settling.discard(task)
+            self._give_back(conn, at_rest=at_rest)
 
     def _free_slot(self) -> None:
         if self._closed:
@@ -244,11 +233,7 @@ class ConnectionPool:
         self._waiters.clear()
         idle, self._idle = self._idle, []
         for conn in idle:
-            try:
-                async with asyncio.timeout(timeout):
-                    await conn.close()
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
-                conn.terminate()
+            await _close_or_terminate(conn, timeout)
         if self._lent or self._opening or self._settling:
             try:
                 async with asyncio.timeout(timeout):
@@ -260,6 +245,14 @@ class ConnectionPool:
         self._lent.clear()
         for task in self._settling:
             task.cancel()  # a cancelled settle terminates its connection
+
+
+async def _close_or_terminate(conn: asyncpg.Connection, timeout: float) -> None:
+    """Close gracefully (pending cancel requests first); terminate if that fails or hangs."""
+    try:
+        await conn.close(timeout=timeout)
+    except Exception:
+        conn.terminate()
 
 
 class Loan:

@@ -1,6 +1,7 @@
 """TcpProxy's modes on a real PostgreSQL: pass, blackhole (silent, no FIN), close (reset)."""
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -63,20 +64,19 @@ async def test_a_link_still_connecting_upstream_when_the_blackhole_begins_is_swa
     proxy = TcpProxy(database_url)
     upstream_reached = asyncio.Event()
     cut_made = asyncio.Event()
-    open_unix, open_tcp = asyncio.open_unix_connection, asyncio.open_connection
 
-    async def slow_unix(*args: object, **kwargs: object) -> object:
-        upstream_reached.set()
-        await cut_made.wait()
-        return await open_unix(*args, **kwargs)  # type: ignore[arg-type]
+    def held(connect: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[object]]:
+        """`connect`, but only once the cut is made (the proxy's upstream open)."""
 
-    async def slow_tcp(*args: object, **kwargs: object) -> object:
-        upstream_reached.set()
-        await cut_made.wait()
-        return await open_tcp(*args, **kwargs)  # type: ignore[arg-type]
+        async def after_the_cut(*args: object, **kwargs: object) -> object:
+            upstream_reached.set()
+            await cut_made.wait()
+            return await connect(*args, **kwargs)
 
-    monkeypatch.setattr(asyncio, "open_unix_connection", slow_unix)
-    monkeypatch.setattr(asyncio, "open_connection", slow_tcp)
+        return after_the_cut
+
+    monkeypatch.setattr(asyncio, "open_unix_connection", held(asyncio.open_unix_connection))
+    monkeypatch.setattr(asyncio, "open_connection", held(asyncio.open_connection))
     async with proxy.running() as url:
         connecting = asyncio.create_task(asyncpg.connect(url, timeout=1))
         await upstream_reached.wait()  # accepted in pass mode, upstream not open yet
