@@ -189,6 +189,7 @@ class EventHub:
         self._notified = 0  # the highest id a NOTIFY has announced
         self._closed = False
         self._failure: BaseException | None = None
+        self._subscribers = 0  # see subscriber_count
         self._tasks: list[asyncio.Task[None]] = []
         self._start_lock = asyncio.Lock()
 
@@ -286,7 +287,9 @@ class EventHub:
 
     @property
     def subscriber_count(self) -> int:
-        return len(self._streams)
+        """Streams whose starting point is fixed: an event committed after a subscriber is
+        counted reaches it (a stream still reading its start is registered, not counted)."""
+        return self._subscribers
 
     @contextlib.asynccontextmanager
     async def open_stream(
@@ -315,12 +318,16 @@ class EventHub:
         )
         # Registered before any await: nothing the reader hands out from now on is missed.
         self._streams.add(stream)
+        counted = False
         try:
             if after_event_id is None:
                 stream._start_at(await self._store.latest_event_id())
+            self._subscribers += 1
+            counted = True
             yield stream
         finally:
             self._streams.discard(stream)
+            self._subscribers -= counted
 
     # -- background tasks ----------------------------------------------------------------------
 
