@@ -6,6 +6,7 @@ Owns how a connection is made and lent. Does not run Laneway queries (store.py d
 import asyncio
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ def server_settings(
 
 COMMAND_TIMEOUT_SECONDS = 60.0  # client-side bound on a statement (the server has its own)
 CLOSE_TIMEOUT_SECONDS = 5.0  # how long close() waits for lent connections to come back
+MAX_IDLE_SECONDS = 300.0  # an idle connection beyond the first is closed after this long
 
 
 class ConnectionPool:
@@ -81,17 +83,31 @@ class ConnectionPool:
     would abort it, and a backend running a statement, or waiting on a lock, does not notice a
     closed socket), then a trivial statement must answer outside a transaction within
     CLOSE_TIMEOUT_SECONDS; if it does the connection is lent again, if not it is closed (or
-    terminated). A connection that died while idle is dropped when next taken. Connections stay
-    open until `close()`, never more than `size` (settling ones included); waiters are served
-    first come, first served.
+    terminated). A connection that died while idle is dropped when next taken. Never more than
+    `size` connections are open (settling ones included); waiters are served first come, first
+    served.
+
+    A burst opens connections that a quieter load no longer needs: the stack keeps the ones
+    used least recently at its bottom, and one timer closes those that sat idle for
+    `max_idle_seconds` (None: never), always keeping one, so neither the process nor the
+    server holds a burst's connections for the rest of its life.
     """
 
-    def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], *, size: int) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        *,
+        size: int,
+        max_idle_seconds: float | None = MAX_IDLE_SECONDS,
+    ) -> None:
         if size < 1:
             raise ValueError("a pool needs at least one connection")
         self._connect = connect
         self._size = size
+        self._max_idle = max_idle_seconds
         self._idle: list[asyncpg.Connection] = []
+        self._idle_since: list[float] = []  # monotonic time each idle connection came back
+        self._expiry: asyncio.TimerHandle | None = None
         self._lent: set[asyncpg.Connection] = set()
         self._opening = 0
         self._settling: set[asyncio.Task[None]] = set()
@@ -123,6 +139,7 @@ class ConnectionPool:
     def _lend_idle(self) -> asyncpg.Connection | None:
         while self._idle and not self._closed:
             conn = self._idle.pop()
+            self._idle_since.pop()
             if not conn.is_closed():
                 self._lent.add(conn)
                 return conn
@@ -178,8 +195,7 @@ class ConnectionPool:
             self._free_slot()
             return
         if not at_rest or conn.is_in_transaction():
-            task = asyncio.get_running_loop().create_task(self._settle(conn))
-            self._settling.add(task)
+            self._start_settling(conn, check=True)
             return
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -188,20 +204,46 @@ class ConnectionPool:
                 waiter.set_result(conn)
                 return
         self._idle.append(conn)
+        self._idle_since.append(time.monotonic())
+        if self._expiry is None and len(self._idle) > 1 and self._max_idle is not None:
+            self._arm_expiry()
 
-    async def _settle(self, conn: asyncpg.Connection) -> None:
+    def _arm_expiry(self) -> None:
+        assert self._max_idle is not None
+        due = self._idle_since[0] + self._max_idle - time.monotonic()
+        self._expiry = asyncio.get_running_loop().call_later(max(due, 0.0), self._expire)
+
+    def _expire(self) -> None:
+        """Close the connections idle for max_idle_seconds, from the bottom of the stack (the
+        longest idle), keeping one; re-arm for the next one due."""
+        self._expiry = None
+        assert self._max_idle is not None
+        cutoff = time.monotonic() - self._max_idle
+        while len(self._idle) > 1 and self._idle_since[0] <= cutoff:
+            self._idle_since.pop(0)
+            self._start_settling(self._idle.pop(0), check=False)
+        if len(self._idle) > 1 and not self._closed:
+            self._arm_expiry()
+
+    def _start_settling(self, conn: asyncpg.Connection, *, check: bool) -> None:
+        task = asyncio.get_running_loop().create_task(self._settle(conn, check=check))
+        self._settling.add(task)
+
+    async def _settle(self, conn: asyncpg.Connection, *, check: bool) -> None:
         """Lend a connection that did not end at rest again once it is: a cancelled statement
         has ended on the server (asyncpg lets its cancel request land before it sends the next
-        statement) and a trivial one answers outside a transaction. Otherwise close it."""
+        statement) and a trivial one answers outside a transaction. Otherwise, or without
+        `check` (an expired idle connection), close it."""
         task = asyncio.current_task()
         at_rest = False
         try:
-            try:
-                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
-                    await conn.execute("SELECT 1")
-                at_rest = not conn.is_in_transaction()
-            except Exception:  # lost, frozen or broken: not lent again either way
-                pass
+            if check:
+                try:
+                    async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                        await conn.execute("SELECT 1")
+                    at_rest = not conn.is_in_transaction()
+                except Exception:  # lost, frozen or broken: not lent again either way
+                    pass
             if not at_rest:
                 await _close_or_terminate(conn, CLOSE_TIMEOUT_SECONDS)
         finally:
@@ -227,11 +269,15 @@ class ConnectionPool:
             return
         self._closed = True
         self._drained = asyncio.Event()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_exception(asyncpg.InterfaceError("the connection pool is closed"))
         self._waiters.clear()
         idle, self._idle = self._idle, []
+        self._idle_since.clear()
         for conn in idle:
             await _close_or_terminate(conn, timeout)
         if self._lent or self._opening or self._settling:
@@ -291,6 +337,7 @@ async def create_pool(
     size: int = 10,
     application_name: str = APPLICATION_NAME,
     timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    max_idle_seconds: float | None = MAX_IDLE_SECONDS,
 ) -> ConnectionPool:
     """A pool whose connections decode JSON and carry Laneway's timeouts. One connection is
     opened now, so an unreachable database fails here rather than at the first statement."""
@@ -298,7 +345,7 @@ async def create_pool(
     async def open_one() -> asyncpg.Connection:
         return await connect(database_url, application_name=application_name, timeouts=timeouts)
 
-    pool = ConnectionPool(open_one, size=size)
+    pool = ConnectionPool(open_one, size=size, max_idle_seconds=max_idle_seconds)
     async with pool.acquire():
         pass
     return pool

@@ -149,3 +149,49 @@ async def test_many_concurrent_callers_never_exceed_the_size(database_url: str) 
         assert pool.size == 3
     finally:
         await pool.close()
+
+
+async def test_connections_idle_past_the_limit_are_closed_keeping_one(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    pool = await create_pool(database_url, size=3, max_idle_seconds=0.3)
+    try:
+        loans = [pool.acquire() for _ in range(3)]
+        held = [await loan.__aenter__() for loan in loans]
+        pids = [await conn.fetchval("SELECT pg_backend_pid()") for conn in held]
+        for loan in loans:
+            await loan.__aexit__(None, None, None)
+        assert (pool.size, pool.idle) == (3, 3)
+        # The last one given back is on top of the stack: the one kept.
+        await until(lambda: pool.size == 1)
+        assert pool.idle == 1
+        assert await backend_pid(pool) == pids[-1]
+
+        async def server_side() -> set[int]:
+            rows = await admin.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE pid = any($1::int[])", pids
+            )
+            return {row["pid"] for row in rows}
+
+        deadline = asyncio.get_running_loop().time() + 5
+        while await server_side() != {pids[-1]}:  # the closed ones end on the server too
+            assert asyncio.get_running_loop().time() < deadline, await server_side()
+            await asyncio.sleep(0.05)
+    finally:
+        await pool.close()
+
+
+async def test_after_expiry_new_demand_opens_connections_again(database_url: str) -> None:
+    pool = await create_pool(database_url, size=2, max_idle_seconds=0.2)
+    try:
+        for _ in range(2):
+            loans = [pool.acquire(), pool.acquire()]
+            first, second = [await loan.__aenter__() for loan in loans]
+            assert first is not second
+            assert pool.size == 2
+            for loan in loans:
+                await loan.__aexit__(None, None, None)
+            await until(lambda: pool.size == 1)
+    finally:
+        await pool.close()
+    assert pool.size == 0
