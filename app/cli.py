@@ -160,6 +160,7 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
 async def watch(args: argparse.Namespace, settings: Settings) -> int:
     """Print one JSON line per event as it happens, until SIGINT/SIGTERM."""
     from app.api.types import WorkflowEvent
+    from app.events import EventSelection
 
     try:
         instance_id = UUID(args.instance) if args.instance else None
@@ -172,7 +173,7 @@ async def watch(args: argparse.Namespace, settings: Settings) -> int:
         try:
             async with services.hub.open_stream(
                 after_event_id=args.after,
-                matches=lambda e: instance_id is None or e.instance_id == instance_id,
+                matches=EventSelection(instance_id),
             ) as events:
                 async for event in events:
                     _print_json(graphql_shape(WorkflowEvent.from_record(event)))

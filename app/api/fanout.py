@@ -50,9 +50,9 @@ from app.api.context import RequestContext
 from app.api.errors import TIMEOUT, public_error
 from app.api.query import parse_event_id, parse_instance_id
 from app.api.schema import MAX_TOKENS
-from app.api.subscription import event_matcher
 from app.api.types import WorkflowEvent
 from app.errors import LanewayError
+from app.events import EventSelection
 from app.model import EventRecord
 
 logger = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
         arguments: EventsArguments,
     ) -> None:
         prefix = '{"id":' + json.dumps(operation.id) + ',"type":"next","payload":'
-        matches = event_matcher(arguments.instance_id, arguments.name)
+        matches = EventSelection(arguments.instance_id, arguments.name)
         async with self.context.services.hub.open_stream(
             after_event_id=arguments.after_event_id, matches=matches
         ) as events:

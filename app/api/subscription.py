@@ -5,8 +5,7 @@ it replays from the event table and drops what it already sent, so a client that
 with `afterEventID` sees no gap and no duplicate.
 """
 
-from collections.abc import AsyncGenerator, Callable
-from uuid import UUID
+from collections.abc import AsyncGenerator
 
 import strawberry
 from strawberry.types import Info
@@ -16,18 +15,7 @@ from app.api.auth import CanRead
 from app.api.context import RequestContext
 from app.api.query import parse_event_id, parse_instance_id
 from app.api.types import WorkflowEvent, given
-from app.model import EventRecord
-
-
-def event_matcher(instance_id: UUID | None, name: str | None) -> Callable[[EventRecord], bool]:
-    """The hub filter for one subscription: one instance, one workflow name, or everything."""
-
-    def matches(event: EventRecord) -> bool:
-        return (instance_id is None or event.instance_id == instance_id) and (
-            name is None or event.name == name
-        )
-
-    return matches
+from app.events import EventSelection
 
 
 async def resolve_workflow_events(
@@ -39,7 +27,7 @@ async def resolve_workflow_events(
     """Events as they happen. `afterEventID` first replays the events after that one
     (`"0"`: every retained event); without it, the stream starts now."""
     instance, after_id = given(instance_id), given(after_event_id)
-    matches = event_matcher(
+    matches = EventSelection(
         parse_instance_id(instance) if instance is not None else None, given(name)
     )
     after = parse_event_id(after_id) if after_id is not None else None

@@ -15,6 +15,8 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from uuid import UUID
 
 from app.events.backend import (
     CONNECTION_ERRORS,
@@ -34,6 +36,23 @@ READ_BACKOFF_MAX_SECONDS = 5.0
 
 EventFilter = Callable[[EventRecord], bool]
 NotificationCallback = Callable[[Notification], None]
+
+
+@dataclass(frozen=True, slots=True)
+class EventSelection:
+    """The filter of a subscription: one instance, one workflow name, both, or everything.
+
+    An EventFilter that the hub can read: a stream of one instance replays through that
+    instance's index instead of paging through every event in the table.
+    """
+
+    instance_id: UUID | None = None
+    name: str | None = None
+
+    def __call__(self, event: EventRecord) -> bool:
+        return (self.instance_id is None or event.instance_id == self.instance_id) and (
+            self.name is None or event.name == self.name
+        )
 
 
 class EventStream(AsyncIterator[EventRecord]):
@@ -56,6 +75,7 @@ class EventStream(AsyncIterator[EventRecord]):
     ) -> None:
         self._store = store
         self._matches = matches
+        self._instance_id = matches.instance_id if isinstance(matches, EventSelection) else None
         self._maxsize = maxsize
         self._queue: deque[EventRecord] = deque()  # live events handed over by the hub's reader
         self._replayed: deque[EventRecord] = deque()  # matching events of the last table page
@@ -121,7 +141,12 @@ class EventStream(AsyncIterator[EventRecord]):
             await self._wakeup.wait()
 
     async def _read_page(self) -> None:
-        page = await self._store.events_after(self._position, PAGE_SIZE)
+        if self._instance_id is None:
+            page = await self._store.events_after(self._position, PAGE_SIZE)
+        else:  # what this stream can match, not every event after its position
+            page = await self._store.instance_events_after(
+                self._instance_id, self._position, PAGE_SIZE
+            )
         if len(page) < PAGE_SIZE:
             self._replaying = False
         if page:

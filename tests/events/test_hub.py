@@ -9,10 +9,10 @@ import asyncpg
 import pytest
 
 from app.engine import Engine, EnqueueRequest, WorkflowRegistry
-from app.events import EventHub, EventStream
+from app.events import EventHub, EventSelection, EventStream
 from app.model import EventRecord, EventType, NewEvent, Notification, Status
 from app.store import Store
-from app.store.pool import connect, create_pool
+from app.store.pool import ConnectionPool, connect, create_pool
 from tests.chaos.proxy import TcpProxy
 from tests.events.test_backend import listener_pids, terminate_listener, until
 from tests.workflows import noop
@@ -144,6 +144,54 @@ async def test_only_matching_events_arrive_when_the_stream_is_filtered(
         (watched, EventType.CANCELLED),
     ]
     assert cancelled == from_start[1]
+
+
+class ReadRecordingStore(Store):
+    """A real Store that records where each table read started."""
+
+    def __init__(self, pool: ConnectionPool, database_url: str) -> None:
+        super().__init__(pool, database_url)
+        self.scans: list[int] = []  # after_event_id of every read of all events
+        self.instance_reads: list[UUID] = []
+
+    async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
+        self.scans.append(after_event_id)
+        return await super().events_after(after_event_id, limit)
+
+    async def instance_events_after(
+        self, instance_id: UUID, after_event_id: int, limit: int
+    ) -> list[EventRecord]:
+        self.instance_reads.append(instance_id)
+        return await super().instance_events_after(instance_id, after_event_id, limit)
+
+
+async def test_one_instance_is_replayed_from_its_own_events_not_from_every_event(
+    database_url: str,
+) -> None:
+    pool = await create_pool(database_url)
+    try:
+        store = ReadRecordingStore(pool, database_url)
+        engine = make_engine(store)
+        watched = (await engine.enqueue("noop")).instance_id
+        await write_events(engine, 1_200, batch=400)  # others' events: three pages
+        latest = await store.latest_event_id()
+        async with (
+            EventHub.open(database_url, store, poll_seconds=60) as hub,
+            hub.open_stream(after_event_id=0, matches=EventSelection(watched)) as stream,
+        ):
+            [enqueued] = await take(stream, 1)
+            await write_events(engine, 3)
+            await store.cancel_instance(watched)
+            [cancelled] = await take(stream, 1)  # live, past the others' new events
+        assert [(e.instance_id, e.type) for e in (enqueued, cancelled)] == [
+            (watched, EventType.ENQUEUED),
+            (watched, EventType.CANCELLED),
+        ]
+        assert store.instance_reads == [watched]
+        # Only the hub's live reader read all events, and only from the tail on.
+        assert all(after >= latest for after in store.scans)
+    finally:
+        await pool.close()
 
 
 async def test_every_subscriber_receives_every_event_when_ten_are_open_at_once(
