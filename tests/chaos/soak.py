@@ -458,9 +458,11 @@ def _after_warm_up(samples: list[Sample], seconds: float) -> list[Sample]:
 
 
 # A slope of 5 MiB/h over a few minutes is less than one allocation step (a pool connection is
-# ~0.6 MiB), so a process sampled for less than this long (a worker restarted late in the run
-# after a kill) is judged by its spread alone, its slope reported.
-MIN_SLOPE_MINUTES = 30.0
+# ~0.6 MiB; one such step in the middle of 8 minutes fits as 6.8 MiB/h, in 15 minutes as 3.6),
+# so a process sampled for less than this long (a worker restarted late in the run after a
+# kill) is judged by its spread alone, its slope reported. Longer would leave the workers of
+# an hour's run unjudged: with a kill every 10 minutes no generation is sampled for 30.
+MIN_SLOPE_MINUTES = 15.0
 
 
 def memory_rows(samples: list[Sample], seconds: float) -> list[Row]:
