@@ -3,6 +3,8 @@
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
+from typing import TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -30,6 +32,19 @@ class CountingStore(Store):
     async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
         self.reads += 1
         return await super().events_after(after_event_id, limit)
+
+
+StoreT = TypeVar("StoreT", bound=Store)
+
+
+@contextlib.asynccontextmanager
+async def own_store(store_class: type[StoreT], database_url: str) -> AsyncIterator[StoreT]:
+    """A Store of the given (recording) class on a pool of its own, closed on exit."""
+    pool = await create_pool(database_url)
+    try:
+        yield store_class(pool, database_url)
+    finally:
+        await pool.close()
 
 
 def make_engine(store: Store) -> Engine:
@@ -168,9 +183,7 @@ class ReadRecordingStore(Store):
 async def test_one_instance_is_replayed_from_its_own_events_not_from_every_event(
     database_url: str,
 ) -> None:
-    pool = await create_pool(database_url)
-    try:
-        store = ReadRecordingStore(pool, database_url)
+    async with own_store(ReadRecordingStore, database_url) as store:
         engine = make_engine(store)
         watched = (await engine.enqueue("noop")).instance_id
         await write_events(engine, 1_200, batch=400)  # others' events: three pages
@@ -190,8 +203,6 @@ async def test_one_instance_is_replayed_from_its_own_events_not_from_every_event
         assert store.instance_reads == [watched]
         # Only the hub's live reader read all events, and only from the tail on.
         assert all(after >= latest for after in store.scans)
-    finally:
-        await pool.close()
 
 
 async def test_every_subscriber_receives_every_event_when_ten_are_open_at_once(
@@ -219,9 +230,7 @@ async def test_every_subscriber_receives_every_event_when_ten_are_open_at_once(
 async def test_table_is_read_once_per_wake_up_when_many_subscribers_follow(
     database_url: str,
 ) -> None:
-    pool = await create_pool(database_url)
-    try:
-        store = CountingStore(pool, database_url)
+    async with own_store(CountingStore, database_url) as store:
         engine = make_engine(store)
         async with (
             EventHub.open(database_url, store, poll_seconds=60) as hub,
@@ -235,16 +244,12 @@ async def test_table_is_read_once_per_wake_up_when_many_subscribers_follow(
             ]
             await write_events(engine, 30)
             await asyncio.gather(*(take(stream, 30) for stream in streams))
-    finally:
-        await pool.close()
     # One reader: at most one read per NOTIFY, however many subscribers there are.
     assert store.reads <= 30
 
 
 async def test_table_is_not_read_while_nobody_subscribes(database_url: str) -> None:
-    pool = await create_pool(database_url)
-    try:
-        store = CountingStore(pool, database_url)
+    async with own_store(CountingStore, database_url) as store:
         engine = make_engine(store)
         async with EventHub.open(database_url, store, poll_seconds=0.05) as hub:
             for _ in range(5):
@@ -255,8 +260,6 @@ async def test_table_is_not_read_while_nobody_subscribes(database_url: str) -> N
             async with hub.open_stream(after_event_id=0, matches=lambda e: True) as stream:
                 replayed = [await anext(stream) for _ in range(5)]
             assert [e.event_id for e in replayed] == sorted(e.event_id for e in replayed)
-    finally:
-        await pool.close()
 
 
 async def test_a_hub_opened_without_listen_connects_at_the_first_stream(
