@@ -105,8 +105,8 @@ class ConnectionPool:
         self._connect = connect
         self._size = size
         self._max_idle = max_idle_seconds
-        self._idle: list[asyncpg.Connection] = []
-        self._idle_since: list[float] = []  # monotonic time each idle connection came back
+        # (connection, monotonic time it came back), least recently used first
+        self._idle: list[tuple[asyncpg.Connection, float]] = []
         self._expiry: asyncio.TimerHandle | None = None
         self._lent: set[asyncpg.Connection] = set()
         self._opening = 0
@@ -138,8 +138,7 @@ class ConnectionPool:
 
     def _lend_idle(self) -> asyncpg.Connection | None:
         while self._idle and not self._closed:
-            conn = self._idle.pop()
-            self._idle_since.pop()
+            conn, _ = self._idle.pop()
             if not conn.is_closed():
                 self._lent.add(conn)
                 return conn
@@ -203,14 +202,13 @@ class ConnectionPool:
                 self._lent.add(conn)
                 waiter.set_result(conn)
                 return
-        self._idle.append(conn)
-        self._idle_since.append(time.monotonic())
+        self._idle.append((conn, time.monotonic()))
         if self._expiry is None and len(self._idle) > 1 and self._max_idle is not None:
             self._arm_expiry()
 
     def _arm_expiry(self) -> None:
         assert self._max_idle is not None
-        due = self._idle_since[0] + self._max_idle - time.monotonic()
+        due = self._idle[0][1] + self._max_idle - time.monotonic()
         self._expiry = asyncio.get_running_loop().call_later(max(due, 0.0), self._expire)
 
     def _expire(self) -> None:
@@ -219,9 +217,9 @@ class ConnectionPool:
         self._expiry = None
         assert self._max_idle is not None
         cutoff = time.monotonic() - self._max_idle
-        while len(self._idle) > 1 and self._idle_since[0] <= cutoff:
-            self._idle_since.pop(0)
-            self._start_settling(self._idle.pop(0), check=False)
+        while len(self._idle) > 1 and self._idle[0][1] <= cutoff:
+            conn, _ = self._idle.pop(0)
+            self._start_settling(conn, check=False)
         if len(self._idle) > 1 and not self._closed:
             self._arm_expiry()
 
@@ -277,8 +275,7 @@ class ConnectionPool:
                 waiter.set_exception(asyncpg.InterfaceError("the connection pool is closed"))
         self._waiters.clear()
         idle, self._idle = self._idle, []
-        self._idle_since.clear()
-        for conn in idle:
+        for conn, _ in idle:
             await _close_or_terminate(conn, timeout)
         if self._lent or self._opening or self._settling:
             try:

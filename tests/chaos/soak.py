@@ -550,8 +550,9 @@ def _bounded(values: list[float], bound: float) -> tuple[str, bool]:
     """Never above `bound`, and no more at the end than at the start.
 
     For connections (and the fds their sockets hold) rather than +-5 %: a pool opens
-    connections on demand and replaces those it had to close, so a count of 6-9 connections,
-    or 18-21 fds, moves by more than 5 % without any leak. A leak shows as a count that
+    connections on demand, replaces those it had to close and closes those idle for 5
+    minutes, so a count of 1-2 or 6-9 connections, or 18-21 fds, moves by more than 5 %
+    without any leak. A leak shows as a count that
     climbs: the median of the last third above the first third's (+1).
     """
     if not values:

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 
 from app.store.pool import ConnectionPool, connect, create_pool
+from tests.events.test_backend import until
 from tests.sizes import size
 
 APPLICATION_NAME = "laneway-test-p07"
@@ -26,6 +27,10 @@ async def pool_connections(admin: asyncpg.Connection) -> int:
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", APPLICATION_NAME
     )
     return count
+
+
+async def within_the_pool(admin: asyncpg.Connection, pool: ConnectionPool) -> bool:
+    return await pool_connections(admin) <= pool.size
 
 
 async def warm(pool: ConnectionPool, count: int) -> None:
@@ -80,10 +85,7 @@ async def test_cancelled_statements_leave_the_pool_within_its_size_and_serving(
         assert 10 <= in_statement < count
         assert pool.size <= 10
         # Terminated connections leave the server as it notices; never more than the size.
-        deadline = time.monotonic() + 5
-        while await pool_connections(admin) > pool.size:
-            assert time.monotonic() < deadline, "the server still holds terminated connections"
-            await asyncio.sleep(0.05)
+        await until(lambda: within_the_pool(admin, pool), within=5)
         async with pool.acquire(timeout=5) as conn:
             assert await conn.fetchval("SELECT 1") == 1
         assert pool.size <= 10

@@ -167,16 +167,13 @@ async def test_connections_idle_past_the_limit_are_closed_keeping_one(
         assert pool.idle == 1
         assert await backend_pid(pool) == pids[-1]
 
-        async def server_side() -> set[int]:
+        async def only_the_kept_one_on_the_server() -> bool:
             rows = await admin.fetch(
                 "SELECT pid FROM pg_stat_activity WHERE pid = any($1::int[])", pids
             )
-            return {row["pid"] for row in rows}
+            return {row["pid"] for row in rows} == {pids[-1]}
 
-        deadline = asyncio.get_running_loop().time() + 5
-        while await server_side() != {pids[-1]}:  # the closed ones end on the server too
-            assert asyncio.get_running_loop().time() < deadline, await server_side()
-            await asyncio.sleep(0.05)
+        await until(only_the_kept_one_on_the_server, within=5)  # the closed ones end there too
     finally:
         await pool.close()
 
