@@ -160,6 +160,18 @@ SELECT inserted.*,
   FROM inserted
 """
 
+# The insert of both enqueue statements ($1 ... $11 one value each, $12 the lock key), and
+# the columns they return: only those the database fills in (and params, in jsonb's key
+# order). The caller knows the rest (store.new_instance_record; a test compares the record
+# with the row read back), so no row comes back with 27 columns to decode.
+_INSERT_INSTANCE = """
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+    VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
+            $7::jsonb, $9, $10, $11)"""
+_RETURNING_FILLED_IN = (
+    "RETURNING instance_id, name, status, run_after, created_at, updated_at, params"
+)
+
 # $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
 # ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
 # $11 parent ids: one row per element; $12 the event-append advisory lock key.
@@ -176,21 +188,12 @@ WITH inserted AS (
            AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
                  first_action, idempotency_key, singleton_key, parent_id)
     ON CONFLICT DO NOTHING
-    RETURNING {INSTANCE_COLUMNS}
+    {_RETURNING_FILLED_IN}
 ),
 {_ENQUEUED_EVENTS}"""
 
-# The same for one instance ($1 … $11 single values, $12 the lock key): no arrays to unpack,
-# and only the columns the database fills in (and params, in jsonb's key order) come back; the
-# caller knows the rest (store.new_instance_record). The single call is the common one, and
-# its latency is the enqueue rate of a client that enqueues one at a time.
-_INSERT_INSTANCE = """
-    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
-    VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
-            $7::jsonb, $9, $10, $11)"""
-_RETURNING_FILLED_IN = (
-    "RETURNING instance_id, name, status, run_after, created_at, updated_at, params"
-)
+# The same for one instance: no arrays to unpack. The single call is the common one, and its
+# latency is the enqueue rate of a client that enqueues one at a time.
 ENQUEUE_INSTANCE = f"""
 WITH inserted AS ({_INSERT_INSTANCE}
     ON CONFLICT DO NOTHING

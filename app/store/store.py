@@ -89,7 +89,7 @@ def instance_from_row(row: Row) -> InstanceRecord:
 
 
 def new_instance_record(new: NewInstance, row: Row) -> InstanceRecord:
-    """The record of an instance just inserted by ENQUEUE_INSTANCE: what the database filled
+    """The record of an instance just inserted by an enqueue statement: what the database filled
     in comes from `row`, the rest is what was inserted (the columns' defaults for the others,
     as migrations/0001 and 0003 set them; a test compares this with the row read back)."""
     params = row["params"]
@@ -429,7 +429,8 @@ class Store:
             [n.parent_id for n in todo],
             EVENTS_LOCK_KEY,
         )
-        return [instance_from_row(row) for row in rows]
+        inserted = {new.instance_id: new for new in todo}
+        return [new_instance_record(inserted[row["instance_id"]], row) for row in rows]
 
     async def _find_by_keys(self, conn: Conn, new: NewInstance) -> InstanceRecord | None:
         row = None

@@ -1,10 +1,11 @@
 """Enqueue, run, complete: the engine end to end on a real PostgreSQL, driven by tick()."""
 
 import asyncio
+import json
 
 import pytest
 
-from app.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
+from app.engine import Done, EnqueueRequest, HandlerContext, Next, RetryPolicy, Workflow
 from app.errors import InvalidInputError
 from app.model import EventType, Status
 from app.store import Store
@@ -145,3 +146,32 @@ async def test_what_enqueue_returns_is_the_row_as_stored(store: Store) -> None:
     again = await engine.enqueue("noop", idempotency_key="same-as-stored")
     assert not again.created
     assert again.instance == stored
+
+
+async def test_what_a_batch_enqueue_returns_is_the_rows_as_stored(store: Store) -> None:
+    # The batch statement returns the same few columns as the single one; each record is
+    # matched to its request by id, whatever order the rows come back in.
+    engine = make_engine(store, noop)
+    parent = await engine.enqueue("noop")
+    results = await engine.enqueue_many(
+        [
+            EnqueueRequest(name="noop", params={"z": 1, "a": [None, 2.5]}, priority=3),
+            EnqueueRequest(name="noop", queue="elsewhere", delay_ms=60_000),
+            EnqueueRequest(
+                name="noop",
+                params={"b": "é"},
+                idempotency_key="batch-key",
+                singleton_key="batch-one",
+                parent_id=parent.instance_id,
+            ),
+        ]
+    )
+    assert [r.created for r in results] == [True, True, True]
+    assert results[0].instance.priority == 3
+    assert results[1].instance.queue == "elsewhere"
+    assert results[2].instance.parent_id == parent.instance_id
+    for result in results:
+        stored = await engine.get(result.instance_id)
+        assert stored is not None
+        assert result.instance == stored
+        assert json.dumps(result.instance.params) == json.dumps(stored.params)  # key order too
