@@ -160,10 +160,10 @@ SELECT inserted.*,
   FROM inserted
 """
 
-# The insert of both enqueue statements ($1 ... $11 one value each, $12 the lock key), and
-# the columns they return: only those the database fills in (and params, in jsonb's key
-# order). The caller knows the rest (store.new_instance_record; a test compares the record
-# with the row read back), so no row comes back with 27 columns to decode.
+# The single enqueue's insert ($1 ... $11 one value each, $12 the lock key), and the columns
+# both enqueue statements return: only those the database fills in (and params, in jsonb's
+# key order). The caller knows the rest (store.new_instance_record; tests compare the records
+# with the rows read back), so no row comes back with 27 columns to decode.
 _INSERT_INSTANCE = """
     INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
