@@ -34,7 +34,7 @@ DECLARE
     locked text[];
 BEGIN
     -- A queue another process is claiming from is skipped this round. NO KEY UPDATE: claimers
-    -- exclude each other, while enqueues (whose foreign key check takes KEY SHARE) never wait.
+    -- exclude each other; enqueues never lock the queue row (no foreign key since 0007).
     SELECT array_agg(q.name ORDER BY q.name) INTO locked
       FROM (SELECT q.name
               FROM laneway.queues AS q
