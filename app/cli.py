@@ -21,6 +21,7 @@ from uuid import UUID
 
 from app.config import Settings
 from app.errors import InvalidInputError, LanewayError
+from app.events import EventSelection
 from app.logs import configure_logging
 from app.services import open_services
 from app.store.embedded import embedded_postgres
@@ -160,7 +161,6 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
 async def watch(args: argparse.Namespace, settings: Settings) -> int:
     """Print one JSON line per event as it happens, until SIGINT/SIGTERM."""
     from app.api.types import WorkflowEvent
-    from app.events import EventSelection
 
     try:
         instance_id = UUID(args.instance) if args.instance else None

@@ -4,7 +4,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -24,25 +23,31 @@ def any_event(event: EventRecord) -> bool:
     return True
 
 
-class CountingStore(Store):
-    """A real Store that counts the hub's table reads."""
+class ReadRecordingStore(Store):
+    """A real Store that records where each table read started."""
 
-    reads = 0
+    def __init__(self, pool: ConnectionPool, database_url: str) -> None:
+        super().__init__(pool, database_url)
+        self.scans: list[int] = []  # after_event_id of every read of all events
+        self.instance_reads: list[UUID] = []
 
     async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
-        self.reads += 1
+        self.scans.append(after_event_id)
         return await super().events_after(after_event_id, limit)
 
-
-StoreT = TypeVar("StoreT", bound=Store)
+    async def instance_events_after(
+        self, instance_id: UUID, after_event_id: int, limit: int
+    ) -> list[EventRecord]:
+        self.instance_reads.append(instance_id)
+        return await super().instance_events_after(instance_id, after_event_id, limit)
 
 
 @contextlib.asynccontextmanager
-async def own_store(store_class: type[StoreT], database_url: str) -> AsyncIterator[StoreT]:
-    """A Store of the given (recording) class on a pool of its own, closed on exit."""
+async def own_store(database_url: str) -> AsyncIterator[ReadRecordingStore]:
+    """A recording Store on a pool of its own, closed on exit."""
     pool = await create_pool(database_url)
     try:
-        yield store_class(pool, database_url)
+        yield ReadRecordingStore(pool, database_url)
     finally:
         await pool.close()
 
@@ -161,29 +166,10 @@ async def test_only_matching_events_arrive_when_the_stream_is_filtered(
     assert cancelled == from_start[1]
 
 
-class ReadRecordingStore(Store):
-    """A real Store that records where each table read started."""
-
-    def __init__(self, pool: ConnectionPool, database_url: str) -> None:
-        super().__init__(pool, database_url)
-        self.scans: list[int] = []  # after_event_id of every read of all events
-        self.instance_reads: list[UUID] = []
-
-    async def events_after(self, after_event_id: int, limit: int) -> list[EventRecord]:
-        self.scans.append(after_event_id)
-        return await super().events_after(after_event_id, limit)
-
-    async def instance_events_after(
-        self, instance_id: UUID, after_event_id: int, limit: int
-    ) -> list[EventRecord]:
-        self.instance_reads.append(instance_id)
-        return await super().instance_events_after(instance_id, after_event_id, limit)
-
-
 async def test_one_instance_is_replayed_from_its_own_events_not_from_every_event(
     database_url: str,
 ) -> None:
-    async with own_store(ReadRecordingStore, database_url) as store:
+    async with own_store(database_url) as store:
         engine = make_engine(store)
         watched = (await engine.enqueue("noop")).instance_id
         await write_events(engine, 1_200, batch=400)  # others' events: three pages
@@ -230,7 +216,7 @@ async def test_every_subscriber_receives_every_event_when_ten_are_open_at_once(
 async def test_table_is_read_once_per_wake_up_when_many_subscribers_follow(
     database_url: str,
 ) -> None:
-    async with own_store(CountingStore, database_url) as store:
+    async with own_store(database_url) as store:
         engine = make_engine(store)
         async with (
             EventHub.open(database_url, store, poll_seconds=60) as hub,
@@ -245,18 +231,18 @@ async def test_table_is_read_once_per_wake_up_when_many_subscribers_follow(
             await write_events(engine, 30)
             await asyncio.gather(*(take(stream, 30) for stream in streams))
     # One reader: at most one read per NOTIFY, however many subscribers there are.
-    assert store.reads <= 30
+    assert len(store.scans) <= 30
 
 
 async def test_table_is_not_read_while_nobody_subscribes(database_url: str) -> None:
-    async with own_store(CountingStore, database_url) as store:
+    async with own_store(database_url) as store:
         engine = make_engine(store)
         async with EventHub.open(database_url, store, poll_seconds=0.05) as hub:
             for _ in range(5):
                 await engine.enqueue("noop")
             latest = await store.latest_event_id()
             await until(lambda: hub.last_event_id >= latest)  # the cursor follows the doorbells
-            assert store.reads == 0
+            assert store.scans == []
             async with hub.open_stream(after_event_id=0, matches=lambda e: True) as stream:
                 replayed = [await anext(stream) for _ in range(5)]
             assert [e.event_id for e in replayed] == sorted(e.event_id for e in replayed)
