@@ -322,30 +322,37 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
 """
 
 # $1 owner id, $2 instance ids (uuid[]), $3 lease seconds, $4 lease epochs (bigint[])
+# Fenced as the group commit is, and written the same way so that its plan stays linear in the
+# batch whatever the statistics (migrations/0010 says why: rows by primary key, the owner as a
+# column of the batch, no status test).
 RENEW_LEASES = """
 UPDATE laneway.instances AS i
    SET lease_expires_at = now() + $3::double precision * interval '1 second',
        lease_renewed_at = now()
-  FROM unnest($2::uuid[], $4::bigint[]) AS u (instance_id, epoch)
- WHERE i.instance_id = u.instance_id
-   AND i.owner_id = $1
+  FROM (SELECT u.*, $1::text AS owner
+          FROM unnest($2::uuid[], $4::bigint[]) AS u (instance_id, epoch)
+        OFFSET 0) AS u
+ WHERE i.instance_id = ANY($2::uuid[])
+   AND i.instance_id = u.instance_id
+   AND i.owner_id = u.owner
    AND i.lease_epoch = u.epoch
-   AND i.status = 'running'
 RETURNING i.instance_id
 """
 
 # $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
 # Graceful shutdown: the interrupted attempt does not count, and another process may claim the
-# instance at once instead of after the lease.
+# instance at once instead of after the lease. Fenced and written as RENEW_LEASES is.
 RELEASE_INSTANCES = """
 UPDATE laneway.instances AS i
    SET status = 'pending', attempts = GREATEST(i.attempts - 1, 0), owner_id = NULL,
        lease_expires_at = NULL, run_after = now(), updated_at = now()
-  FROM unnest($2::uuid[], $3::bigint[]) AS u (instance_id, epoch)
- WHERE i.instance_id = u.instance_id
-   AND i.owner_id = $1
+  FROM (SELECT u.*, $1::text AS owner
+          FROM unnest($2::uuid[], $3::bigint[]) AS u (instance_id, epoch)
+        OFFSET 0) AS u
+ WHERE i.instance_id = ANY($2::uuid[])
+   AND i.instance_id = u.instance_id
+   AND i.owner_id = u.owner
    AND i.lease_epoch = u.epoch
-   AND i.status = 'running'
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 """
 
@@ -360,113 +367,14 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 #   $17 lease epochs;
 # failed attempts: $18 instance ids, $19 errors, $20 retry delays in ms, $21 final flags,
 #   $22 lease epochs.
-# The group commit of many runners' writes: one statement, one round trip, one transaction.
-# Every write is fenced by (owner, lease epoch) and a running status; a write that matches
-# nothing returns no row (its lease is lost). Each instance appears at most once per batch.
-# - A checkpoint saves state and the next action and renews the lease; with a pause label it
-#   parks the instance instead: paused, no owner, no lease, no slot (resuming makes it pending
-#   again at the checkpointed action with fresh attempts).
-# - A failed attempt with attempts left (and not final) waits out its backoff as pending,
-#   keeping the state and action of its last checkpoint; otherwise the instance ends failed.
-# - Instances that ended give up their entity locks. Events are appended under the append
-#   lock once every row is written and every lock row deleted (the gate reads both counts;
-#   waiting on a row while holding the append lock could deadlock), then the doorbell rings.
+# The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
+# round trip, one transaction; one row per applied write. The statement is a function
+# (migrations/0010, which says what each write does) so that it is planned once per
+# connection, not on every call.
 WRITE_RUNNER_BATCH = """
-WITH checkpointed AS (
-    UPDATE laneway.instances AS i
-       SET state = u.state::jsonb, next_action = u.next_action,
-           next_params = u.next_params::jsonb,
-           progress = COALESCE(u.progress, i.progress), message = COALESCE(u.message, i.message),
-           stage = COALESCE(u.stage, i.stage),
-           status = CASE WHEN u.pause_label IS NULL THEN 'running' ELSE 'paused' END,
-           checkpoint = u.pause_label,
-           attempts = CASE WHEN u.pause_label IS NULL THEN 1 ELSE 0 END,
-           owner_id = CASE WHEN u.pause_label IS NULL THEN i.owner_id END,
-           lease_expires_at = CASE WHEN u.pause_label IS NULL
-                                   THEN now() + $2::double precision * interval '1 second' END,
-           lease_renewed_at = now(), updated_at = now()
-      FROM unnest($4::uuid[], $5::text[], $6::text[], $7::text[], $8::float8[], $9::text[],
-                  $10::text[], $11::text[], $12::bigint[], $13::integer[])
-           AS u (instance_id, state, next_action, next_params, progress, message, stage,
-                 pause_label, epoch, attempt)
-     WHERE i.instance_id = u.instance_id
-       AND i.owner_id = $1
-       AND i.lease_epoch = u.epoch
-       AND i.status = 'running'
-    RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage, i.checkpoint,
-              u.attempt AS event_attempt
-),
-completed AS (
-    UPDATE laneway.instances AS i
-       SET status = 'completed', result = u.result::jsonb, state = u.state::jsonb,
-           next_action = NULL, next_params = NULL, progress = 1, owner_id = NULL,
-           lease_expires_at = NULL, updated_at = now(), finished_at = now()
-      FROM unnest($14::uuid[], $15::text[], $16::text[], $17::bigint[])
-           AS u (instance_id, result, state, epoch)
-     WHERE i.instance_id = u.instance_id
-       AND i.owner_id = $1
-       AND i.lease_epoch = u.epoch
-       AND i.status = 'running'
-    RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
-),
-failed AS (
-    UPDATE laneway.instances AS i
-       SET status = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
-                         THEN 'pending' ELSE 'failed' END,
-           run_after = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
-                            THEN now() + u.delay_ms * interval '1 millisecond'
-                            ELSE i.run_after END,
-           finished_at = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
-                              THEN NULL ELSE now() END,
-           last_error = u.error, owner_id = NULL, lease_expires_at = NULL, updated_at = now()
-      FROM unnest($18::uuid[], $19::text[], $20::float8[], $21::boolean[], $22::bigint[])
-           AS u (instance_id, error, delay_ms, final, epoch)
-     WHERE i.instance_id = u.instance_id
-       AND i.owner_id = $1
-       AND i.lease_epoch = u.epoch
-       AND i.status = 'running'
-    RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
-),
-written AS (
-    SELECT c.instance_id, c.name, c.queue, c.status, c.attempts, NULL::text AS last_error,
-           c.stage, c.checkpoint,
-           CASE WHEN c.status = 'paused' THEN 'paused' ELSE 'checkpoint' END AS event_type,
-           c.event_attempt
-      FROM checkpointed AS c
-    UNION ALL
-    SELECT d.instance_id, d.name, d.queue, d.status, d.attempts, NULL, NULL, NULL,
-           'completed', d.attempts
-      FROM completed AS d
-    UNION ALL
-    SELECT f.instance_id, f.name, f.queue, f.status, f.attempts, f.last_error, NULL, NULL,
-           CASE WHEN f.status = 'pending' THEN 'retrying' ELSE 'failed' END, f.attempts
-      FROM failed AS f
-),
-unlocked AS (
-    DELETE FROM laneway.locks
-     WHERE owner_instance IN (SELECT instance_id FROM written
-                               WHERE status IN ('completed', 'failed'))
-    RETURNING owner_instance
-),
-appended AS (
-    INSERT INTO laneway.events (instance_id, name, type, status, at, attempt, error, stage, checkpoint)
-    SELECT w.instance_id, w.name, w.event_type, w.status, clock_timestamp(), w.event_attempt,
-           w.last_error, w.stage, w.checkpoint
-      FROM written AS w
-     WHERE (SELECT CASE WHEN n.rows > 0 THEN pg_advisory_xact_lock($3) END
-              FROM (SELECT (SELECT count(*) FROM written) AS rows,
-                           (SELECT count(*) FROM unlocked) AS released) AS n) IS NOT NULL
-    RETURNING event_id
-),
-rang AS (
-    SELECT pg_notify('laneway_events', json_build_object('e', max(event_id))::text)
-      FROM appended
-    HAVING count(*) > 0
-)
-SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
-       w.checkpoint
-  FROM written AS w
- WHERE (SELECT count(*) FROM rang) >= 0
+SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
+  FROM laneway.write_runner_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                  $15, $16, $17, $18, $19, $20, $21, $22)
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances

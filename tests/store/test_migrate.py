@@ -66,11 +66,12 @@ async def test_query_prepares_on_migrated_schema(admin: asyncpg.Connection, name
     await admin.prepare(getattr(queries, name))
 
 
-async def test_claim_function_plans_its_statements_once(admin: asyncpg.Connection) -> None:
-    # Re-planning both statements with each call's values was most of a claim's time, and
-    # JIT-compiling the generic plan of a large backlog cost ~50 ms (migrations/0008). A later
-    # CREATE OR REPLACE of laneway.claim drops these settings unless it says them again.
-    config = await admin.fetchval(
-        "SELECT proconfig FROM pg_proc WHERE oid = 'laneway.claim'::regproc"
-    )
+@pytest.mark.parametrize("function", ["laneway.claim", "laneway.write_runner_batch"])
+async def test_hot_path_function_plans_its_statements_once(
+    admin: asyncpg.Connection, function: str
+) -> None:
+    # Re-planning with each call's values was most of a claim's time, and about half of a
+    # group commit's; JIT-compiling a generic plan of a large backlog cost ~50 ms (migrations
+    # 0008 and 0010). A later CREATE OR REPLACE drops these settings unless it says them again.
+    config = await admin.fetchval("SELECT proconfig FROM pg_proc WHERE oid = $1::regproc", function)
     assert config == ["plan_cache_mode=force_generic_plan", "jit=off"]
