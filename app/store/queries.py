@@ -154,16 +154,17 @@ appended AS (
               FROM (SELECT count(*) FROM inserted) AS all_inserted) IS NOT NULL
     RETURNING event_id
 )
-SELECT inserted.*,
+SELECT inserted.instance_id, inserted.run_after, inserted.created_at, inserted.params,
        (SELECT pg_notify('laneway_events', json_build_object('e', max(event_id))::text)
           FROM appended) AS rang
   FROM inserted
 """
 
-# The single enqueue's insert ($1 ... $11 one value each, $12 the lock key), and the columns
-# both enqueue statements return: only those the database fills in (and params, in jsonb's
-# key order). The caller knows the rest (store.new_instance_record; tests compare the records
-# with the rows read back), so no row comes back with 27 columns to decode.
+# The single enqueue's insert ($1 ... $11 one value each, $12 the lock key), and what both
+# enqueue statements return per row: the id and only what the database fills in (run_after and
+# created_at from its clock, params in jsonb's key order). The caller knows the rest (a new
+# row is pending, and updated_at is created_at: store.new_instance_record; tests compare the
+# records with the rows read back), so no row comes back with 27 columns to decode.
 _INSERT_INSTANCE = """
     INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,

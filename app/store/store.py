@@ -93,17 +93,18 @@ def new_instance_record(new: NewInstance, row: Row) -> InstanceRecord:
     in comes from `row`, the rest is what was inserted (the columns' defaults for the others,
     as migrations/0001 and 0003 set them; a test compares this with the row read back)."""
     params = row["params"]
+    created_at = row["created_at"]
     return InstanceRecord(
         instance_id=new.instance_id,
         name=new.name,
         queue=new.queue,
-        status=Status(row["status"]),
+        status=Status.PENDING,
         priority=new.priority,
         attempts=0,
         max_attempts=new.max_attempts,
         run_after=row["run_after"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        created_at=created_at,
+        updated_at=created_at,  # both default to now(), the transaction's time
         params=params,
         state={},
         next_action=new.first_action,
@@ -356,8 +357,15 @@ class Store:
 
     async def enqueue(self, new: NewInstance) -> EnqueueResult:
         """Insert an instance with its `enqueued` event, or return the one its keys name."""
-        (result,) = await self.enqueue_many([new])
-        return result
+        if new.idempotency_key is not None or new.singleton_key is not None:
+            (result,) = await self.enqueue_many([new])
+            return result
+        # Without keys it can only conflict on its fresh id: one insert, nothing to look up.
+        # (The common call, whose latency is the rate of a client enqueuing one at a time.)
+        async with self._acquire() as conn:
+            await self._ensure_queue(conn, new.queue)
+            (record,) = await self._insert(conn, [new])
+        return EnqueueResult(instance=record, created=True)
 
     async def enqueue_many(self, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
         """Enqueue instances with their `enqueued` events in one statement (one commit, one
