@@ -813,7 +813,7 @@ class Store:
 def _recovery_event(t: Transition) -> NewEvent:
     """The event of a recovered lease: retrying from the checkpoint, or failed for good.
 
-    (Runner writes name their events in WRITE_RUNNER_BATCH itself.)
+    (Runner writes name their events in laneway.write_runner_batch itself: migrations/0010.)
     """
     return NewEvent(
         instance_id=t.instance_id,
