@@ -51,6 +51,38 @@ async def test_migrations_are_safe_when_starters_race(empty_database_url: str) -
     assert count == len(migration_files())
 
 
+async def test_owner_rule_mends_rows_that_broke_it_before(empty_database_url: str) -> None:
+    # 0009 makes "an owner exactly while running" a constraint; rows from before that broke
+    # the rule must not stop the migration (and the service's start with it).
+    files = migration_files()
+    before = [f for f in files if f.stem < "0009"]
+    conn = await connect(empty_database_url)
+    try:
+        await apply_migrations(conn, before)
+        await conn.execute("INSERT INTO laneway.queues (name) VALUES ('q')")
+        insert = (
+            "INSERT INTO laneway.instances (instance_id, name, queue, status, owner_id)"
+            " VALUES ($1, 'w', 'q', $2, $3)"
+        )
+        finished, orphan = uuid.uuid4(), uuid.uuid4()
+        await conn.execute(insert, finished, "completed", "gone-worker")
+        await conn.execute(insert, orphan, "running", None)
+        await apply_migrations(conn)
+        rows = {
+            r["instance_id"]: r
+            for r in await conn.fetch(
+                "SELECT instance_id, status, owner_id, lease_expires_at <= now() AS due"
+                " FROM laneway.instances"
+            )
+        }
+    finally:
+        await conn.close()
+    assert rows[finished]["owner_id"] is None
+    assert rows[orphan]["status"] == "running"
+    assert rows[orphan]["owner_id"] is not None
+    assert rows[orphan]["due"] is True  # the lease reaper recovers it at once
+
+
 QUERY_NAMES = [
     name
     for name, value in vars(queries).items()
