@@ -322,38 +322,36 @@ UPDATE laneway.instances AS i
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
 """
 
-# $1 owner id, $2 instance ids (uuid[]), $3 lease seconds, $4 lease epochs (bigint[])
-# Fenced as the group commit is, and written the same way so that its plan stays linear in the
-# batch whatever the statistics (migrations/0010 says why: rows by primary key, the owner as a
-# column of the batch, no status test).
-RENEW_LEASES = """
-UPDATE laneway.instances AS i
-   SET lease_expires_at = now() + $3::double precision * interval '1 second',
-       lease_renewed_at = now()
-  FROM (SELECT u.*, $1::text AS owner
-          FROM unnest($2::uuid[], $4::bigint[]) AS u (instance_id, epoch)
-        OFFSET 0) AS u
- WHERE i.instance_id = ANY($2::uuid[])
-   AND i.instance_id = u.instance_id
-   AND i.owner_id = u.owner
-   AND i.lease_epoch = u.epoch
-RETURNING i.instance_id
-"""
-
-# $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
-# Graceful shutdown: the interrupted attempt does not count, and another process may claim the
-# instance at once instead of after the lease. Fenced and written as RENEW_LEASES is.
-RELEASE_INSTANCES = """
-UPDATE laneway.instances AS i
-   SET status = 'pending', attempts = GREATEST(i.attempts - 1, 0), owner_id = NULL,
-       lease_expires_at = NULL, run_after = now(), updated_at = now()
+# The instances of a batch that owner $1 still holds: ids $2 (uuid[]) with their lease epochs
+# $3 (bigint[]). Fenced as the group commit is, and written the same way so that the plan stays
+# linear in the batch whatever the statistics (migrations/0010 says why: rows by primary key,
+# the owner as a column of the batch, no status test).
+_STILL_HELD = """
   FROM (SELECT u.*, $1::text AS owner
           FROM unnest($2::uuid[], $3::bigint[]) AS u (instance_id, epoch)
         OFFSET 0) AS u
  WHERE i.instance_id = ANY($2::uuid[])
    AND i.instance_id = u.instance_id
    AND i.owner_id = u.owner
-   AND i.lease_epoch = u.epoch
+   AND i.lease_epoch = u.epoch"""
+
+# $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[]), $4 lease seconds
+RENEW_LEASES = f"""
+UPDATE laneway.instances AS i
+   SET lease_expires_at = now() + $4::double precision * interval '1 second',
+       lease_renewed_at = now()
+{_STILL_HELD}
+RETURNING i.instance_id
+"""
+
+# $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
+# Graceful shutdown: the interrupted attempt does not count, and another process may claim the
+# instance at once instead of after the lease.
+RELEASE_INSTANCES = f"""
+UPDATE laneway.instances AS i
+   SET status = 'pending', attempts = GREATEST(i.attempts - 1, 0), owner_id = NULL,
+       lease_expires_at = NULL, run_after = now(), updated_at = now()
+{_STILL_HELD}
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 """
 

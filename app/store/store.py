@@ -551,7 +551,7 @@ class Store:
             return set()
         async with self._acquire() as conn:
             rows = await conn.fetch(
-                queries.RENEW_LEASES, owner_id, list(leases), lease_seconds, list(leases.values())
+                queries.RENEW_LEASES, owner_id, list(leases), list(leases.values()), lease_seconds
             )
         return {row["instance_id"] for row in rows}
 
