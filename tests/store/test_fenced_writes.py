@@ -14,7 +14,7 @@ from app.store.store import EVENTS_LOCK_KEY
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 
-BATCH = 100  # the default queue concurrency: the whole batch is claimed at once
+BATCH = 100  # as many instances as a worker runs at once by default
 
 
 async def _claimed(store: Store, count: int, *, backlog: int = 0) -> list[tuple[UUID, int]]:
