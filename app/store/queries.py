@@ -169,8 +169,8 @@ _INSERT_INSTANCE = """
     INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
             $7::jsonb, $9, $10, $11)"""
-_RETURNING_FILLED_IN = (
-    "RETURNING instance_id, name, status, run_after, created_at, updated_at, params"
+_RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest comes back
+    "RETURNING instance_id, name, status, run_after, created_at, params"
 )
 
 # $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
