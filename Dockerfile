@@ -9,7 +9,7 @@ WORKDIR /srv/laneway
 COPY pyproject.toml README.md LICENSE ./
 COPY app ./app
 COPY migrations ./migrations
-# Editable, so app/store/migrate.py finds migrations/ next to the package.
+# Editable, so laneway/store/migrate.py finds migrations/ next to the package.
 RUN pip install --no-cache-dir -e . \
     && useradd --system --home-dir /srv/laneway laneway \
     && mkdir -p /srv/laneway/.laneway \

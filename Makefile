@@ -21,11 +21,11 @@ $(BENCH_VENV)/.installed: bench/requirements-peers.txt
 	$(BENCH_PY) -m pip check
 	touch $@
 
-install: $(VENV)/.installed             ## create .venv with the app and the dev tools
-run: install                            ## serve on 127.0.0.1:8000 (embedded PostgreSQL in .laneway/)
-	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m app serve --host $(HOST) --port $(PORT)
+install: $(VENV)/.installed             ## create .venv with laneway (editable) and the dev tools
+run: install                            ## serve app/ on 127.0.0.1:8000 (embedded PostgreSQL in .laneway/)
+	$(PY) -m app --host $(HOST) --port $(PORT)
 worker: install                         ## run an engine-only worker
-	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m app worker
+	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m laneway worker
 test: install                           ## the whole suite on a throwaway PostgreSQL
 	$(PY) -m pytest -n 2 --dist loadfile
 chaos: install                          ## full reliability tier: production leases, ~20 min (docs/reliability.md)
@@ -33,15 +33,15 @@ chaos: install                          ## full reliability tier: production lea
 soak: install                           ## K-01 soak: 20/s, 20 websockets, kills, LISTEN cuts; one table (SOAK_MINUTES, default 60)
 	$(PY) -m tests.chaos.soak --minutes $${SOAK_MINUTES:-60}
 lint: install                           ## ruff and mypy
-	$(PY) -m ruff check app tests bench
-	$(PY) -m ruff format --check app tests bench
+	$(PY) -m ruff check laneway app tests bench
+	$(PY) -m ruff format --check laneway app tests bench
 	$(PY) -m mypy
 check: lint                             ## alias of lint
 fmt: install                            ## apply lint fixes and formatting
-	$(PY) -m ruff check --fix app tests bench
-	$(PY) -m ruff format app tests bench
+	$(PY) -m ruff check --fix laneway app tests bench
+	$(PY) -m ruff format laneway app tests bench
 schema: install                         ## rewrite schema.graphql from the code
-	$(PY) -m app export-schema > schema.graphql
+	$(PY) -m laneway export-schema > schema.graphql
 bench-peers: $(BENCH_VENV)/.installed   ## bench/.venv with the pinned peers of `make bench`
 bench: install bench-peers              ## side by side with PgQueuer, Procrastinate, DBOS (BENCH_ARGS=--markdown)
 	$(PY) bench/compare.py $(BENCH_ARGS)

@@ -1,5 +1,7 @@
-"""`python -m app`: the `laneway` command (app/cli.py)."""
+"""`python -m app [--host H] [--port P]`: serve app.main through `laneway serve` (make run)."""
 
-from app.cli import main
+import sys
 
-raise SystemExit(main())
+from laneway.cli import main
+
+raise SystemExit(main(["serve", "--app", "app.main:build", *sys.argv[1:]]))

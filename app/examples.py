@@ -1,13 +1,13 @@
 """The example workflows of the contract: `hello`, `countdown`, `flaky` and the `report` template.
 
-Registered by `make run` (LANEWAY_WORKFLOWS=app.examples) and used by the API tests. Their
+Registered by `make run` (app/main.py) and by `make worker` (LANEWAY_WORKFLOWS=app.examples). Their
 names, params and results are part of the GraphQL contract; change them only through an issue.
 """
 
 import asyncio
 import contextlib
 
-from app.engine import (
+from laneway.engine import (
     Checkpoint,
     Done,
     HandlerContext,
@@ -23,7 +23,7 @@ from app.engine import (
     compile_template,
     completed,
 )
-from app.model import JSONValue
+from laneway.model import JSONValue
 
 MAX_COUNTDOWN_STEPS = 10_000
 MAX_COUNTDOWN_DELAY_MS = 3_600_000

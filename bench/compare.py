@@ -57,7 +57,7 @@ import asyncpg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.store.databases import create_database, drop_database, throwaway_server  # noqa: E402
+from laneway.store.databases import create_database, drop_database, throwaway_server  # noqa: E402
 
 RUNNERS = ROOT / "bench" / "runners"
 PEERS_PYTHON = ROOT / "bench" / ".venv" / "bin" / "python"
@@ -404,7 +404,7 @@ async def server_facts(url: str, given: bool) -> dict[str, str]:
     facts = {row["name"]: row["setting"] for row in rows}
     buffers = int(facts.get("shared_buffers", "0")) * 8 // 1024  # 8 kB pages
     facts["shared_buffers"] = f"{buffers} MB"
-    facts["where"] = "DATABASE_URL" if given else "embedded (app.store.databases, tune=False)"
+    facts["where"] = "DATABASE_URL" if given else "embedded (laneway.store.databases, tune=False)"
     return facts
 
 

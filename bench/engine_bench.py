@@ -18,11 +18,11 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from app.config import Settings
-from app.engine import Done, EnqueueRequest, HandlerContext, Next, Workflow
-from app.model import Status
-from app.services import Services, open_services
-from app.store.databases import create_database, drop_database, throwaway_server
+from laneway.config import Settings
+from laneway.engine import Done, EnqueueRequest, HandlerContext, Next, Workflow
+from laneway.model import Status
+from laneway.services import Services, open_services
+from laneway.store.databases import create_database, drop_database, throwaway_server
 
 
 async def _finish(ctx: HandlerContext, params: object) -> Done:

@@ -2,7 +2,7 @@
 
 Run with `.venv/bin/python bench/service_bench.py [--rounds 3] [--quick]`. It uses
 DATABASE_URL when set, else a throwaway embedded PostgreSQL with its default (durable)
-settings. The Laneway server is always a real process: `python -m app serve` (create_app and
+settings. The Laneway server is always a real process: `python -m laneway serve` (create_app and
 server_config under uvicorn, as deployed), LANEWAY_WORKFLOWS=app.examples, on a fresh database
 per scenario; the bench process is the client (plain `websockets` speaking graphql-transport-ws,
 httpx for mutations, asyncpg for bulk writes and counters). Rounds are interleaved; the table
@@ -62,10 +62,10 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
-from app.engine import Engine, EnqueueRequest, WorkflowRegistry
-from app.store import Store, open_store, queries
-from app.store.databases import create_database, drop_database, throwaway_server
-from app.store.store import EVENTS_LOCK_KEY
+from laneway.engine import Engine, EnqueueRequest, WorkflowRegistry
+from laneway.store import Store, open_store, queries
+from laneway.store.databases import create_database, drop_database, throwaway_server
+from laneway.store.store import EVENTS_LOCK_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW_MODULES = ("app.examples",)
@@ -220,7 +220,7 @@ async def wait_until(
 
 @dataclass
 class ServerProcess:
-    """`python -m app serve` on a free loopback port, its log in a file."""
+    """`python -m laneway serve` on a free loopback port, its log in a file."""
 
     process: asyncio.subprocess.Process
     port: int
@@ -287,7 +287,7 @@ async def running_server(
     command = [sys.executable]
     if profile_to is not None:
         command += ["-m", "cProfile", "-o", str(profile_to)]
-    command += ["-m", "app", "serve"]
+    command += ["-m", "app"]
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             *command,

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
-from app.store import Store, open_store
-from app.store.databases import create_database, drop_database, throwaway_server
-from app.store.pool import connect
+from laneway.store import Store, open_store
+from laneway.store.databases import create_database, drop_database, throwaway_server
+from laneway.store.pool import connect
 
 
 def _worker() -> str:

@@ -1,6 +1,6 @@
 """The import ladder of STYLE A1: each layer imports only the layers below it.
 
-cli > api > services > engine | events > store > model, errors, config. app/logs.py is for
+cli > api > services > engine | events > store > model, errors, config. laneway/logs.py is for
 the CLI alone. Checked with a plain AST walk, which works because imports are absolute.
 """
 
@@ -9,35 +9,56 @@ from pathlib import Path
 
 import pytest
 
-APP = Path(__file__).resolve().parents[1] / "app"
+LIBRARY = Path(__file__).resolve().parents[1] / "laneway"
 
 FORBIDDEN = {
-    "store": ("app.engine", "app.events", "app.api", "app.services", "app.cli", "app.logs"),
+    "store": (
+        "laneway.engine",
+        "laneway.events",
+        "laneway.api",
+        "laneway.services",
+        "laneway.cli",
+        "laneway.logs",
+    ),
     "engine": (
-        "app.events",
-        "app.api",
-        "app.services",
-        "app.cli",
-        "app.logs",
+        "laneway.events",
+        "laneway.api",
+        "laneway.services",
+        "laneway.cli",
+        "laneway.logs",
         "strawberry",
         "starlette",
         "uvicorn",
     ),
     "events": (
-        "app.engine",
-        "app.api",
-        "app.services",
-        "app.cli",
-        "app.logs",
+        "laneway.engine",
+        "laneway.api",
+        "laneway.services",
+        "laneway.cli",
+        "laneway.logs",
         "strawberry",
         "starlette",
         "uvicorn",
     ),
-    "services": ("app.api", "app.cli", "app.logs", "strawberry", "starlette", "uvicorn"),
-    "api": ("app.cli", "app.logs"),
-    "model": ("app",),
-    "errors": ("app", "strawberry", "starlette", "graphql"),
-    "config": ("app.model", "app.store", "app.engine", "app.events", "app.api", "app.services"),
+    "services": (
+        "laneway.api",
+        "laneway.cli",
+        "laneway.logs",
+        "strawberry",
+        "starlette",
+        "uvicorn",
+    ),
+    "api": ("laneway.cli", "laneway.logs"),
+    "model": ("laneway", "app"),
+    "errors": ("laneway", "app", "strawberry", "starlette", "graphql"),
+    "config": (
+        "laneway.model",
+        "laneway.store",
+        "laneway.engine",
+        "laneway.events",
+        "laneway.api",
+        "laneway.services",
+    ),
 }
 
 
@@ -52,8 +73,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 def modules_of(package: str) -> list[Path]:
-    single = APP / f"{package}.py"
-    return [single] if single.exists() else sorted((APP / package).rglob("*.py"))
+    single = LIBRARY / f"{package}.py"
+    return [single] if single.exists() else sorted((LIBRARY / package).rglob("*.py"))
 
 
 def is_forbidden(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -66,18 +87,24 @@ def test_package_imports_only_lower_layers(package: str) -> None:
     assert paths, f"no modules found for {package}"
     for path in paths:
         bad = {n for n in imports_of(path) if is_forbidden(n, FORBIDDEN[package])}
-        assert not bad, f"{path.relative_to(APP.parent)} imports {sorted(bad)}"
+        assert not bad, f"{path.relative_to(LIBRARY.parent)} imports {sorted(bad)}"
 
 
 def test_is_forbidden_matches_whole_module_names() -> None:
-    assert is_forbidden("app.api.schema", ("app.api",))
+    assert is_forbidden("laneway.api.schema", ("laneway.api",))
     assert is_forbidden("app", ("app",))
-    assert not is_forbidden("app.apiary", ("app.api",))
+    assert not is_forbidden("laneway.apiary", ("laneway.api",))
+
+
+def test_the_library_never_imports_the_service() -> None:
+    for path in LIBRARY.rglob("*.py"):
+        bad = {n for n in imports_of(path) if is_forbidden(n, ("app",))}
+        assert not bad, f"{path.relative_to(LIBRARY.parent)} imports the service: {sorted(bad)}"
 
 
 def test_only_the_cli_configures_logging() -> None:
-    for path in APP.rglob("*.py"):
-        if path.name == "cli.py" and path.parent == APP:
+    for path in LIBRARY.rglob("*.py"):
+        if path.name == "cli.py" and path.parent == LIBRARY:
             continue
-        assert "app.logs" not in imports_of(path), f"{path} imports app.logs"
+        assert "laneway.logs" not in imports_of(path), f"{path} imports laneway.logs"
         assert "basicConfig" not in path.read_text(), f"{path} configures logging"

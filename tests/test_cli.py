@@ -1,4 +1,4 @@
-"""`python -m app` as a user runs it: subprocesses against the per-test database.
+"""`python -m laneway` as a user runs it: subprocesses against the per-test database.
 
 Exit codes: 0 ok, 1 not found, 2 bad input or a refused configuration.
 """
@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from app.api.schema import export_schema
-from app.model import Status
-from app.store import Store
+import pytest
+
+from laneway.api.schema import export_schema
+from laneway.cli import main
+from laneway.model import Status
+from laneway.store import Store
+from laneway.store import migrate as migrate_module
+from laneway.store.migrate import migrations, redact_url
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +42,7 @@ async def laneway(*args: str, env: Mapping[str, str], timeout: float = 60) -> tu
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "app",
+        "laneway",
         *args,
         cwd=ROOT,
         env=dict(env),
@@ -118,7 +123,7 @@ async def test_worker_runs_instances_and_stops_on_sigterm(database_url: str, sto
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "app",
+        "laneway",
         "worker",
         cwd=ROOT,
         env=env,
@@ -152,7 +157,7 @@ async def test_watch_prints_one_json_line_per_event_until_interrupted(database_u
     watcher = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "app",
+        "laneway",
         "watch",
         "--instance",
         instance_id,
@@ -178,7 +183,22 @@ async def test_watch_prints_one_json_line_per_event_until_interrupted(database_u
 async def test_migrate_reports_nothing_left_on_a_migrated_database(database_url: str) -> None:
     code, out, err = await laneway("migrate", env=environment(database_url))
     assert code == 0, err
-    assert json.loads(out) == {"applied": []}
+    report = json.loads(out)
+    assert report["applied"] == []
+    assert report["embedded"] is False
+    assert report["database"] == redact_url(database_url)
+    assert report["version"] == migrations()[-1].name
+
+
+def test_migrate_refuses_with_exit_1_when_the_install_has_no_migrations(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(migrate_module, "MIGRATIONS_PACKAGE", "laneway.engine")
+    code = main(["migrate"], environ={"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    assert "no migration files found" in captured.err
 
 
 def test_a_worker_starts_without_loading_the_api_stack() -> None:
@@ -188,7 +208,7 @@ def test_a_worker_starts_without_loading_the_api_stack() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, app.cli; print(sorted({'strawberry', 'starlette', 'uvicorn'}"
+            "import sys, laneway.cli; print(sorted({'strawberry', 'starlette', 'uvicorn'}"
             " & {name.split('.')[0] for name in sys.modules}))",
         ],
         capture_output=True,

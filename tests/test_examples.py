@@ -3,7 +3,7 @@
 import pytest
 
 from app.examples import check_countdown, check_flaky, check_hello, countdown, flaky, hello
-from app.model import JSONValue
+from laneway.model import JSONValue
 
 
 def test_examples_have_the_contract_names_and_retry_policy() -> None:

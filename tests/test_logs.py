@@ -4,7 +4,7 @@ import io
 import json
 import logging
 
-from app.logs import JSONFormatter, TextFormatter, configure_logging
+from laneway.logs import JSONFormatter, TextFormatter, configure_logging
 
 
 def record_with_extra() -> logging.LogRecord:

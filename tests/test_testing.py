@@ -1,6 +1,6 @@
-"""app.testing as a user drives it: one-handler runs, FakeTools, and the pytest plugin.
+"""laneway.testing as a user drives it: one-handler runs, FakeTools, and the pytest plugin.
 
-A user writes `pytest_plugins = ["app.testing"]` in their root conftest. This suite's root
+A user writes `pytest_plugins = ["laneway.testing"]` in their root conftest. This suite's root
 conftest is tests/conftest.py, so the plugin's fixtures are imported here instead; a test
 parameter then shadows the import, hence the F811 waivers.
 """
@@ -9,19 +9,19 @@ import uuid
 
 import pytest
 
-from app.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
-from app.engine.templates import (
+from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
+from laneway.engine.templates import (
     OperationContext,
     OperationResult,
     completed,
     failed,
     operation_id_for,
 )
-from app.engine.utilities import with_error_boundary
-from app.errors import InvalidInputError
-from app.model import JSONValue, OperationRecord, Status
-from app.store.pool import connect
-from app.testing import (
+from laneway.engine.utilities import with_error_boundary
+from laneway.errors import InvalidInputError
+from laneway.model import JSONValue, OperationRecord, Status
+from laneway.store.pool import connect
+from laneway.testing import (
     EngineFactory,
     EnqueuedChild,
     FakeTools,

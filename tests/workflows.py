@@ -4,9 +4,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from app.engine.context import Done, HandlerContext, Next
-from app.engine.definitions import RetryPolicy, Workflow
-from app.engine.templates import (
+from laneway.engine.context import Done, HandlerContext, Next
+from laneway.engine.definitions import RetryPolicy, Workflow
+from laneway.engine.templates import (
     Operation,
     OperationContext,
     OperationRegistry,
@@ -17,7 +17,7 @@ from app.engine.templates import (
     completed,
     failed,
 )
-from app.model import JSONValue
+from laneway.model import JSONValue
 
 
 async def _noop(ctx: HandlerContext, params: JSONValue) -> Done:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for `a
 
 import common
 
-from app import (
+from laneway import (
     Done,
     EnqueueRequest,
     HandlerContext,
@@ -41,7 +41,7 @@ from app import (
     completed,
     open_services,
 )
-from app.model import JSONValue
+from laneway.model import JSONValue
 
 VARIANTS = ("one-step", "three-step", "template")
 starts = common.Starts()

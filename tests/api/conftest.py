@@ -15,11 +15,11 @@ import pytest
 import uvicorn
 from strawberry.types import ExecutionResult
 
-from app.api.app import create_app, server_config
-from app.api.context import RequestContext, operations_loader
-from app.api.schema import schema
-from app.config import Settings
-from app.services import Services, open_services
+from laneway.api.app import create_app, server_config
+from laneway.api.context import RequestContext, operations_loader
+from laneway.api.schema import schema
+from laneway.config import Settings
+from laneway.services import Services, open_services
 
 WORKFLOW_MODULES = ("app.examples", "tests.workflows")
 FORBIDDEN_TEXT = ("Traceback", "asyncpg", "SELECT", "password")

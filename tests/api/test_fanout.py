@@ -1,4 +1,4 @@
-"""The direct websocket path of `workflowEvents` (app/api/fanout.py): which documents take it,
+"""The direct websocket path of `workflowEvents` (laneway/api/fanout.py): which documents take it,
 and that what it sends is exactly what Strawberry's own execution sends."""
 
 import asyncio
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from app.api.fanout import EventRenderer
-from app.api.schema import schema
+from laneway.api.fanout import EventRenderer
+from laneway.api.schema import schema
 from tests.api.conftest import LiveServer, make_settings, running_services
 from tests.api.test_websocket import api_only, collect, enqueue_hello  # noqa: F401 (fixture)
 

@@ -21,8 +21,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
-from app.api.errors import is_database_unavailable, public_error
-from app.store.databases import create_database, throwaway_server
+from laneway.api.errors import is_database_unavailable, public_error
+from laneway.store.databases import create_database, throwaway_server
 from tests.api.conftest import FORBIDDEN_TEXT, LiveServer, live_server, make_settings, wait_until
 
 PROTOCOL = Subprotocol("graphql-transport-ws")

@@ -1,7 +1,7 @@
 """RELIABILITY A-04 at the API: workflow params of 256 KiB pass, one byte more does not, and
 ten concurrent 1 MiB requests leave the process's memory almost where it was.
 
-The engine measures params (app/engine/payloads.py); these tests go through GraphQL over
+The engine measures params (laneway/engine/payloads.py); these tests go through GraphQL over
 HTTP to show the limit holds end to end and that a refused enqueue writes nothing. The
 server runs in this process, so its memory is read from /proc/self.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import asyncpg
 
-from app.api.limits import MAX_BODY_BYTES
-from app.engine.payloads import MAX_PAYLOAD_BYTES
+from laneway.api.limits import MAX_BODY_BYTES
+from laneway.engine.payloads import MAX_PAYLOAD_BYTES
 from tests.api.conftest import LiveServer
 
 ENQUEUE = """mutation ($params: JSON) {

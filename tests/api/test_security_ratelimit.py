@@ -16,9 +16,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
-from app.api.ratelimit import RateLimiter, TokenBucket, client_key, root_field_cost
-from app.config import Settings
-from app.errors import InvalidInputError
+from laneway.api.ratelimit import RateLimiter, TokenBucket, client_key, root_field_cost
+from laneway.config import Settings
+from laneway.errors import InvalidInputError
 from tests.api.conftest import TOKEN, live_server, make_settings
 
 PROTOCOL = Subprotocol("graphql-transport-ws")

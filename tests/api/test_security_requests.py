@@ -14,7 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
-from app.store import Store
+from laneway.store import Store
 from tests.api.conftest import FORBIDDEN_TEXT, LiveServer
 
 PROTOCOL = Subprotocol("graphql-transport-ws")
@@ -51,7 +51,7 @@ async def test_a_masked_error_carries_the_request_id_of_its_log_record(
     server: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(Store, "queues", boom)
-    caplog.set_level(logging.ERROR, logger="app.api.schema")
+    caplog.set_level(logging.ERROR, logger="laneway.api.schema")
     response = await server.client.post(
         "/graphql",
         json={"query": "{ queues { name } workflows { name } }"},
@@ -79,7 +79,7 @@ async def test_a_masked_error_over_a_websocket_carries_the_connections_request_i
     server: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(Store, "queues", boom)
-    caplog.set_level(logging.ERROR, logger="app.api.schema")
+    caplog.set_level(logging.ERROR, logger="laneway.api.schema")
     async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
         assert ws.response is not None
         request_id = ws.response.headers["x-request-id"]

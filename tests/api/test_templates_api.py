@@ -6,8 +6,8 @@ from uuid import UUID
 
 import pytest
 
-from app.model import Status
-from app.services import Services
+from laneway.model import Status
+from laneway.services import Services
 from tests.api.conftest import Execute, codes
 from tests.workflows import BRITTLE_STATE
 

@@ -21,7 +21,7 @@ from gql.transport.websockets import WebsocketsTransport
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from app.api.app import MAX_SUBSCRIPTIONS_PER_CONNECTION, WS_MAX_MESSAGE_BYTES
+from laneway.api.app import MAX_SUBSCRIPTIONS_PER_CONNECTION, WS_MAX_MESSAGE_BYTES
 from tests.api.conftest import (
     TOKEN,
     LiveServer,

@@ -8,8 +8,8 @@ import asyncio
 import sys
 from uuid import UUID
 
-from app.engine import Engine, WorkflowRegistry
-from app.store import open_store
+from laneway.engine import Engine, WorkflowRegistry
+from laneway.store import open_store
 from tests.chaos.workflows import w3, wp
 
 

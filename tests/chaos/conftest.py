@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.store.databases import create_database
+from laneway.store.databases import create_database
 from tests.chaos.postgres import PostgresControl, private_server
 
 

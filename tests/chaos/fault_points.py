@@ -1,5 +1,5 @@
 """Fault-point scenarios (RELIABILITY R-05): workers, or an API-side client, armed with
-LANEWAY_FAULTS at a named point of the engine (app/engine/faults.py).
+LANEWAY_FAULTS at a named point of the engine (laneway/engine/faults.py).
 
 Owns where each point is armed, how long load runs (until the fault fired), and the checks
 beyond the checker's invariants. Used by the PR tier (test_fault_*.py) and by full.py.

@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from app.store.databases import create_database
+from laneway.store.databases import create_database
 from tests.chaos import crashes, database_faults, fault_points
 from tests.chaos.checker import Verdict
 from tests.chaos.harness import Outcome, RunConfig

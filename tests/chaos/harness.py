@@ -18,8 +18,8 @@ from uuid import UUID
 
 import asyncpg
 
-from app.engine import Engine, WorkflowRegistry
-from app.store import Store, open_store
+from laneway.engine import Engine, WorkflowRegistry
+from laneway.store import Store, open_store
 from tests.chaos.checker import (
     RECLAIM_SLACK_SECONDS,
     History,

@@ -1,6 +1,6 @@
 """A private PostgreSQL server for the database-fault tests, and pg_ctl to restart or stop it.
 
-Owns the server's lifecycle during a test: a throwaway embedded server (app/store/databases.py)
+Owns the server's lifecycle during a test: a throwaway embedded server (laneway/store/databases.py)
 with durability left on (a crash restart must not lose acknowledged commits, which
 `synchronous_commit = off` would), restarted in `fast` or `immediate` (crash) mode, or stopped
 and started again. Never touches the shared test server.
@@ -18,7 +18,7 @@ from pathlib import Path
 import asyncpg
 import pgserver
 
-from app.store.databases import throwaway_server
+from laneway.store.databases import throwaway_server
 
 PG_CTL = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
 

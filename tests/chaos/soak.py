@@ -9,7 +9,7 @@ graphql-transport-ws subscribers stay on `workflowEvents` (resuming with afterEv
 drop), a `* * * * *` schedule fires, a random worker is SIGKILLed 5 times (the plan's count,
 spread over the run) and the serve process's LISTEN connection is terminated twice.
 
-The serve process runs through `--serve-counting-tasks FILE`: `app.cli.main(["serve"])` with
+The serve process runs through `--serve-counting-tasks FILE`: `laneway.cli.main(["serve"])` with
 a thread that writes `len(asyncio.all_tasks(loop))` to FILE, the only cheap way to read the
 task count of a process whose code this script may not change.
 
@@ -44,8 +44,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 from websockets.typing import Subprotocol
 
-from app.errors import ConflictError
-from app.store.databases import create_database
+from laneway.errors import ConflictError
+from laneway.store.databases import create_database
 from tests.chaos.harness import DATABASE_DOWN, ChaosRun, RunConfig, chaos_run
 from tests.chaos.ledger import ALL_EVENTS, TERMINAL
 from tests.chaos.postgres import private_server, server_version
@@ -94,7 +94,7 @@ MIB = 1024 * 1024
 
 def serve_counting_tasks(path: Path) -> int:
     """`laneway serve`, with a thread writing the loop's task count to `path` every 2 s."""
-    import app.cli as cli
+    import laneway.cli as cli
 
     loops: list[asyncio.AbstractEventLoop] = []
     original = cli._loop_factory

@@ -1,6 +1,6 @@
 """Worker processes for chaos tests, a supervisor that restarts them, and the fault journal.
 
-Owns `python -m app worker` subprocesses: each runs with its own owner id (so its connections
+Owns `python -m laneway worker` subprocesses: each runs with its own owner id (so its connections
 are `laneway-worker-<owner>` in pg_stat_activity and in the audit), logs to its own file, and
 is replaced by a fresh process with a new owner id whenever it dies. Every signal the
 supervisor sends and every exit it sees is written to the journal with a timestamp, which the
@@ -28,13 +28,13 @@ STOP_TIMEOUT_SECONDS = 20.0
 async def start_worker(
     env: Mapping[str, str], log_path: Path | None = None
 ) -> asyncio.subprocess.Process:
-    """Start `python -m app worker` with exactly `env` over this process's environment."""
+    """Start `python -m laneway worker` with exactly `env` over this process's environment."""
     output = log_path.open("ab") if log_path is not None else asyncio.subprocess.DEVNULL
     try:
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "app",
+            "laneway",
             "worker",
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO), **env},

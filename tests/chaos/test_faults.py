@@ -1,4 +1,4 @@
-"""The LANEWAY_FAULTS parser and what each action does (app/engine/faults.py)."""
+"""The LANEWAY_FAULTS parser and what each action does (laneway/engine/faults.py)."""
 
 import ast
 import os
@@ -12,8 +12,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from app.engine import faults
-from app.engine.faults import Fault, parse
+from laneway.engine import faults
+from laneway.engine.faults import Fault, parse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,13 +113,15 @@ def _python(code: str, spec: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_kill_ends_the_process_with_sigkill_when_its_point_is_reached() -> None:
-    code = "import asyncio\nfrom app.engine import faults\nasyncio.run(faults.hit('before_step'))"
+    code = (
+        "import asyncio\nfrom laneway.engine import faults\nasyncio.run(faults.hit('before_step'))"
+    )
     done = _python(code, "before_step=kill")
     assert done.returncode == -signal.SIGKILL
 
 
 def test_worker_fails_at_start_up_when_the_spec_is_invalid() -> None:
-    done = _python("import runpy; runpy.run_module('app', run_name='__main__')", "before=kill")
+    done = _python("import runpy; runpy.run_module('laneway', run_name='__main__')", "before=kill")
     assert done.returncode != 0
     assert "ValueError: LANEWAY_FAULTS: unknown point 'before'" in done.stderr
 
@@ -146,7 +148,7 @@ def _fault_calls(path: Path) -> list[tuple[str, bool]]:
 def test_every_point_is_placed_in_the_engine_behind_the_armed_flag() -> None:
     # With nothing armed the hot path costs one attribute read: `hit` is never awaited.
     calls = [
-        c for path in sorted((REPO / "app" / "engine").glob("*.py")) for c in _fault_calls(path)
+        c for path in sorted((REPO / "laneway" / "engine").glob("*.py")) for c in _fault_calls(path)
     ]
     assert {point for point, _ in calls} == faults.POINTS
     assert all(guarded for _, guarded in calls), calls

@@ -9,9 +9,9 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from app.engine import Engine, WorkflowRegistry
-from app.store import Store
-from app.store.pool import connect
+from laneway.engine import Engine, WorkflowRegistry
+from laneway.store import Store
+from laneway.store.pool import connect
 from tests.chaos.checker import History, Verdict, check
 from tests.chaos.harness import w3_oracle
 from tests.chaos.ledger import ALL_EVENTS, LedgerWriter, StoredHistory, install, read_history

@@ -17,11 +17,11 @@ import random
 import signal
 import threading
 
-from app.config import Settings
-from app.engine.context import Done, HandlerContext, Next, Pause
-from app.engine.definitions import RetryPolicy, Workflow
-from app.model import JSONValue
-from app.store.pool import Timeouts, connect
+from laneway.config import Settings
+from laneway.engine.context import Done, HandlerContext, Next, Pause
+from laneway.engine.definitions import RetryPolicy, Workflow
+from laneway.model import JSONValue
+from laneway.store.pool import Timeouts, connect
 from tests.chaos.ledger import LedgerWriter
 
 STEPS = ("one", "two", "three")

@@ -1,6 +1,6 @@
 """Several processes on one database: kill -9 mid-step, poison instances, remote cancel, wake-up.
 
-Workers are real `python -m app worker` subprocesses with their own owner ids (issue #2,
+Workers are real `python -m laneway worker` subprocesses with their own owner ids (issue #2,
 points 5, 6, 7 and 10).
 """
 
@@ -11,10 +11,10 @@ from uuid import UUID
 
 import pytest
 
-from app.config import Settings
-from app.model import EventType, Status
-from app.services import open_services
-from app.store import Store
+from laneway.config import Settings
+from laneway.model import EventType, Status
+from laneway.services import open_services
+from laneway.store import Store
 from tests.e2e.workers import worker_process
 from tests.engine.helpers import eventually, make_engine, types_of
 from tests.workflows import noop, poison, slow, two_steps

@@ -1,4 +1,4 @@
-"""Worker subprocesses for end-to-end tests: `python -m app worker` with its own owner id.
+"""Worker subprocesses for end-to-end tests: `python -m laneway worker` with its own owner id.
 
 Starting and stopping a worker is tests/chaos/supervisor.py's; this adds the e2e defaults.
 """

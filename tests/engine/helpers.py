@@ -5,9 +5,9 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 from uuid import UUID
 
-from app.engine import Engine, Workflow, WorkflowRegistry
-from app.model import EventRecord, EventType
-from app.store import Store
+from laneway.engine import Engine, Workflow, WorkflowRegistry
+from laneway.model import EventRecord, EventType
+from laneway.store import Store
 
 T = TypeVar("T")
 

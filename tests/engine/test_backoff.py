@@ -2,9 +2,9 @@
 
 import pytest
 
-from app.engine.backoff import retry_delay_ms
-from app.engine.payloads import encode_json
-from app.errors import InvalidInputError
+from laneway.engine.backoff import retry_delay_ms
+from laneway.engine.payloads import encode_json
+from laneway.errors import InvalidInputError
 
 
 @pytest.mark.parametrize(

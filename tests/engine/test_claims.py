@@ -4,9 +4,9 @@ import asyncio
 import contextlib
 from datetime import timedelta
 
-from app.engine import Done, HandlerContext, Workflow
-from app.model import EventType, Status
-from app.store import Store, open_store
+from laneway.engine import Done, HandlerContext, Workflow
+from laneway.model import EventType, Status
+from laneway.store import Store, open_store
 from tests.engine.helpers import events_of, eventually, make_engine
 from tests.workflows import noop
 

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from app.engine import Done, EnqueueRequest, HandlerContext, Next, RetryPolicy, Workflow
-from app.errors import InvalidInputError
-from app.model import EventType, Status
-from app.store import Store
+from laneway.engine import Done, EnqueueRequest, HandlerContext, Next, RetryPolicy, Workflow
+from laneway.errors import InvalidInputError
+from laneway.model import EventType, Status
+from laneway.store import Store
 from tests.engine.helpers import make_engine, types_of
 from tests.workflows import noop, two_steps
 

@@ -6,11 +6,11 @@ import math
 import pydantic
 import pytest
 
-from app.engine import Done, HandlerContext, Next, Workflow
-from app.engine.definitions import RetryPolicy
-from app.errors import InvalidInputError
-from app.model import InstanceRecord, Status
-from app.store import Store
+from laneway.engine import Done, HandlerContext, Next, Workflow
+from laneway.engine.definitions import RetryPolicy
+from laneway.errors import InvalidInputError
+from laneway.model import InstanceRecord, Status
+from laneway.store import Store
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 
@@ -179,7 +179,7 @@ async def test_instance_of_unregistered_workflow_stays_pending_and_is_logged(
     enqueued = await producer.enqueue("noop")
     other = Workflow("other", handlers={"run": _finish}, initial="run")
     consumer = make_engine(store, other)
-    with caplog.at_level(logging.WARNING, logger="app.engine.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="laneway.engine.scheduler"):
         assert await consumer.tick() == 0
     record = await consumer.get(enqueued.instance_id)
     assert record is not None

@@ -2,8 +2,8 @@
 
 import asyncio
 
-from app.model import Status
-from app.store import Store
+from laneway.model import Status
+from laneway.store import Store
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 

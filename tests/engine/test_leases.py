@@ -3,9 +3,9 @@
 import asyncio
 from datetime import timedelta
 
-from app.engine import Done, HandlerContext, Next, PermanentFailure, RetryPolicy, Workflow
-from app.model import EventType, Status
-from app.store import Store, open_store
+from laneway.engine import Done, HandlerContext, Next, PermanentFailure, RetryPolicy, Workflow
+from laneway.model import EventType, Status
+from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine, types_of
 from tests.workflows import noop
 

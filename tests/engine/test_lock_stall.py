@@ -11,9 +11,9 @@ import logging
 import asyncpg
 import pytest
 
-from app.config import Settings
-from app.model import Status
-from app.services import open_services
+from laneway.config import Settings
+from laneway.model import Status
+from laneway.services import open_services
 from tests.engine.helpers import eventually
 from tests.workflows import noop
 
@@ -30,7 +30,7 @@ async def test_a_lock_stall_fails_claim_rounds_fast_and_the_engine_resumes_after
         pool_size=POOL_SIZE,
         owner_id="stalled",
     )
-    caplog.set_level(logging.WARNING, logger="app.engine.scheduler")
+    caplog.set_level(logging.WARNING, logger="laneway.engine.scheduler")
 
     def failed_rounds() -> list[logging.LogRecord]:
         return [r for r in caplog.records if r.getMessage() == "claim round failed"]

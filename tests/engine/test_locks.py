@@ -6,10 +6,10 @@ from collections import defaultdict
 
 import pytest
 
-from app.engine import Done, HandlerContext, LockUnavailableError, Workflow
-from app.errors import InvalidInputError
-from app.model import Status
-from app.store import Store
+from laneway.engine import Done, HandlerContext, LockUnavailableError, Workflow
+from laneway.errors import InvalidInputError
+from laneway.model import Status
+from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine
 
 

@@ -4,10 +4,10 @@ import asyncio
 
 import pytest
 
-from app.engine import Done, HandlerContext, Pause, Workflow
-from app.errors import ConflictError
-from app.model import EventType, Status
-from app.store import Store
+from laneway.engine import Done, HandlerContext, Pause, Workflow
+from laneway.errors import ConflictError
+from laneway.model import EventType, Status
+from laneway.store import Store
 from tests.engine.helpers import make_engine, types_of
 
 

@@ -1,8 +1,8 @@
 """Retention: finished instances older than the retention period go, with their events and
 operation rows; anything unfinished or recent stays."""
 
-from app.model import Status
-from app.store import Store
+from laneway.model import Status
+from laneway.store import Store
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 

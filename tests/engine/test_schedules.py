@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.engine.schedules import Recurrence, fire_key, parse_every, parse_recurrence
-from app.errors import InvalidInputError
+from laneway.engine.schedules import Recurrence, fire_key, parse_every, parse_recurrence
+from laneway.errors import InvalidInputError
 
 NEW_YORK = "America/New_York"
 BERLIN = "Europe/Berlin"

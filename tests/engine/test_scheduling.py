@@ -5,8 +5,8 @@ from datetime import datetime
 
 import pytest
 
-from app.errors import InvalidInputError, NotFoundError
-from app.store import Store, open_store
+from laneway.errors import InvalidInputError, NotFoundError
+from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
 from tests.workflows import noop
 

@@ -12,9 +12,9 @@ from uuid import UUID
 
 import pytest
 
-from app.engine import Done, HandlerContext, RetryPolicy, Workflow, WorkflowRegistry
-from app.engine.context import Next, Pause
-from app.engine.templates import (
+from laneway.engine import Done, HandlerContext, RetryPolicy, Workflow, WorkflowRegistry
+from laneway.engine.context import Next, Pause
+from laneway.engine.templates import (
     FIX_POSITION_BASE,
     Checkpoint,
     Operation,
@@ -40,9 +40,9 @@ from app.engine.templates import (
     templates_of,
     validate,
 )
-from app.errors import ConflictError, InvalidInputError
-from app.model import EventType, JSONValue, OperationRecord, Status
-from app.store import Store, open_store
+from laneway.errors import ConflictError, InvalidInputError
+from laneway.model import EventType, JSONValue, OperationRecord, Status
+from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine, types_of
 
 NO_RETRY = RetryPolicy(max_attempts=1)

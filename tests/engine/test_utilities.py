@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from app.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
-from app.engine.context import CancelledByRequestError
-from app.engine.utilities import (
+from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
+from laneway.engine.context import CancelledByRequestError
+from laneway.engine.utilities import (
     HandlerTimeoutError,
     compose,
     delay_after_try_ms,
@@ -19,10 +19,10 @@ from app.engine.utilities import (
     with_retry,
     with_timeout,
 )
-from app.errors import InvalidInputError, LeaseLostError
-from app.model import EventType, JSONValue, Status
-from app.store import Store
-from app.testing import mock_context
+from laneway.errors import InvalidInputError, LeaseLostError
+from laneway.model import EventType, JSONValue, Status
+from laneway.store import Store
+from laneway.testing import mock_context
 from tests.engine.helpers import events_of, make_engine
 
 

@@ -12,10 +12,10 @@ import asyncpg
 import pytest
 from broadcaster import Event
 
-from app.engine import Engine, WorkflowRegistry
-from app.events.backend import LISTENER_APPLICATION_NAME, ListenBackend, is_gap
-from app.model import NOTIFY_CHANNEL, Notification
-from app.store import Store
+from laneway.engine import Engine, WorkflowRegistry
+from laneway.events.backend import LISTENER_APPLICATION_NAME, ListenBackend, is_gap
+from laneway.model import NOTIFY_CHANNEL, Notification
+from laneway.store import Store
 from tests.chaos.proxy import TcpProxy
 from tests.workflows import noop
 

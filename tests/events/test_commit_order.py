@@ -13,10 +13,10 @@ import random
 
 import asyncpg
 
-from app.events import EventHub, EventStream
-from app.model import EventType, NewEvent, Status
-from app.store import Store
-from app.store.pool import connect
+from laneway.events import EventHub, EventStream
+from laneway.model import EventType, NewEvent, Status
+from laneway.store import Store
+from laneway.store.pool import connect
 from tests.events.test_hub import any_event, ids_of, make_engine, table_ids
 from tests.sizes import FULL
 

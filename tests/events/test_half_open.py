@@ -13,8 +13,8 @@ at most 10 s and no event may arrive more than 12 s after it committed (about 6 
 import asyncio
 import time
 
-from app.events import EventHub, EventStream
-from app.store import Store
+from laneway.events import EventHub, EventStream
+from laneway.store import Store
 from tests.chaos.proxy import TcpProxy
 from tests.events.test_backend import until
 from tests.events.test_hub import any_event, make_engine, table_ids

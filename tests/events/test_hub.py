@@ -9,11 +9,11 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from app.engine import Engine, EnqueueRequest, WorkflowRegistry
-from app.events import EventHub, EventSelection, EventStream
-from app.model import EventRecord, EventType, NewEvent, Notification, Status
-from app.store import Store
-from app.store.pool import ConnectionPool, connect, create_pool
+from laneway.engine import Engine, EnqueueRequest, WorkflowRegistry
+from laneway.events import EventHub, EventSelection, EventStream
+from laneway.model import EventRecord, EventType, NewEvent, Notification, Status
+from laneway.store import Store
+from laneway.store.pool import ConnectionPool, connect, create_pool
 from tests.chaos.proxy import TcpProxy
 from tests.events.test_backend import listener_pids, terminate_listener, until
 from tests.workflows import noop
@@ -487,7 +487,7 @@ async def test_hub_keeps_going_when_payloads_are_malformed_or_the_callback_fails
         if len(calls) == 1:
             raise RuntimeError("callback bug")
 
-    caplog.set_level(logging.WARNING, logger="app.events")
+    caplog.set_level(logging.WARNING, logger="laneway.events")
     async with (
         EventHub.open(database_url, store, on_notification=flaky, poll_seconds=60) as hub,
         hub.open_stream(after_event_id=None, matches=any_event) as stream,

@@ -1,7 +1,7 @@
 """A second, independent reading of cron for the property tests: random expressions whose
 matching wall times are known, and a brute-force oracle of when our DST policy fires them.
 
-Shares no code with app/engine/schedules.py or cronsim: each field is generated together
+Shares no code with laneway/engine/schedules.py or cronsim: each field is generated together
 with the values it matches, and the oracle walks every local day of a window and every
 minute of each matching hour of a matching day, applying the policy written in the docstring
 of `Recurrence`.

@@ -3,8 +3,8 @@
 import contextlib
 from collections.abc import AsyncIterator
 
-from app.engine import Engine, Workflow
-from app.store import open_store
+from laneway.engine import Engine, Workflow
+from laneway.store import open_store
 from tests.engine.helpers import make_engine
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from app.model import EventType, Status
-from app.store import Store
+from laneway.model import EventType, Status
+from laneway.store import Store
 
 TERMINAL_EVENTS = frozenset({EventType.COMPLETED, EventType.FAILED, EventType.CANCELLED})
 # Events that end a run of an instance in a process: it is no longer running after them.

@@ -22,10 +22,10 @@ from uuid import UUID
 
 import asyncpg
 
-from app.engine import Done, Engine, EnqueueRequest, HandlerContext, Next, RetryPolicy, Workflow
-from app.engine.definitions import Handler
-from app.model import JSONValue, Status
-from app.store import Store, open_store
+from laneway.engine import Done, Engine, EnqueueRequest, HandlerContext, Next, RetryPolicy, Workflow
+from laneway.engine.definitions import Handler
+from laneway.model import JSONValue, Status
+from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
 from tests.reliability.history import TERMINAL_EVENTS, Event, events_by_instance, status_counts

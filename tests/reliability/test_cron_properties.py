@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
-from app.engine.schedules import Recurrence
-from app.errors import InvalidInputError
+from laneway.engine.schedules import Recurrence
+from laneway.errors import InvalidInputError
 from tests.engine.test_schedules import cron_in, fires_after, utc
 from tests.reliability.cron_model import (
     CRON_CASES,

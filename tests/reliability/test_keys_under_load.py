@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from uuid import UUID
 
-from app.engine import Engine
-from app.model import EnqueueResult, EventType, Status
-from app.store import Store, open_store
+from laneway.engine import Engine
+from laneway.model import EnqueueResult, EventType, Status
+from laneway.store import Store, open_store
 from tests.e2e.workers import worker_process
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure

@@ -8,11 +8,11 @@ a conflict; new engines run all 100 to completion.
 
 import asyncio
 
-from app.engine import Engine
-from app.errors import ConflictError
 from app.examples import hello, report
-from app.model import EventType, InstanceRecord, Status
-from app.store import Store, open_store
+from laneway.engine import Engine
+from laneway.errors import ConflictError
+from laneway.model import EventType, InstanceRecord, Status
+from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
 from tests.reliability.engines import running_engines

@@ -15,7 +15,7 @@ import time
 import asyncpg
 import pytest
 
-from app.store.pool import ConnectionPool, connect, create_pool
+from laneway.store.pool import ConnectionPool, connect, create_pool
 from tests.events.test_backend import until
 from tests.sizes import size
 

@@ -10,9 +10,9 @@ import itertools
 from collections.abc import Sequence
 from datetime import datetime
 
-from app.engine import Done, EnqueueRequest, HandlerContext, Workflow
-from app.model import JSONValue, Status
-from app.store import Store
+from laneway.engine import Done, EnqueueRequest, HandlerContext, Workflow
+from laneway.model import JSONValue, Status
+from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine
 from tests.reliability.conftest import Figure
 from tests.reliability.engines import running_engines

@@ -2,10 +2,10 @@
 
 import asyncpg
 
-from app.config import Settings
-from app.services import open_services
-from app.store import open_store
-from app.store.pool import Timeouts
+from laneway.config import Settings
+from laneway.services import open_services
+from laneway.store import open_store
+from laneway.store.pool import Timeouts
 from tests.workflows import noop
 
 

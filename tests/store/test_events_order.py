@@ -5,9 +5,9 @@ import uuid
 
 import asyncpg
 
-from app.model import EventType, NewEvent, Status
-from app.store import Store
-from app.store.pool import connect
+from laneway.model import EventType, NewEvent, Status
+from laneway.store import Store
+from laneway.store.pool import connect
 
 
 def _event() -> NewEvent:

@@ -8,9 +8,9 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from app.engine import EnqueueRequest
-from app.store import Store
-from app.store.store import EVENTS_LOCK_KEY
+from laneway.engine import EnqueueRequest
+from laneway.store import Store
+from laneway.store.store import EVENTS_LOCK_KEY
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 

@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from app.store import queries
-from app.store.databases import database_url_for
-from app.store.migrate import apply_migrations, migration_files
-from app.store.pool import connect
+from laneway.errors import MigrationsMissingError
+from laneway.store import queries
+from laneway.store.databases import database_url_for
+from laneway.store.migrate import apply_migrations, migrate, migrations, redact_url
+from laneway.store.pool import connect
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ async def test_migrations_apply_once_when_run_twice(empty_database_url: str) -> 
         recorded = await conn.fetch("SELECT name FROM laneway.schema_migrations ORDER BY name")
     finally:
         await conn.close()
-    assert first == [f.stem for f in migration_files()]
+    assert first == [m.name for m in migrations()]
     assert second == []
     assert [r["name"] for r in recorded] == first
 
@@ -47,15 +48,14 @@ async def test_migrations_are_safe_when_starters_race(empty_database_url: str) -
         for c in conns:
             await c.close()
     applied = [name for result in results for name in result]
-    assert sorted(applied) == [f.stem for f in migration_files()]  # each applied exactly once
-    assert count == len(migration_files())
+    assert sorted(applied) == [m.name for m in migrations()]  # each applied exactly once
+    assert count == len(migrations())
 
 
 async def test_owner_rule_mends_rows_that_broke_it_before(empty_database_url: str) -> None:
     # 0009 makes "an owner exactly while running" a constraint; rows from before that broke
     # the rule must not stop the migration (and the service's start with it).
-    files = migration_files()
-    before = [f for f in files if f.stem < "0009"]
+    before = [m for m in migrations() if m.name < "0009"]
     conn = await connect(empty_database_url)
     try:
         await apply_migrations(conn, before)
@@ -81,6 +81,40 @@ async def test_owner_rule_mends_rows_that_broke_it_before(empty_database_url: st
     assert rows[orphan]["status"] == "running"
     assert rows[orphan]["owner_id"] is not None
     assert rows[orphan]["due"] is True  # the lease reaper recovers it at once
+
+
+async def test_migrate_reports_what_it_applied_and_the_version(empty_database_url: str) -> None:
+    first = await migrate(empty_database_url)
+    second = await migrate(empty_database_url)
+    names = [m.name for m in migrations()]
+    assert first.applied == names
+    assert second.applied == []
+    assert first.version == second.version == names[-1]
+    assert first.database == empty_database_url  # no password to hide here
+
+
+def test_migrations_refuse_when_the_package_has_no_sql_files() -> None:
+    with pytest.raises(MigrationsMissingError, match="no migration files found"):
+        migrations("laneway.engine")
+    with pytest.raises(MigrationsMissingError):
+        migrations("laneway.no_such_package")
+
+
+def test_shipped_migrations_are_numbered_without_gaps() -> None:
+    numbers = [int(m.name[:4]) for m in migrations()]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:secret@db:5432/x", "postgresql://u:***@db:5432/x"),
+        ("postgresql://u@db/x", "postgresql://u@db/x"),
+        ("postgresql://u:p@[::1]/x?sslmode=require", "postgresql://u:***@[::1]/x?sslmode=require"),
+    ],
+)
+def test_redact_url_hides_only_the_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
 
 
 QUERY_NAMES = [

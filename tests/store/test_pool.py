@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from app.store.pool import ConnectionPool, create_pool
+from laneway.store.pool import ConnectionPool, create_pool
 from tests.events.test_backend import until
 
 

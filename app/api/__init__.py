@@ -1,5 +1,0 @@
-"""The GraphQL/HTTP surface of Laneway: Starlette app, Strawberry schema, auth and limits."""
-
-from app.api.app import create_app
-
-__all__ = ["create_app"]

@@ -1,5 +1,0 @@
-"""Events: LISTEN/NOTIFY doorbells turned into per-subscriber streams replayed from the table."""
-
-from app.events.hub import EventFilter, EventHub, EventSelection, EventStream
-
-__all__ = ["EventFilter", "EventHub", "EventSelection", "EventStream"]

@@ -1,5 +1,0 @@
-"""The store: all SQL, transactions, migrations and the embedded server."""
-
-from app.store.store import Store, open_store
-
-__all__ = ["Store", "open_store"]

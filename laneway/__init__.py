@@ -1,0 +1,66 @@
+"""Laneway: a durable workflow engine on PostgreSQL, served as a GraphQL API.
+
+This package's `__all__` is the promised authoring API; anything else may be imported but
+is not promised.
+"""
+
+from laneway.config import Settings
+from laneway.engine import (
+    Checkpoint,
+    Done,
+    Engine,
+    EnqueueRequest,
+    HandlerContext,
+    Next,
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
+    Pause,
+    PermanentFailure,
+    RetryPolicy,
+    Stage,
+    Step,
+    Template,
+    Workflow,
+    WorkflowRegistry,
+    compile_template,
+    completed,
+    failed,
+)
+from laneway.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
+from laneway.services import Services, open_services
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Checkpoint",
+    "ConflictError",
+    "Done",
+    "Engine",
+    "EnqueueRequest",
+    "HandlerContext",
+    "InvalidInputError",
+    "LanewayError",
+    "Next",
+    "NotFoundError",
+    "Operation",
+    "OperationContext",
+    "OperationRegistry",
+    "OperationResult",
+    "Pause",
+    "PermanentFailure",
+    "RetryPolicy",
+    "Services",
+    "Settings",
+    "Stage",
+    "Step",
+    "Template",
+    "Workflow",
+    "WorkflowRegistry",
+    "__version__",
+    "compile_template",
+    "completed",
+    "failed",
+    "open_services",
+]

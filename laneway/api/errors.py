@@ -1,0 +1,177 @@
+"""Error codes of the GraphQL API: one table from error class to `extensions.code`.
+
+Owns what a client sees when something goes wrong. Domain errors (laneway/errors.py) get their
+code here; UNAUTHENTICATED and FORBIDDEN are the API layer's own. A database that cannot be
+reached is SERVICE_UNAVAILABLE (HTTP 503, see tracing.py), with a message that names no
+host, driver or statement. Anything else is masked as "Unexpected error." with the request
+id in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
+error bodies the middlewares answer with (413, 429, 503, 504).
+"""
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+
+import asyncpg
+from graphql import GraphQLError
+
+from laneway.api.asgi import Send
+from laneway.api.trace import current_trace
+from laneway.engine import LockUnavailableError
+from laneway.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
+
+logger = logging.getLogger(__name__)
+
+MASKED_MESSAGE = "Unexpected error."
+SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
+UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
+UNAVAILABLE_RETRY_AFTER_SECONDS = 2
+RATE_LIMITED = "RATE_LIMITED"
+TIMEOUT = "TIMEOUT"
+
+# Connection loss, refusal and server shutdown (OSError includes ConnectionError and
+# TimeoutError), connection-class SQLSTATEs (08, 57P0x), exhausted server resources (53),
+# and lock or statement timeouts: all mean "the database cannot serve this now".
+_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.LockNotAvailableError,
+    asyncpg.QueryCanceledError,
+)
+_CLOSED_MESSAGES = ("connection is closed", "pool is closing", "pool is closed")
+_SUGGESTION = re.compile(r"\s*Did you mean .*$", re.DOTALL)
+
+ERROR_CODES: dict[type[LanewayError], str] = {
+    NotFoundError: "NOT_FOUND",
+    InvalidInputError: "BAD_USER_INPUT",
+    ConflictError: "CONFLICT",
+    LockUnavailableError: "CONFLICT",
+}
+
+
+class APIError(GraphQLError):
+    """An error of the API layer itself, raised with its code already attached."""
+
+    code = "INTERNAL_SERVER_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, extensions={"code": self.code})
+
+
+class UnauthenticatedError(APIError):
+    """The request carries no credentials, and this operation needs them."""
+
+    code = "UNAUTHENTICATED"
+
+
+class ForbiddenError(APIError):
+    """The request's credentials do not allow this operation."""
+
+    code = "FORBIDDEN"
+
+
+def is_database_unavailable(error: BaseException | None) -> bool:
+    """True for the driver and socket errors of a database that is down, starting or full."""
+    if isinstance(error, _UNAVAILABLE_ERRORS):
+        return True
+    if isinstance(error, asyncpg.InternalClientError):
+        # A pooled connection that broke mid-operation during a restart reports its protocol
+        # state on its next use ("cannot switch to state ..."): the database went away.
+        return str(error).startswith("cannot switch to state")
+    return isinstance(error, asyncpg.InterfaceError) and str(error) in _CLOSED_MESSAGES
+
+
+def code_for(error: BaseException | None) -> str | None:
+    """The public code of an exception, or None when it must be masked."""
+    if isinstance(error, GraphQLError):
+        code = (error.extensions or {}).get("code")
+        return code if isinstance(code, str) else None
+    if is_database_unavailable(error):
+        return SERVICE_UNAVAILABLE
+    for cls in type(error).__mro__:
+        if cls in ERROR_CODES:
+            return ERROR_CODES[cls]
+    return None
+
+
+def is_expected(error: GraphQLError) -> bool:
+    """True for errors a client may see as they are.
+
+    An error without an original exception comes from parsing or validation (including the
+    depth, alias and token limits); a GraphQLError raised on purpose, or a mapped
+    LanewayError, is deliberate. Anything else is an internal fault.
+    """
+    original = error.original_error
+    if original is None or isinstance(original, GraphQLError):
+        return True
+    return code_for(original) is not None
+
+
+def add_code(error: GraphQLError) -> None:
+    """Finish an error for the client: the code of a mapped exception, or the request id.
+
+    A database error also gets a message of its own (the driver's names hosts and sockets)
+    and marks the request, so that HTTP answers 503. A masked error gets `requestId`, the id
+    its log record carries. A validation error loses graphql-core's "Did you mean …?" (type
+    and enum names; `disable_field_suggestions` covers only fields), a schema hint.
+    """
+    original = error.original_error
+    trace = current_trace()
+    if original is None:
+        error.message = _SUGGESTION.sub("", error.message)
+        if error.message == MASKED_MESSAGE and trace is not None:
+            error.extensions = {**(error.extensions or {}), "requestId": trace.request_id}
+        return
+    code = code_for(original)
+    if code is None or isinstance(original, GraphQLError):
+        return
+    error.extensions = {**(error.extensions or {}), "code": code}
+    if code == SERVICE_UNAVAILABLE and error.message != UNAVAILABLE_MESSAGE:
+        error.message = UNAVAILABLE_MESSAGE
+        logger.warning("database unavailable", extra={"error": type(original).__name__})
+        if trace is not None:
+            trace.database_unavailable = True
+
+
+def public_error(error: BaseException) -> dict[str, object]:
+    """What a client may see of an exception raised outside GraphQL execution (a websocket
+    stream that fails, say): the database's SERVICE_UNAVAILABLE, or the masked message."""
+    if is_database_unavailable(error):
+        return {"message": UNAVAILABLE_MESSAGE, "extensions": {"code": SERVICE_UNAVAILABLE}}
+    return {"message": MASKED_MESSAGE}
+
+
+def error_body(message: str, code: str | None = None) -> bytes:
+    """A GraphQL-shaped error document: `{"errors": [{"message", "extensions": {"code"}}]}`."""
+    error: dict[str, object] = {"message": message}
+    if code is not None:
+        error["extensions"] = {"code": code}
+    return json.dumps({"errors": [error]}).encode()
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    message: str,
+    code: str | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """Answer an HTTP request with `status` and an error document, from an ASGI middleware."""
+    body = error_body(message, code)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,305 @@
+"""Websocket delivery of `workflowEvents` that renders each event once, not once per subscriber.
+
+Owns the graphql-transport-ws handler of the view. A subscription whose document is a single
+`workflowEvents` field selecting scalar fields of WorkflowEvent (what dashboards and CLIs send)
+takes a direct path: the document is parsed and validated once per text, the arguments are
+read exactly as the resolver reads them, and each event's `next` payload is rendered once per
+selection and shared by every subscriber with that selection. Anything else (fragments,
+directives, nested selections, arguments the resolver would reject, a missing permission)
+takes Strawberry's ordinary path, so every error is still the schema's own.
+
+Executing the same selection for each of N subscribers made the server's CPU, not the network,
+the limit of fan-out (issue #6: ~4,000 deliveries/s flat in N); rendered once, the cost per
+delivery is a queue hand-off and one websocket write.
+"""
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from graphql import (
+    FieldNode,
+    GraphQLError,
+    GraphQLObjectType,
+    GraphQLSchema,
+    OperationDefinitionNode,
+    OperationType,
+    get_operation_ast,
+    parse,
+    validate,
+)
+from graphql.execution.values import get_argument_values, get_variable_values
+from starlette.websockets import WebSocketDisconnect
+from strawberry.asgi import ASGIWebSocketAdapter
+from strawberry.http.exceptions import WebSocketDisconnected
+from strawberry.schema import Schema
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+    Operation,
+)
+from strawberry.types.base import get_object_definition
+
+from laneway.api.auth import require
+from laneway.api.context import RequestContext
+from laneway.api.errors import TIMEOUT, public_error
+from laneway.api.query import parse_event_id, parse_instance_id
+from laneway.api.schema import MAX_TOKENS
+from laneway.api.types import WorkflowEvent
+from laneway.errors import LanewayError
+from laneway.events import EventSelection
+from laneway.model import EventRecord
+
+logger = logging.getLogger(__name__)
+
+ROOT_FIELD = "workflowEvents"
+EVENT_TYPE = "WorkflowEvent"
+MAX_DOCUMENT_CHARS = 4000  # longer documents go through the ordinary path and its limits
+MAX_SELECTIONS = 15  # at most the alias limit of the schema, so no limit is sidestepped
+MAX_PLANS = 256  # distinct documents remembered
+MAX_RENDERED = 8192  # rendered (event, selection) payloads remembered
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity
+class Plan:
+    """A validated single-field `workflowEvents` document: what to select and how to name it."""
+
+    operation: OperationDefinitionNode
+    field: FieldNode
+    root_key: str
+    selection: tuple[tuple[str, str], ...]  # (response key, field name)
+
+
+@dataclass(frozen=True, slots=True)
+class EventsArguments:
+    """The arguments of one subscription, read as the resolver reads them."""
+
+    instance_id: UUID | None
+    name: str | None
+    after_event_id: int | None
+
+
+class EventRenderer:
+    """Shared by every connection of a view: plans by document, payloads by event."""
+
+    def __init__(self, schema: Schema) -> None:
+        self._schema: GraphQLSchema = schema._schema
+        subscription_type = self._schema.subscription_type
+        assert subscription_type is not None
+        self._root = subscription_type.fields[ROOT_FIELD]
+        event_type = self._schema.type_map[EVENT_TYPE]
+        assert isinstance(event_type, GraphQLObjectType)
+        self._values = _field_readers(schema)
+        self._scalar_fields = frozenset(self._values) & {*event_type.fields, "__typename"}
+        self._plans: OrderedDict[tuple[str, str | None], Plan | None] = OrderedDict()
+        self._rendered: OrderedDict[tuple[int, Plan], str] = OrderedDict()
+
+    def plan(self, query: str, operation_name: str | None) -> Plan | None:
+        """The plan of a document that fits the direct path, else None."""
+        key = (query, operation_name)
+        if key in self._plans:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        plan = self._make_plan(query, operation_name)
+        self._plans[key] = plan
+        if len(self._plans) > MAX_PLANS:
+            self._plans.popitem(last=False)
+        return plan
+
+    def _make_plan(self, query: str, operation_name: str | None) -> Plan | None:
+        if len(query) > MAX_DOCUMENT_CHARS:
+            return None
+        try:
+            document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
+        except GraphQLError:
+            return None
+        if len(document.definitions) != 1:
+            return None
+        operation = document.definitions[0]
+        if not isinstance(operation, OperationDefinitionNode):
+            return None
+        if operation.operation != OperationType.SUBSCRIPTION or operation.directives:
+            return None
+        if operation_name is not None and (
+            operation.name is None or operation.name.value != operation_name
+        ):
+            return None
+        roots = operation.selection_set.selections
+        if len(roots) != 1 or not isinstance(roots[0], FieldNode):
+            return None
+        field = roots[0]
+        if field.name.value != ROOT_FIELD or field.directives or field.selection_set is None:
+            return None
+        selection: list[tuple[str, str]] = []
+        for node in field.selection_set.selections:
+            if not isinstance(node, FieldNode) or node.directives or node.arguments:
+                return None
+            if node.selection_set is not None or node.name.value not in self._scalar_fields:
+                return None
+            selection.append(((node.alias or node.name).value, node.name.value))
+        if len(selection) > MAX_SELECTIONS or validate(self._schema, document):
+            return None
+        return Plan(
+            operation=operation,
+            field=field,
+            root_key=(field.alias or field.name).value,
+            selection=tuple(selection),
+        )
+
+    def arguments(self, plan: Plan, variables: Mapping[str, Any] | None) -> EventsArguments | None:
+        """The subscription's arguments, or None when the resolver would answer with an error."""
+        coerced = get_variable_values(
+            self._schema, plan.operation.variable_definitions or (), dict(variables or {})
+        )
+        if isinstance(coerced, list):  # variable errors: the ordinary path reports them
+            return None
+        try:
+            given = get_argument_values(self._root, plan.field, coerced)
+            instance = given.get("instanceID")
+            after = given.get("afterEventID")
+            return EventsArguments(
+                instance_id=parse_instance_id(instance) if instance is not None else None,
+                name=given.get("name"),
+                after_event_id=parse_event_id(after) if after is not None else None,
+            )
+        except (GraphQLError, LanewayError):
+            return None
+
+    def render(self, event: EventRecord, plan: Plan) -> str:
+        """The `next` payload of `event` for `plan`, rendered once for all its subscribers."""
+        key = (event.event_id, plan)
+        text = self._rendered.get(key)
+        if text is None:
+            shown = WorkflowEvent.from_record(event)
+            values = {
+                response_key: self._values[field_name](shown)
+                for response_key, field_name in plan.selection
+            }
+            text = json.dumps({"data": {plan.root_key: values}}, allow_nan=False)
+            self._rendered[key] = text
+            if len(self._rendered) > MAX_RENDERED:
+                self._rendered.popitem(last=False)
+        return text
+
+
+def _field_readers(schema: Schema) -> dict[str, Callable[[WorkflowEvent], object]]:
+    """GraphQL field name → how to read it from a WorkflowEvent (plus __typename)."""
+    definition = get_object_definition(WorkflowEvent, strict=True)
+    converter = schema.config.name_converter
+    readers: dict[str, Callable[[WorkflowEvent], object]] = {
+        "__typename": lambda _: EVENT_TYPE,
+    }
+    for field in definition.fields:
+        python_name = field.python_name
+
+        def read(event: WorkflowEvent, attribute: str = python_name) -> object:
+            return getattr(event, attribute)
+
+        readers[converter.get_graphql_name(field)] = read
+    return readers
+
+
+class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
+    """graphql-transport-ws with the direct path for single-field `workflowEvents` documents."""
+
+    async def run_operation(self, operation: Operation[RequestContext, None]) -> None:
+        renderer: EventRenderer | None = getattr(self.view, "event_renderer", None)
+        plan = renderer.plan(operation.query, operation.operation_name) if renderer else None
+        arguments = (
+            renderer.arguments(plan, operation.variables)
+            if renderer is not None and plan is not None and self._may_read()
+            else None
+        )
+        if renderer is None or plan is None or arguments is None:
+            await self._run_timed(operation)
+            return
+        try:
+            await self._deliver(operation, renderer, plan, arguments)
+            final: dict[str, Any] = {"id": operation.id, "type": "complete"}
+        except WebSocketDisconnected:
+            return
+        except Exception as exc:
+            # The hub or the database failed under the stream: the client resubscribes with its
+            # last event id. Logged once here; the client sees SERVICE_UNAVAILABLE or the
+            # masked message, as on the ordinary path.
+            logger.exception("event stream failed", extra={"operation": operation.id})
+            final = {"id": operation.id, "type": "error", "payload": [public_error(exc)]}
+        with suppress(WebSocketDisconnected):
+            await operation.send_operation_message(final)  # type: ignore[arg-type]
+
+    async def _run_timed(self, operation: Operation[RequestContext, None]) -> None:
+        """Strawberry's path; a query or mutation under the same deadline as over HTTP."""
+        seconds = self.context.settings.operation_timeout_seconds
+        if not seconds or _kind(operation.query, operation.operation_name) not in _TIMED:
+            await super().run_operation(operation)
+            return
+        deadline = asyncio.timeout(seconds)
+        try:
+            async with deadline:
+                await super().run_operation(operation)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            logger.warning("operation timed out", extra={"seconds": seconds})
+            message = f"The operation took longer than {seconds:g} s."
+            final: dict[str, Any] = {
+                "id": operation.id,
+                "type": "error",
+                "payload": [{"message": message, "extensions": {"code": TIMEOUT}}],
+            }
+            with suppress(WebSocketDisconnected):
+                await operation.send_operation_message(final)  # type: ignore[arg-type]
+
+    def _may_read(self) -> bool:
+        context = self.context
+        if context.settings.open_reads:
+            return True
+        try:
+            require(context.access)
+        except LanewayError:
+            return False
+        return True
+
+    async def _deliver(
+        self,
+        operation: Operation[RequestContext, None],
+        renderer: EventRenderer,
+        plan: Plan,
+        arguments: EventsArguments,
+    ) -> None:
+        prefix = '{"id":' + json.dumps(operation.id) + ',"type":"next","payload":'
+        matches = EventSelection(arguments.instance_id, arguments.name)
+        async with self.context.services.hub.open_stream(
+            after_event_id=arguments.after_event_id, matches=matches
+        ) as events:
+            async for event in events:
+                if operation.completed:
+                    return
+                await self._send_text(prefix + renderer.render(event, plan) + "}")
+
+    async def _send_text(self, text: str) -> None:
+        websocket = self.websocket
+        assert isinstance(websocket, ASGIWebSocketAdapter)  # the view is Strawberry's ASGI one
+        try:
+            await websocket.ws.send_text(text)
+        except WebSocketDisconnect as exc:
+            raise WebSocketDisconnected from exc
+
+
+_TIMED = (OperationType.QUERY, OperationType.MUTATION)
+
+
+def _kind(query: str, operation_name: str | None) -> OperationType | None:
+    """The operation's type, or None when the document does not parse (Strawberry then
+    answers with the parse error at once)."""
+    try:
+        document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
+        operation = get_operation_ast(document, operation_name)
+    except GraphQLError:
+        return None
+    return operation.operation if operation is not None else None

@@ -1,0 +1,47 @@
+"""The middleware stack in front of the routes, outermost first, built from Settings.
+
+Owns the order: RequestTracing (request ids, 503) sees every answer, including the 413, 429
+and 504 of the ones inside it; RequestLimits decodes a body once, before RateLimits charges
+it; WebSocketLimits polices websocket frames; OperationDeadline times only what runs.
+"""
+
+from starlette.middleware import Middleware
+
+from laneway.api.limits import MAX_BODY_BYTES, OperationDeadline, RequestLimits
+from laneway.api.ratelimit import RateLimiter, RateLimits
+from laneway.api.schema import MAX_TOKENS
+from laneway.api.tracing import RequestTracing
+from laneway.api.websocket_limits import WebSocketLimits
+from laneway.config import Settings
+
+SECONDS_PER_MINUTE = 60.0
+
+
+def middleware_for(settings: Settings) -> list[Middleware]:
+    """The stack for one app; its limiters live as long as the app does."""
+    requests = None
+    if settings.rate_limit_per_second > 0:
+        requests = RateLimiter(settings.rate_limit_per_second, settings.rate_burst)
+    handshakes = None
+    if settings.ws_handshakes_per_minute > 0:
+        per_minute = settings.ws_handshakes_per_minute
+        handshakes = RateLimiter(per_minute / SECONDS_PER_MINUTE, per_minute)
+    return [
+        Middleware(RequestTracing),
+        Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS),
+        Middleware(
+            RateLimits,
+            limiter=requests,
+            tokens=settings.api_tokens,
+            limit_local=settings.limit_local_clients,
+        ),
+        Middleware(
+            WebSocketLimits,
+            limiter=requests,
+            handshakes=handshakes,
+            connections_per_client=settings.ws_connections_per_token,
+            tokens=settings.api_tokens,
+            limit_local=settings.limit_local_clients,
+        ),
+        Middleware(OperationDeadline, seconds=settings.operation_timeout_seconds),
+    ]

@@ -1,0 +1,236 @@
+"""Rate limits: token buckets per client, what a request costs, and RateLimits for /graphql.
+
+Owns the buckets and the HTTP side of LANEWAY_RATE_LIMIT / LANEWAY_RATE_BURST. A client is
+its bearer token when the token is valid, else its IP address, so neither guessing tokens nor
+leaving them out buys a fresh bucket. A request costs one token per root field it selects
+(aliases and fragments count, the same response key twice does not), and never more than
+the burst. Over the limit: HTTP 429 with a Retry-After and code RATE_LIMITED, and nothing
+runs. The websocket side (subscribe messages, handshakes, connections per token) is in
+websocket_limits.py and spends from the same buckets.
+"""
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from graphql import (
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLError,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    parse,
+)
+
+from laneway.api.asgi import ASGIApp, Receive, Scope, Send
+from laneway.api.auth import Access, check_bearer
+from laneway.api.errors import RATE_LIMITED, send_error
+from laneway.api.limits import DECODED_BODY
+from laneway.api.schema import MAX_TOKENS
+from laneway.config import is_loopback
+
+Clock = Callable[[], float]
+
+RATE_LIMITED_MESSAGE = "Too many requests; slow down."
+MAX_CLIENTS = 10_000  # buckets kept before full ones are forgotten
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """`burst` tokens at most, refilled at `rate` per second."""
+
+    rate: float
+    burst: float
+    tokens: float
+    updated_at: float
+
+    def take(self, cost: float, now: float) -> float:
+        """Spend `cost` tokens: 0.0 when admitted, else the seconds until it would be."""
+        self.tokens = min(self.burst, self.tokens + (now - self.updated_at) * self.rate)
+        self.updated_at = now
+        if self.tokens >= cost:
+            self.tokens -= cost
+            return 0.0
+        return (cost - self.tokens) / self.rate
+
+    def is_full(self, now: float) -> bool:
+        return self.tokens + (now - self.updated_at) * self.rate >= self.burst
+
+
+class RateLimiter:
+    """A token bucket per key, all with the same rate and burst.
+
+    Buckets that have refilled completely are forgotten once there are more than
+    `max_keys`, since a fresh bucket is the same thing.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        burst: float,
+        *,
+        clock: Clock = time.monotonic,
+        max_keys: int = MAX_CLIENTS,
+    ) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.clock = clock
+        self.max_keys = max_keys
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def take(self, key: str, cost: float = 1.0) -> float:
+        """Spend `cost` (at most the burst) from `key`'s bucket: 0.0, or seconds to wait."""
+        now = self.clock()
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= self.max_keys:
+                self._forget_full(now)
+            bucket = TokenBucket(self.rate, self.burst, self.burst, now)
+            self._buckets[key] = bucket
+        return bucket.take(min(cost, self.burst), now)
+
+    def _forget_full(self, now: float) -> None:
+        for key in [k for k, b in self._buckets.items() if b.is_full(now)]:
+            del self._buckets[key]
+
+
+def retry_after(seconds: float) -> str:
+    """A Retry-After value: whole seconds, at least 1."""
+    return str(max(1, math.ceil(seconds)))
+
+
+def client_key(
+    credential: object,
+    tokens: tuple[str, ...],
+    client: tuple[str, int] | None,
+    *,
+    limit_local: bool = True,
+) -> str | None:
+    """Whom a request counts against: its valid token (hashed), else its IP address.
+
+    None (not limited): a client on this machine without a valid token, unless `limit_local`
+    (`make run`, local scripts and tests are not throttled; behind a reverse proxy uvicorn
+    sees the forwarded address, and token holders count per token wherever they are).
+    """
+    if tokens and check_bearer(credential, tokens) is Access.GRANTED:
+        assert isinstance(credential, str)
+        token = credential.strip().partition(" ")[2].strip()  # however "Bearer" is spelled
+        return "token:" + hashlib.sha256(token.encode()).hexdigest()[:32]
+    address = client[0] if client else "unknown"
+    if not limit_local and is_loopback(address):
+        return None
+    return "ip:" + address
+
+
+def _root_keys(
+    selections: SelectionSetNode,
+    fragments: dict[str, FragmentDefinitionNode],
+    seen_fragments: set[str],
+) -> Iterator[str]:
+    for selection in selections.selections:
+        if isinstance(selection, FieldNode):
+            yield (selection.alias or selection.name).value
+        elif isinstance(selection, InlineFragmentNode):
+            yield from _root_keys(selection.selection_set, fragments, seen_fragments)
+        elif isinstance(selection, FragmentSpreadNode):
+            name = selection.name.value
+            if name in fragments and name not in seen_fragments:
+                seen_fragments.add(name)
+                yield from _root_keys(fragments[name].selection_set, fragments, seen_fragments)
+
+
+def root_field_cost(query: object, operation_name: object = None) -> int:
+    """How many root fields the operation selects (at least 1): the request's cost.
+
+    A document that does not parse, or names no operation it holds, costs 1; Strawberry
+    rejects it anyway.
+    """
+    if not isinstance(query, str):
+        return 1
+    try:
+        document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
+    except GraphQLError:
+        return 1
+    fragments: dict[str, FragmentDefinitionNode] = {}
+    operations: list[OperationDefinitionNode] = []
+    for definition in document.definitions:
+        if isinstance(definition, FragmentDefinitionNode):
+            fragments[definition.name.value] = definition
+        elif isinstance(definition, OperationDefinitionNode):
+            operations.append(definition)
+    chosen = [
+        o
+        for o in operations
+        if operation_name is None or (o.name is not None and o.name.value == operation_name)
+    ]
+    if not chosen:
+        return 1
+    return max(1, len(set(_root_keys(chosen[0].selection_set, fragments, set()))))
+
+
+def _http_operation(scope: Scope) -> tuple[object, object]:
+    """The query and operationName of an HTTP GraphQL request, from its body or query string."""
+    body = scope.get(DECODED_BODY)
+    if isinstance(body, dict):
+        return body.get("query"), body.get("operationName")
+    if scope["method"] == "GET":
+        params = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+        query, name = params.get("query", []), params.get("operationName", [])
+        return (query[0] if query else None), (name[0] if name else None)
+    return None, None
+
+
+def _authorization(scope: Scope) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization":
+            return bytes(value).decode("latin-1")
+    return None
+
+
+class RateLimits:
+    """Pure ASGI middleware charging each /graphql HTTP request to its client's bucket.
+
+    Sits inside RequestLimits, whose decoded body it reads. `limiter` None turns it off.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limiter: RateLimiter | None,
+        tokens: tuple[str, ...],
+        limit_local: bool = True,
+        path: str = "/graphql",
+    ) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.tokens = tokens
+        self.limit_local = limit_local
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.limiter is None
+            or scope["type"] != "http"
+            or scope["path"].rstrip("/") != self.path
+        ):
+            await self.app(scope, receive, send)
+            return
+        key = client_key(
+            _authorization(scope), self.tokens, scope.get("client"), limit_local=self.limit_local
+        )
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        query, operation_name = _http_operation(scope)
+        wait = self.limiter.take(key, root_field_cost(query, operation_name))
+        if wait:
+            headers = [(b"retry-after", retry_after(wait).encode())]
+            await send_error(send, 429, RATE_LIMITED_MESSAGE, RATE_LIMITED, headers)
+            return
+        await self.app(scope, receive, send)

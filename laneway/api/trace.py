@@ -1,0 +1,69 @@
+"""The trace of one HTTP request or websocket: its id, and whether it found the database down.
+
+Owns the context variable that carries a Trace through everything a request runs, tasks it
+starts included, and the rule for request ids. tracing.py sets it; errors.py reads it to put
+the id on masked errors and to mark a request as SERVICE_UNAVAILABLE; log records of
+`laneway.api.*` loggers get the id as `request_id`.
+"""
+
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+REQUEST_ID_HEADER = "x-request-id"
+_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
+
+
+@dataclass(slots=True)
+class Trace:
+    """What the middleware and the error mapping share about one request."""
+
+    request_id: str
+    database_unavailable: bool = False
+
+
+_current: ContextVar[Trace | None] = ContextVar("laneway_trace", default=None)
+
+
+def current_trace() -> Trace | None:
+    """The trace of the request being served, or None outside of one."""
+    return _current.get()
+
+
+def request_id_for(incoming: str | None) -> str:
+    """The caller's X-Request-ID when it is 1-64 of [A-Za-z0-9-], else a fresh one."""
+    if incoming is not None and _VALID_REQUEST_ID.fullmatch(incoming):
+        return incoming
+    return uuid.uuid4().hex
+
+
+@contextlib.contextmanager
+def traced(trace: Trace) -> Iterator[Trace]:
+    """Make `trace` the current one for the code (and the tasks it starts) inside."""
+    token = _current.set(trace)
+    try:
+        yield trace
+    finally:
+        _current.reset(token)
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds `request_id` to records logged while a request is served (never replaces one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        trace = _current.get()
+        if trace is not None and not hasattr(record, "request_id"):
+            record.request_id = trace.request_id
+        return True
+
+
+def tag_log_records(*logger_names: str) -> None:
+    """Install the RequestIdFilter on these loggers, once each."""
+    for name in logger_names:
+        target = logging.getLogger(name)
+        if not any(isinstance(f, RequestIdFilter) for f in target.filters):
+            target.addFilter(RequestIdFilter())

@@ -1,0 +1,95 @@
+"""RequestTracing: a request id for every request, and 503 when the database was down.
+
+Owns the outermost pure ASGI middleware. Every HTTP response and websocket handshake gets an
+`X-Request-ID` header (the caller's, when it is sane, else a fresh one), and the id is the
+current Trace while the request runs. A /graphql answer that found the database unavailable
+(errors.py marks the trace) goes out as 503 with a Retry-After. On a websocket, masked errors
+in `next` and `error` frames get the connection's id as `extensions.requestId`, as they do
+over HTTP (Strawberry masks websocket results after errors.py has seen them).
+"""
+
+import json
+
+from laneway.api.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.errors import MASKED_MESSAGE, UNAVAILABLE_RETRY_AFTER_SECONDS
+from laneway.api.trace import REQUEST_ID_HEADER, Trace, request_id_for, tag_log_records, traced
+
+# Loggers whose records are about one request: the resolver-error log among them.
+TRACED_LOGGERS = (
+    "laneway.api.schema",
+    "laneway.api.errors",
+    "laneway.api.fanout",
+    "laneway.api.limits",
+    "laneway.api.ratelimit",
+    "laneway.api.routes",
+)
+_STARTS = ("http.response.start", "websocket.accept", "websocket.http.response.start")
+
+
+def _incoming_request_id(scope: Scope) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == REQUEST_ID_HEADER.encode():
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _with_request_id(message: Message, request_id: str) -> Message:
+    headers = list(message.get("headers", ()))
+    headers.append((REQUEST_ID_HEADER.encode(), request_id.encode()))
+    return {**message, "headers": headers}
+
+
+def _unavailable(message: Message) -> Message:
+    headers = list(message.get("headers", ()))
+    headers.append((b"retry-after", str(UNAVAILABLE_RETRY_AFTER_SECONDS).encode()))
+    return {**message, "status": 503, "headers": headers}
+
+
+def with_masked_request_ids(text: str, request_id: str) -> str:
+    """A graphql-transport-ws frame whose masked errors carry `requestId`."""
+    try:
+        frame = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(frame, dict):
+        return text
+    payload = frame.get("payload")
+    errors = payload if isinstance(payload, list) else None
+    if isinstance(payload, dict) and isinstance(payload.get("errors"), list):
+        errors = payload["errors"]
+    changed = False
+    for error in errors or ():
+        if isinstance(error, dict) and error.get("message") == MASKED_MESSAGE:
+            error["extensions"] = {**(error.get("extensions") or {}), "requestId": request_id}
+            changed = True
+    return json.dumps(frame) if changed else text
+
+
+class RequestTracing:
+    """Pure ASGI middleware: request ids everywhere, and the 503 of an unavailable database."""
+
+    def __init__(self, app: ASGIApp, *, path: str = "/graphql") -> None:
+        self.app = app
+        self.path = path
+        tag_log_records(*TRACED_LOGGERS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        trace = Trace(request_id=request_id_for(_incoming_request_id(scope)))
+        is_graphql = scope["path"].rstrip("/") == self.path
+
+        async def traced_send(message: Message) -> None:
+            kind = message["type"]
+            if kind in _STARTS:
+                message = _with_request_id(message, trace.request_id)
+                if is_graphql and trace.database_unavailable and message.get("status") == 200:
+                    message = _unavailable(message)
+            elif kind == "websocket.send" and MASKED_MESSAGE in (message.get("text") or ""):
+                text = with_masked_request_ids(message["text"], trace.request_id)
+                message = {**message, "text": text}
+            await send(message)
+
+        with traced(trace):
+            await self.app(scope, receive, traced_send)

@@ -1,0 +1,308 @@
+"""GraphQL object types of the contract and their `from_record` converters.
+
+Owns the mapping from laneway.model records to what clients see: ids as strings, timestamps as
+milliseconds since the Unix epoch. An instance's internal state and next action are never
+exposed. No resolver logic beyond reading one record's events.
+"""
+
+from datetime import datetime
+from typing import Self, TypeVar
+from uuid import UUID
+
+import strawberry
+from strawberry.types import Info
+from strawberry.types.unset import UNSET
+
+from laneway.api.context import RequestContext
+from laneway.engine import Workflow
+from laneway.engine.engine import MAX_LIST_LIMIT
+from laneway.errors import InvalidInputError
+from laneway.model import (
+    EnqueueResult as EnqueueRecord,
+)
+from laneway.model import (
+    EventRecord,
+    InstanceRecord,
+    LockRecord,
+    OperationRecord,
+    QueueRecord,
+    ScheduleRecord,
+    Status,
+)
+
+JSON = strawberry.scalars.JSON
+T = TypeVar("T")
+
+
+def millis(moment: datetime) -> float:
+    """Milliseconds since the Unix epoch."""
+    return moment.timestamp() * 1000.0
+
+
+def given(value: T | None) -> T | None:
+    """An optional argument's value; None when the client left it out (UNSET) or sent null.
+
+    Optional arguments default to UNSET so the SDL shows them as in the contract (`name:
+    String`, not `name: String = null`).
+    """
+    return None if value is UNSET else value
+
+
+def check_limit(limit: int | None, default: int, maximum: int = MAX_LIST_LIMIT) -> int:
+    """A list `limit` argument (null: the default), 1..maximum.
+
+    Raises:
+        InvalidInputError: out of range.
+    """
+    value = default if limit is None else limit
+    if not 1 <= value <= maximum:
+        raise InvalidInputError(f"limit must be between 1 and {maximum}")
+    return value
+
+
+@strawberry.type
+class WorkflowEvent:
+    """One lifecycle event of an instance."""
+
+    event_id: strawberry.ID
+    type: str
+    instance_id: strawberry.ID
+    name: str
+    status: str
+    at: float
+    attempt: int | None
+    error: str | None
+    stage: str | None
+    checkpoint: str | None
+
+    @classmethod
+    def from_record(cls, record: EventRecord) -> Self:
+        return cls(
+            event_id=strawberry.ID(str(record.event_id)),
+            type=record.type.value,
+            instance_id=strawberry.ID(str(record.instance_id)),
+            name=record.name,
+            status=record.status.value,
+            at=millis(record.at),
+            attempt=record.attempt,
+            error=record.error,
+            stage=record.stage,
+            checkpoint=record.checkpoint,
+        )
+
+
+@strawberry.type
+class WorkflowOperation:
+    """The recorded outcome of one operation of a template instance."""
+
+    operation_id: strawberry.ID
+    stage: str
+    type: str
+    status: str
+    attempts: int
+    error: str | None
+    started_at: float | None
+    finished_at: float | None
+
+    @classmethod
+    def from_record(cls, record: OperationRecord) -> Self:
+        return cls(
+            operation_id=strawberry.ID(str(record.operation_id)),
+            stage=record.stage,
+            type=record.type,
+            status=record.status,
+            attempts=record.attempts,
+            error=record.error,
+            started_at=millis(record.started_at) if record.started_at else None,
+            finished_at=millis(record.finished_at) if record.finished_at else None,
+        )
+
+
+@strawberry.type
+class WorkflowInstanceStatus:
+    """One instance: where it is, how it went, what it returned."""
+
+    instance_id: strawberry.ID
+    name: str
+    queue: str
+    status: str
+    attempts: int
+    last_error: str | None
+    created_at: float
+    updated_at: float
+    priority: int
+    run_after: float
+    params: JSON | None
+    result: JSON | None
+    parent_id: strawberry.ID | None
+    stage: str | None
+    checkpoint: str | None
+    progress: float | None
+    message: str | None
+    uuid: strawberry.Private[UUID]
+
+    @classmethod
+    def from_record(cls, record: InstanceRecord) -> Self:
+        return cls(
+            instance_id=strawberry.ID(str(record.instance_id)),
+            name=record.name,
+            queue=record.queue,
+            status=record.status.value,
+            attempts=record.attempts,
+            last_error=record.last_error,
+            created_at=millis(record.created_at),
+            updated_at=millis(record.updated_at),
+            priority=record.priority,
+            run_after=millis(record.run_after),
+            params=record.params,
+            result=record.result,
+            parent_id=strawberry.ID(str(record.parent_id)) if record.parent_id else None,
+            stage=record.stage,
+            checkpoint=record.checkpoint,
+            progress=record.progress,
+            message=record.message,
+            uuid=record.instance_id,
+        )
+
+    @strawberry.field
+    async def operations(self, info: Info[RequestContext, None]) -> list[WorkflowOperation]:
+        """The recorded operations of a template instance; handler workflows have none."""
+        records = await info.context.operations.load(self.uuid)
+        return [WorkflowOperation.from_record(record) for record in records]
+
+    @strawberry.field
+    async def events(
+        self, info: Info[RequestContext, None], limit: int | None = 100
+    ) -> list[WorkflowEvent]:
+        """The newest `limit` events of this instance, oldest first."""
+        records = await info.context.services.store.latest_instance_events(
+            self.uuid, check_limit(limit, 100)
+        )
+        return [WorkflowEvent.from_record(record) for record in records]
+
+
+@strawberry.type
+class EnqueueResult:
+    """The instance an enqueue names, and whether this call created it."""
+
+    instance_id: strawberry.ID
+    created: bool
+    instance: WorkflowInstanceStatus
+
+    @classmethod
+    def from_record(cls, record: EnqueueRecord) -> Self:
+        return cls(
+            instance_id=strawberry.ID(str(record.instance_id)),
+            created=record.created,
+            instance=WorkflowInstanceStatus.from_record(record.instance),
+        )
+
+
+@strawberry.type
+class WorkflowDefinitionInfo:
+    """A workflow this process can run."""
+
+    name: str
+    queue: str
+    kind: str
+    stages: list[str]
+    description: str
+
+    @classmethod
+    def from_definition(cls, workflow: Workflow) -> Self:
+        return cls(
+            name=workflow.name,
+            queue=workflow.queue_name,
+            kind=workflow.kind,
+            stages=list(workflow.stages),
+            description=workflow.description,
+        )
+
+
+@strawberry.type
+class EntityLock:
+    """An entity lock held by an instance until it expires, is released, or the instance ends."""
+
+    entity_type: str
+    entity_id: str
+    owner_instance_id: strawberry.ID
+    fencing_token: str
+    expires_at: float
+
+    @classmethod
+    def from_record(cls, record: LockRecord) -> Self:
+        return cls(
+            entity_type=record.entity_type,
+            entity_id=record.entity_id,
+            owner_instance_id=strawberry.ID(str(record.owner_instance)),
+            fencing_token=str(record.fencing_token),
+            expires_at=millis(record.expires_at),
+        )
+
+
+@strawberry.type
+class StatusCounts:
+    """How many instances of a queue are in each status."""
+
+    pending: int
+    running: int
+    paused: int
+    completed: int
+    failed: int
+    cancelled: int
+
+
+@strawberry.type
+class QueueStats:
+    """A queue's caps, whether it is paused, and its instances per status."""
+
+    name: str
+    concurrency: int
+    rate_per_minute: float | None
+    paused: bool
+    counts: StatusCounts
+
+    @classmethod
+    def from_record(cls, record: QueueRecord) -> Self:
+        count = record.counts.get
+        return cls(
+            name=record.name,
+            concurrency=record.concurrency,
+            rate_per_minute=record.rate_per_minute,
+            paused=record.paused,
+            counts=StatusCounts(
+                pending=count(Status.PENDING, 0),
+                running=count(Status.RUNNING, 0),
+                paused=count(Status.PAUSED, 0),
+                completed=count(Status.COMPLETED, 0),
+                failed=count(Status.FAILED, 0),
+                cancelled=count(Status.CANCELLED, 0),
+            ),
+        )
+
+
+@strawberry.type
+class Schedule:
+    """A recurring enqueue: an interval (`every`) or a cron expression in a timezone."""
+
+    name: str
+    workflow_name: str
+    every: str | None
+    cron: str | None
+    timezone: str
+    enabled: bool
+    next_run: float | None
+    params: JSON | None
+
+    @classmethod
+    def from_record(cls, record: ScheduleRecord) -> Self:
+        return cls(
+            name=record.name,
+            workflow_name=record.workflow_name,
+            every=record.every,
+            cron=record.cron,
+            timezone=record.timezone,
+            enabled=record.enabled,
+            next_run=millis(record.next_run_at) if record.enabled else None,
+            params=record.params,
+        )

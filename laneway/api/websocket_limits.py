@@ -1,0 +1,185 @@
+"""WebSocketLimits: the limits of /graphql websockets that Strawberry does not keep.
+
+Owns three of them, in a pure ASGI middleware that reads the client's frames before the
+GraphQL view does:
+
+- handshakes per client IP (LANEWAY_WS_HANDSHAKES_PER_MINUTE): over it, the handshake is
+  answered HTTP 429 with a Retry-After (403 on a server without ASGI denial responses);
+- open connections per client (LANEWAY_WS_CONNECTIONS_PER_TOKEN; the client is its valid
+  token, else its IP): a connection over it is closed with 4429 at its `connection_init`,
+  and a place frees when any connection ends, however it ends;
+- `subscribe` messages spend from the same buckets as HTTP requests (ratelimit.py) at the
+  same cost; over the limit, that operation gets an `error` message with code RATE_LIMITED
+  and the socket stays open.
+"""
+
+import json
+from typing import Any
+
+from laneway.api.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.errors import RATE_LIMITED, error_body
+from laneway.api.ratelimit import (
+    RATE_LIMITED_MESSAGE,
+    RateLimiter,
+    client_key,
+    retry_after,
+    root_field_cost,
+)
+
+TOO_MANY_CONNECTIONS = 4429
+HANDSHAKES_REFUSED = "Too many websocket handshakes; slow down."
+_DENIAL_EXTENSION = "websocket.http.response"
+
+
+def _frame(text: object) -> dict[str, Any] | None:
+    """A client frame that matters here (connection_init or subscribe), decoded; else None."""
+    if not isinstance(text, str) or ("connection_init" not in text and "subscribe" not in text):
+        return None
+    try:
+        frame = json.loads(text)
+    except (ValueError, RecursionError):
+        return None  # the view closes the socket with 4400
+    return frame if isinstance(frame, dict) else None
+
+
+def _rate_limited_frame(operation_id: str, wait: float) -> str:
+    error = {
+        "message": RATE_LIMITED_MESSAGE,
+        "extensions": {"code": RATE_LIMITED, "retryAfter": int(retry_after(wait))},
+    }
+    return json.dumps({"id": operation_id, "type": "error", "payload": [error]})
+
+
+class WebSocketLimits:
+    """Pure ASGI middleware for websockets on `path`; each limiter None (or 0) is off."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limiter: RateLimiter | None,
+        handshakes: RateLimiter | None,
+        connections_per_client: int,
+        tokens: tuple[str, ...],
+        limit_local: bool = True,
+        path: str = "/graphql",
+    ) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.handshakes = handshakes
+        self.connections_per_client = connections_per_client
+        self.tokens = tokens
+        self.limit_local = limit_local
+        self.path = path
+        self.open_connections: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket" or scope["path"].rstrip("/") != self.path:
+            await self.app(scope, receive, send)
+            return
+        address = client_key(None, (), scope.get("client"), limit_local=self.limit_local)
+        if self.handshakes is not None and address is not None:
+            wait = self.handshakes.take(address)
+            if wait:
+                await _refuse_handshake(scope, receive, send, wait)
+                return
+        connection = _Connection(self, scope, receive, send)
+        try:
+            await self.app(scope, connection.receive, send)
+        finally:
+            connection.release()
+
+    def admit(self, key: str | None) -> bool:
+        """Count one more open connection for `key`, unless it already has its maximum."""
+        if key is None:
+            return True
+        count = self.open_connections.get(key, 0)
+        if self.connections_per_client and count >= self.connections_per_client:
+            return False
+        self.open_connections[key] = count + 1
+        return True
+
+    def release(self, key: str) -> None:
+        count = self.open_connections.get(key, 0) - 1
+        if count > 0:
+            self.open_connections[key] = count
+        else:
+            self.open_connections.pop(key, None)
+
+
+async def _refuse_handshake(scope: Scope, receive: Receive, send: Send, wait: float) -> None:
+    await receive()  # websocket.connect
+    if _DENIAL_EXTENSION not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    body = error_body(HANDSHAKES_REFUSED, RATE_LIMITED)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", retry_after(wait).encode()),
+    ]
+    await send({"type": "websocket.http.response.start", "status": 429, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
+class _Connection:
+    """One websocket's view of the limits: whom it counts against, and its frames."""
+
+    def __init__(self, limits: WebSocketLimits, scope: Scope, receive: Receive, send: Send):
+        self.limits = limits
+        self.client = scope.get("client")
+        self._receive = receive
+        self._send = send
+        self.key = client_key(None, (), self.client, limit_local=limits.limit_local)
+        self.counted: str | None = None
+        self.initialised = False
+
+    async def receive(self) -> Message:
+        while True:
+            message = await self._receive()
+            frame = _frame(message.get("text")) if message["type"] == "websocket.receive" else None
+            if frame is None:
+                return message
+            if frame.get("type") == "connection_init" and not self.initialised:
+                self.initialised = True
+                if not self._admit(frame.get("payload")):
+                    await self._send(
+                        {
+                            "type": "websocket.close",
+                            "code": TOO_MANY_CONNECTIONS,
+                            "reason": "Too many connections",
+                        }
+                    )
+                    return {"type": "websocket.disconnect", "code": TOO_MANY_CONNECTIONS}
+            elif frame.get("type") == "subscribe" and not await self._may_subscribe(frame):
+                continue
+            return message
+
+    def _admit(self, payload: object) -> bool:
+        credential = payload.get("authorization") if isinstance(payload, dict) else None
+        self.key = client_key(
+            credential, self.limits.tokens, self.client, limit_local=self.limits.limit_local
+        )
+        if not self.limits.admit(self.key):
+            return False
+        self.counted = self.key
+        return True
+
+    async def _may_subscribe(self, frame: dict[str, Any]) -> bool:
+        operation_id = frame.get("id")
+        payload = frame.get("payload")
+        if self.limits.limiter is None or self.key is None or not isinstance(operation_id, str):
+            return True
+        query = payload.get("query") if isinstance(payload, dict) else None
+        name = payload.get("operationName") if isinstance(payload, dict) else None
+        wait = self.limits.limiter.take(self.key, root_field_cost(query, name))
+        if not wait:
+            return True
+        text = _rate_limited_frame(operation_id, wait)
+        await self._send({"type": "websocket.send", "text": text})
+        return False
+
+    def release(self) -> None:
+        if self.counted is not None:
+            self.limits.release(self.counted)
+            self.counted = None

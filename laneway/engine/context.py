@@ -1,0 +1,133 @@
+"""HandlerContext: what a workflow handler receives, and the steps it returns.
+
+Owns the handler-facing surface: identity, attempt, the mutable state, cancellation and
+progress reporting. Does no I/O; the runner reads what the handler left here.
+"""
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Protocol
+from uuid import UUID
+
+from laneway.model import JSONValue, LockRecord, OperationRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """Go on with `action` (a handler name of the same workflow), passing it `params`."""
+
+    action: str
+    params: JSONValue = None
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """End the instance as completed, optionally with a JSON result."""
+
+    result: JSONValue = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Checkpoint, then pause with the checkpoint `label` until the instance is resumed;
+    on resume, `action` runs with `params`."""
+
+    label: str
+    action: str
+    params: JSONValue = None
+
+
+Step = Next | Done | Pause
+
+
+class InstanceTools(Protocol):
+    """Durable helpers a handler may use, bound to its instance and fenced by its lease."""
+
+    async def finished_operations(self) -> list[OperationRecord]:
+        """The operation outcomes recorded for this instance so far."""
+        ...
+
+    async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
+        """Record one finished operation (raises LeaseLostError when the lease is gone)."""
+        ...
+
+    async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
+        """Enqueue a child instance once (idempotent per parent and workflow); its id."""
+        ...
+
+    async def acquire_lock(
+        self, entity_type: str, entity_id: str, ttl_seconds: float
+    ) -> LockRecord | None:
+        """Take an entity lock for this instance, or None while another holds it."""
+        ...
+
+    async def release_lock(self, lock: LockRecord) -> bool:
+        """Release a lock this instance holds; False if it had expired and was taken."""
+        ...
+
+
+class PermanentFailure(Exception):  # noqa: N818 - raised by users; reads as what happened
+    """Raise from a handler to fail the instance now, without further attempts.
+
+    A plain exception is a failed attempt, retried by the workflow's RetryPolicy; this one
+    ends the instance `failed` at once (a crash still counts as an ordinary attempt).
+    """
+
+
+class CancelledByRequestError(Exception):
+    """Raised by `HandlerContext.raise_if_cancelled` once the instance was cancelled."""
+
+
+@dataclass(slots=True, kw_only=True)
+class HandlerContext:
+    """The context one handler call receives.
+
+    `state` is the instance's durable state: mutate it, and the engine checkpoints it after
+    the handler returns. A failed attempt is retried with the state of the last checkpoint.
+    """
+
+    instance_id: UUID
+    name: str
+    action: str
+    attempt: int
+    max_attempts: int
+    params: JSONValue
+    state: dict[str, JSONValue]
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    progress: float | None = None
+    message: str | None = None
+    stage: str | None = None
+    tools: InstanceTools | None = None
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once a cancel was requested; the handler task is also cancelled."""
+        return self.cancelled.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Stop here if the instance was cancelled."""
+        if self.cancelled.is_set():
+            raise CancelledByRequestError(f"instance {self.instance_id} was cancelled")
+
+    def report(
+        self,
+        *,
+        progress: float | None = None,
+        message: str | None = None,
+        stage: str | None = None,
+    ) -> None:
+        """Record progress (0..1), a status line and the stage, saved with the next checkpoint."""
+        if progress is not None:
+            if not 0.0 <= progress <= 1.0:
+                raise ValueError("progress must be between 0 and 1")
+            self.progress = progress
+        if message is not None:
+            self.message = message[:500]
+        if stage is not None:
+            self.stage = stage[:200]
+
+    def require_tools(self) -> InstanceTools:
+        """The instance's durable helpers; only a context made by the engine has them."""
+        if self.tools is None:
+            raise RuntimeError("this handler context has no engine behind it")
+        return self.tools

@@ -1,0 +1,128 @@
+"""Workflow definitions (handler maps) and their validation; no I/O.
+
+Owns the authoring API: Workflow, RetryPolicy and the handler and hook signatures. How an
+instance is run lives in runner.py.
+"""
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from laneway.engine.backoff import BackoffKind, retry_delay_ms
+from laneway.engine.context import HandlerContext, Step
+from laneway.errors import InvalidInputError
+from laneway.model import InstanceRecord, JSONValue
+
+Handler = Callable[[HandlerContext, JSONValue], Awaitable[Step]]
+TerminalHook = Callable[[InstanceRecord], Awaitable[None]]
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+class PydanticLikeModel(Protocol):
+    """A pydantic v2 model class, used as a params validator."""
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Any: ...
+
+
+Validator = Callable[[JSONValue], JSONValue] | type[PydanticLikeModel]
+
+
+def check_name(value: str, what: str) -> str:
+    """Names of workflows, queues and actions: 1-64 of letters, digits and `_ . : -`."""
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+        raise InvalidInputError(f"{what} must be 1-64 letters, digits or _ . : - (got {value!r})")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often an action is attempted, and how long to wait between attempts."""
+
+    max_attempts: int = 3
+    backoff: BackoffKind = "exponential"
+    base_ms: float = 1000.0
+    max_ms: float = 300_000.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_attempts <= 100:
+            raise InvalidInputError("max_attempts must be between 1 and 100")
+        if self.backoff not in ("fixed", "exponential"):
+            raise InvalidInputError("backoff must be 'fixed' or 'exponential'")
+        if self.base_ms < 0 or self.max_ms < self.base_ms:
+            raise InvalidInputError("need 0 <= base_ms <= max_ms")
+
+    def delay_ms(self, attempt: int) -> float:
+        """The wait after failed attempt number `attempt` (1-based)."""
+        return retry_delay_ms(self.backoff, self.base_ms, self.max_ms, attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """A handler-map workflow: named async handlers, one of which starts each instance.
+
+    A handler gets the context and the params of its action, and returns `Next(action,
+    params)` or `Done(result)`. After every handler the engine checkpoints the state and
+    the next action, so a crash resumes from there.
+    """
+
+    name: str
+    handlers: Mapping[str, Handler]
+    initial: str
+    queue: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    validator: Validator | None = None
+    on_terminal: TerminalHook | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "workflow name")
+        if self.queue is not None:
+            check_name(self.queue, "queue name")
+        if not self.handlers:
+            raise InvalidInputError(f"workflow {self.name!r} has no handlers")
+        for action, handler in self.handlers.items():
+            check_name(action, "action name")
+            if not callable(handler):
+                raise InvalidInputError(f"handler {action!r} of {self.name!r} is not callable")
+        if self.initial not in self.handlers:
+            raise InvalidInputError(
+                f"initial action {self.initial!r} of {self.name!r} is not one of its handlers"
+            )
+
+    @property
+    def queue_name(self) -> str:
+        """The queue instances run in unless an enqueue names another: by default, the name."""
+        return self.queue or self.name
+
+    @property
+    def kind(self) -> str:
+        """`handlers` for a handler map; `template` for a compiled template."""
+        return "handlers"
+
+    @property
+    def stages(self) -> list[str]:
+        """Stage names; a handler map has none."""
+        return []
+
+    def validate_params(self, params: JSONValue) -> JSONValue:
+        """Run the validator over enqueue params; return the value to store.
+
+        Raises:
+            InvalidInputError: the validator rejected the params.
+        """
+        if self.validator is None:
+            return params
+        model_validate = getattr(self.validator, "model_validate", None)
+        try:
+            if model_validate is not None:
+                validated = model_validate(params)
+                dump = getattr(validated, "model_dump", None)
+                return dump(mode="json") if dump is not None else validated
+            return cast(Callable[[JSONValue], JSONValue], self.validator)(params)
+        except InvalidInputError:
+            raise
+        except Exception as exc:  # the validator's own error is the message
+            raise InvalidInputError(f"params rejected by {self.name!r}: {exc}") from None

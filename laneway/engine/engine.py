@@ -1,0 +1,519 @@
+"""Engine: the Python API of Laneway — enqueue, cancel, resume, retry, queues, schedules, run.
+
+Owns workflow semantics at the edges: validating input, choosing queue and attempts, turning
+an action into the store call that performs it. The claim loop is scheduler.py's; the step
+loop is runner.py's. Usable as a plain library, with no GraphQL.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from laneway.engine import faults
+from laneway.engine.definitions import Workflow, check_name
+from laneway.engine.locks import EntityLocks
+from laneway.engine.payloads import encode_json
+from laneway.engine.registry import WorkflowRegistry
+from laneway.engine.scheduler import Scheduler
+from laneway.engine.schedules import fire_key, parse_recurrence
+from laneway.errors import ConflictError, InvalidInputError, NotFoundError
+from laneway.model import (
+    EnqueueResult,
+    EventRecord,
+    InstanceFilter,
+    InstanceRecord,
+    JSONValue,
+    NewInstance,
+    Notification,
+    OperationRecord,
+    QueueRecord,
+    ScheduleRecord,
+    Status,
+    Transition,
+)
+from laneway.store import Store
+from laneway.store.store import DEFAULT_MAX_RECOVERIES
+
+logger = logging.getLogger(__name__)
+
+MAX_KEY_CHARS = 255
+MAX_DELAY_MS = 366 * 24 * 3600 * 1000.0
+MAX_LIST_LIMIT = 500
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+
+
+def new_instance_id() -> UUID:
+    """A UUIDv7-style id: time-ordered, so new rows land at the right edge of the index."""
+    millis = time.time_ns() // 1_000_000
+    value = (millis & (2**48 - 1)) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return UUID(int=value)
+
+
+# How long a stopping process lets steps in flight finish before it hands them back. Below
+# the 10 s a container runtime usually waits between SIGTERM and SIGKILL.
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 8.0
+# Finished instances (with their events and operations) are kept this long, then pruned.
+DEFAULT_RETENTION_SECONDS = 7 * 86_400.0
+
+
+def default_owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueRequest:
+    """One instance to enqueue, for `Engine.enqueue_many`."""
+
+    name: str
+    params: JSONValue = None
+    queue: str | None = None
+    priority: int = 0
+    delay_ms: float = 0.0
+    idempotency_key: str | None = None
+    singleton_key: str | None = None
+    parent_id: UUID | None = None
+
+
+def _check_key(value: str | None, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
+        raise InvalidInputError(f"{what} must be 1-{MAX_KEY_CHARS} characters")
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} must not contain NUL characters")
+    return value
+
+
+class Engine:
+    """Laneway's engine: one per process, sharing the database with any number of others."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: WorkflowRegistry | None = None,
+        *,
+        owner_id: str | None = None,
+        lease_seconds: float = 30.0,
+        poll_interval_seconds: float = 2.0,
+        concurrency: int = 100,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+    ) -> None:
+        if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
+            raise InvalidInputError("lease, poll interval and concurrency must be positive")
+        if max_recoveries < 0 or shutdown_grace_seconds < 0 or retention_seconds < 0:
+            raise InvalidInputError(
+                "max_recoveries, shutdown grace and retention must not be negative"
+            )
+        self.store = store
+        self.registry = registry if registry is not None else WorkflowRegistry()
+        self.owner_id = owner_id or default_owner_id()
+        self.locks = EntityLocks(store)
+        self._started = False
+        self._before_run: list[Callable[[], Awaitable[object]]] = []
+        self.scheduler = Scheduler(
+            store,
+            self.registry,
+            owner_id=self.owner_id,
+            lease_seconds=lease_seconds,
+            poll_interval_seconds=poll_interval_seconds,
+            concurrency=concurrency,
+            retention_seconds=retention_seconds,
+            max_recoveries=max_recoveries,
+            shutdown_grace_seconds=shutdown_grace_seconds,
+            plan_schedule=self._plan_fire,
+            on_terminal=self._after_terminal,
+            spawn=self._enqueue_child,
+        )
+
+    def before_run(self, step: Callable[[], Awaitable[object]]) -> None:
+        """Await `step` at the start of every `run` (open_services: the event hub's LISTEN, so
+        other processes' enqueues and cancels reach the loop at once)."""
+        self._before_run.append(step)
+
+    # -- definitions -----------------------------------------------------------------------------
+
+    def register(self, workflow: Workflow) -> None:
+        """Make a workflow runnable (and enqueueable) in this process."""
+        self.registry.register(workflow)
+
+    def workflows(self) -> list[Workflow]:
+        return list(self.registry)
+
+    def _workflow(self, name: str) -> Workflow:
+        try:
+            return self.registry.get(name)
+        except NotFoundError:
+            raise InvalidInputError(f"unknown workflow {name!r}") from None
+
+    # -- queues ----------------------------------------------------------------------------------
+
+    async def configure_queue(
+        self, name: str, *, concurrency: int, rate_per_minute: float | None = None
+    ) -> QueueRecord:
+        """Create or change a queue: at most `concurrency` running at once across all processes,
+        and at most `rate_per_minute` starts per minute (token bucket; None: no rate cap).
+
+        Raises:
+            InvalidInputError: a bad name, concurrency < 1, or a rate that is not positive.
+        """
+        check_name(name, "queue name")
+        if not isinstance(concurrency, int) or not 1 <= concurrency <= 1_000_000:
+            raise InvalidInputError("concurrency must be an integer from 1 to 1000000")
+        if rate_per_minute is not None and not 0 < rate_per_minute <= 1e9:
+            raise InvalidInputError("ratePerMinute must be positive (or null for no limit)")
+        return await self.store.configure_queue(name, concurrency, rate_per_minute)
+
+    async def queues(self) -> list[QueueRecord]:
+        """Every queue with its caps and counts per status; registered ones exist even if idle."""
+        await self.store.ensure_queues({w.queue_name for w in self.registry})
+        return await self.store.queues()
+
+    # -- instances -------------------------------------------------------------------------------
+
+    def _new_instance(self, request: EnqueueRequest) -> NewInstance:
+        workflow = self._workflow(request.name)
+        queue = (
+            check_name(request.queue, "queue name")
+            if request.queue is not None
+            else workflow.queue_name
+        )
+        if isinstance(request.priority, bool) or not isinstance(request.priority, int):
+            raise InvalidInputError("priority must be an integer")
+        if not PRIORITY_RANGE[0] <= request.priority <= PRIORITY_RANGE[1]:
+            raise InvalidInputError(f"priority must be within {PRIORITY_RANGE}")
+        delay_ms = float(request.delay_ms or 0.0)
+        if not 0.0 <= delay_ms <= MAX_DELAY_MS:  # also refuses NaN
+            raise InvalidInputError(f"delayMs must be between 0 and {MAX_DELAY_MS:.0f}")
+        params = workflow.validate_params(request.params)
+        return NewInstance(
+            instance_id=new_instance_id(),
+            name=workflow.name,
+            queue=queue,
+            priority=request.priority,
+            max_attempts=workflow.retry.max_attempts,
+            delay_ms=delay_ms,
+            params_json=encode_json(params, what="params"),
+            first_action=workflow.initial,
+            idempotency_key=_check_key(request.idempotency_key, "idempotencyKey"),
+            singleton_key=_check_key(request.singleton_key, "singletonKey"),
+            parent_id=request.parent_id,
+        )
+
+    async def enqueue(
+        self,
+        name: str,
+        params: JSONValue = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        delay_ms: float = 0.0,
+        idempotency_key: str | None = None,
+        singleton_key: str | None = None,
+        parent_id: UUID | None = None,
+    ) -> EnqueueResult:
+        """Create an instance of workflow `name`, or return the one its keys already name.
+
+        Higher `priority` runs first; `delay_ms` holds it back on the database clock. A
+        second enqueue with the same `idempotency_key` returns the first instance; with a
+        `singleton_key`, at most one instance per (workflow, key) is not yet terminal.
+
+        Raises:
+            InvalidInputError: unknown workflow, params rejected, a bad key, delay or queue.
+        """
+        new = self._new_instance(
+            EnqueueRequest(
+                name=name,
+                params=params,
+                queue=queue,
+                priority=priority,
+                delay_ms=delay_ms,
+                idempotency_key=idempotency_key,
+                singleton_key=singleton_key,
+                parent_id=parent_id,
+            )
+        )
+        result = await self.store.enqueue(new)
+        self.scheduler.wake()
+        if new.delay_ms > 0:
+            self.scheduler.wake_in(new.delay_ms / 1000.0)
+        return result
+
+    async def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
+        """Enqueue many instances in one transaction; all are validated before any is written.
+
+        Raises:
+            InvalidInputError: any request is invalid (then nothing is written).
+        """
+        if len(requests) > 10_000:
+            raise InvalidInputError("at most 10000 instances per batch")
+        batch = [self._new_instance(request) for request in requests]
+        results = await self.store.enqueue_many(batch)
+        self.scheduler.wake()
+        return results
+
+    async def get(self, instance_id: UUID) -> InstanceRecord | None:
+        return await self.store.get_instance(instance_id)
+
+    async def list_instances(
+        self, where: InstanceFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> list[InstanceRecord]:
+        """Instances newest first.
+
+        Raises:
+            InvalidInputError: limit outside 1..500, or a negative offset.
+        """
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        if offset < 0:
+            raise InvalidInputError("offset must not be negative")
+        return await self.store.list_instances(
+            where or InstanceFilter(), limit=limit, offset=offset
+        )
+
+    async def cancel(self, instance_id: UUID) -> InstanceRecord:
+        """Cancel an instance; a running handler is stopped wherever it runs.
+
+        Cancelling a terminal instance is a no-op that returns it.
+
+        Raises:
+            NotFoundError: no such instance.
+        """
+        record, changed = await self.store.cancel_instance(instance_id)
+        if changed:
+            if faults.ARMED:
+                await faults.hit("cancel_transition")
+            self.scheduler.stop_run(instance_id, reason="cancelled")
+            await self._run_hook(record)
+        return record
+
+    async def resume(self, instance_id: UUID) -> InstanceRecord:
+        """Put a paused instance back to pending.
+
+        Raises:
+            NotFoundError: no such instance.
+            ConflictError: it is not paused.
+        """
+        record = await self.store.resume_instance(instance_id)
+        if record is None:
+            current = await self._require(instance_id)
+            raise ConflictError(instance_id, current.status, "resume")
+        self.scheduler.wake()
+        return record
+
+    async def retry(self, instance_id: UUID) -> InstanceRecord:
+        """Run a failed instance again from its last checkpoint, with fresh attempts.
+
+        Raises:
+            NotFoundError: no such instance.
+            ConflictError: it is not failed.
+        """
+        record = await self.store.retry_instance(instance_id)
+        if record is None:
+            current = await self._require(instance_id)
+            raise ConflictError(instance_id, current.status, "retry")
+        self.scheduler.wake()
+        return record
+
+    async def _enqueue_child(self, parent_id: UUID, name: str, params: JSONValue) -> UUID:
+        # Keyed by parent and workflow: a parent re-run after a crash finds the same child.
+        result = await self.enqueue(
+            name, params, parent_id=parent_id, idempotency_key=f"chain:{parent_id}:{name}"
+        )
+        return result.instance_id
+
+    async def operations(self, instance_id: UUID) -> list[OperationRecord]:
+        """The recorded operation outcomes of an instance (templates), in finishing order."""
+        return await self.store.operations(instance_id)
+
+    async def _require(self, instance_id: UUID) -> InstanceRecord:
+        record = await self.store.get_instance(instance_id)
+        if record is None:
+            raise NotFoundError(f"no instance {instance_id}")
+        return record
+
+    async def events(
+        self, instance_id: UUID | None = None, *, after_event_id: int = 0, limit: int = 100
+    ) -> list[EventRecord]:
+        """Events in commit order, after `after_event_id`, optionally of one instance.
+
+        Raises:
+            InvalidInputError: limit outside 1..500.
+        """
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        if instance_id is None:
+            return await self.store.events_after(after_event_id, limit)
+        return await self.store.instance_events_after(instance_id, after_event_id, limit)
+
+    async def wait(self, instance_id: UUID, *, timeout: float = 30.0) -> InstanceRecord:
+        """Wait until the instance is terminal (or paused) and return it.
+
+        Raises:
+            NotFoundError: no such instance.
+            TimeoutError: it did not finish within `timeout` seconds.
+        """
+        delay = 0.005
+        async with asyncio.timeout(timeout):
+            while True:
+                record = await self._require(instance_id)
+                if record.is_terminal or record.status == Status.PAUSED:
+                    return record
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.2)
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    async def create_schedule(
+        self,
+        name: str,
+        workflow_name: str,
+        params: JSONValue = None,
+        *,
+        every: str | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+    ) -> ScheduleRecord:
+        """Create (or replace) a schedule that enqueues `workflow_name` at every fire.
+
+        Raises:
+            InvalidInputError: unknown workflow, bad name, interval, cron or timezone.
+        """
+        check_name(name, "schedule name")
+        workflow = self._workflow(workflow_name)
+        recurrence = parse_recurrence(every=every, cron=cron, timezone=timezone)
+        params_json = encode_json(workflow.validate_params(params), what="params")
+        next_run_at = recurrence.next_fire_after(await self.store.now())
+        return await self.store.upsert_schedule(
+            name=name,
+            workflow_name=workflow.name,
+            params_json=params_json,
+            every=every.strip() if every else None,
+            cron=cron.strip() if cron else None,
+            timezone=recurrence.timezone,
+            next_run_at=next_run_at,
+        )
+
+    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleRecord:
+        """Enable or disable a schedule; re-enabling does not fire the missed backlog.
+
+        Raises:
+            NotFoundError: no such schedule.
+        """
+        schedule = await self.store.get_schedule(name)
+        if schedule is None:
+            raise NotFoundError(f"no schedule named {name!r}")
+        recurrence = parse_recurrence(
+            every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
+        )
+        next_run_at = recurrence.next_fire_after(await self.store.now())
+        return await self.store.set_schedule_enabled(name, enabled, next_run_at)
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete a schedule; False when there was none by that name."""
+        return await self.store.delete_schedule(name)
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        return await self.store.schedules()
+
+    def _plan_fire(
+        self, schedule: ScheduleRecord, now: datetime
+    ) -> tuple[NewInstance | None, datetime]:
+        """The instance a due schedule enqueues, and its next fire (backlog collapses to one)."""
+        workflow = self.registry.find(schedule.workflow_name)
+        if workflow is None:
+            return None, schedule.next_run_at
+        recurrence = parse_recurrence(
+            every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
+        )
+        next_run_at = recurrence.next_fire_after(max(now, schedule.next_run_at))
+        new = NewInstance(
+            instance_id=new_instance_id(),
+            name=workflow.name,
+            queue=workflow.queue_name,
+            priority=0,
+            max_attempts=workflow.retry.max_attempts,
+            delay_ms=0.0,
+            params_json=encode_json(schedule.params, what="params"),
+            first_action=workflow.initial,
+            idempotency_key=fire_key(schedule.name, schedule.next_run_at),
+        )
+        return new, next_run_at
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def notify(self, notification: Notification) -> None:
+        """Feed a NOTIFY from the event listener: wakes the loop, stops cancelled handlers."""
+        self.scheduler.notify(notification)
+
+    async def tick(self) -> int:
+        """One round: maintenance, schedules, claim, and run the claimed instances to the end."""
+        return await self.scheduler.tick()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Claim and run instances until `stopping` is set (for the process's TaskGroup)."""
+        # Running from the first line: health checks must not see a starting engine as down.
+        self._started = True
+        try:
+            for step in self._before_run:
+                await step()
+            await self._prepare_queues()
+            await self.scheduler.run(stopping)
+        finally:
+            self._started = False
+
+    async def _prepare_queues(self) -> None:
+        await self.store.ensure_queues({w.queue_name for w in self.registry})
+        for workflow in self.registry:
+            settings = getattr(getattr(workflow, "template", None), "queue_settings", None)
+            if settings is not None:  # a template declares its queue's caps
+                await self.configure_queue(
+                    workflow.queue_name,
+                    concurrency=settings.concurrency,
+                    rate_per_minute=settings.rate_per_minute,
+                )
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator["Engine"]:
+        """Run the engine's loop in the background for the duration of the block."""
+        stopping = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.run(stopping), name="laneway-engine")
+            try:
+                yield self
+            finally:
+                stopping.set()
+
+    @property
+    def is_running(self) -> bool:
+        """True while `run` is active, from its first line to its last."""
+        return self._started
+
+    async def _after_terminal(self, transition: Transition) -> None:
+        workflow = self.registry.find(transition.name)
+        if workflow is None or workflow.on_terminal is None:
+            return
+        record = await self.store.get_instance(transition.instance_id)
+        if record is not None:
+            await self._run_hook(record)
+
+    async def _run_hook(self, record: InstanceRecord) -> None:
+        workflow = self.registry.find(record.name)
+        if workflow is None or workflow.on_terminal is None:
+            return
+        try:
+            await workflow.on_terminal(record)
+        except Exception:
+            logger.exception("terminal hook failed", extra={"instance_id": str(record.instance_id)})

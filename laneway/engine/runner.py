@@ -1,0 +1,276 @@
+"""Runner: drives one claimed instance handler by handler; the group committer it writes through.
+
+Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing.
+Every write goes through the Committer, which puts the writes of all runners that are ready
+at the same moment into one transaction (group commit). Claiming is scheduler.py's job.
+"""
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from laneway.engine import faults
+from laneway.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure
+from laneway.engine.definitions import Workflow
+from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
+from laneway.errors import InvalidInputError, LeaseLostError
+from laneway.model import (
+    CheckpointWrite,
+    CompleteWrite,
+    FailWrite,
+    InstanceRecord,
+    JSONValue,
+    LockRecord,
+    OperationRecord,
+    RunnerWrite,
+    Status,
+    Transition,
+)
+from laneway.store import Store
+
+logger = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 4000
+
+
+class Committer:
+    """Group commit for runner writes: whoever gets the lock flushes everything queued."""
+
+    def __init__(self, store: Store, owner_id: str, lease_seconds: float) -> None:
+        self._store = store
+        self._owner_id = owner_id
+        self._lease_seconds = lease_seconds
+        self._queued: list[tuple[RunnerWrite, asyncio.Future[Transition | None]]] = []
+        self._lock = asyncio.Lock()
+
+    async def write(self, item: RunnerWrite) -> Transition:
+        """Apply one write (batched with whatever else is ready).
+
+        Raises:
+            LeaseLostError: the instance is no longer ours (lease taken over, or cancelled).
+        """
+        future: asyncio.Future[Transition | None] = asyncio.get_running_loop().create_future()
+        self._queued.append((item, future))
+        # One turn of the event loop lets the other runners that are ready now queue their
+        # writes too, so the first writer does not commit alone.
+        await asyncio.sleep(0)
+        async with self._lock:
+            if not future.done():
+                batch, self._queued = self._queued, []
+                # Shielded: a cancelled runner must not abort the transaction of the others.
+                await asyncio.shield(self._flush(batch))
+        transition = future.result()
+        if transition is None:
+            raise LeaseLostError(item.instance_id)
+        return transition
+
+    async def _flush(
+        self, batch: list[tuple[RunnerWrite, "asyncio.Future[Transition | None]"]]
+    ) -> None:
+        try:
+            transitions = await self._store.write_runner_batch(
+                self._owner_id, self._lease_seconds, [item for item, _ in batch]
+            )
+            if faults.ARMED:
+                await faults.hit("after_checkpoint_commit")
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        by_id = {t.instance_id: t for t in transitions}
+        for item, future in batch:
+            if not future.done():
+                future.set_result(by_id.get(item.instance_id))
+
+
+ChildSpawner = Callable[[UUID, str, JSONValue], Awaitable[UUID]]
+
+
+class RunnerTools:
+    """The InstanceTools of one running instance: store calls fenced by this owner."""
+
+    def __init__(
+        self, store: Store, owner_id: str, record: InstanceRecord, spawn: ChildSpawner
+    ) -> None:
+        self._store = store
+        self._owner_id = owner_id
+        self._instance_id = record.instance_id
+        self._epoch = record.lease_epoch
+        self._spawn = spawn
+
+    async def finished_operations(self) -> list[OperationRecord]:
+        return await self._store.operations(self._instance_id)
+
+    async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
+        recorded = await self._store.record_operation(
+            owner_id=self._owner_id,
+            epoch=self._epoch,
+            operation=operation,
+            seconds=seconds,
+            data_json=encode_json(operation.data, what="operation data"),
+            metadata_json=encode_json(operation.metadata, what="operation metadata"),
+        )
+        if recorded is None:
+            raise LeaseLostError(self._instance_id)
+
+    async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
+        return await self._spawn(self._instance_id, name, params)
+
+    async def acquire_lock(
+        self, entity_type: str, entity_id: str, ttl_seconds: float
+    ) -> LockRecord | None:
+        return await self._store.acquire_lock(
+            entity_type, entity_id, self._instance_id, ttl_seconds
+        )
+
+    async def release_lock(self, lock: LockRecord) -> bool:
+        return await self._store.release_lock(lock)
+
+
+@dataclass(slots=True, kw_only=True)
+class Run:
+    """One instance running in this process."""
+
+    record: InstanceRecord
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    task: "asyncio.Task[None] | None" = None
+    draining: bool = False  # the process is stopping: end at the next checkpoint
+    handed_back: bool = False  # stopped at a checkpoint while draining; still leased here
+    # The write that ends this run here committed (terminal, paused, retry pending): the lease
+    # is gone on purpose, so a renewal that misses it must not stop the run's last steps.
+    settled: bool = False
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:MAX_ERROR_CHARS]
+
+
+async def run_instance(
+    run: Run,
+    workflow: Workflow,
+    committer: Committer,
+    on_terminal: Callable[[Transition], Awaitable[None]],
+    tools: RunnerTools,
+) -> float | None:
+    """Drive one claimed instance until it ends, pauses, fails an attempt, or loses its lease.
+
+    Returns the seconds until the instance is due again when a failed attempt left it
+    pending (its retry backoff), else None.
+    """
+    record = run.record
+    state: dict[str, object] = dict(record.state)
+    action = record.next_action or workflow.initial
+    params = record.next_params
+    attempt = record.attempts
+    stage = record.stage
+    while True:
+        ctx = HandlerContext(
+            instance_id=record.instance_id,
+            name=record.name,
+            action=action,
+            attempt=attempt,
+            max_attempts=record.max_attempts,
+            params=params,
+            state=state,
+            cancelled=run.cancelled,
+            stage=stage,
+            tools=tools,
+        )
+        if faults.ARMED:
+            await faults.hit("before_step")
+        try:
+            write = await _call_handler(ctx, workflow, action, record.lease_epoch)
+        except LeaseLostError:
+            return None
+        if faults.ARMED and isinstance(write, CheckpointWrite) and write.pause_label:
+            await faults.hit("pause_transition")
+        try:
+            transition = await committer.write(write)
+        except LeaseLostError:
+            logger.info(
+                "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
+            )
+            return None
+        if isinstance(write, FailWrite) and transition.status == Status.PENDING:
+            run.settled = True
+            return write.delay_ms / 1000.0
+        if not isinstance(write, CheckpointWrite) or write.pause_label is not None:
+            run.settled = True
+            if transition.status.is_terminal:
+                await on_terminal(transition)
+            return None
+        if run.draining:
+            # Shutting down: the step is recorded, the next one is another process's.
+            run.handed_back = True
+            return None
+        stage = ctx.stage
+        # The next handler gets exactly what was checkpointed, so an uninterrupted instance
+        # and one resumed after a crash see the same params.
+        action, params, attempt = write.next_action, json.loads(write.next_params_json), 1
+
+
+async def _call_handler(
+    ctx: HandlerContext, workflow: Workflow, action: str, epoch: int
+) -> RunnerWrite:
+    """Call one handler and turn its outcome into the write (fenced by `epoch`) that records it."""
+    handler = workflow.handlers.get(action)
+    try:
+        if handler is None:
+            raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
+        step = await handler(ctx, ctx.params)
+        if isinstance(step, Next | Pause):
+            if step.action not in workflow.handlers:
+                raise InvalidInputError(
+                    f"handler {action!r} returned unknown action {step.action!r}"
+                )
+            return CheckpointWrite(
+                instance_id=ctx.instance_id,
+                attempt=ctx.attempt,
+                epoch=epoch,
+                state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
+                next_action=step.action,
+                next_params_json=encode_json(step.params, what="action params"),
+                progress=ctx.progress,
+                message=ctx.message,
+                stage=ctx.stage,
+                pause_label=step.label if isinstance(step, Pause) else None,
+            )
+        if isinstance(step, Done):
+            return CompleteWrite(
+                instance_id=ctx.instance_id,
+                attempt=ctx.attempt,
+                epoch=epoch,
+                result_json=encode_json(step.result, what="result", max_bytes=MAX_PAYLOAD_BYTES),
+                state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
+            )
+        raise InvalidInputError(
+            f"handler {action!r} returned {type(step).__name__}; "
+            "expected Next(...), Pause(...) or Done(...)"
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        # A handler's exception is data: a failed attempt, recorded and retried by policy.
+        logger.info(
+            "attempt failed",
+            extra={
+                "instance_id": str(ctx.instance_id),
+                "workflow": workflow.name,
+                "action": action,
+                "attempt": ctx.attempt,
+                "error": _error_text(exc),
+            },
+        )
+        return FailWrite(
+            instance_id=ctx.instance_id,
+            attempt=ctx.attempt,
+            epoch=epoch,
+            error=_error_text(exc),
+            delay_ms=workflow.retry.delay_ms(ctx.attempt),
+            final=isinstance(exc, PermanentFailure),
+        )

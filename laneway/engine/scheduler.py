@@ -1,0 +1,348 @@
+"""Scheduler: the claim loop that starts runners for due instances, within queue caps.
+
+Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules and
+wake-ups. Does not run user code itself (runner.py) and writes no SQL (store).
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from uuid import UUID
+
+from laneway.engine import faults
+from laneway.engine.registry import WorkflowRegistry
+from laneway.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
+from laneway.model import InstanceRecord, NewInstance, Notification, ScheduleRecord, Transition
+from laneway.store import Store
+
+logger = logging.getLogger(__name__)
+
+CLAIM_COALESCE_SECONDS = 0.002
+
+SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
+TerminalCallback = Callable[[Transition], Awaitable[None]]
+
+UNREGISTERED_CHECK_SECONDS = 60.0
+PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
+
+
+class Scheduler:
+    """Claims due instances and runs them, as one process's share of the work."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: WorkflowRegistry,
+        *,
+        owner_id: str,
+        lease_seconds: float,
+        poll_interval_seconds: float,
+        concurrency: int,
+        retention_seconds: float,
+        max_recoveries: int,
+        shutdown_grace_seconds: float,
+        plan_schedule: SchedulePlanner,
+        on_terminal: TerminalCallback,
+        spawn: ChildSpawner,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self.owner_id = owner_id
+        self.lease_seconds = lease_seconds
+        self.poll_interval_seconds = poll_interval_seconds
+        self.concurrency = concurrency
+        self.max_recoveries = max_recoveries
+        self.retention_seconds = retention_seconds
+        self.shutdown_grace_seconds = shutdown_grace_seconds
+        self._plan_schedule = plan_schedule
+        self._on_terminal = on_terminal
+        self._spawn = spawn
+        self._committer = Committer(store, owner_id, lease_seconds)
+        # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
+        # claimed while the other's group commit is in flight, instead of the claim and the
+        # commit taking turns (no-op instances, 20,000 queued: ~9,000/s instead of ~7,500/s).
+        self._cohort = max(concurrency // 2, 1)
+        self._runs: dict[UUID, Run] = {}
+        self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
+        self._wake = asyncio.Event()
+        self._next_wake: float | None = None  # monotonic deadline set by wake_in
+        self._last_poll = -float("inf")
+        self._warned_unregistered: set[str] = set()
+        self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
+        self._last_prune = -PRUNE_EVERY_SECONDS
+
+    # -- signals from outside --------------------------------------------------------------------
+
+    def notify(self, notification: Notification) -> None:
+        """A NOTIFY arrived: wake the loop, and stop a handler whose instance was cancelled."""
+        if notification.cancelled_id is not None:
+            self.stop_run(notification.cancelled_id, reason="cancelled")
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wake_in(self, seconds: float) -> None:
+        """Claim again after `seconds` (a retry backoff or a delay this process knows of),
+        sooner than the next poll would."""
+        deadline = time.monotonic() + max(seconds, 0.0)
+        if self._next_wake is None or deadline < self._next_wake:
+            self._next_wake = deadline
+
+    def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
+        """Cancel the handler task of an instance running here; False if it is not here."""
+        run = self._runs.get(instance_id)
+        if run is None:
+            return False
+        logger.info("stopping run", extra={"instance_id": str(instance_id), "reason": reason})
+        run.cancelled.set()
+        if run.task is not None:
+            run.task.cancel()
+        return True
+
+    # -- one round, for tests and for the loop ---------------------------------------------------
+
+    async def maintain(self) -> None:
+        """Recover expired leases, fire due schedules, and report unrunnable instances."""
+        await self._recover()
+        if len(self._registry):
+            await self._store.fire_due_schedules(self._plan_schedule)
+            if faults.ARMED:
+                await faults.hit("cron_insert")
+        await self._report_unregistered()
+        await self._prune()
+
+    async def _poll(self) -> bool:
+        """The idle poll: one cheap statement, then only the work it found.
+
+        Returns whether due instances are waiting to be claimed.
+        """
+        self._last_poll = time.monotonic()
+        due = await self._store.due_work(self._registry.names())
+        if due.expired_leases:
+            await self._recover()
+        if due.due_schedules and len(self._registry):
+            await self._store.fire_due_schedules(self._plan_schedule)
+            if faults.ARMED:
+                await faults.hit("cron_insert")
+        await self._report_unregistered()
+        await self._prune()
+        return due.claimable
+
+    async def _prune(self) -> None:
+        """Every few minutes, delete finished instances older than the retention period."""
+        now = time.monotonic()
+        if self.retention_seconds <= 0 or now - self._last_prune < PRUNE_EVERY_SECONDS:
+            return
+        self._last_prune = now
+        pruned = await self._store.prune_finished(self.retention_seconds)
+        if pruned:
+            logger.info("finished instances pruned", extra={"count": pruned})
+
+    async def _recover(self) -> None:
+        recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)
+        for transition in recovered:
+            logger.warning(
+                "lease expired, instance recovered",
+                extra={"instance_id": str(transition.instance_id), "status": transition.status},
+            )
+            if transition.status.is_terminal:
+                await self._on_terminal(transition)
+
+    async def _report_unregistered(self) -> None:
+        now = time.monotonic()
+        if now - self._last_unregistered_check < UNREGISTERED_CHECK_SECONDS:
+            return
+        # Scans the pending backlog, so it runs rarely; it only feeds a warning.
+        self._last_unregistered_check = now
+        unregistered = await self._store.unregistered_pending(self._registry.names())
+        for name, count in unregistered.items():
+            if name not in self._warned_unregistered:
+                self._warned_unregistered.add(name)
+                logger.warning(
+                    "pending instances of a workflow not registered here",
+                    extra={"workflow": name, "pending": count},
+                )
+
+    async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
+        free = self.concurrency - len(self._runs)
+        limit = free if limit is None else min(limit, free)
+        return await self._store.claim(
+            self.owner_id, self._registry.names(), limit, self.lease_seconds
+        )
+
+    async def tick(self) -> int:
+        """One full round: maintenance, claim, and run what was claimed to its end.
+
+        Returns how many instances were run. Tests drive the engine with this.
+        """
+        await self.maintain()
+        claimed = await self.claim()
+        if claimed:
+            async with asyncio.TaskGroup() as group:
+                for record in claimed:
+                    self._start(group, record)
+        return len(claimed)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Claim and run until `stopping` is set; then let steps in flight finish (within the
+        grace period) and hand every unfinished instance back."""
+        halted = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            # Leases are renewed until the hand-back, drain included.
+            heartbeat = group.create_task(self._heartbeat(halted), name="laneway-heartbeat")
+            try:
+                await self._loop(group, stopping)
+            finally:
+                try:
+                    await self._drain()
+                finally:
+                    halted.set()
+                    heartbeat.cancel()
+                    await self._shutdown()
+
+    async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
+        failures = 0
+        woken = True  # the first round claims whatever is due
+        while not stopping.is_set():
+            self._wake.clear()
+            try:
+                claimable = woken
+                if time.monotonic() - self._last_poll >= self.poll_interval_seconds:
+                    claimable = await self._poll() or woken
+                has_room = len(self._runs) < self.concurrency
+                claimed = await self.claim(self._cohort) if claimable and has_room else []
+                failures = 0
+            except Exception as exc:
+                # A lost or restarting database: the loop outlives it, backing off meanwhile.
+                failures += 1
+                delay = min(0.1 * 2**failures, 5.0)
+                logger.warning(
+                    "claim round failed",
+                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_s": delay},
+                )
+                await _wait(stopping, delay)
+                continue
+            for record in claimed:
+                self._start(group, record)
+            if claimed and len(self._runs) < self.concurrency:
+                continue  # there may be more due work right now
+            woken = await _wait_any(stopping, self._wake, self._idle_seconds())
+            if woken and 0 < self.concurrency - len(self._runs) < self.concurrency // 4:
+                # Busy, and only a few slots free: a moment lets more runs finish, so one
+                # claim takes them all (every claim is a commit in the append-lock pipeline).
+                await _wait(stopping, CLAIM_COALESCE_SECONDS)
+            if self._next_wake is not None and time.monotonic() >= self._next_wake:
+                self._next_wake = None  # a known due time arrived: claim
+                woken = True
+
+    def _idle_seconds(self) -> float:
+        """How long the loop may sleep: until the next poll, or a known due time before it."""
+        until_poll = max(self._last_poll + self.poll_interval_seconds - time.monotonic(), 0.0)
+        if self._next_wake is None:
+            return until_poll
+        return max(min(until_poll, self._next_wake - time.monotonic()), 0.0)
+
+    def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
+        run = Run(record=record)
+        self._runs[record.instance_id] = run
+        run.task = group.create_task(self._run(run), name=f"laneway-run-{record.instance_id}")
+
+    async def _run(self, run: Run) -> None:
+        try:
+            workflow = self._registry.get(run.record.name)
+            tools = RunnerTools(self._store, self.owner_id, run.record, self._spawn)
+            due_in = await run_instance(run, workflow, self._committer, self._on_terminal, tools)
+            if due_in is not None:
+                self.wake_in(due_in)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A bug or a lost database: the lease runs out and another claim retries it.
+            logger.exception("runner crashed", extra={"instance_id": str(run.record.instance_id)})
+        finally:
+            # A run whose lease was lost may end after the instance was claimed here again.
+            if self._runs.get(run.record.instance_id) is run:
+                del self._runs[run.record.instance_id]
+            self._wake.set()
+
+    async def _heartbeat(self, halted: asyncio.Event) -> None:
+        interval = max(self.lease_seconds / 3.0, 0.05)
+        while not halted.is_set():
+            await _wait(halted, interval)
+            try:
+                await self.renew()
+            except Exception as exc:
+                logger.warning("lease renewal failed", extra={"error": str(exc)})
+
+    async def renew(self) -> None:
+        """Renew every lease held here; stop the runs whose lease is gone."""
+        leases = self._leases()
+        if not leases:
+            return
+        held = await self._store.renew_leases(self.owner_id, leases, self.lease_seconds)
+        for instance_id in leases:
+            run = self._runs.get(instance_id)
+            # A run that settled while the renewal was in flight gave its lease up itself.
+            if instance_id not in held and run is not None and not run.settled:
+                self.stop_run(instance_id, reason="lease lost")
+
+    def _leases(self) -> dict[UUID, int]:
+        return {instance_id: run.record.lease_epoch for instance_id, run in self._runs.items()}
+
+    async def _drain(self) -> None:
+        """Let each run finish the step it is in; it stops at its next checkpoint (or ends).
+
+        A step still running after the grace period is interrupted by the hand-back; without
+        the wait, nearly every step in flight would run again in another process.
+        """
+        runs = list(self._runs.values())
+        for run in runs:
+            run.draining = True
+        tasks = [run.task for run in runs if run.task is not None]
+        if tasks and self.shutdown_grace_seconds > 0:
+            logger.info(
+                "draining", extra={"runs": len(tasks), "grace_s": self.shutdown_grace_seconds}
+            )
+            await asyncio.wait(tasks, timeout=self.shutdown_grace_seconds)
+        for run in runs:
+            if run.handed_back:
+                self._handed_back[run.record.instance_id] = run.record.lease_epoch
+
+    async def _shutdown(self) -> None:
+        leases = {**self._handed_back, **self._leases()}
+        self._handed_back = {}
+        for instance_id in leases:
+            self.stop_run(instance_id, reason="shutdown")
+        if leases:
+            try:
+                if faults.ARMED:
+                    await faults.hit("before_release")
+                await self._store.release(self.owner_id, leases)
+            except Exception as exc:
+                logger.warning("release at shutdown failed", extra={"error": str(exc)})
+
+
+async def _wait(stopping: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stopping.wait()
+
+
+async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event, seconds: float) -> bool:
+    """Wait for a wake-up, a stop, or the timeout; True when woken."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            stop_task = asyncio.ensure_future(stopping.wait())
+            wake_task = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({stop_task, wake_task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_task.cancel()
+                wake_task.cancel()
+    return wake.is_set()

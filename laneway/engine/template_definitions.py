@@ -1,0 +1,390 @@
+"""Template definitions (declarative workflows), their pure decisions and validation; no I/O.
+
+Owns the authoring API of templates (Template, Stage, Operation, Checkpoint, what an operation
+handler receives and returns, the registry of operation handlers) and the decisions the
+interpreter takes from them. Running a template lives in templates.py.
+"""
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+from uuid import UUID
+
+from laneway.engine.backoff import retry_delay_ms
+from laneway.engine.context import Next, Pause
+from laneway.engine.definitions import RetryPolicy, Validator, check_name
+from laneway.errors import InvalidInputError
+from laneway.model import JSONValue, OperationRecord
+
+Condition = Callable[[Mapping[str, JSONValue]], bool]
+"""A predicate on the accumulated context (initial context merged with operation data)."""
+
+MAX_ATTEMPTS_LIMIT = 100
+MAX_FIX_CYCLES_LIMIT = 100
+
+COMPLETED, FAILED, SKIPPED = "completed", "failed", "skipped"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Operation:
+    """One unit of work in a stage, run by the handler registered for its `type`.
+
+    A failed attempt is retried inside the stage after `retry_base_ms`, doubling up to
+    `retry_max_ms`. A critical operation that still fails fails its stage; a non-critical
+    one is recorded as failed and the stage goes on. `condition` false: recorded as skipped.
+    """
+
+    type: str
+    timeout_seconds: float = 60.0
+    max_attempts: int = 3
+    critical: bool = True
+    condition: Condition | None = None
+    retry_base_ms: float = 100.0
+    retry_max_ms: float = 5_000.0
+
+    def __post_init__(self) -> None:
+        check_name(self.type, "operation type")
+        if not 0 < self.timeout_seconds <= 24 * 3600:
+            raise InvalidInputError(
+                f"operation {self.type!r}: timeout_seconds must be in (0, 1 day]"
+            )
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise InvalidInputError(
+                f"operation {self.type!r}: max_attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}"
+            )
+        if not 0 <= self.retry_base_ms <= self.retry_max_ms:
+            raise InvalidInputError(
+                f"operation {self.type!r}: need 0 <= retry_base_ms <= retry_max_ms"
+            )
+
+    def retry_delay_ms(self, attempt: int) -> float:
+        """The wait after failed attempt number `attempt` (1-based)."""
+        return retry_delay_ms("exponential", self.retry_base_ms, self.retry_max_ms, attempt)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stage:
+    """An ordered step of a template: its operations run in sequence, or all at once.
+
+    With `fix_operations`, a critical failure runs them (in parallel too when the stage is)
+    and then all the stage's operations again (verify), up to `max_fix_cycles` times before
+    the stage fails. `condition` false: the stage is skipped, its operations recorded so.
+    """
+
+    name: str
+    operations: Sequence[Operation]
+    parallel: bool = False
+    condition: Condition | None = None
+    fix_operations: Sequence[Operation] = ()
+    max_fix_cycles: int = 1
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "stage name")
+        # Accept any sequence from authors, keep an immutable one.
+        object.__setattr__(self, "operations", tuple(self.operations))
+        object.__setattr__(self, "fix_operations", tuple(self.fix_operations))
+        if not self.operations:
+            raise InvalidInputError(f"stage {self.name!r} has no operations")
+        for operation in (*self.operations, *self.fix_operations):
+            if not isinstance(operation, Operation):
+                raise InvalidInputError(
+                    f"stage {self.name!r} holds {operation!r}, not an Operation"
+                )
+        if not 0 <= self.max_fix_cycles <= MAX_FIX_CYCLES_LIMIT:
+            raise InvalidInputError(
+                f"stage {self.name!r}: max_fix_cycles must be between 0 and {MAX_FIX_CYCLES_LIMIT}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """Pause with `label` after stage `after_stage` when `condition` (default: always) holds."""
+
+    after_stage: str
+    label: str
+    condition: Condition | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.label, "checkpoint label")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSettings:
+    """Caps a template asks for its queue; applying them is the engine's start-up job."""
+
+    concurrency: int
+    rate_per_minute: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 1_000_000:
+            raise InvalidInputError("queue concurrency must be from 1 to 1000000")
+        if self.rate_per_minute is not None and not 0 < self.rate_per_minute <= 1e9:
+            raise InvalidInputError("queue rate_per_minute must be positive (or None)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Template:
+    """A declarative workflow: ordered stages of operations over an accumulated context.
+
+    `type` is its workflow name. The initial context is the instance's params (a JSON object).
+    On completion, `next_workflow` is enqueued with the final context (overlaid with
+    `next_params`) as its params. `retry` is the instance-level policy: see templates.py.
+    """
+
+    type: str
+    stages: Sequence[Stage]
+    queue: str | None = None
+    version: int = 1
+    description: str = ""
+    estimated_seconds: float | None = None
+    checkpoints: Sequence[Checkpoint] = ()
+    next_workflow: str | None = None
+    next_params: Mapping[str, JSONValue] | None = None
+    queue_settings: QueueSettings | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    validator: Validator | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.type, "template type")
+        if self.queue is not None:
+            check_name(self.queue, "queue name")
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "checkpoints", tuple(self.checkpoints))
+        if not self.stages:
+            raise InvalidInputError(f"template {self.type!r} has no stages")
+        if not all(isinstance(stage, Stage) for stage in self.stages):
+            raise InvalidInputError(f"template {self.type!r}: every stage must be a Stage")
+        if not all(isinstance(checkpoint, Checkpoint) for checkpoint in self.checkpoints):
+            raise InvalidInputError(
+                f"template {self.type!r}: every checkpoint must be a Checkpoint"
+            )
+        names = [stage.name for stage in self.stages]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise InvalidInputError(f"template {self.type!r} repeats stage names {duplicates}")
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
+            raise InvalidInputError(f"template {self.type!r}: version must be a positive integer")
+        if self.estimated_seconds is not None and not self.estimated_seconds > 0:
+            raise InvalidInputError(f"template {self.type!r}: estimated_seconds must be positive")
+        if self.next_workflow is not None:
+            check_name(self.next_workflow, "next workflow")
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [stage.name for stage in self.stages]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationContext:
+    """What an operation handler receives.
+
+    `operation_id` is stable for a slot of an instance across crashes, retries and fix
+    cycles, so a handler can use it as an idempotency key for its side effects. `context`
+    is a private copy of the accumulated context: changing it changes nothing.
+    """
+
+    instance_id: UUID
+    operation_id: UUID
+    operation_type: str
+    stage: str
+    attempt: int
+    max_attempts: int
+    context: dict[str, JSONValue]
+    initial_context: dict[str, JSONValue]
+    workflow_type: str
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationResult:
+    """An operation's outcome; build it with `completed(...)` or `failed(...)`."""
+
+    status: Literal["completed", "failed"]
+    data: dict[str, JSONValue] = field(default_factory=dict)
+    reason: str | None = None
+    metadata: JSONValue = None
+
+    def __post_init__(self) -> None:
+        if self.status not in ("completed", "failed"):
+            raise ValueError(
+                f"operation status must be 'completed' or 'failed', not {self.status!r}"
+            )
+        if not isinstance(self.data, dict):
+            raise TypeError("operation data must be a dict (a JSON object)")
+
+    @property
+    def is_completed(self) -> bool:
+        return self.status == "completed"
+
+
+def completed(
+    data: Mapping[str, JSONValue] | None = None, *, metadata: JSONValue = None
+) -> OperationResult:
+    """A completed operation; `data` is merged into the context of later operations."""
+    if data is not None and not isinstance(data, Mapping):
+        raise TypeError("operation data must be a mapping (a JSON object)")
+    return OperationResult(status="completed", data=dict(data or {}), metadata=metadata)
+
+
+def failed(reason: str, metadata: JSONValue = None) -> OperationResult:
+    """A failed operation, with a reason that becomes the row's (and maybe the instance's) error."""
+    return OperationResult(status="failed", reason=str(reason), metadata=metadata)
+
+
+OperationHandler = Callable[[OperationContext], Awaitable[OperationResult]]
+
+
+class OperationRegistry(Mapping[str, OperationHandler]):
+    """Operation handlers by operation type; a type is registered once."""
+
+    def __init__(self, handlers: Mapping[str, OperationHandler] | None = None) -> None:
+        self._handlers: dict[str, OperationHandler] = {}
+        for operation_type, handler in (handlers or {}).items():
+            self.register(operation_type, handler)
+
+    def register(self, operation_type: str, handler: OperationHandler) -> None:
+        """Add a handler; re-registering the same one is a no-op.
+
+        Raises:
+            InvalidInputError: a bad type name, a handler that is not callable, or another
+                handler already registered for this type.
+        """
+        check_name(operation_type, "operation type")
+        if not callable(handler):
+            raise InvalidInputError(f"handler for operation {operation_type!r} is not callable")
+        existing = self._handlers.get(operation_type)
+        if existing is not None and existing is not handler:
+            raise InvalidInputError(f"another handler is registered for {operation_type!r}")
+        self._handlers[operation_type] = handler
+
+    def __getitem__(self, operation_type: str) -> OperationHandler:
+        return self._handlers[operation_type]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._handlers))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+# -- decisions (pure) ---------------------------------------------------------------------------
+
+
+def merge_context(
+    context: Mapping[str, JSONValue], records: Iterable[OperationRecord]
+) -> dict[str, JSONValue]:
+    """`context` with the data of each completed record merged in, later keys winning."""
+    merged = dict(context)
+    for record in records:
+        if record.status == COMPLETED and isinstance(record.data, dict):
+            merged.update(record.data)
+    return merged
+
+
+def step_after_stage(
+    template: Template, index: int, context: Mapping[str, JSONValue], *, ran: bool
+) -> Next | Pause:
+    """What follows stage `index`: the next stage, or a pause at the first checkpoint whose
+    condition holds (only after a stage that ran). After the last stage the next action is
+    that stage again, which then finishes the instance (so its report is checkpointed).
+    """
+    stages = template.stages
+    following = stages[index + 1].name if index + 1 < len(stages) else stages[index].name
+    if ran:
+        view = MappingProxyType(dict(context))
+        for checkpoint in template.checkpoints:
+            if checkpoint.after_stage == stages[index].name and (
+                checkpoint.condition is None or checkpoint.condition(view)
+            ):
+                return Pause(checkpoint.label, following)
+    return Next(following)
+
+
+def child_params(template: Template, context: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
+    """The params of the `next_workflow` instance: the final context, then `next_params`."""
+    return {**context, **(template.next_params or {})}
+
+
+def stage_progress(index: int, stage_count: int, settled: int, operation_count: int) -> float:
+    """Finished stages over stages, plus the settled share of the operations of this one."""
+    share = min(settled, operation_count) / operation_count if operation_count else 1.0
+    return min(1.0, (index + share) / stage_count)
+
+
+def stage_message(
+    stage: str, statuses: Iterable[str], operation_count: int, fix_cycle: int = 0
+) -> str:
+    """A status line such as `analyze: 2 of 3 operations done (1 failed)`."""
+    counted = list(statuses)
+    text = f"{stage}: {counted.count(COMPLETED)} of {operation_count} operations done"
+    notes = [f"{counted.count(s)} {s}" for s in (FAILED, SKIPPED) if counted.count(s)]
+    if fix_cycle:
+        notes.append(f"fix cycle {fix_cycle}")
+    return f"{text} ({', '.join(notes)})" if notes else text
+
+
+def operation_id_for(instance_id: UUID, stage: str, position: int) -> UUID:
+    """The id of an operation slot: the same across crashes, retries and fix cycles."""
+    return uuid.uuid5(instance_id, f"{stage}/{position}")
+
+
+def validate(
+    templates: Iterable[Template],
+    operation_handlers: Collection[str],
+    registered_workflow_names: Collection[str],
+) -> list[str]:
+    """Every wiring problem of these templates, in a stable order; empty when all is well.
+
+    Checks that each operation type has a handler, each checkpoint follows a real stage,
+    each `next_workflow` is registered, and no two templates share a type.
+    """
+    problems: list[str] = []
+    seen: set[str] = set()
+    for template in templates:
+        where = f"template {template.type!r}"
+        if template.type in seen:
+            problems.append(f"{where} is defined twice")
+        seen.add(template.type)
+        for stage in template.stages:
+            for operation in (*stage.operations, *stage.fix_operations):
+                if operation.type not in operation_handlers:
+                    problems.append(
+                        f"{where}, stage {stage.name!r}: no handler for operation type "
+                        f"{operation.type!r}"
+                    )
+        stage_names = set(template.stage_names)
+        for checkpoint in template.checkpoints:
+            if checkpoint.after_stage not in stage_names:
+                problems.append(
+                    f"{where}: checkpoint {checkpoint.label!r} follows unknown stage "
+                    f"{checkpoint.after_stage!r}"
+                )
+        if template.next_workflow is not None and (
+            template.next_workflow not in registered_workflow_names
+        ):
+            problems.append(f"{where}: next_workflow {template.next_workflow!r} is not registered")
+    return problems
+
+
+def check_templates(
+    templates: Iterable[Template],
+    operation_handlers: Collection[str],
+    registered_workflow_names: Collection[str],
+) -> None:
+    """Refuse to start with badly wired templates, naming every problem at once.
+
+    Raises:
+        InvalidInputError: `validate` found problems; the message lists all of them.
+    """
+    problems = validate(templates, operation_handlers, registered_workflow_names)
+    if problems:
+        raise InvalidInputError(describe_problems(problems))
+
+
+def describe_problems(problems: Sequence[str]) -> str:
+    """One message naming every problem, one per line."""
+    listed = "\n".join(f"  - {problem}" for problem in problems)
+    return f"{len(problems)} template problem(s):\n{listed}"

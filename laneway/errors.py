@@ -1,0 +1,55 @@
+"""Errors Laneway raises on purpose.
+
+LanewayError
+├── NotFoundError        unknown instance, schedule, queue or workflow
+├── InvalidInputError    params rejected, bad interval or cron, limit out of range
+├── ConflictError        action not allowed in the instance's current status
+├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
+└── MigrationsMissingError  the installation carries no migration files (internal)
+
+Knows nothing of GraphQL or HTTP: laneway/api maps each class to an `extensions.code`.
+"""
+
+from uuid import UUID
+
+
+class LanewayError(Exception):
+    """Laneway could not do what was asked."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class NotFoundError(LanewayError):
+    """Nothing by that name or id exists."""
+
+
+class InvalidInputError(LanewayError):
+    """The input was rejected."""
+
+
+class ConflictError(LanewayError):
+    """The instance is not in a status that allows this action."""
+
+    def __init__(self, instance_id: UUID, status: str, action: str) -> None:
+        self.instance_id, self.status, self.action = instance_id, status, action
+        super().__init__(f"cannot {action} instance {instance_id} while it is {status}")
+
+
+class LeaseLostError(LanewayError):
+    """This runner no longer holds the instance's lease; its write was not applied."""
+
+    def __init__(self, instance_id: UUID) -> None:
+        self.instance_id = instance_id
+        super().__init__(f"lease on instance {instance_id} was lost")
+
+
+class MigrationsMissingError(LanewayError):
+    """This Laneway installation carries no migration files, so it cannot create its schema."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+        super().__init__(
+            f"no migration files found in the package {package!r}: this Laneway installation is"
+            " incomplete (reinstall it from a wheel or the repository)"
+        )

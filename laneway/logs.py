@@ -1,0 +1,67 @@
+"""Log formatting for the command line: readable text on a terminal, JSON lines otherwise.
+
+Owns the two formatters and `configure_logging`. Only laneway/cli.py calls it: library code never
+configures logging (STYLE F2). Fields passed through `extra` appear in both formats.
+"""
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+# Attributes every LogRecord has; anything else on a record came from `extra`.
+# (uvicorn adds `color_message`, an ANSI-coloured copy of the message.)
+_STANDARD_ATTRIBUTES = frozenset(
+    vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()
+) | {"message", "asctime", "taskName", "color_message"}
+# Libraries whose INFO lines are noise for a Laneway operator.
+_QUIET_LOGGERS = ("pgserver",)
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a log call passed through `extra`, in the order they were given."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRIBUTES}
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, extra fields, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in extra_fields(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """`HH:MM:SS level logger: message key=value …` for people at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        line = f"{when} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        fields = " ".join(f"{k}={v}" for k, v in extra_fields(record).items())
+        if fields:
+            line = f"{line}  {fields}"
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
+
+
+def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """Install one handler on the root logger: text on a TTY, JSON lines otherwise."""
+    target = stream if stream is not None else sys.stderr
+    handler = logging.StreamHandler(target)
+    handler.setFormatter(TextFormatter() if target.isatty() else JSONFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))

@@ -1,0 +1,301 @@
+"""Shared vocabulary: statuses, event types, the records every layer passes around.
+
+Owns names and shapes only. Does no I/O and imports nothing else from `laneway`.
+"""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TypeAlias
+from uuid import UUID
+
+JSONValue: TypeAlias = Any
+"""A value that survives a round trip through JSON (dicts, lists, str, int, float, bool, None)."""
+
+NOTIFY_CHANNEL = "laneway_events"
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+
+class EventType(StrEnum):
+    ENQUEUED = "enqueued"
+    STARTED = "started"
+    CHECKPOINT = "checkpoint"
+    RETRYING = "retrying"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceRecord:
+    """One instance as stored; `state` and `next_action` are internal, never exposed by the API."""
+
+    instance_id: UUID
+    name: str
+    queue: str
+    status: Status
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_after: datetime
+    created_at: datetime
+    updated_at: datetime
+    params: JSONValue
+    state: dict[str, JSONValue]
+    next_action: str | None
+    next_params: JSONValue
+    result: JSONValue
+    last_error: str | None
+    idempotency_key: str | None
+    singleton_key: str | None
+    owner_id: str | None
+    lease_expires_at: datetime | None
+    parent_id: UUID | None
+    lease_epoch: int
+    recoveries: int
+    stage: str | None
+    checkpoint: str | None
+    progress: float | None
+    message: str | None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRecord:
+    """One row of `laneway.events`."""
+
+    event_id: int
+    instance_id: UUID
+    name: str
+    type: EventType
+    status: Status
+    at: datetime
+    attempt: int | None = None
+    error: str | None = None
+    stage: str | None = None
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewEvent:
+    """An event about to be appended, before the database gives it an id and a time."""
+
+    instance_id: UUID
+    name: str
+    type: EventType
+    status: Status
+    attempt: int | None = None
+    error: str | None = None
+    stage: str | None = None
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notification:
+    """The NOTIFY payload: a doorbell saying that events up to `last_event_id` are committed.
+
+    It carries identifiers only (well under 200 bytes), whatever the size of errors or state;
+    readers fetch the rows from the table. `cancelled_id` names an instance cancelled by that
+    transaction, so the process running it stops its handler at once. The payload is written
+    by SQL (queries.APPEND_EVENTS) as `{"e": <id>, "c": "<uuid>"}`.
+    """
+
+    last_event_id: int
+    cancelled_id: UUID | None = None
+
+    @classmethod
+    def from_payload(cls, payload: str) -> "Notification":
+        """Decode a payload; raises ValueError (or KeyError) on one Laneway did not write."""
+        body = json.loads(payload)
+        cancelled = body.get("c")
+        return cls(
+            last_event_id=int(body["e"]),
+            cancelled_id=UUID(cancelled) if cancelled else None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueResult:
+    """What an enqueue returns: the instance, and whether this call created it."""
+
+    instance: InstanceRecord
+    created: bool
+
+    @property
+    def instance_id(self) -> UUID:
+        return self.instance.instance_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRecord:
+    """A queue's settings and its instance counts per status."""
+
+    name: str
+    concurrency: int
+    rate_per_minute: float | None
+    paused: bool
+    counts: dict[Status, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleRecord:
+    """A recurring enqueue: either an interval (`every`) or a cron expression with a timezone."""
+
+    name: str
+    workflow_name: str
+    params: JSONValue
+    every: str | None
+    cron: str | None
+    timezone: str
+    enabled: bool
+    next_run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceFilter:
+    """Filters for listing instances; None means any."""
+
+    name: str | None = None
+    queue: str | None = None
+    statuses: tuple[Status, ...] | None = None
+    parent_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewInstance:
+    """An instance about to be inserted; JSON already validated and encoded by the engine."""
+
+    instance_id: UUID
+    name: str
+    queue: str
+    priority: int
+    max_attempts: int
+    delay_ms: float
+    params_json: str
+    first_action: str
+    idempotency_key: str | None = None
+    singleton_key: str | None = None
+    parent_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointWrite:
+    """A runner's checkpoint: the state after a handler, and the next action.
+
+    With `pause_label` the instance also pauses there (status paused, no lease) until resumed.
+    """
+
+    instance_id: UUID
+    attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
+    state_json: str
+    next_action: str
+    next_params_json: str
+    progress: float | None = None
+    message: str | None = None
+    stage: str | None = None
+    pause_label: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteWrite:
+    """A runner's final write: the instance completed with this result."""
+
+    instance_id: UUID
+    attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
+    result_json: str
+    state_json: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailWrite:
+    """A failed attempt: retried after `delay_ms` while attempts are left, else final.
+
+    `final` ends the instance failed whatever attempts are left.
+    """
+
+    instance_id: UUID
+    attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
+    error: str
+    delay_ms: float
+    final: bool = False
+
+
+RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DueWork:
+    """What an idle poll found: expired leases, due schedules, claimable instances."""
+
+    expired_leases: bool
+    due_schedules: bool
+    claimable: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationRecord:
+    """The recorded outcome of one template operation."""
+
+    operation_id: UUID
+    instance_id: UUID
+    stage: str
+    position: int
+    type: str
+    status: str
+    attempts: int
+    error: str | None
+    data: JSONValue
+    metadata: JSONValue
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockRecord:
+    """An entity lock: held by an instance until it expires or is released."""
+
+    entity_type: str
+    entity_id: str
+    owner_instance: UUID
+    fencing_token: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transition:
+    """A state change a write made: what the instance became, for hooks and waiters."""
+
+    instance_id: UUID
+    name: str
+    queue: str
+    status: Status
+    attempts: int
+    error: str | None = None
+    stage: str | None = None
+    checkpoint: str | None = None

@@ -1,0 +1,91 @@
+"""open_services(): builds one process's object graph and tears it down in reverse order.
+
+Owns composition only: database (embedded or DATABASE_URL), store, workflow registry, engine
+and event hub, wired together. Holds no global state; the entry point that calls it owns the
+background loops.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from laneway.config import Settings
+from laneway.engine import Engine, Workflow, WorkflowRegistry, check_workflows
+from laneway.engine.engine import default_owner_id
+from laneway.events import EventHub
+from laneway.store import Store, open_store
+from laneway.store.embedded import embedded_postgres
+from laneway.store.pool import Timeouts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Services:
+    """Everything one Laneway process uses, built once."""
+
+    settings: Settings
+    database_url: str
+    store: Store
+    engine: Engine
+    hub: EventHub
+
+
+@contextlib.asynccontextmanager
+async def open_services(
+    settings: Settings, *, workflows: Iterable[Workflow] = (), role: str = "serve"
+) -> AsyncIterator[Services]:
+    """Build one process's object graph; tear it down in reverse order.
+
+    Workflows come from the modules in `settings.workflow_modules` plus `workflows`.
+    The engine's loop is not started here: the caller runs `engine.run(stopping)` (or
+    `engine.running()`) where it owns background tasks. Every connection is named
+    `laneway-<role>-<owner id>` (or `laneway-listener-<owner id>`) in pg_stat_activity.
+    """
+    registry = WorkflowRegistry.from_modules(settings.workflow_modules)
+    for workflow in workflows:
+        registry.register(workflow)
+    check_workflows(registry)  # a badly wired template fails start-up, naming every problem
+    owner_id = settings.owner_id or default_owner_id()
+    async with contextlib.AsyncExitStack() as stack:
+        database_url = settings.database_url or stack.enter_context(
+            embedded_postgres(settings.data_dir)
+        )
+        store = await stack.enter_async_context(
+            open_store(
+                database_url,
+                pool_size=settings.pool_size,
+                application_name=f"laneway-{role}-{owner_id}",
+                timeouts=Timeouts(
+                    statement_ms=round(settings.statement_timeout_seconds * 1000),
+                    lock_ms=round(settings.lock_timeout_seconds * 1000),
+                    idle_in_transaction_ms=round(
+                        settings.idle_in_transaction_timeout_seconds * 1000
+                    ),
+                ),
+            )
+        )
+        engine = Engine(
+            store,
+            registry,
+            owner_id=owner_id,
+            lease_seconds=settings.lease_seconds,
+            poll_interval_seconds=settings.poll_interval_seconds,
+            concurrency=settings.worker_concurrency,
+            max_recoveries=settings.max_recoveries,
+            shutdown_grace_seconds=settings.shutdown_grace_seconds,
+            retention_seconds=settings.retention_days * 86_400.0,
+        )
+        hub = await stack.enter_async_context(
+            EventHub.open(
+                database_url,
+                store,
+                on_notification=engine.notify,
+                # A process that only enqueues or reads never listens; a running engine, the
+                # API and the first subscriber start the hub (EventHub.start).
+                listen=False,
+                application_name=f"laneway-listener-{owner_id}",
+            )
+        )
+        engine.before_run(hub.start)
+        yield Services(
+            settings=settings, database_url=database_url, store=store, engine=engine, hub=hub
+        )

@@ -1,0 +1,118 @@
+"""Applies the schema's migrations in order under a session advisory lock, recording each one.
+
+Owns the migration runner and `migrate()`, the public call that brings a database up to date.
+Migrations are numbered .sql files, append-only, one transaction each, read from the package
+`laneway.migrations` (the repository's top-level migrations/, carried inside the wheel), so an
+installed Laneway finds them as an editable checkout does. Concurrent starters wait on the
+lock and find nothing left to do.
+"""
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from laneway.errors import MigrationsMissingError
+from laneway.store import queries
+from laneway.store.pool import MIGRATION_TIMEOUTS, connect
+
+logger = logging.getLogger(__name__)
+
+MIGRATIONS_LOCK_KEY = 7_461_726_101  # any constant; shared by every Laneway process
+MIGRATIONS_PACKAGE = "laneway.migrations"
+MIGRATION_NAME = re.compile(r"[0-9]{4}_[a-z0-9_]+\.sql")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """One numbered SQL file: its name without `.sql`, and its text."""
+
+    name: str
+    sql: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigrationReport:
+    """What `migrate()` did: the migrations applied now, and the schema version after them."""
+
+    database: str  # the URL without its password
+    applied: list[str]
+    version: str
+
+
+def migrations(package: str | None = None) -> list[Migration]:
+    """The migrations Laneway ships (in `laneway.migrations`), in the order they apply.
+
+    Raises:
+        MigrationsMissingError: the package holds no migration file (a broken install).
+    """
+    package = package or MIGRATIONS_PACKAGE
+    try:
+        folder = resources.files(package)
+    except ModuleNotFoundError:
+        raise MigrationsMissingError(package) from None
+    found = sorted(
+        (entry for entry in folder.iterdir() if MIGRATION_NAME.fullmatch(entry.name)),
+        key=lambda entry: entry.name,
+    )
+    if not found:
+        raise MigrationsMissingError(package)
+    return [
+        Migration(name=entry.name.removesuffix(".sql"), sql=entry.read_text(encoding="utf-8"))
+        for entry in found
+    ]
+
+
+async def apply_migrations(
+    conn: asyncpg.Connection, pending: Sequence[Migration] | None = None
+) -> list[str]:
+    """Apply every migration not yet recorded; return the names applied now."""
+    pending = migrations() if pending is None else pending
+    applied_now: list[str] = []
+    await conn.execute(queries.LOCK_MIGRATIONS, MIGRATIONS_LOCK_KEY)
+    try:
+        await conn.execute(queries.CREATE_MIGRATIONS_TABLE)
+        applied = {row["name"] for row in await conn.fetch(queries.APPLIED_MIGRATIONS)}
+        for migration in sorted(pending, key=lambda m: m.name):
+            if migration.name in applied:
+                continue
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(queries.RECORD_MIGRATION, migration.name)
+            logger.info("migration applied", extra={"migration": migration.name})
+            applied_now.append(migration.name)
+    finally:
+        await conn.execute(queries.UNLOCK_MIGRATIONS, MIGRATIONS_LOCK_KEY)
+    return applied_now
+
+
+async def migrate(database_url: str) -> MigrationReport:
+    """Bring the database at `database_url` up to Laneway's current schema.
+
+    Safe to call from many processes at once, and a no-op when nothing is pending.
+
+    Raises:
+        MigrationsMissingError: this installation carries no migration files.
+    """
+    shipped = migrations()  # refuse before touching the database
+    conn = await connect(database_url, timeouts=MIGRATION_TIMEOUTS)
+    try:
+        applied = await apply_migrations(conn, shipped)
+        version = await conn.fetchval(queries.SCHEMA_VERSION)
+    finally:
+        await conn.close()
+    return MigrationReport(database=redact_url(database_url), applied=applied, version=version)
+
+
+def redact_url(database_url: str) -> str:
+    """The URL with its password replaced by `***`, for logs and messages."""
+    parts = urlsplit(database_url)
+    if not parts.password:
+        return database_url
+    userinfo, _, host_and_port = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host_and_port}"))

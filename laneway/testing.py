@@ -1,0 +1,374 @@
+"""Testing your own workflows: mock contexts, one-handler runs, and a pytest plugin.
+
+Owns test-time helpers only: mock handler and operation contexts (FakeTools keeps operations,
+children and locks in memory) and the fixtures of `pytest_plugins = ["laneway.testing"]`: a
+migrated throwaway database per test, engines to drive with tick(). Needs pytest-asyncio.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TypeGuard
+from uuid import UUID
+
+import pytest
+import pytest_asyncio
+
+from laneway.engine.context import Done, HandlerContext, InstanceTools, Next, Pause, Step
+from laneway.engine.definitions import Handler, Workflow
+from laneway.engine.engine import Engine
+from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
+from laneway.engine.registry import WorkflowRegistry
+from laneway.engine.templates import (
+    OperationContext,
+    OperationHandler,
+    OperationResult,
+    operation_id_for,
+)
+from laneway.model import JSONValue, LockRecord, OperationRecord
+from laneway.store import open_store
+from laneway.store.databases import create_database, drop_database, throwaway_server
+
+# -- handlers without a database -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueuedChild:
+    """A child instance a handler enqueued through FakeTools."""
+
+    name: str
+    params: JSONValue
+    instance_id: UUID
+
+
+class FakeTools:
+    """The InstanceTools of one instance, kept in memory: what a handler did is in the lists.
+
+    Behaves like the engine's: a child is enqueued once per workflow name, an operation is
+    recorded once per (stage, position), and a lock is taken when it is free, expired or
+    already this instance's, with a fencing token that grows on every acquisition.
+    """
+
+    def __init__(self, instance_id: UUID) -> None:
+        self.instance_id = instance_id
+        self.operations: list[OperationRecord] = []
+        self.children: list[EnqueuedChild] = []
+        self.locks: dict[tuple[str, str], LockRecord] = {}
+        self._last_token = 0
+
+    async def finished_operations(self) -> list[OperationRecord]:
+        return list(self.operations)
+
+    async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
+        encode_json(operation.data, what="operation data")
+        encode_json(operation.metadata, what="operation metadata")
+        now = datetime.now(UTC)
+        recorded = replace(operation, started_at=now - timedelta(seconds=seconds), finished_at=now)
+        key = (operation.stage, operation.position)
+        self.operations = [o for o in self.operations if (o.stage, o.position) != key]
+        self.operations.append(recorded)
+
+    async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
+        encode_json(params, what="params")
+        for child in self.children:
+            if child.name == name:
+                return child.instance_id
+        child = EnqueuedChild(name=name, params=params, instance_id=uuid.uuid4())
+        self.children.append(child)
+        return child.instance_id
+
+    async def acquire_lock(
+        self, entity_type: str, entity_id: str, ttl_seconds: float
+    ) -> LockRecord | None:
+        return self._acquire(entity_type, entity_id, self.instance_id, ttl_seconds)
+
+    async def release_lock(self, lock: LockRecord) -> bool:
+        key = (lock.entity_type, lock.entity_id)
+        current = self.locks.get(key)
+        if current is None or current.fencing_token != lock.fencing_token:
+            return False
+        del self.locks[key]
+        return True
+
+    def occupy(self, entity_type: str, entity_id: str, *, ttl_seconds: float = 60.0) -> LockRecord:
+        """Have another (made-up) instance hold an entity, to test a handler under contention."""
+        lock = self._acquire(entity_type, entity_id, uuid.uuid4(), ttl_seconds)
+        if lock is None:
+            raise RuntimeError(f"{entity_type}:{entity_id} is already held")
+        return lock
+
+    def _acquire(
+        self, entity_type: str, entity_id: str, owner: UUID, ttl_seconds: float
+    ) -> LockRecord | None:
+        now = datetime.now(UTC)
+        current = self.locks.get((entity_type, entity_id))
+        if current is not None and current.expires_at > now and current.owner_instance != owner:
+            return None
+        self._last_token += 1
+        lock = LockRecord(
+            entity_type=entity_type,
+            entity_id=entity_id,
+            owner_instance=owner,
+            fencing_token=self._last_token,
+            expires_at=now + timedelta(seconds=ttl_seconds),
+        )
+        self.locks[(entity_type, entity_id)] = lock
+        return lock
+
+
+def mock_context(
+    *,
+    instance_id: UUID | None = None,
+    name: str = "test",
+    action: str = "run",
+    attempt: int = 1,
+    max_attempts: int = 1,
+    params: JSONValue = None,
+    state: dict[str, JSONValue] | None = None,
+    stage: str | None = None,
+    tools: InstanceTools | None = None,
+) -> HandlerContext:
+    """A HandlerContext as the engine would build it, with FakeTools unless `tools` is given."""
+    instance_id = instance_id or uuid.uuid4()
+    return HandlerContext(
+        instance_id=instance_id,
+        name=name,
+        action=action,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        params=params,
+        state={} if state is None else state,
+        stage=stage,
+        tools=tools if tools is not None else FakeTools(instance_id),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerRun:
+    """What one handler call did: the step it returned, and the context it left behind."""
+
+    step: Step
+    context: HandlerContext
+    tools: FakeTools
+
+    @property
+    def state(self) -> dict[str, JSONValue]:
+        """The state after the call: what the engine would checkpoint."""
+        return self.context.state
+
+
+async def run_handler(
+    handler: Handler,
+    params: JSONValue = None,
+    *,
+    state: dict[str, JSONValue] | None = None,
+    instance_id: UUID | None = None,
+    name: str = "test",
+    action: str = "run",
+    attempt: int = 1,
+    max_attempts: int = 1,
+    stage: str | None = None,
+    tools: FakeTools | None = None,
+) -> HandlerRun:
+    """Call one handler with a mock context, as the engine would, and return what it did.
+
+    Params and state go through JSON first, as they do in the engine (a tuple arrives as a
+    list), and the state and the step's params or result must be what the engine can store.
+    The handler's own exception propagates.
+
+    Raises:
+        InvalidInputError: params, state or the step's payload is not storable JSON.
+        TypeError: the handler returned something other than Next, Pause or Done.
+    """
+    instance_id = instance_id or uuid.uuid4()
+    fake = tools if tools is not None else FakeTools(instance_id)
+    ctx = mock_context(
+        instance_id=instance_id,
+        name=name,
+        action=action,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        params=json.loads(encode_json(params, what="params")),
+        state=json.loads(encode_json(state or {}, what="state", max_bytes=MAX_STATE_BYTES)),
+        stage=stage,
+        tools=fake,
+    )
+    step = await handler(ctx, ctx.params)
+    if isinstance(step, Next | Pause):
+        encode_json(step.params, what="action params")
+    elif isinstance(step, Done):
+        encode_json(step.result, what="result", max_bytes=MAX_PAYLOAD_BYTES)
+    else:
+        raise TypeError(
+            f"handler returned {type(step).__name__}; expected Next(...), Pause(...) or Done(...)"
+        )
+    encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES)
+    return HandlerRun(step=step, context=ctx, tools=fake)
+
+
+def mock_operation_context(
+    *,
+    context: Mapping[str, JSONValue] | None = None,
+    initial_context: Mapping[str, JSONValue] | None = None,
+    instance_id: UUID | None = None,
+    operation_type: str = "test",
+    stage: str = "test",
+    position: int = 0,
+    attempt: int = 1,
+    max_attempts: int = 1,
+    workflow_type: str = "test",
+) -> OperationContext:
+    """An OperationContext as a template would build it for the operation at `position` of
+    `stage`; the initial context defaults to `context`."""
+    instance_id = instance_id or uuid.uuid4()
+    return OperationContext(
+        instance_id=instance_id,
+        operation_id=operation_id_for(instance_id, stage, position),
+        operation_type=operation_type,
+        stage=stage,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        context=dict(context or {}),
+        initial_context=dict(initial_context if initial_context is not None else context or {}),
+        workflow_type=workflow_type,
+    )
+
+
+async def run_operation(
+    handler: OperationHandler, ctx: OperationContext | None = None
+) -> OperationResult:
+    """Call one operation handler (with `mock_operation_context()` by default), as a
+    template would, and return its result.
+
+    The context goes through JSON first, and the result must be what the engine can store.
+    The handler's own exception propagates (a template would record it as a failure).
+
+    Raises:
+        InvalidInputError: the context, or the result's data or metadata, is not storable JSON.
+        TypeError: the handler returned something other than completed(...) or failed(...).
+    """
+    ctx = ctx or mock_operation_context()
+    ctx = replace(
+        ctx,
+        context=json.loads(encode_json(ctx.context, what="context")),
+        initial_context=json.loads(encode_json(ctx.initial_context, what="initial context")),
+    )
+    result: object = await handler(ctx)
+    if not isinstance(result, OperationResult):
+        raise TypeError(
+            f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
+        )
+    encode_json(result.data, what="operation data")
+    encode_json(result.metadata, what="operation metadata")
+    return result
+
+
+def next_step(action: str, params: JSONValue = None) -> Next:
+    """The step a handler returns to go on with `action`: compare `run.step` against it."""
+    return Next(action, params)
+
+
+def pause_step(label: str, action: str, params: JSONValue = None) -> Pause:
+    """The step a handler returns to pause at checkpoint `label`, then run `action`."""
+    return Pause(label, action, params)
+
+
+def done(result: JSONValue = None) -> Done:
+    """The step a handler returns to complete its instance with `result`."""
+    return Done(result)
+
+
+def is_next(step: object, action: str | None = None) -> TypeGuard[Next]:
+    """True when `step` goes on (to `action`, if given)."""
+    return isinstance(step, Next) and (action is None or step.action == action)
+
+
+def is_done(step: object) -> TypeGuard[Done]:
+    """True when `step` completes the instance."""
+    return isinstance(step, Done)
+
+
+# -- the pytest plugin ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def laneway_server_url() -> Iterator[str]:
+    """Admin URL of the PostgreSQL server for the tests: LANEWAY_TEST_DATABASE_URL when set,
+    else an embedded server in a temporary folder, stopped after the session.
+
+    Override this fixture to point the plugin at a server you already have.
+    """
+    with throwaway_server(os.environ.get("LANEWAY_TEST_DATABASE_URL")) as url:
+        yield url
+
+
+# Session fixtures are synchronous (asyncio.run inside): test event loops are per test.
+@pytest.fixture(scope="session")
+def laneway_template_name(laneway_server_url: str) -> Iterator[str]:
+    """A database migrated once per session, cloned for every test."""
+    name = f"laneway_template_{uuid.uuid4().hex[:12]}"
+    asyncio.run(create_database(laneway_server_url, name, migrate=True))
+    try:
+        yield name
+    finally:
+        asyncio.run(drop_database(laneway_server_url, name))
+
+
+@pytest_asyncio.fixture
+async def laneway_database_url(
+    laneway_server_url: str, laneway_template_name: str
+) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test, dropped after it."""
+    name = f"laneway_test_{uuid.uuid4().hex[:12]}"
+    url = await create_database(laneway_server_url, name, template=laneway_template_name)
+    try:
+        yield url
+    finally:
+        await drop_database(laneway_server_url, name)
+
+
+class EngineFactory:
+    """Builds engines on one test database, each with its own Store, as separate processes
+    would have; `aclose` closes them all."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __call__(
+        self,
+        *workflows: Workflow,
+        owner_id: str | None = None,
+        lease_seconds: float = 30.0,
+        poll_interval_seconds: float = 2.0,
+        concurrency: int = 100,
+    ) -> Engine:
+        """An engine that runs `workflows`; drive it with `tick()` or `running()`."""
+        store = await self._stack.enter_async_context(open_store(self.database_url))
+        return Engine(
+            store,
+            WorkflowRegistry(workflows),
+            owner_id=owner_id,
+            lease_seconds=lease_seconds,
+            poll_interval_seconds=poll_interval_seconds,
+            concurrency=concurrency,
+        )
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+
+
+@pytest_asyncio.fixture
+async def laneway_engine_factory(laneway_database_url: str) -> AsyncIterator[EngineFactory]:
+    """`await laneway_engine_factory(*workflows, **engine_options)` → an Engine on this
+    test's database; its store is closed after the test."""
+    factory = EngineFactory(laneway_database_url)
+    try:
+        yield factory
+    finally:
+        await factory.aclose()
