@@ -32,7 +32,7 @@ from laneway.store.migrate import migrations
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from laneway.api.types import WorkflowEvent, WorkflowInstanceStatus
+    from laneway.api.graphql.types import WorkflowEvent, WorkflowInstanceStatus
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def graphql_shape(value: "WorkflowInstanceStatus | WorkflowEvent") -> dict[str, 
     """A GraphQL object as JSON, with the schema's field names (plain fields only)."""
     from strawberry.types.base import get_object_definition
 
-    from laneway.api.schema import LanewayNames
+    from laneway.api.graphql.schema import LanewayNames
 
     names = LanewayNames()
     definition = get_object_definition(value, strict=True)
@@ -150,7 +150,7 @@ async def migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 async def export(args: argparse.Namespace, settings: Settings) -> int:
     """Print the GraphQL schema as SDL."""
-    from laneway.api.schema import export_schema
+    from laneway.api.graphql.schema import export_schema
 
     sys.stdout.write(export_schema())
     return EXIT_OK
@@ -158,7 +158,7 @@ async def export(args: argparse.Namespace, settings: Settings) -> int:
 
 async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """Enqueue one instance and print `{"instanceID", "created"}`."""
-    from laneway.api.limits import strict_json_loads
+    from laneway.api.http.body_limits import strict_json_loads
 
     try:
         params = strict_json_loads(args.params)
@@ -180,7 +180,7 @@ async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
 
 async def status(args: argparse.Namespace, settings: Settings) -> int:
     """Print one instance as JSON (the fields of WorkflowInstanceStatus); 1 when unknown."""
-    from laneway.api.types import WorkflowInstanceStatus
+    from laneway.api.graphql.types import WorkflowInstanceStatus
 
     try:
         instance_id = UUID(args.instance_id)
@@ -196,7 +196,7 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
 
 async def watch(args: argparse.Namespace, settings: Settings) -> int:
     """Print one JSON line per event as it happens, until SIGINT/SIGTERM."""
-    from laneway.api.types import WorkflowEvent
+    from laneway.api.graphql.types import WorkflowEvent
 
     try:
         instance_id = UUID(args.instance) if args.instance else None

@@ -20,11 +20,11 @@ import pytest
 import pytest_asyncio
 
 from laneway.engine.context import Done, HandlerContext, InstanceTools, Next, Pause, Step
-from laneway.engine.definitions import Handler, Workflow
 from laneway.engine.engine import Engine
+from laneway.engine.handler_map import Handler, Workflow
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from laneway.engine.registry import WorkflowRegistry
-from laneway.engine.templates import (
+from laneway.engine.template_interpreter import (
     OperationContext,
     OperationHandler,
     OperationResult,

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import pytest
 
-from laneway.api.schema import export_schema
+from laneway.api.graphql.schema import export_schema
 from laneway.cli import main
 from laneway.model import Status
 from laneway.store import Store

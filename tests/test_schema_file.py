@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from laneway.api.schema import export_schema
+from laneway.api.graphql.schema import export_schema
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schema.graphql"
 

@@ -10,14 +10,14 @@ import uuid
 import pytest
 
 from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
-from laneway.engine.templates import (
+from laneway.engine.decorators import with_error_boundary
+from laneway.engine.template_interpreter import (
     OperationContext,
     OperationResult,
     completed,
     failed,
     operation_id_for,
 )
-from laneway.engine.utilities import with_error_boundary
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, OperationRecord, Status
 from laneway.store.pool import connect

@@ -5,8 +5,8 @@ import os
 from pathlib import Path
 
 from laneway.engine.context import Done, HandlerContext, Next
-from laneway.engine.definitions import RetryPolicy, Workflow
-from laneway.engine.templates import (
+from laneway.engine.handler_map import RetryPolicy, Workflow
+from laneway.engine.template_interpreter import (
     Operation,
     OperationContext,
     OperationRegistry,

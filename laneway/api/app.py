@@ -25,12 +25,12 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
 from laneway.api.auth import Access
-from laneway.api.context import RequestContext, get_context
-from laneway.api.fanout import EventRenderer, LanewayTransportWSHandler
-from laneway.api.limits import strict_json_loads
-from laneway.api.middleware import middleware_for
+from laneway.api.graphql.context import RequestContext, get_context
+from laneway.api.graphql.schema import build_schema, schema
+from laneway.api.http.body_limits import strict_json_loads
+from laneway.api.http.stack import middleware_for
 from laneway.api.routes import healthz, home
-from laneway.api.schema import build_schema, schema
+from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
 from laneway.config import Settings
 from laneway.engine import Workflow
 from laneway.services import open_services
@@ -45,7 +45,7 @@ NO_ACK_PAYLOAD: UnsetType = UNSET
 
 class LanewayGraphQL(GraphQL[RequestContext, None]):
     """Strawberry's ASGI view with our context, websocket auth, strict JSON, and event fan-out
-    that renders each event once per selection (fanout.py)."""
+    that renders each event once per selection (websocket.py)."""
 
     graphql_transport_ws_handler_class = LanewayTransportWSHandler
     event_renderer: EventRenderer | None = None

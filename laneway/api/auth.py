@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from strawberry.permission import BasePermission
 from strawberry.types import Info
 
-from laneway.api.errors import ForbiddenError, UnauthenticatedError
+from laneway.api.graphql.errors import ForbiddenError, UnauthenticatedError
 
 if TYPE_CHECKING:
-    from laneway.api.context import RequestContext
+    from laneway.api.graphql.context import RequestContext
 
 
 class Access(Enum):

@@ -17,7 +17,7 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from laneway.api.context import services_of
+from laneway.api.graphql.context import services_of
 
 logger = logging.getLogger(__name__)
 

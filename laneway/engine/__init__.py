@@ -1,11 +1,11 @@
 """The engine: workflow definitions, claims, leases, runs, retries and schedules."""
 
 from laneway.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure, Step
-from laneway.engine.definitions import RetryPolicy, Workflow
 from laneway.engine.engine import Engine, EnqueueRequest
+from laneway.engine.handler_map import RetryPolicy, Workflow
 from laneway.engine.locks import EntityLocks, LockUnavailableError
 from laneway.engine.registry import WorkflowRegistry
-from laneway.engine.templates import (
+from laneway.engine.template_interpreter import (
     Checkpoint,
     Operation,
     OperationContext,

@@ -1,7 +1,7 @@
 """Retry delays (pure): fixed or exponential, capped.
 
 Owns the arithmetic of backoff only; the retry policy that holds the numbers lives in
-definitions.py.
+handler_map.py.
 """
 
 from typing import Literal

@@ -1,7 +1,7 @@
 """Engine: the Python API of Laneway — enqueue, cancel, resume, retry, queues, schedules, run.
 
 Owns workflow semantics at the edges: validating input, choosing queue and attempts, turning
-an action into the store call that performs it. The claim loop is scheduler.py's; the step
+an action into the store call that performs it. The claim loop is claim_loop.py's; the step
 loop is runner.py's. Usable as a plain library, with no GraphQL.
 """
 
@@ -19,11 +19,11 @@ from datetime import datetime
 from uuid import UUID
 
 from laneway.engine import faults
-from laneway.engine.definitions import Workflow, check_name
+from laneway.engine.claim_loop import ClaimLoop
+from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
 from laneway.engine.payloads import encode_json
 from laneway.engine.registry import WorkflowRegistry
-from laneway.engine.scheduler import Scheduler
 from laneway.engine.schedules import fire_key, parse_recurrence
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
 from laneway.model import (
@@ -123,7 +123,7 @@ class Engine:
         self.locks = EntityLocks(store)
         self._started = False
         self._before_run: list[Callable[[], Awaitable[object]]] = []
-        self.scheduler = Scheduler(
+        self.claim_loop = ClaimLoop(
             store,
             self.registry,
             owner_id=self.owner_id,
@@ -246,9 +246,9 @@ class Engine:
             )
         )
         result = await self.store.enqueue(new)
-        self.scheduler.wake()
+        self.claim_loop.wake()
         if new.delay_ms > 0:
-            self.scheduler.wake_in(new.delay_ms / 1000.0)
+            self.claim_loop.wake_in(new.delay_ms / 1000.0)
         return result
 
     async def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
@@ -261,7 +261,7 @@ class Engine:
             raise InvalidInputError("at most 10000 instances per batch")
         batch = [self._new_instance(request) for request in requests]
         results = await self.store.enqueue_many(batch)
-        self.scheduler.wake()
+        self.claim_loop.wake()
         return results
 
     async def get(self, instance_id: UUID) -> InstanceRecord | None:
@@ -295,7 +295,7 @@ class Engine:
         if changed:
             if faults.ARMED:
                 await faults.hit("cancel_transition")
-            self.scheduler.stop_run(instance_id, reason="cancelled")
+            self.claim_loop.stop_run(instance_id, reason="cancelled")
             await self._run_hook(record)
         return record
 
@@ -310,7 +310,7 @@ class Engine:
         if record is None:
             current = await self._require(instance_id)
             raise ConflictError(instance_id, current.status, "resume")
-        self.scheduler.wake()
+        self.claim_loop.wake()
         return record
 
     async def retry(self, instance_id: UUID) -> InstanceRecord:
@@ -324,7 +324,7 @@ class Engine:
         if record is None:
             current = await self._require(instance_id)
             raise ConflictError(instance_id, current.status, "retry")
-        self.scheduler.wake()
+        self.claim_loop.wake()
         return record
 
     async def _enqueue_child(self, parent_id: UUID, name: str, params: JSONValue) -> UUID:
@@ -456,11 +456,11 @@ class Engine:
 
     def notify(self, notification: Notification) -> None:
         """Feed a NOTIFY from the event listener: wakes the loop, stops cancelled handlers."""
-        self.scheduler.notify(notification)
+        self.claim_loop.notify(notification)
 
     async def tick(self) -> int:
         """One round: maintenance, schedules, claim, and run the claimed instances to the end."""
-        return await self.scheduler.tick()
+        return await self.claim_loop.tick()
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Claim and run instances until `stopping` is set (for the process's TaskGroup)."""
@@ -470,7 +470,7 @@ class Engine:
             for step in self._before_run:
                 await step()
             await self._prepare_queues()
-            await self.scheduler.run(stopping)
+            await self.claim_loop.run(stopping)
         finally:
             self._started = False
 

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from uuid import UUID
 
-from laneway.engine.definitions import check_name
+from laneway.engine.handler_map import check_name
 from laneway.errors import ConflictError, InvalidInputError
 from laneway.model import LockRecord
 from laneway.store import Store

@@ -7,7 +7,7 @@ instances run.
 import importlib
 from collections.abc import Iterable, Iterator
 
-from laneway.engine.definitions import Workflow
+from laneway.engine.handler_map import Workflow
 from laneway.errors import InvalidInputError, NotFoundError
 
 

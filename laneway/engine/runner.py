@@ -2,7 +2,7 @@
 
 Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing.
 Every write goes through the Committer, which puts the writes of all runners that are ready
-at the same moment into one transaction (group commit). Claiming is scheduler.py's job.
+at the same moment into one transaction (group commit). Claiming is claim_loop.py's job.
 """
 
 import asyncio
@@ -14,7 +14,7 @@ from uuid import UUID
 
 from laneway.engine import faults
 from laneway.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure
-from laneway.engine.definitions import Workflow
+from laneway.engine.handler_map import Workflow
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from laneway.errors import InvalidInputError, LeaseLostError
 from laneway.model import (

@@ -1,7 +1,7 @@
 """Schedule rules: parse an interval or a cron expression, and compute the next fire time.
 
 Pure: datetimes in, UTC datetimes out, cron matched in the zone's wall time with zoneinfo.
-Does not store schedules or enqueue instances (store, scheduler.py), and never evaluates
+Does not store schedules or enqueue instances (store, claim_loop.py), and never evaluates
 cron in SQL.
 """
 

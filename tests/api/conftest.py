@@ -16,8 +16,8 @@ import uvicorn
 from strawberry.types import ExecutionResult
 
 from laneway.api.app import create_app, server_config
-from laneway.api.context import RequestContext, operations_loader
-from laneway.api.schema import schema
+from laneway.api.graphql.context import RequestContext, operations_loader
+from laneway.api.graphql.schema import schema
 from laneway.config import Settings
 from laneway.services import Services, open_services
 

@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 import pytest
 
-from laneway.api.limits import MAX_BODY_BYTES
+from laneway.api.http.body_limits import MAX_BODY_BYTES
 from tests.api.conftest import (
     FORBIDDEN_TEXT,
     TOKEN,

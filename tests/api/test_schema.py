@@ -12,9 +12,9 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from laneway.api.context import RequestContext, operations_loader
-from laneway.api.errors import ERROR_CODES
-from laneway.api.schema import schema
+from laneway.api.graphql.context import RequestContext, operations_loader
+from laneway.api.graphql.errors import ERROR_CODES
+from laneway.api.graphql.schema import schema
 from laneway.errors import LanewayError, LeaseLostError, MigrationsMissingError
 from laneway.model import Status
 from laneway.services import Services
@@ -348,12 +348,12 @@ async def test_unexpected_errors_are_masked_and_logged_once(
     run: Execute, admin: asyncpg.Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     await admin.execute("ALTER TABLE laneway.schedules RENAME TO schedules_gone")
-    with caplog.at_level(logging.ERROR, logger="laneway.api.schema"):
+    with caplog.at_level(logging.ERROR, logger="laneway.api.graphql.schema"):
         result = await run("{ schedules { name } }")
     assert result.errors is not None
     assert [e.message for e in result.errors] == ["Unexpected error."]
     assert codes(result) == [None]
-    logged = [r for r in caplog.records if r.name == "laneway.api.schema"]
+    logged = [r for r in caplog.records if r.name == "laneway.api.graphql.schema"]
     assert len(logged) == 1
     assert logged[0].exc_info is not None
 
@@ -361,10 +361,10 @@ async def test_unexpected_errors_are_masked_and_logged_once(
 async def test_expected_errors_are_not_logged(
     run: Execute, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="laneway.api.schema"):
+    with caplog.at_level(logging.ERROR, logger="laneway.api.graphql.schema"):
         result = await run(ENQUEUE, name="nope", params={})
     assert codes(result) == ["BAD_USER_INPUT"]
-    assert [r for r in caplog.records if r.name == "laneway.api.schema"] == []
+    assert [r for r in caplog.records if r.name == "laneway.api.graphql.schema"] == []
 
 
 @pytest.mark.parametrize(

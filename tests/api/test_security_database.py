@@ -21,7 +21,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
-from laneway.api.errors import is_database_unavailable, public_error
+from laneway.api.graphql.errors import is_database_unavailable, public_error
 from laneway.store.databases import create_database, throwaway_server
 from tests.api.conftest import FORBIDDEN_TEXT, LiveServer, live_server, make_settings, wait_until
 
@@ -172,7 +172,7 @@ async def test_while_postgres_is_down_the_api_answers_503_and_recovers_without_r
                 reply = await websocket_reply(ws, "q", QUERIES[0])
                 assert error_codes(reply) == {UNAVAILABLE}, reply
                 assert not leaked(json.dumps(reply), pgdata)
-                # A fragment keeps the subscription on Strawberry's path (not fanout.py's).
+                # A fragment keeps the subscription on Strawberry's path (not websocket.py's).
                 events = "subscription { workflowEvents { ... on WorkflowEvent { eventID } } }"
                 reply = await websocket_reply(ws, "s", events)
                 assert error_codes(reply) == {UNAVAILABLE}, reply

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from graphql import GraphQLObjectType, GraphQLSchema, get_named_type
 
-from laneway.api.schema import schema
+from laneway.api.graphql.schema import schema
 from tests.api.conftest import TOKEN, live_server, make_settings
 from tests.sizes import FULL
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import asyncpg
 
-from laneway.api.limits import MAX_BODY_BYTES
+from laneway.api.http.body_limits import MAX_BODY_BYTES
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES
 from tests.api.conftest import LiveServer
 

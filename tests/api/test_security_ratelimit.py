@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
-from laneway.api.ratelimit import RateLimiter, TokenBucket, client_key, root_field_cost
+from laneway.api.http.rate_limits import RateLimiter, TokenBucket, client_key, root_field_cost
 from laneway.config import Settings
 from laneway.errors import InvalidInputError
 from tests.api.conftest import TOKEN, live_server, make_settings

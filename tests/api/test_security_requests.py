@@ -51,7 +51,7 @@ async def test_a_masked_error_carries_the_request_id_of_its_log_record(
     server: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(Store, "queues", boom)
-    caplog.set_level(logging.ERROR, logger="laneway.api.schema")
+    caplog.set_level(logging.ERROR, logger="laneway.api.graphql.schema")
     response = await server.client.post(
         "/graphql",
         json={"query": "{ queues { name } workflows { name } }"},
@@ -79,7 +79,7 @@ async def test_a_masked_error_over_a_websocket_carries_the_connections_request_i
     server: LiveServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(Store, "queues", boom)
-    caplog.set_level(logging.ERROR, logger="laneway.api.schema")
+    caplog.set_level(logging.ERROR, logger="laneway.api.graphql.schema")
     async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
         assert ws.response is not None
         request_id = ws.response.headers["x-request-id"]

@@ -19,7 +19,7 @@ import threading
 
 from laneway.config import Settings
 from laneway.engine.context import Done, HandlerContext, Next, Pause
-from laneway.engine.definitions import RetryPolicy, Workflow
+from laneway.engine.handler_map import RetryPolicy, Workflow
 from laneway.model import JSONValue
 from laneway.store.pool import Timeouts, connect
 from tests.chaos.ledger import LedgerWriter

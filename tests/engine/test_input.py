@@ -7,7 +7,7 @@ import pydantic
 import pytest
 
 from laneway.engine import Done, HandlerContext, Next, Workflow
-from laneway.engine.definitions import RetryPolicy
+from laneway.engine.handler_map import RetryPolicy
 from laneway.errors import InvalidInputError
 from laneway.model import InstanceRecord, Status
 from laneway.store import Store
@@ -179,7 +179,7 @@ async def test_instance_of_unregistered_workflow_stays_pending_and_is_logged(
     enqueued = await producer.enqueue("noop")
     other = Workflow("other", handlers={"run": _finish}, initial="run")
     consumer = make_engine(store, other)
-    with caplog.at_level(logging.WARNING, logger="laneway.engine.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="laneway.engine.claim_loop"):
         assert await consumer.tick() == 0
     record = await consumer.get(enqueued.instance_id)
     assert record is not None

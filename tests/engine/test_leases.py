@@ -139,7 +139,7 @@ async def test_crash_after_last_attempt_ends_failed_not_pending(store: Store) ->
             "UPDATE laneway.instances SET status = 'running', owner_id = 'gone', attempts = 3,"
             " max_attempts = 3, lease_expires_at = now() - interval '1 second'"
         )
-    await engine.scheduler.maintain()
+    await engine.claim_loop.maintain()
     failed = await engine.get(enqueued.instance_id)
     assert failed is not None
     assert failed.status == Status.FAILED
@@ -375,9 +375,9 @@ async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
     enqueued = await engine.enqueue("hooked")
     tick = asyncio.create_task(engine.tick())
     await asyncio.wait_for(entered.wait(), timeout=10)
-    run = engine.scheduler._runs[enqueued.instance_id]
+    run = engine.claim_loop._runs[enqueued.instance_id]
     assert run.settled
-    await engine.scheduler.renew()  # the instance is completed: the renewal does not hold it
+    await engine.claim_loop.renew()  # the instance is completed: the renewal does not hold it
     assert not run.cancelled.is_set()
     gate.set()
     await asyncio.wait_for(tick, timeout=10)
@@ -392,7 +392,7 @@ async def test_a_renewal_stops_a_run_whose_lease_was_taken(store: Store) -> None
     await asyncio.wait_for(entered.wait(), timeout=10)
     async with store.connection() as conn:  # another owner took it over
         await conn.execute("UPDATE laneway.instances SET owner_id = 'thief'")
-    run = engine.scheduler._runs[enqueued.instance_id]
-    await engine.scheduler.renew()
+    run = engine.claim_loop._runs[enqueued.instance_id]
+    await engine.claim_loop.renew()
     assert run.cancelled.is_set()
     await asyncio.wait_for(tick, timeout=10)

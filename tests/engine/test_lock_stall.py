@@ -30,7 +30,7 @@ async def test_a_lock_stall_fails_claim_rounds_fast_and_the_engine_resumes_after
         pool_size=POOL_SIZE,
         owner_id="stalled",
     )
-    caplog.set_level(logging.WARNING, logger="laneway.engine.scheduler")
+    caplog.set_level(logging.WARNING, logger="laneway.engine.claim_loop")
 
     def failed_rounds() -> list[logging.LogRecord]:
         return [r for r in caplog.records if r.getMessage() == "claim round failed"]

@@ -29,7 +29,7 @@ async def test_due_schedule_fires_once_when_two_engines_race(
     async with open_store(database_url) as other_store:
         second = make_engine(other_store, noop)
         for _ in range(3):
-            await asyncio.gather(first.scheduler.maintain(), second.scheduler.maintain())
+            await asyncio.gather(first.claim_loop.maintain(), second.claim_loop.maintain())
     keys = await _fire_keys(store)
     assert len(keys) == 1
     assert keys[0].startswith("schedule:hourly:")
@@ -64,7 +64,7 @@ async def test_reenabling_a_schedule_does_not_fire_the_missed_backlog(store: Sto
     enabled = await engine.set_schedule_enabled("often", True)
     assert enabled.enabled
     assert enabled.next_run_at > await store.now()
-    await engine.scheduler.maintain()
+    await engine.claim_loop.maintain()
     assert await _fire_keys(store) == []
 
 
@@ -74,7 +74,7 @@ async def test_disabled_schedule_never_fires(store: Store) -> None:
     await engine.set_schedule_enabled("off", False)
     async with store.connection() as conn:
         await conn.execute("UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'")
-    await engine.scheduler.maintain()
+    await engine.claim_loop.maintain()
     assert await _fire_keys(store) == []
 
 

@@ -23,7 +23,7 @@ from uuid import UUID
 import asyncpg
 
 from laneway.engine import Done, Engine, EnqueueRequest, HandlerContext, Next, RetryPolicy, Workflow
-from laneway.engine.definitions import Handler
+from laneway.engine.handler_map import Handler
 from laneway.model import JSONValue, Status
 from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine

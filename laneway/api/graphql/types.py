@@ -13,7 +13,7 @@ import strawberry
 from strawberry.types import Info
 from strawberry.types.unset import UNSET
 
-from laneway.api.context import RequestContext
+from laneway.api.graphql.context import RequestContext
 from laneway.engine import Workflow
 from laneway.engine.engine import MAX_LIST_LIMIT
 from laneway.errors import InvalidInputError

@@ -25,10 +25,10 @@ from strawberry.schema.name_converter import NameConverter
 from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult
 
-from laneway.api.errors import MASKED_MESSAGE, add_code, is_expected
-from laneway.api.mutation import Mutation
-from laneway.api.query import Query
-from laneway.api.subscription import Subscription
+from laneway.api.graphql.errors import MASKED_MESSAGE, add_code, is_expected
+from laneway.api.graphql.mutation import Mutation
+from laneway.api.graphql.query import Query
+from laneway.api.graphql.subscription import Subscription
 
 logger = logging.getLogger(__name__)
 

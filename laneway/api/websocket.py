@@ -46,11 +46,11 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 from strawberry.types.base import get_object_definition
 
 from laneway.api.auth import require
-from laneway.api.context import RequestContext
-from laneway.api.errors import TIMEOUT, public_error
-from laneway.api.query import parse_event_id, parse_instance_id
-from laneway.api.schema import MAX_TOKENS
-from laneway.api.types import WorkflowEvent
+from laneway.api.graphql.context import RequestContext
+from laneway.api.graphql.errors import TIMEOUT, public_error
+from laneway.api.graphql.query import parse_event_id, parse_instance_id
+from laneway.api.graphql.schema import MAX_TOKENS
+from laneway.api.graphql.types import WorkflowEvent
 from laneway.errors import LanewayError
 from laneway.events import EventSelection
 from laneway.model import EventRecord

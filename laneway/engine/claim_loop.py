@@ -1,4 +1,4 @@
-"""Scheduler: the claim loop that starts runners for due instances, within queue caps.
+"""ClaimLoop: the claim loop that starts runners for due instances, within queue caps.
 
 Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules and
 wake-ups. Does not run user code itself (runner.py) and writes no SQL (store).
@@ -29,7 +29,7 @@ UNREGISTERED_CHECK_SECONDS = 60.0
 PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
 
 
-class Scheduler:
+class ClaimLoop:
     """Claims due instances and runs them, as one process's share of the work."""
 
     def __init__(

@@ -8,7 +8,7 @@ GraphQL view does:
 - open connections per client (LANEWAY_WS_CONNECTIONS_PER_TOKEN; the client is its valid
   token, else its IP): a connection over it is closed with 4429 at its `connection_init`,
   and a place frees when any connection ends, however it ends;
-- `subscribe` messages spend from the same buckets as HTTP requests (ratelimit.py) at the
+- `subscribe` messages spend from the same buckets as HTTP requests (http/rate_limits.py) at the
   same cost; over the limit, that operation gets an `error` message with code RATE_LIMITED
   and the socket stays open.
 """
@@ -16,9 +16,9 @@ GraphQL view does:
 import json
 from typing import Any
 
-from laneway.api.asgi import ASGIApp, Message, Receive, Scope, Send
-from laneway.api.errors import RATE_LIMITED, error_body
-from laneway.api.ratelimit import (
+from laneway.api.graphql.errors import RATE_LIMITED, error_body
+from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.http.rate_limits import (
     RATE_LIMITED_MESSAGE,
     RateLimiter,
     client_key,

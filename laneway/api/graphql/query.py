@@ -11,8 +11,8 @@ from strawberry.types import Info
 from strawberry.types.unset import UNSET
 
 from laneway.api.auth import CanRead
-from laneway.api.context import RequestContext
-from laneway.api.types import (
+from laneway.api.graphql.context import RequestContext
+from laneway.api.graphql.types import (
     EntityLock,
     QueueStats,
     Schedule,

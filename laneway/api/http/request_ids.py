@@ -1,4 +1,4 @@
-"""RequestTracing: a request id for every request, and 503 when the database was down.
+"""RequestIds: a request id for every request, and 503 when the database was down.
 
 Owns the outermost pure ASGI middleware. Every HTTP response and websocket handshake gets an
 `X-Request-ID` header (the caller's, when it is sane, else a fresh one), and the id is the
@@ -10,17 +10,23 @@ over HTTP (Strawberry masks websocket results after errors.py has seen them).
 
 import json
 
-from laneway.api.asgi import ASGIApp, Message, Receive, Scope, Send
-from laneway.api.errors import MASKED_MESSAGE, UNAVAILABLE_RETRY_AFTER_SECONDS
-from laneway.api.trace import REQUEST_ID_HEADER, Trace, request_id_for, tag_log_records, traced
+from laneway.api.graphql.errors import MASKED_MESSAGE, UNAVAILABLE_RETRY_AFTER_SECONDS
+from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.request_trace import (
+    REQUEST_ID_HEADER,
+    Trace,
+    request_id_for,
+    tag_log_records,
+    traced,
+)
 
 # Loggers whose records are about one request: the resolver-error log among them.
 TRACED_LOGGERS = (
-    "laneway.api.schema",
-    "laneway.api.errors",
-    "laneway.api.fanout",
-    "laneway.api.limits",
-    "laneway.api.ratelimit",
+    "laneway.api.graphql.schema",
+    "laneway.api.graphql.errors",
+    "laneway.api.websocket",
+    "laneway.api.http.body_limits",
+    "laneway.api.http.rate_limits",
     "laneway.api.routes",
 )
 _STARTS = ("http.response.start", "websocket.accept", "websocket.http.response.start")
@@ -65,7 +71,7 @@ def with_masked_request_ids(text: str, request_id: str) -> str:
     return json.dumps(frame) if changed else text
 
 
-class RequestTracing:
+class RequestIds:
     """Pure ASGI middleware: request ids everywhere, and the 503 of an unavailable database."""
 
     def __init__(self, app: ASGIApp, *, path: str = "/graphql") -> None:

@@ -1,13 +1,13 @@
-"""The direct websocket path of `workflowEvents` (laneway/api/fanout.py): which documents take it,
-and that what it sends is exactly what Strawberry's own execution sends."""
+"""The direct websocket path of `workflowEvents` (laneway/api/websocket.py): which documents
+take it, and that what it sends is exactly what Strawberry's own execution sends."""
 
 import asyncio
 from typing import Any
 
 import pytest
 
-from laneway.api.fanout import EventRenderer
-from laneway.api.schema import schema
+from laneway.api.graphql.schema import schema
+from laneway.api.websocket import EventRenderer
 from tests.api.conftest import LiveServer, make_settings, running_services
 from tests.api.test_websocket import api_only, collect, enqueue_hello  # noqa: F401 (fixture)
 

@@ -9,9 +9,9 @@ from strawberry.types import Info
 from strawberry.types.unset import UNSET
 
 from laneway.api.auth import CanWrite
-from laneway.api.context import RequestContext
-from laneway.api.query import parse_instance_id
-from laneway.api.types import (
+from laneway.api.graphql.context import RequestContext
+from laneway.api.graphql.query import parse_instance_id
+from laneway.api.graphql.types import (
     JSON,
     EnqueueResult,
     QueueStats,

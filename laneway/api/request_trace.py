@@ -1,8 +1,8 @@
 """The trace of one HTTP request or websocket: its id, and whether it found the database down.
 
 Owns the context variable that carries a Trace through everything a request runs, tasks it
-starts included, and the rule for request ids. tracing.py sets it; errors.py reads it to put
-the id on masked errors and to mark a request as SERVICE_UNAVAILABLE; log records of
+starts included, and the rule for request ids. http/request_ids.py sets it; graphql/errors.py
+reads it to put the id on masked errors and to mark a request as SERVICE_UNAVAILABLE; log records of
 `laneway.api.*` loggers get the id as `request_id`.
 """
 

@@ -11,7 +11,7 @@ import pytest
 
 from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
 from laneway.engine.context import CancelledByRequestError
-from laneway.engine.utilities import (
+from laneway.engine.decorators import (
     HandlerTimeoutError,
     compose,
     delay_after_try_ms,

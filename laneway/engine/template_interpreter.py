@@ -2,7 +2,7 @@
 
 Owns running a stage (operations in sequence or in parallel, attempts, timeouts, conditions,
 fix-verify cycles), one operation row per outcome, checkpoints and chaining. Runs on the
-ordinary runner: writes no SQL and adds no instance status. Definitions: template_definitions.
+ordinary runner: writes no SQL and adds no instance status. Definitions: template.py.
 """
 
 import asyncio
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from laneway.engine.context import Done, HandlerContext, InstanceTools, PermanentFailure, Step
-from laneway.engine.definitions import Handler, Workflow
+from laneway.engine.handler_map import Handler, Workflow
 from laneway.engine.payloads import encode_json
-from laneway.engine.template_definitions import (
+from laneway.engine.template import (
     COMPLETED,
     FAILED,
     SKIPPED,

@@ -14,7 +14,7 @@ import pytest
 
 from laneway.engine import Done, HandlerContext, RetryPolicy, Workflow, WorkflowRegistry
 from laneway.engine.context import Next, Pause
-from laneway.engine.templates import (
+from laneway.engine.template_interpreter import (
     FIX_POSITION_BASE,
     Checkpoint,
     Operation,

@@ -12,9 +12,9 @@ from strawberry.types import Info
 from strawberry.types.unset import UNSET
 
 from laneway.api.auth import CanRead
-from laneway.api.context import RequestContext
-from laneway.api.query import parse_event_id, parse_instance_id
-from laneway.api.types import WorkflowEvent, given
+from laneway.api.graphql.context import RequestContext
+from laneway.api.graphql.query import parse_event_id, parse_instance_id
+from laneway.api.graphql.types import WorkflowEvent, given
 from laneway.events import EventSelection
 
 

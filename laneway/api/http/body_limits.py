@@ -16,8 +16,8 @@ from typing import Any
 
 from graphql import GraphQLError, OperationDefinitionNode, parse
 
-from laneway.api.asgi import ASGIApp, Message, Receive, Scope, Send
-from laneway.api.errors import TIMEOUT, send_error
+from laneway.api.graphql.errors import TIMEOUT, send_error
+from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Owns the authoring API of templates (Template, Stage, Operation, Checkpoint, what an operation
 handler receives and returns, the registry of operation handlers) and the decisions the
-interpreter takes from them. Running a template lives in templates.py.
+interpreter takes from them. Running a template lives in template_interpreter.py.
 """
 
 import asyncio
@@ -15,7 +15,7 @@ from uuid import UUID
 
 from laneway.engine.backoff import retry_delay_ms
 from laneway.engine.context import Next, Pause
-from laneway.engine.definitions import RetryPolicy, Validator, check_name
+from laneway.engine.handler_map import RetryPolicy, Validator, check_name
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, OperationRecord
 
@@ -131,7 +131,7 @@ class Template:
 
     `type` is its workflow name. The initial context is the instance's params (a JSON object).
     On completion, `next_workflow` is enqueued with the final context (overlaid with
-    `next_params`) as its params. `retry` is the instance-level policy: see templates.py.
+    `next_params`) as its params. `retry` is the instance-level policy: see template_interpreter.py.
     """
 
     type: str

@@ -1,17 +1,17 @@
 """The middleware stack in front of the routes, outermost first, built from Settings.
 
-Owns the order: RequestTracing (request ids, 503) sees every answer, including the 413, 429
+Owns the order: RequestIds (request ids, 503) sees every answer, including the 413, 429
 and 504 of the ones inside it; RequestLimits decodes a body once, before RateLimits charges
 it; WebSocketLimits polices websocket frames; OperationDeadline times only what runs.
 """
 
 from starlette.middleware import Middleware
 
-from laneway.api.limits import MAX_BODY_BYTES, OperationDeadline, RequestLimits
-from laneway.api.ratelimit import RateLimiter, RateLimits
-from laneway.api.schema import MAX_TOKENS
-from laneway.api.tracing import RequestTracing
-from laneway.api.websocket_limits import WebSocketLimits
+from laneway.api.graphql.schema import MAX_TOKENS
+from laneway.api.http.body_limits import MAX_BODY_BYTES, OperationDeadline, RequestLimits
+from laneway.api.http.rate_limits import RateLimiter, RateLimits
+from laneway.api.http.request_ids import RequestIds
+from laneway.api.http.websocket_limits import WebSocketLimits
 from laneway.config import Settings
 
 SECONDS_PER_MINUTE = 60.0
@@ -27,7 +27,7 @@ def middleware_for(settings: Settings) -> list[Middleware]:
         per_minute = settings.ws_handshakes_per_minute
         handshakes = RateLimiter(per_minute / SECONDS_PER_MINUTE, per_minute)
     return [
-        Middleware(RequestTracing),
+        Middleware(RequestIds),
         Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS),
         Middleware(
             RateLimits,

@@ -2,7 +2,7 @@
 
 Owns what a client sees when something goes wrong. Domain errors (laneway/errors.py) get their
 code here; UNAUTHENTICATED and FORBIDDEN are the API layer's own. A database that cannot be
-reached is SERVICE_UNAVAILABLE (HTTP 503, see tracing.py), with a message that names no
+reached is SERVICE_UNAVAILABLE (HTTP 503, see http/request_ids.py), with a message that names no
 host, driver or statement. Anything else is masked as "Unexpected error." with the request
 id in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
 error bodies the middlewares answer with (413, 429, 503, 504).
@@ -16,8 +16,8 @@ from collections.abc import Iterable
 import asyncpg
 from graphql import GraphQLError
 
-from laneway.api.asgi import Send
-from laneway.api.trace import current_trace
+from laneway.api.http.asgi import Send
+from laneway.api.request_trace import current_trace
 from laneway.engine import LockUnavailableError
 from laneway.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
 

@@ -27,11 +27,11 @@ from graphql import (
     parse,
 )
 
-from laneway.api.asgi import ASGIApp, Receive, Scope, Send
 from laneway.api.auth import Access, check_bearer
-from laneway.api.errors import RATE_LIMITED, send_error
-from laneway.api.limits import DECODED_BODY
-from laneway.api.schema import MAX_TOKENS
+from laneway.api.graphql.errors import RATE_LIMITED, send_error
+from laneway.api.graphql.schema import MAX_TOKENS
+from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send
+from laneway.api.http.body_limits import DECODED_BODY
 from laneway.config import is_loopback
 
 Clock = Callable[[], float]
