@@ -30,6 +30,7 @@ from laneway.engine import (
 )
 from laneway.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
 from laneway.services import Services, open_services
+from laneway.store.migrate import MigrationReport, migrate
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "HandlerContext",
     "InvalidInputError",
     "LanewayError",
+    "MigrationReport",
     "Next",
     "NotFoundError",
     "Operation",
@@ -62,5 +64,6 @@ __all__ = [
     "compile_template",
     "completed",
     "failed",
+    "migrate",
     "open_services",
 ]

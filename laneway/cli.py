@@ -158,7 +158,7 @@ async def export(args: argparse.Namespace, settings: Settings) -> int:
 
 async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """Enqueue one instance and print `{"instanceID", "created"}`."""
-    from laneway.api.http.body_limits import strict_json_loads
+    from laneway.api.http.strict_json import strict_json_loads
 
     try:
         params = strict_json_loads(args.params)

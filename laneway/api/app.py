@@ -27,8 +27,8 @@ from strawberry.types.unset import UNSET, UnsetType
 from laneway.api.auth import Access
 from laneway.api.graphql.context import RequestContext, get_context
 from laneway.api.graphql.schema import build_schema, schema
-from laneway.api.http.body_limits import strict_json_loads
 from laneway.api.http.stack import middleware_for
+from laneway.api.http.strict_json import strict_json_loads
 from laneway.api.routes import healthz, home
 from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
 from laneway.config import Settings

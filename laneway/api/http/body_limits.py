@@ -1,103 +1,27 @@
-"""Request limits in front of /graphql: body size, strict JSON, one operation per document,
-and the operation wall clock.
+"""RequestLimits: what a /graphql request body may be — its size, strict JSON, one operation.
 
-Owns RequestLimits and OperationDeadline, pure ASGI middlewares, and `strict_json_loads`,
-which the GraphQL view also uses for websocket frames and GET variables. Everything
-RequestLimits rejects is answered with a 4xx and a small JSON body before Strawberry sees it;
-nothing here may ever end in a 500. The decoded body is left in the scope under DECODED_BODY
-for the rate limiter, so a body is parsed once.
+Owns the pure ASGI middleware that reads a body once, before Strawberry sees it. Everything it
+rejects is answered with a 4xx and a small JSON body; nothing here may ever end in a 500. The
+decoded body is left in the scope under DECODED_BODY for the rate limiter, so a body is parsed
+once. The JSON rules themselves are strict_json.py's; the wall clock is deadline.py's.
 """
 
-import asyncio
 import json
 import logging
-import math
-from typing import Any
 
 from graphql import GraphQLError, OperationDefinitionNode, parse
 
-from laneway.api.graphql.errors import TIMEOUT, send_error
+from laneway.api.graphql.errors import send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.http.strict_json import strict_json_loads
 
 logger = logging.getLogger(__name__)
 
 
 MAX_BODY_BYTES = 1024 * 1024
-MAX_JSON_DEPTH = 64
-MAX_INT_DIGITS = 4300  # CPython's own int_max_str_digits default
 PARSE_ERROR = "Unable to parse request body as JSON"
 DECODED_BODY = "laneway.decoded_body"
 NEED_OPERATION_NAME = "Must provide operation name if query contains multiple operations."
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError("NaN and Infinity are not JSON")
-
-
-def _parse_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError("integer too long")
-    return int(text)
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError("number out of range")
-    return value
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise ValueError("duplicate object key")
-    return result
-
-
-def _depth_exceeds(value: object, limit: int) -> bool:
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
-def strict_json_loads(data: str | bytes) -> object:
-    """Decode JSON, refusing what Python's json accepts but JSON (or we) do not.
-
-    Refused: NaN/Infinity, duplicate keys, nesting deeper than 64, integers longer than
-    4300 digits, and numbers that overflow to infinity.
-
-    Raises:
-        json.JSONDecodeError: for any of those, or malformed JSON.
-    """
-    text = data.decode("utf-8", errors="strict") if isinstance(data, bytes) else data
-    try:
-        value = json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-            object_pairs_hook=_unique_keys,
-        )
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise json.JSONDecodeError("nested too deeply", text, 0) from None
-    except ValueError as exc:
-        raise json.JSONDecodeError(str(exc), text, 0) from None
-    # Counting brackets first spares the walk for every ordinary body.
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
-        raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH}", text, 0)
-    return value
 
 
 def has_several_unnamed_operations(body: object, max_tokens: int) -> bool:
@@ -213,42 +137,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-class OperationDeadline:
-    """Pure ASGI middleware: a GraphQL request on `path` must answer within `seconds`.
-
-    Past the deadline the request is cancelled (its transaction rolls back) and answered
-    504 with code TIMEOUT. Once the response has started the clock stops, so streamed
-    subscriptions are exempt. `seconds` 0 turns the deadline off.
-    """
-
-    def __init__(self, app: ASGIApp, *, seconds: float, path: str = "/graphql") -> None:
-        self.app = app
-        self.seconds = seconds
-        self.path = path
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].rstrip("/") != self.path or not self.seconds:
-            await self.app(scope, receive, send)
-            return
-        started = False
-        deadline = asyncio.timeout(self.seconds)
-
-        async def timed_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                deadline.reschedule(None)
-            await send(message)
-
-        try:
-            async with deadline:
-                await self.app(scope, receive, timed_send)
-        except TimeoutError:
-            if started or not deadline.expired():
-                raise
-            logger.warning("operation timed out", extra={"seconds": self.seconds})
-            await send_error(
-                send, 504, f"The operation took longer than {self.seconds:g} s.", TIMEOUT
-            )

@@ -8,7 +8,8 @@ it; WebSocketLimits polices websocket frames; OperationDeadline times only what 
 from starlette.middleware import Middleware
 
 from laneway.api.graphql.schema import MAX_TOKENS
-from laneway.api.http.body_limits import MAX_BODY_BYTES, OperationDeadline, RequestLimits
+from laneway.api.http.body_limits import MAX_BODY_BYTES, RequestLimits
+from laneway.api.http.deadline import OperationDeadline
 from laneway.api.http.rate_limits import RateLimiter, RateLimits
 from laneway.api.http.request_ids import RequestIds
 from laneway.api.http.websocket_limits import WebSocketLimits

@@ -1,0 +1,83 @@
+"""strict_json_loads: JSON as the API accepts it, for bodies, websocket frames and CLI input.
+
+Owns the rules Python's json module is laxer about: no NaN or Infinity, no duplicate keys, no
+nesting deeper than MAX_JSON_DEPTH, no integers longer than CPython's own digit limit, no
+numbers that overflow to infinity. Pure: text in, a value or json.JSONDecodeError out.
+"""
+
+import json
+import math
+from typing import Any
+
+MAX_JSON_DEPTH = 64
+MAX_INT_DIGITS = 4300  # CPython's own int_max_str_digits default
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError("NaN and Infinity are not JSON")
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError("integer too long")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate object key")
+    return result
+
+
+def _depth_exceeds(value: object, limit: int) -> bool:
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def strict_json_loads(data: str | bytes) -> object:
+    """Decode JSON, refusing what Python's json accepts but JSON (or we) do not.
+
+    Refused: NaN/Infinity, duplicate keys, nesting deeper than 64, integers longer than
+    4300 digits, and numbers that overflow to infinity.
+
+    Raises:
+        json.JSONDecodeError: for any of those, or malformed JSON.
+    """
+    text = data.decode("utf-8", errors="strict") if isinstance(data, bytes) else data
+    try:
+        value = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            object_pairs_hook=_unique_keys,
+        )
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+    except ValueError as exc:
+        raise json.JSONDecodeError(str(exc), text, 0) from None
+    # Counting brackets first spares the walk for every ordinary body.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
+        raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH}", text, 0)
+    return value
