@@ -1,7 +1,8 @@
 """Log formatting for the command line: readable text on a terminal, JSON lines otherwise.
 
 Owns the two formatters and `configure_logging`. Only laneway/cli.py calls it: library code never
-configures logging (STYLE F2). Fields passed through `extra` appear in both formats.
+configures logging, so an application that embeds the engine keeps its own handlers. Fields
+passed through `extra` appear in both formats.
 """
 
 import json

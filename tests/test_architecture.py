@@ -1,4 +1,4 @@
-"""The import ladder of STYLE A1: each layer imports only the layers below it.
+"""The import ladder, enforced here rather than by review: each layer imports only those below.
 
 cli > api > services > engine | events > store > model, errors, config. laneway/logs.py is for
 the CLI alone. Checked with a plain AST walk, which works because imports are absolute.

@@ -1,20 +1,18 @@
 """Engine: the Python API of Laneway — enqueue, cancel, resume, retry, queues, schedules, run.
 
 Owns workflow semantics at the edges: validating input, choosing queue and attempts, turning
-an action into the store call that performs it. The claim loop is claim_loop.py's; the step
-loop is runner.py's. Usable as a plain library, with no GraphQL.
+an action into the store call that performs it. An enqueue's input is checked in requests.py;
+the claim loop is claim_loop.py's; the step loop is runner.py's. Usable as a plain library,
+with no GraphQL.
 """
 
 import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import socket
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -24,7 +22,9 @@ from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
 from laneway.engine.payloads import encode_json
 from laneway.engine.registry import WorkflowRegistry
-from laneway.engine.schedules import fire_key, parse_recurrence
+from laneway.engine.requests import EnqueueRequest as EnqueueRequest
+from laneway.engine.requests import new_instance, scheduled_instance
+from laneway.engine.schedules import parse_recurrence
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
 from laneway.model import (
     EnqueueResult,
@@ -41,23 +41,11 @@ from laneway.model import (
     Transition,
 )
 from laneway.store import Store
-from laneway.store.store import DEFAULT_MAX_RECOVERIES
+from laneway.store.leases import DEFAULT_MAX_RECOVERIES
 
 logger = logging.getLogger(__name__)
 
-MAX_KEY_CHARS = 255
-MAX_DELAY_MS = 366 * 24 * 3600 * 1000.0
 MAX_LIST_LIMIT = 500
-PRIORITY_RANGE = (-1_000_000, 1_000_000)
-
-
-def new_instance_id() -> UUID:
-    """A UUIDv7-style id: time-ordered, so new rows land at the right edge of the index."""
-    millis = time.time_ns() // 1_000_000
-    value = (millis & (2**48 - 1)) << 80 | secrets.randbits(80)
-    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
-    return UUID(int=value)
 
 
 # How long a stopping process lets steps in flight finish before it hands them back. Below
@@ -69,30 +57,6 @@ DEFAULT_RETENTION_SECONDS = 7 * 86_400.0
 
 def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EnqueueRequest:
-    """One instance to enqueue, for `Engine.enqueue_many`."""
-
-    name: str
-    params: JSONValue = None
-    queue: str | None = None
-    priority: int = 0
-    delay_ms: float = 0.0
-    idempotency_key: str | None = None
-    singleton_key: str | None = None
-    parent_id: UUID | None = None
-
-
-def _check_key(value: str | None, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
-        raise InvalidInputError(f"{what} must be 1-{MAX_KEY_CHARS} characters")
-    if "\x00" in value:
-        raise InvalidInputError(f"{what} must not contain NUL characters")
-    return value
 
 
 class Engine:
@@ -183,34 +147,8 @@ class Engine:
 
     # -- instances -------------------------------------------------------------------------------
 
-    def _new_instance(self, request: EnqueueRequest) -> NewInstance:
-        workflow = self._workflow(request.name)
-        queue = (
-            check_name(request.queue, "queue name")
-            if request.queue is not None
-            else workflow.queue_name
-        )
-        if isinstance(request.priority, bool) or not isinstance(request.priority, int):
-            raise InvalidInputError("priority must be an integer")
-        if not PRIORITY_RANGE[0] <= request.priority <= PRIORITY_RANGE[1]:
-            raise InvalidInputError(f"priority must be within {PRIORITY_RANGE}")
-        delay_ms = float(request.delay_ms or 0.0)
-        if not 0.0 <= delay_ms <= MAX_DELAY_MS:  # also refuses NaN
-            raise InvalidInputError(f"delayMs must be between 0 and {MAX_DELAY_MS:.0f}")
-        params = workflow.validate_params(request.params)
-        return NewInstance(
-            instance_id=new_instance_id(),
-            name=workflow.name,
-            queue=queue,
-            priority=request.priority,
-            max_attempts=workflow.retry.max_attempts,
-            delay_ms=delay_ms,
-            params_json=encode_json(params, what="params"),
-            first_action=workflow.initial,
-            idempotency_key=_check_key(request.idempotency_key, "idempotencyKey"),
-            singleton_key=_check_key(request.singleton_key, "singletonKey"),
-            parent_id=request.parent_id,
-        )
+    def _checked(self, request: EnqueueRequest) -> NewInstance:
+        return new_instance(self._workflow(request.name), request)
 
     async def enqueue(
         self,
@@ -233,7 +171,7 @@ class Engine:
         Raises:
             InvalidInputError: unknown workflow, params rejected, a bad key, delay or queue.
         """
-        new = self._new_instance(
+        new = self._checked(
             EnqueueRequest(
                 name=name,
                 params=params,
@@ -259,7 +197,7 @@ class Engine:
         """
         if len(requests) > 10_000:
             raise InvalidInputError("at most 10000 instances per batch")
-        batch = [self._new_instance(request) for request in requests]
+        batch = [self._checked(request) for request in requests]
         results = await self.store.enqueue_many(batch)
         self.claim_loop.wake()
         return results
@@ -439,17 +377,7 @@ class Engine:
             every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
         )
         next_run_at = recurrence.next_fire_after(max(now, schedule.next_run_at))
-        new = NewInstance(
-            instance_id=new_instance_id(),
-            name=workflow.name,
-            queue=workflow.queue_name,
-            priority=0,
-            max_attempts=workflow.retry.max_attempts,
-            delay_ms=0.0,
-            params_json=encode_json(schedule.params, what="params"),
-            first_action=workflow.initial,
-            idempotency_key=fire_key(schedule.name, schedule.next_run_at),
-        )
+        new = scheduled_instance(workflow, schedule)
         return new, next_run_at
 
     # -- running ---------------------------------------------------------------------------------

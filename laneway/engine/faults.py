@@ -1,4 +1,4 @@
-"""Named fault points for the chaos tests (RELIABILITY §C.0, hook 1; the DBOS debug-trigger style).
+"""Named fault points for the chaos tests (docs/reliability.md, "The harness"; DBOS-style triggers).
 
 Owns the fault table of this process: which named point does what. The table comes from the
 environment variable LANEWAY_FAULTS, read once at import (not through Settings: a fault is a

@@ -1,25 +1,18 @@
 """Template interpreter: compiles a Template into a Workflow with one action per stage.
 
-Owns running a stage (operations in sequence or in parallel, attempts, timeouts, conditions,
-fix-verify cycles), one operation row per outcome, checkpoints and chaining. Runs on the
-ordinary runner: writes no SQL and adds no instance status. Definitions: template.py.
+Owns compiling (TemplateWorkflow, one handler per stage, the context as params) and the
+start-up check of compiled templates, and is where the template API is imported from.
+Running a stage (operations in sequence or in parallel, attempts, timeouts, conditions,
+fix-verify cycles, one operation row per outcome, checkpoints) is stage_run.py's. Runs on
+the ordinary runner: writes no SQL and adds no instance status. Definitions: template.py.
 """
 
-import asyncio
-import copy
-import logging
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from laneway.engine.context import Done, HandlerContext, InstanceTools, PermanentFailure, Step
 from laneway.engine.handler_map import Handler, Workflow
-from laneway.engine.payloads import encode_json
+from laneway.engine.stage_run import FIX_POSITION_BASE, StageFailedError, stage_handler
 from laneway.engine.template import (
-    COMPLETED,
-    FAILED,
-    SKIPPED,
     Checkpoint,
     Condition,
     Operation,
@@ -43,7 +36,7 @@ from laneway.engine.template import (
     validate,
 )
 from laneway.errors import InvalidInputError
-from laneway.model import JSONValue, OperationRecord
+from laneway.model import JSONValue
 
 __all__ = [
     "FIX_POSITION_BASE",
@@ -74,21 +67,6 @@ __all__ = [
     "templates_of",
     "validate",
 ]
-
-logger = logging.getLogger(__name__)
-
-FIX_POSITION_BASE = 1000
-"""Rows of fix operations sit at positions 1000 + i, apart from the stage's own 0 + i."""
-
-MAX_REASON_CHARS = 2000
-
-
-class StageFailedError(PermanentFailure):
-    """A critical operation of a stage failed after its attempts and any fix cycles.
-
-    Final: operations retry themselves, so the instance fails at once; a lost worker is
-    still an ordinary attempt under the template's RetryPolicy.
-    """
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,7 +114,7 @@ def compile_template(
     may still grow; `check_templates` at start-up proves nothing is missing.
     """
     handlers: dict[str, Handler] = {
-        stage.name: _stage_handler(template, index, operations)
+        stage.name: stage_handler(template, index, operations)
         for index, stage in enumerate(template.stages)
     }
     return TemplateWorkflow(
@@ -172,347 +150,3 @@ def check_workflows(workflows: Iterable[Workflow]) -> None:
             problems += validate([workflow.template], workflow.operations, names)
     if problems:
         raise InvalidInputError(describe_problems(problems))
-
-
-# -- running a stage ----------------------------------------------------------------------------
-
-
-def _stage_handler(
-    template: Template, index: int, operations: Mapping[str, OperationHandler]
-) -> Handler:
-    async def run_stage(ctx: HandlerContext, params: JSONValue) -> Step:
-        return await _StageRun(template, index, operations, ctx).run(params)
-
-    return run_stage
-
-
-@dataclass(frozen=True, slots=True)
-class _Pass:
-    """The outcome of running a list of operations once."""
-
-    context: dict[str, JSONValue]
-    failure: OperationRecord | None
-
-
-class _StageRun:
-    """One call of a stage's handler: runs the stage, or finishes the instance after it."""
-
-    def __init__(
-        self,
-        template: Template,
-        index: int,
-        operations: Mapping[str, OperationHandler],
-        ctx: HandlerContext,
-    ) -> None:
-        self._template = template
-        self._index = index
-        self._stage: Stage = template.stages[index]
-        self._operations = operations
-        self._ctx = ctx
-        self._tools: InstanceTools = ctx.require_tools()
-        self._settled: dict[int, str] = {}
-        self._fix_cycle = 0
-
-    async def run(self, params: JSONValue) -> Step:
-        state = self._ctx.state
-        if "initial_context" in state:
-            initial = dict(state["initial_context"])
-            context = dict(state["context"])
-        else:  # the first stage of a new instance: its params are the initial context
-            initial = dict(params) if isinstance(params, dict) else {}
-            context = dict(initial)
-        if int(state.get("stages_done") or 0) > self._index:
-            return await self._finish(context)
-        self._report()
-        stage = self._stage
-        if stage.condition is not None and not stage.condition(MappingProxyType(context)):
-            for position, operation in enumerate(stage.operations):
-                await self._record_skipped(operation, position, "stage condition is false")
-            ran = False
-        else:
-            rows = {
-                row.position: row
-                for row in await self._tools.finished_operations()
-                if row.stage == stage.name
-            }
-            context = await self._run_with_fixes(context, initial, rows)
-            ran = True
-        state["initial_context"] = initial
-        state["context"] = context
-        state["stages_done"] = self._index + 1
-        self._ctx.report(
-            stage=stage.name,
-            progress=(self._index + 1) / len(self._template.stages),
-            message=self._message() if ran else f"{stage.name}: skipped (condition is false)",
-        )
-        return step_after_stage(self._template, self._index, context, ran=ran)
-
-    async def _finish(self, context: dict[str, JSONValue]) -> Done:
-        result: dict[str, JSONValue] = {"context": context}
-        template = self._template
-        if template.next_workflow is not None:
-            # Idempotent per parent: a finish re-run after a crash finds the same child.
-            child_id = await self._tools.enqueue_child(
-                template.next_workflow, child_params(template, context)
-            )
-            result["next_instance_id"] = str(child_id)
-        return Done(result)
-
-    async def _run_with_fixes(
-        self,
-        context: dict[str, JSONValue],
-        initial: dict[str, JSONValue],
-        rows: Mapping[int, OperationRecord],
-    ) -> dict[str, JSONValue]:
-        stage = self._stage
-        outcome = await self._run_pass(stage.operations, 0, context, initial, rows)
-        while outcome.failure is not None:
-            if not stage.fix_operations or self._fix_cycle >= stage.max_fix_cycles:
-                raise StageFailedError(self._failure_text(outcome.failure, "operation"))
-            self._fix_cycle += 1
-            fixed = await self._run_pass(
-                stage.fix_operations, FIX_POSITION_BASE, outcome.context, initial, {}
-            )
-            if fixed.failure is not None:
-                raise StageFailedError(self._failure_text(fixed.failure, "fix operation"))
-            # Verify again: every operation of the stage, since the fix may change any result.
-            self._settled.clear()
-            outcome = await self._run_pass(stage.operations, 0, fixed.context, initial, {})
-        return outcome.context
-
-    def _failure_text(self, record: OperationRecord, what: str) -> str:
-        text = (
-            f"stage {self._stage.name!r}: {what} {record.type!r} (#{record.position}) failed "
-            f"after {record.attempts} attempt(s)"
-        )
-        if self._fix_cycle:
-            text += f" and {self._fix_cycle} fix cycle(s)"
-        return f"{text}: {record.error}"
-
-    async def _run_pass(
-        self,
-        operations: Sequence[Operation],
-        base: int,
-        context: dict[str, JSONValue],
-        initial: dict[str, JSONValue],
-        rows: Mapping[int, OperationRecord],
-    ) -> _Pass:
-        """Run `operations` once (at positions base + i), reusing completed `rows`."""
-        slots = [(base + offset, operation) for offset, operation in enumerate(operations)]
-        if self._stage.parallel:
-            return await self._run_parallel(slots, context, initial, rows)
-        return await self._run_sequence(slots, context, initial, rows)
-
-    async def _run_sequence(
-        self,
-        slots: Sequence[tuple[int, Operation]],
-        context: dict[str, JSONValue],
-        initial: dict[str, JSONValue],
-        rows: Mapping[int, OperationRecord],
-    ) -> _Pass:
-        # In sequence, each operation sees the data of those before it, and a critical
-        # failure stops the ones after it.
-        for position, operation in slots:
-            record = self._reusable(position, operation, rows)
-            if record is None:
-                self._ctx.raise_if_cancelled()
-                record = await self._run_unless_skipped(operation, position, context, initial)
-            if record is None:
-                continue
-            context = merge_context(context, [record])
-            if record.status == FAILED and operation.critical:
-                return _Pass(context=context, failure=record)
-        return _Pass(context=context, failure=None)
-
-    async def _run_parallel(
-        self,
-        slots: Sequence[tuple[int, Operation]],
-        context: dict[str, JSONValue],
-        initial: dict[str, JSONValue],
-        rows: Mapping[int, OperationRecord],
-    ) -> _Pass:
-        # At once, every operation sees the context as the stage found it, and all of them
-        # finish (more completed rows for a retry). Data merges in position order, so the
-        # result does not depend on who finished first.
-        records: dict[int, OperationRecord] = {}
-        tasks: dict[int, asyncio.Task[OperationRecord | None]] = {}
-        try:
-            async with asyncio.TaskGroup() as group:
-                for position, operation in slots:
-                    reused = self._reusable(position, operation, rows)
-                    if reused is not None:
-                        records[position] = reused
-                        continue
-                    tasks[position] = group.create_task(
-                        self._run_unless_skipped(operation, position, context, initial)
-                    )
-        except ExceptionGroup as errors:
-            # A lost lease (or a bug) in one operation stops its siblings; surface the cause.
-            raise errors.exceptions[0] from None
-        for position, task in tasks.items():
-            record = task.result()
-            if record is not None:
-                records[position] = record
-        ordered = [records[position] for position in sorted(records)]
-        critical = {position for position, operation in slots if operation.critical}
-        failure = next((r for r in ordered if r.status == FAILED and r.position in critical), None)
-        return _Pass(context=merge_context(context, ordered), failure=failure)
-
-    def _reusable(
-        self, position: int, operation: Operation, rows: Mapping[int, OperationRecord]
-    ) -> OperationRecord | None:
-        """The completed row of this slot from an earlier run of the stage, if any."""
-        row = rows.get(position)
-        if row is None or row.status != COMPLETED or row.type != operation.type:
-            return None
-        self._settle(position, COMPLETED)
-        return row
-
-    async def _run_unless_skipped(
-        self,
-        operation: Operation,
-        position: int,
-        context: dict[str, JSONValue],
-        initial: dict[str, JSONValue],
-    ) -> OperationRecord | None:
-        if operation.condition is not None and not operation.condition(MappingProxyType(context)):
-            await self._record_skipped(operation, position, "operation condition is false")
-            return None
-        return await self._run_operation(operation, position, context, initial)
-
-    async def _run_operation(
-        self,
-        operation: Operation,
-        position: int,
-        context: dict[str, JSONValue],
-        initial: dict[str, JSONValue],
-    ) -> OperationRecord:
-        """Attempt one operation until it completes or runs out of attempts; record it."""
-        ctx = self._ctx
-        operation_id = operation_id_for(ctx.instance_id, self._stage.name, position)
-        handler = self._operations.get(operation.type)
-        started = time.monotonic()
-        attempts = 0
-        result = failed(f"no handler registered for operation type {operation.type!r}")
-        while handler is not None and attempts < operation.max_attempts:
-            if attempts:
-                await asyncio.sleep(operation.retry_delay_ms(attempts) / 1000.0)
-            attempts += 1
-            operation_ctx = OperationContext(
-                instance_id=ctx.instance_id,
-                operation_id=operation_id,
-                operation_type=operation.type,
-                stage=self._stage.name,
-                attempt=attempts,
-                max_attempts=operation.max_attempts,
-                context=copy.deepcopy(context),
-                initial_context=copy.deepcopy(initial),
-                workflow_type=self._template.type,
-                cancelled=ctx.cancelled,
-            )
-            result = await _attempt(handler, operation_ctx, operation.timeout_seconds)
-            if result.is_completed:
-                break
-        record = OperationRecord(
-            operation_id=operation_id,
-            instance_id=ctx.instance_id,
-            stage=self._stage.name,
-            position=position,
-            type=operation.type,
-            status=result.status,
-            attempts=attempts,
-            error=result.reason,
-            data=result.data if result.is_completed else None,
-            metadata=result.metadata,
-            started_at=None,
-            finished_at=None,
-        )
-        # Recorded the moment it finishes: a crash later in the stage keeps this outcome.
-        await self._tools.record_operation(record, seconds=time.monotonic() - started)
-        if not result.is_completed:
-            logger.info(
-                "operation failed",
-                extra={
-                    "instance_id": str(ctx.instance_id),
-                    "stage": self._stage.name,
-                    "operation_type": operation.type,
-                    "attempts": attempts,
-                    "critical": operation.critical,
-                    "error": result.reason,
-                },
-            )
-        self._settle(position, result.status)
-        return record
-
-    async def _record_skipped(self, operation: Operation, position: int, reason: str) -> None:
-        record = OperationRecord(
-            operation_id=operation_id_for(self._ctx.instance_id, self._stage.name, position),
-            instance_id=self._ctx.instance_id,
-            stage=self._stage.name,
-            position=position,
-            type=operation.type,
-            status=SKIPPED,
-            attempts=0,
-            error=None,
-            data=None,
-            metadata={"reason": reason},
-            started_at=None,
-            finished_at=None,
-        )
-        await self._tools.record_operation(record, seconds=0.0)
-        self._settle(position, SKIPPED)
-
-    def _settle(self, position: int, status: str) -> None:
-        if position < FIX_POSITION_BASE:
-            self._settled[position] = status
-            self._report()
-
-    def _report(self) -> None:
-        # Kept on the context and saved with the stage's checkpoint (the runner persists
-        # reports only at checkpoints).
-        count = len(self._stage.operations)
-        self._ctx.report(
-            stage=self._stage.name,
-            progress=stage_progress(
-                self._index, len(self._template.stages), len(self._settled), count
-            ),
-            message=self._message(),
-        )
-
-    def _message(self) -> str:
-        return stage_message(
-            self._stage.name, self._settled.values(), len(self._stage.operations), self._fix_cycle
-        )
-
-
-async def _attempt(
-    handler: OperationHandler, ctx: OperationContext, timeout_seconds: float
-) -> OperationResult:
-    """Call a handler once; an exception, a timeout or a bad return value is a failure."""
-    scope = asyncio.timeout(timeout_seconds)
-    try:
-        async with scope:
-            result: object = await handler(ctx)
-    except TimeoutError as exc:
-        if scope.expired():
-            return failed(f"timed out after {timeout_seconds:g}s")
-        return failed(_reason(exc))
-    except Exception as exc:  # the operation's own error is its failure reason
-        return failed(_reason(exc))
-    if not isinstance(result, OperationResult):
-        return failed(
-            f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
-        )
-    try:
-        encode_json(result.metadata, what="operation metadata")
-        if result.is_completed:
-            encode_json(result.data, what="operation data")
-    except InvalidInputError as exc:
-        return failed(str(exc))
-    if not result.is_completed:
-        return failed((result.reason or "failed")[:MAX_REASON_CHARS], result.metadata)
-    return result
-
-
-def _reason(exc: BaseException) -> str:
-    return (str(exc) or type(exc).__name__)[:MAX_REASON_CHARS]

@@ -2,7 +2,9 @@
 
 Owns that connection: LISTEN once at start-up, a heartbeat, reconnect with capped backoff and
 re-LISTEN, and a gap marker after every reconnect. Does not publish (writers NOTIFY inside their
-own transactions, STACK P3) and does not read the events table (hub.py does).
+own transactions: a NOTIFY on this connection would race the heartbeat and the LISTEN for it,
+and asyncpg allows one statement at a time per connection) and does not read the events table
+(hub.py does).
 """
 
 import asyncio
@@ -28,8 +30,9 @@ INBOX_SIZE = 10_000
 CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 # $1 channel. A liveness probe that is also true only while this session still LISTENs, so a
-# silently dropped LISTEN (a reset or a pooler in between, STACK P20) counts as a failure too.
-# It lives here, not in laneway/store/queries.py, because it runs on this connection only.
+# silently dropped LISTEN (a session reset, or a transaction-mode pooler such as PgBouncer in
+# between, loses LISTEN state without an error) counts as a failure too.
+# It lives here, not in laneway/store/queries/, because it runs on this connection only.
 HEARTBEAT = "SELECT $1 = ANY (ARRAY(SELECT pg_listening_channels()))"
 
 # Compared by identity: no payload a writer sends can be this object.
@@ -70,7 +73,8 @@ class ListenBackend(BroadcastBackend):
         self._overflowed = False
         self._dropped_count = 0
         self._reconnect_count = 0
-        # asyncpg runs one statement at a time per connection (STACK P3).
+        # asyncpg runs one statement at a time per connection; a second one at once fails with
+        # "another operation is in progress", so the heartbeat and (re-)LISTEN take turns.
         self._lock = asyncio.Lock()
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
@@ -109,7 +113,11 @@ class ListenBackend(BroadcastBackend):
             conn.terminate()
 
     async def subscribe(self, channel: str) -> None:
-        """The one channel is LISTENed once in `connect()`; never per subscriber (STACK P4)."""
+        """The one channel is LISTENed once in `connect()`; never per subscriber.
+
+        LISTEN/UNLISTEN per subscriber would race a subscriber that arrives while another
+        leaves, and orphan one of them; one channel listened for the process's life cannot.
+        """
         if channel != self._channel:
             raise ValueError(f"this backend listens on {self._channel!r} only")
 
@@ -143,7 +151,8 @@ class ListenBackend(BroadcastBackend):
                     await lost.wait()
             except TimeoutError:
                 if not await self._is_alive(conn):
-                    # A half-open socket is never noticed otherwise (STACK P2); terminating
+                    # A half-open socket (a vanished host, a partition) is never noticed
+                    # otherwise: asyncpg only waits for bytes that never come. Terminating
                     # fires the termination listener and the loop reconnects.
                     logger.warning("listener heartbeat failed")
                     conn.terminate()
@@ -200,7 +209,8 @@ class ListenBackend(BroadcastBackend):
         try:
             self._inbox.put_nowait(event)
         except asyncio.QueueFull:
-            # Bounded (STACK P5): drop, and let next_published() announce a gap once drained.
+            # Bounded, so a stalled consumer cannot grow memory without limit: drop, and let
+            # next_published() announce a gap once drained (subscribers replay from the table).
             self._overflowed = True
             if event is not _GAP:
                 self._dropped_count += 1

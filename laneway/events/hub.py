@@ -6,8 +6,10 @@ up by event id. Does not hold the LISTEN connection (backend.py) or decide workf
 
 broadcaster is the fan-in through its backend interface: ListenBackend merges every writer's
 NOTIFY into one Event stream, consumed by `_pump` as `Broadcast._listener` would. Broadcast
-itself is not used: its listener is an unwatched task (STACK P16), it awaits each put into
-unbounded queues (P5), it LISTENs per subscribe (P4), and our subscribers get rows, not payloads.
+itself is not used: its listener is a task nobody watches (if it dies, every subscription
+hangs in silence), it awaits each put into unbounded queues (a stalled client grows memory
+without limit), it LISTENs per subscribe (racing subscribers can be orphaned), and our
+subscribers get rows, not payloads.
 """
 
 import asyncio
@@ -422,7 +424,8 @@ class EventHub:
         if task.cancelled():
             return
         error = task.exception() or RuntimeError(f"{task.get_name()} stopped")
-        # Never a silent hang (STACK P16): log, report unhealthy, and fail every stream.
+        # Never a silent hang (a dead fan-out task would otherwise leave every stream waiting
+        # for good): log, report unhealthy, and fail every stream.
         logger.error("event hub task crashed", exc_info=error, extra={"task": task.get_name()})
         self._failure = error
         for stream in self._streams:

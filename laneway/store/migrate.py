@@ -4,7 +4,8 @@ Owns the migration runner and `migrate()`, the public call that brings a databas
 Migrations are numbered .sql files, append-only, one transaction each, read from the package
 `laneway.migrations` (the repository's top-level migrations/, carried inside the wheel), so an
 installed Laneway finds them as an editable checkout does. Concurrent starters wait on the
-lock and find nothing left to do.
+lock and find nothing left to do. Also reads laneway/store/sql/functions.sql, the current text
+of every function the migrations leave (for reading and for the test that they agree).
 """
 
 import logging
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 MIGRATIONS_LOCK_KEY = 7_461_726_101  # any constant; shared by every Laneway process
 MIGRATIONS_PACKAGE = "laneway.migrations"
 MIGRATION_NAME = re.compile(r"[0-9]{4}_[a-z0-9_]+\.sql")
+CURRENT_FUNCTIONS = ("sql", "functions.sql")  # inside laneway.store
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +67,11 @@ def migrations(package: str | None = None) -> list[Migration]:
         Migration(name=entry.name.removesuffix(".sql"), sql=entry.read_text(encoding="utf-8"))
         for entry in found
     ]
+
+
+def current_functions_sql() -> str:
+    """The text of laneway/store/sql/functions.sql: every function as the migrations leave it."""
+    return resources.files("laneway.store").joinpath(*CURRENT_FUNCTIONS).read_text(encoding="utf-8")
 
 
 async def apply_migrations(

@@ -1,6 +1,6 @@
 """Laneway's connection pool and per-connection setup: JSON codecs, application name, timeouts.
 
-Owns how a connection is made and lent. Does not run Laneway queries (store.py does).
+Owns how a connection is made and lent. Does not run Laneway queries (the Store does).
 """
 
 import asyncio
@@ -22,10 +22,12 @@ APPLICATION_NAME = "laneway"
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """Server-side guard rails in milliseconds (0 turns one off; RELIABILITY F10).
+    """Server-side guard rails in milliseconds (0 turns one off, PostgreSQL's default for all).
 
     A statement that runs away, a lock wait that would stall a claim, or a transaction left
-    open by a stuck client is ended by PostgreSQL itself, whatever the client is doing.
+    open by a stuck client is ended by PostgreSQL itself, whatever the client is doing. A
+    long-open transaction also holds back vacuum's xmin horizon, so dead rows pile up in the
+    queue tables and every claim slows down.
     """
 
     statement_ms: int = 30_000
@@ -53,7 +55,12 @@ def _encode_json(value: Any) -> str:
 def server_settings(
     application_name: str = APPLICATION_NAME, timeouts: Timeouts = DEFAULT_TIMEOUTS
 ) -> dict[str, str]:
-    """Guard rails every Laneway connection gets (STYLE C4; RELIABILITY §0.7)."""
+    """What every Laneway connection sets at start-up: its name and the guard rails.
+
+    The name lets an operator (or a test) find and terminate one process's sessions in
+    pg_stat_activity; the timeouts are `Timeouts`, applied per session so they hold whatever
+    the role's or the server's defaults are.
+    """
     return {
         "application_name": application_name,
         "idle_in_transaction_session_timeout": str(timeouts.idle_in_transaction_ms),

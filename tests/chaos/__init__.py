@@ -1,4 +1,4 @@
-"""Chaos tests (RELIABILITY §C.1, §C.3): worker crashes, stalls, partitions, fault points, restarts.
+"""Chaos tests (docs/reliability.md): worker crashes, stalls, partitions, fault points, restarts.
 
 The PR tier runs in `make test` (test_*.py, fast parameters); the full tier is
 `python -m tests.chaos.full` (`make chaos`), the same scenarios at production parameters.

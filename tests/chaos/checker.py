@@ -1,4 +1,4 @@
-"""The offline history checker (RELIABILITY §C.0): Jepsen's total-queue checker, adapted.
+"""The offline history checker (docs/reliability.md): Jepsen's total-queue checker, adapted.
 
 Owns the judgement of one chaos run, as a pure function of its history: the client's enqueue
 log, the instances as stored, the audit rows of every UPDATE, the side-effect ledger and the

@@ -1,4 +1,6 @@
-"""Crash, stall, partition, shutdown and poison scenarios (RELIABILITY R-01 to R-04, R-06).
+"""Crash, stall, partition, shutdown and poison scenarios (R-01 to R-04, R-06, S-12).
+
+docs/reliability.md describes each scenario, how it is measured and its latest figures.
 
 Owns what each scenario does to the cluster and which conditions it checks beyond the
 checker's invariants. Sizes and engine parameters come from the caller, so the PR tier

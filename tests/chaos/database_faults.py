@@ -1,4 +1,4 @@
-"""Database fault scenarios (RELIABILITY P-01, P-02, P-05): restarts, outages, role timeouts.
+"""Database fault scenarios (P-01, P-02, P-05 in docs/reliability.md): restarts, outages, timeouts.
 
 Owns placing each database fault by progress (so many instances completed), measuring how
 long workers take to resume, and the checks beyond the checker's invariants. P-01 and P-02

@@ -1,4 +1,4 @@
-"""Fault-point scenarios (RELIABILITY R-05): workers, or an API-side client, armed with
+"""Fault-point scenarios (R-05 in docs/reliability.md): workers, or an API-side client, armed with
 LANEWAY_FAULTS at a named point of the engine (laneway/engine/faults.py).
 
 Owns where each point is armed, how long load runs (until the fault fired), and the checks

@@ -42,7 +42,7 @@ Run = Callable[[str, Path], Awaitable[Outcome]]
 @dataclass(frozen=True, slots=True)
 class Scenario:
     key: str
-    plan: str  # what RELIABILITY.md asks for
+    plan: str  # the full-size target (instances, faults, engine parameters; docs/reliability.md)
     chosen: str  # what this run does instead, on this box
     run: Run
 

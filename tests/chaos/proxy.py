@@ -1,7 +1,8 @@
 """TcpProxy: a TCP proxy in front of the test server that can pass, blackhole or reset traffic.
 
 Owns the links between clients (a worker, a listener) and PostgreSQL. Modes, set with
-`set_mode` and applied to open links and new ones alike (a network partition, RELIABILITY R-03):
+`set_mode` and applied to open links and new ones alike (a network partition, R-03 in
+docs/reliability.md):
 
 - `pass`: bytes are forwarded. Links that were blackholed are reset first: bytes were
   swallowed, so their protocol streams are corrupt and no real peer would continue them.
@@ -80,6 +81,11 @@ class TcpProxy:
             await server.wait_closed()
 
     @property
+    def partitioned(self) -> bool:
+        """True while the mode is `blackhole`; read afresh after an await, as it may have moved."""
+        return self.mode == "blackhole"
+
+    @property
     def open_links(self) -> int:
         return sum(1 for link in self._links if not link.writers[0].is_closing())
 
@@ -126,7 +132,7 @@ class TcpProxy:
                 up_reader, up_writer = await asyncio.open_connection(*self._tcp_target)
             # A partition that began while this link was still connecting upstream covers it
             # too: set_mode only marked the links already registered.
-            link = _Link(writers=[writer, up_writer], blackholed=self.mode == "blackhole")
+            link = _Link(writers=[writer, up_writer], blackholed=self.partitioned)
             self._links.append(link)
             async with asyncio.TaskGroup() as pipes:
                 pipes.create_task(self._pipe(link, reader, up_writer))

@@ -1,4 +1,4 @@
-"""The K-01 soak (RELIABILITY §C.7): `python -m tests.chaos.soak --minutes N` (`make soak`).
+"""The K-01 soak (docs/reliability.md): `python -m tests.chaos.soak --minutes N` (`make soak`).
 
 Owns one long run of the whole service at a steady load, sampled every 10 s, and its verdict
 against the plan's K-01 figures. On a private PostgreSQL with durable commits it starts one
@@ -533,14 +533,14 @@ def flatness_rows(samples: list[Sample], seconds: float, faults: Faults) -> list
     rows.append(Row("asyncio tasks serve", "flat (+-5 %)", *_flat(tasks)))
     for role in sorted({role for s in kept for role in s.connections}):
         values = [float(s.connections.get(role, 0)) for s in kept]
-        bound = CONNECTION_BOUNDS.get(role)  # the chaos client and ledger are the harness's
-        measured, ok = _bounded(values, bound or 0)
+        limit = CONNECTION_BOUNDS.get(role)  # the chaos client and ledger are the harness's
+        measured, ok = _bounded(values, limit or 0)
         rows.append(
             Row(
                 f"connections {role}",
-                f"<= {bound}, no upward trend" if bound else "(harness)",
+                f"<= {limit}, no upward trend" if limit else "(harness)",
                 measured,
-                ok if bound else None,
+                ok if limit else None,
             )
         )
     return rows

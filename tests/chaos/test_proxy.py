@@ -14,7 +14,8 @@ LOST = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 async def answers(conn: asyncpg.Connection, within: float = 0.5) -> bool:
     """True if the connection answers a query in time; False if the query hangs."""
     try:
-        return await asyncio.wait_for(conn.fetchval("SELECT 1"), within) == 1
+        answer: object = await asyncio.wait_for(conn.fetchval("SELECT 1"), within)
+        return answer == 1
     except TimeoutError:
         return False
 

@@ -1,4 +1,4 @@
-"""The chaos workflows (RELIABILITY §C.0): W3, WP, and the poison pill as a W3 option.
+"""The chaos workflows (docs/reliability.md, "The harness"): W3, WP, and the poison pill.
 
 Loaded by worker subprocesses through LANEWAY_WORKFLOWS=tests.chaos.workflows. Every step
 first writes a ledger row (tests/chaos/ledger.py) on its own autocommit connection, then

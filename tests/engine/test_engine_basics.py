@@ -123,7 +123,7 @@ async def test_tick_runs_many_instances_in_one_claim(store: Store) -> None:
 
 async def test_what_enqueue_returns_is_the_row_as_stored(store: Store) -> None:
     # A single enqueue builds its record from what it inserted plus the columns the database
-    # filled in (store.new_instance_record); it must equal the row read back, field by field.
+    # filled in (rows.new_instance_record); it must equal the row read back, field by field.
     engine = make_engine(store, noop)
     parent = await engine.enqueue("noop")
     returned = await engine.enqueue(

@@ -164,7 +164,9 @@ async def test_cancel_stops_a_running_handler_and_frees_its_slot(store: Store) -
     await engine.configure_queue("single", concurrency=1)
     async with engine.running():
         stuck = await engine.enqueue("forever")
-        await eventually(lambda: engine.get(stuck.instance_id), lambda r: r.status == "running")
+        await eventually(
+            lambda: engine.get(stuck.instance_id), lambda r: r is not None and r.status == "running"
+        )
         waiting = await engine.enqueue("quick")
         cancelled = await engine.cancel(stuck.instance_id)
         assert cancelled.status == Status.CANCELLED
@@ -318,7 +320,8 @@ def _two_steps(gate: asyncio.Event, entered: asyncio.Event, second_ran: list[str
 async def test_stopping_lets_the_step_in_flight_finish_and_hands_back_at_its_checkpoint(
     store: Store,
 ) -> None:
-    gate, entered, second_ran = asyncio.Event(), asyncio.Event(), []
+    gate, entered = asyncio.Event(), asyncio.Event()
+    second_ran: list[str] = []
     engine = make_engine(store, _two_steps(gate, entered, second_ran), shutdown_grace_seconds=30)
     enqueued = await engine.enqueue("drained")
     stopping = asyncio.Event()

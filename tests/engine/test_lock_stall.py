@@ -1,4 +1,4 @@
-"""RELIABILITY P-04 at the engine: a table lock held by another session.
+"""P-04 at the engine (docs/reliability.md): a table lock held by another session.
 
 While the instances table is locked ACCESS EXCLUSIVE, every engine statement that touches it
 gives up after the lock timeout instead of queueing behind the lock; the loop logs the failed

@@ -1,4 +1,4 @@
-"""RELIABILITY E-06: writers that commit out of id order, and subscribers that miss nothing.
+"""E-06 (docs/reliability.md): writers that commit out of id order, subscribers that miss nothing.
 
 Eight writers append an event each per round and hold their transaction open for a random
 0-200 ms (at full size) between the append and the commit, so commits land in every order

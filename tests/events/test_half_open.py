@@ -1,4 +1,4 @@
-"""RELIABILITY E-02: a listener whose link goes half-open, again and again.
+"""E-02 (docs/reliability.md): a listener whose link goes half-open, again and again.
 
 The hub's LISTEN connection goes through the TCP proxy; the proxy blackholes it (bytes
 swallowed both ways, no FIN, new connections swallowed too) for a while, then heals, several
@@ -71,10 +71,11 @@ async def test_every_event_arrives_across_repeated_half_open_outages(
             detections.append(time.monotonic() - cut)
             await asyncio.sleep(max(OUTAGE_SECONDS - detections[-1], 0))  # the outage lasts
             proxy.set_mode("pass")
-            await until(
-                lambda before=reconnects: hub.reconnect_count > before,
-                within=HEARTBEAT_SECONDS * 6,
-            )
+
+            def reconnected(before: int = reconnects) -> bool:
+                return hub.reconnect_count > before
+
+            await until(reconnected, within=HEARTBEAT_SECONDS * 6)
         stop_writing.set()
         await writer
         written = await table_ids(store, before)

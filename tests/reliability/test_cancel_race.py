@@ -1,4 +1,4 @@
-"""S-09 (RELIABILITY §C.4): 200 instances, each cancelled at a random moment.
+"""S-09 (docs/reliability.md): 200 instances, each cancelled at a random moment.
 
 Three steps each; every step first writes a ledger row on its own autocommit connection
 (stamped clock_timestamp(), the database clock), then works 5–50 ms, and fails a quarter of

@@ -1,5 +1,5 @@
-"""C-01 and C-02 (RELIABILITY §C.5): cron fires checked against a brute-force oracle, and the
-DST golden cases the plan lists that tests/engine/test_schedules.py does not already pin.
+"""C-01 (docs/reliability.md): cron fires checked against a brute-force oracle; and C-02,
+golden DST cases that tests/engine/test_schedules.py does not already pin.
 
 C-01 draws random expressions (lists, ranges, steps, names, `L`, `LW`, `#`) in seven zones
 that stress DST in every way (30-minute shifts, midnight shifts, +12:45, no DST), from start

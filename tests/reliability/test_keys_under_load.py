@@ -1,4 +1,4 @@
-"""S-07 and S-08 (RELIABILITY §C.4): idempotency and singleton keys under concurrent enqueues.
+"""S-07 and S-08 (docs/reliability.md): idempotency and singleton keys under concurrent enqueues.
 
 S-07: 200 enqueues with one idempotency key over 20 pools of one connection each. The
 documented policy for the same key with other params (Engine.enqueue) is: return the first

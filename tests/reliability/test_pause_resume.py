@@ -1,4 +1,4 @@
-"""S-10 (RELIABILITY §C.4): 100 `report` instances pause for review under a queue cap of 5.
+"""S-10 (docs/reliability.md): 100 `report` instances pause for review under a queue cap of 5.
 
 Paused instances hold no lease and no slot: all 100 park behind a cap of 5, and a fresh
 instance still runs past them. The engines then stop (the restart between pause and resume);

@@ -1,5 +1,7 @@
-"""P-07 (RELIABILITY §C.3, F20): cancelled statements and a frozen backend do not break the
-pool: it stays within its size, keeps serving, and close() returns in bounded time.
+"""P-07 (docs/reliability.md): cancelled statements and a frozen backend do not break the
+pool: it stays within its size, keeps serving, and close() returns in bounded time. asyncpg
+has lost connections to a cancelled acquire and waited forever in close() on a pending
+cancel to a frozen server; these are the cases that must not come back through our pool.
 
 PR tier: 200 cancelled loans; LANEWAY_CHAOS_FULL=1: the plan's 1,000. The backend freeze is
 a few seconds here instead of the plan's 30 s: close() has to return after its own timeout

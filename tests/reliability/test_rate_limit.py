@@ -1,4 +1,4 @@
-"""S-02 (RELIABILITY §C.4): a token bucket of capacity 10 refilling 10/s holds across engines.
+"""S-02 (docs/reliability.md): a token bucket of capacity 10 refilling 10/s holds across engines.
 
 The bucket (queries.CLAIM_INSTANCES) holds at most one second's worth of tokens, so
 ratePerMinute 600 gives capacity C = 10 and refill r = 10/s; it starts full. 200 instances

@@ -1,4 +1,4 @@
-"""P-08 (RELIABILITY §C.3): the migrated `laneway` schema, read back from pg_catalog.
+"""Schema lint: the migrated `laneway` schema, read back from pg_catalog.
 
 Keys that cannot run out, times that carry their zone, the unique indexes that decide races
 (idempotency, singleton, operation slots; a cron fire is deduplicated by its idempotency key),

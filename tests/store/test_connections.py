@@ -1,4 +1,8 @@
-"""Every connection carries its process's name and PostgreSQL-side timeouts (RELIABILITY F10)."""
+"""Every connection carries its process's name and PostgreSQL-side timeouts.
+
+PostgreSQL turns every timeout off by default, and one stuck transaction then holds locks and
+vacuum's xmin horizon for as long as it likes; the name lets an operator find its process.
+"""
 
 import asyncpg
 
@@ -21,6 +25,7 @@ async def test_pooled_connections_carry_the_configured_timeouts(database_url: st
             "       current_setting('idle_in_transaction_session_timeout') AS idle,"
             "       current_setting('application_name') AS name"
         )
+    assert shown is not None
     assert dict(shown) == {
         "statement": "1234ms",
         "lock": "567ms",

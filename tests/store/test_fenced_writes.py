@@ -58,11 +58,13 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
     # read the whole batch again for each of its rows: quadratic in the batch (migrations/0010).
     claimed = await _claimed(store, BATCH, backlog=backlog)
     async with store.connection() as conn:
-        source, types = await conn.fetchrow(
+        function = await conn.fetchrow(
             "SELECT p.prosrc, (SELECT string_agg(format_type(t, NULL), ', ' ORDER BY n)"
             "                    FROM unnest(p.proargtypes) WITH ORDINALITY AS a (t, n))"
             "  FROM pg_proc AS p WHERE p.oid = 'laneway.write_runner_batch'::regproc"
         )
+        assert function is not None
+        source, types = function
         statement = re.search(r"RETURN QUERY(.*);\s*END;", source, re.DOTALL)
         assert statement is not None
         transaction = conn.transaction()

@@ -1,0 +1,103 @@
+"""Enqueue requests: what a caller asks for, checked and turned into the row the store inserts.
+
+Owns the limits of an enqueue's input (key length, delay, priority), the instance ids
+(time-ordered), and the NewInstance records of an enqueue and of a schedule's fire.
+"""
+
+import secrets
+import time
+from dataclasses import dataclass
+from uuid import UUID
+
+from laneway.engine.handler_map import Workflow, check_name
+from laneway.engine.payloads import encode_json
+from laneway.engine.schedules import fire_key
+from laneway.errors import InvalidInputError
+from laneway.model import JSONValue, NewInstance, ScheduleRecord
+
+MAX_KEY_CHARS = 255
+MAX_DELAY_MS = 366 * 24 * 3600 * 1000.0
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+
+
+def new_instance_id() -> UUID:
+    """A UUIDv7-style id: time-ordered, so new rows land at the right edge of the index."""
+    millis = time.time_ns() // 1_000_000
+    value = (millis & (2**48 - 1)) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return UUID(int=value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueRequest:
+    """One instance to enqueue, for `Engine.enqueue_many`."""
+
+    name: str
+    params: JSONValue = None
+    queue: str | None = None
+    priority: int = 0
+    delay_ms: float = 0.0
+    idempotency_key: str | None = None
+    singleton_key: str | None = None
+    parent_id: UUID | None = None
+
+
+def check_key(value: str | None, what: str) -> str | None:
+    """`value` if it is a usable idempotency or singleton key (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
+        raise InvalidInputError(f"{what} must be 1-{MAX_KEY_CHARS} characters")
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} must not contain NUL characters")
+    return value
+
+
+def new_instance(workflow: Workflow, request: EnqueueRequest) -> NewInstance:
+    """The validated row of `request` for `workflow`: queue, priority, delay, params and keys.
+
+    Raises:
+        InvalidInputError: a bad queue name, priority, delay, params or key.
+    """
+    queue = (
+        check_name(request.queue, "queue name")
+        if request.queue is not None
+        else workflow.queue_name
+    )
+    if isinstance(request.priority, bool) or not isinstance(request.priority, int):
+        raise InvalidInputError("priority must be an integer")
+    if not PRIORITY_RANGE[0] <= request.priority <= PRIORITY_RANGE[1]:
+        raise InvalidInputError(f"priority must be within {PRIORITY_RANGE}")
+    delay_ms = float(request.delay_ms or 0.0)
+    if not 0.0 <= delay_ms <= MAX_DELAY_MS:  # also refuses NaN
+        raise InvalidInputError(f"delayMs must be between 0 and {MAX_DELAY_MS:.0f}")
+    params = workflow.validate_params(request.params)
+    return NewInstance(
+        instance_id=new_instance_id(),
+        name=workflow.name,
+        queue=queue,
+        priority=request.priority,
+        max_attempts=workflow.retry.max_attempts,
+        delay_ms=delay_ms,
+        params_json=encode_json(params, what="params"),
+        first_action=workflow.initial,
+        idempotency_key=check_key(request.idempotency_key, "idempotencyKey"),
+        singleton_key=check_key(request.singleton_key, "singletonKey"),
+        parent_id=request.parent_id,
+    )
+
+
+def scheduled_instance(workflow: Workflow, schedule: ScheduleRecord) -> NewInstance:
+    """The instance a schedule's due occurrence enqueues, keyed by that occurrence."""
+    return NewInstance(
+        instance_id=new_instance_id(),
+        name=workflow.name,
+        queue=workflow.queue_name,
+        priority=0,
+        max_attempts=workflow.retry.max_attempts,
+        delay_ms=0.0,
+        params_json=encode_json(schedule.params, what="params"),
+        first_action=workflow.initial,
+        idempotency_key=fire_key(schedule.name, schedule.next_run_at),
+    )

@@ -1,0 +1,79 @@
+"""The part of the Store every area shares: the pool, the event append, the clock.
+
+Owns how a Store method gets its connection (a bounded wait on the pool), the one Python call
+of the event append (queries.APPEND_EVENTS, which calls laneway.append_events), and the
+administrative connection for diagnostics. The areas' methods live in instances.py, leases.py,
+history.py and schedules.py; store.py composes them into Store.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from uuid import UUID
+
+from laneway.model import NewEvent
+from laneway.store import queries
+from laneway.store.pool import ConnectionPool, Loan
+from laneway.store.rows import Conn
+
+EVENTS_LOCK_KEY = 7_461_726_102  # serialises event appends; see queries.APPEND_EVENTS
+ACQUIRE_TIMEOUT_SECONDS = 5.0  # longest wait for a pooled connection
+
+
+class StoreBase:
+    """The pool and the helpers every area of the Store uses."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        database_url: str,
+        *,
+        acquire_timeout: float = ACQUIRE_TIMEOUT_SECONDS,
+    ) -> None:
+        self._pool = pool
+        self.database_url = database_url
+        self._acquire_timeout = acquire_timeout
+        self._known_queues: set[str] = set()
+
+    def _acquire(self) -> Loan:
+        # A pool that stays exhausted (or a database that stopped answering) fails the call
+        # with TimeoutError instead of queueing it forever.
+        return self._pool.acquire(timeout=self._acquire_timeout)
+
+    async def _append_events(
+        self, conn: Conn, events: Sequence[NewEvent], cancelled_id: UUID | None = None
+    ) -> int | None:
+        """Append events and ring the doorbell, inside the caller's transaction."""
+        if not events:
+            return None
+        last_id: int | None = await conn.fetchval(
+            queries.APPEND_EVENTS,
+            EVENTS_LOCK_KEY,
+            [e.instance_id for e in events],
+            [e.name for e in events],
+            [e.type.value for e in events],
+            [e.status.value for e in events],
+            [e.attempt for e in events],
+            [e.error for e in events],
+            [e.stage for e in events],
+            [e.checkpoint for e in events],
+            str(cancelled_id) if cancelled_id else None,
+        )
+        return last_id
+
+    async def ping(self) -> None:
+        """Raise if the database cannot answer."""
+        async with self._acquire() as conn:
+            await conn.fetchval(queries.DB_NOW)
+
+    async def now(self) -> datetime:
+        """The database clock."""
+        async with self._acquire() as conn:
+            value: datetime = await conn.fetchval(queries.DB_NOW)
+            return value
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
+        """A pooled connection, for diagnostics and tests; never for LISTEN."""
+        async with self._acquire() as conn:
+            yield conn

@@ -1,0 +1,241 @@
+"""The Store's instance area: queues, instance reads, and the API side's writes.
+
+Owns enqueueing (one statement per batch: rows, `enqueued` events and the doorbell), the
+lookups that resolve idempotency and singleton keys, and cancel, resume and retry, each one
+transaction with its event.
+"""
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from laneway.errors import InvalidInputError, NotFoundError
+from laneway.model import (
+    EnqueueResult,
+    EventType,
+    InstanceFilter,
+    InstanceRecord,
+    NewEvent,
+    NewInstance,
+    QueueRecord,
+)
+from laneway.store import queries
+from laneway.store.base import EVENTS_LOCK_KEY, StoreBase
+from laneway.store.rows import (
+    Conn,
+    instance_from_row,
+    new_instance_record,
+    queue_from_row,
+)
+
+
+def _event_for(record: InstanceRecord, event_type: EventType, **data: Any) -> NewEvent:
+    return NewEvent(
+        instance_id=record.instance_id,
+        name=record.name,
+        type=event_type,
+        status=record.status,
+        **data,
+    )
+
+
+class InstanceStore(StoreBase):
+    """Queues and instances, as the API side reads and changes them."""
+
+    # -- queues --------------------------------------------------------------------------------
+
+    async def _ensure_queue(self, conn: Conn, name: str) -> None:
+        if name not in self._known_queues:
+            await conn.execute(queries.ENSURE_QUEUE, name)
+            self._known_queues.add(name)
+
+    async def ensure_queues(self, names: Iterable[str]) -> None:
+        """Create queues with default settings where they do not exist yet."""
+        async with self._acquire() as conn:
+            for name in names:
+                await self._ensure_queue(conn, name)
+
+    async def configure_queue(
+        self, name: str, concurrency: int, rate_per_minute: float | None
+    ) -> QueueRecord:
+        """Create or change a queue's caps."""
+        async with self._acquire() as conn, conn.transaction():
+            await conn.execute(queries.CONFIGURE_QUEUE, name, concurrency, rate_per_minute)
+            self._known_queues.add(name)
+            row = await conn.fetchrow(queries.QUEUE_STATS, name)
+        assert row is not None
+        return queue_from_row(row)
+
+    async def queues(self, name: str | None = None) -> list[QueueRecord]:
+        """Queues with their settings and instance counts per status."""
+        async with self._acquire() as conn:
+            return [queue_from_row(row) for row in await conn.fetch(queries.QUEUE_STATS, name)]
+
+    # -- instance reads --------------------------------------------------------------------------
+
+    async def get_instance(self, instance_id: UUID) -> InstanceRecord | None:
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
+        return instance_from_row(row) if row else None
+
+    async def list_instances(
+        self, where: InstanceFilter, *, limit: int, offset: int
+    ) -> list[InstanceRecord]:
+        statuses = [s.value for s in where.statuses] if where.statuses is not None else None
+        async with self._acquire() as conn:
+            rows = await conn.fetch(
+                queries.LIST_INSTANCES,
+                where.name,
+                where.queue,
+                statuses,
+                where.parent_id,
+                limit,
+                offset,
+            )
+        return [instance_from_row(row) for row in rows]
+
+    async def unregistered_pending(self, registered: Sequence[str]) -> dict[str, int]:
+        """Due pending instances per workflow name that `registered` does not include."""
+        async with self._acquire() as conn:
+            rows = await conn.fetch(queries.UNREGISTERED_PENDING, list(registered))
+        return {row["name"]: row["pending"] for row in rows}
+
+    # -- instance writes from the API side -------------------------------------------------------
+
+    async def enqueue(self, new: NewInstance) -> EnqueueResult:
+        """Insert an instance with its `enqueued` event, or return the one its keys name."""
+        if new.idempotency_key is not None or new.singleton_key is not None:
+            (result,) = await self.enqueue_many([new])
+            return result
+        # Without keys it can only conflict on its fresh id: one insert, nothing to look up.
+        # (The common call, whose latency is the rate of a client enqueuing one at a time.)
+        async with self._acquire() as conn:
+            await self._ensure_queue(conn, new.queue)
+            (record,) = await self._insert(conn, [new])
+        return EnqueueResult(instance=record, created=True)
+
+    async def enqueue_many(self, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
+        """Enqueue instances with their `enqueued` events in one statement (one commit, one
+        NOTIFY).
+
+        Results come in the order of `batch`; an instance whose keys name an existing one
+        returns that one, not created. The unique indexes decide races; a conflicting row that
+        vanished before it could be read (a singleton that just ended) lets the next insert
+        round through.
+        """
+        if not batch:
+            return []
+        async with self._acquire() as conn:
+            for queue in {new.queue for new in batch}:
+                await self._ensure_queue(conn, queue)
+            return await self._enqueue_on(conn, batch)
+
+    async def _enqueue_on(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
+        found: dict[UUID, EnqueueResult] = {}
+        todo = list(batch)
+        for _ in range(5):
+            for record in await self._insert(conn, todo):
+                found[record.instance_id] = EnqueueResult(instance=record, created=True)
+            skipped = [n for n in todo if n.instance_id not in found]
+            todo = []
+            for new in skipped:
+                existing = await self._find_by_keys(conn, new)
+                if existing is None:
+                    todo.append(new)
+                else:
+                    found[new.instance_id] = EnqueueResult(instance=existing, created=False)
+            if not todo:
+                return [found[new.instance_id] for new in batch]
+        raise InvalidInputError("enqueue kept conflicting with a concurrent change; try again")
+
+    async def _insert(self, conn: Conn, todo: Sequence[NewInstance]) -> list[InstanceRecord]:
+        """Insert the instances with their events; those whose keys conflict are left out."""
+        if len(todo) == 1:
+            new = todo[0]
+            keyed = new.idempotency_key is not None or new.singleton_key is not None
+            row = await conn.fetchrow(
+                queries.ENQUEUE_INSTANCE if keyed else queries.ENQUEUE_INSTANCE_WITHOUT_KEYS,
+                new.instance_id,
+                new.name,
+                new.queue,
+                new.priority,
+                new.max_attempts,
+                new.delay_ms,
+                new.params_json,
+                new.first_action,
+                new.idempotency_key,
+                new.singleton_key,
+                new.parent_id,
+                EVENTS_LOCK_KEY,
+            )
+            return [] if row is None else [new_instance_record(new, row)]
+        rows = await conn.fetch(
+            queries.ENQUEUE_INSTANCES,
+            [n.instance_id for n in todo],
+            [n.name for n in todo],
+            [n.queue for n in todo],
+            [n.priority for n in todo],
+            [n.max_attempts for n in todo],
+            [n.delay_ms for n in todo],
+            [n.params_json for n in todo],
+            [n.first_action for n in todo],
+            [n.idempotency_key for n in todo],
+            [n.singleton_key for n in todo],
+            [n.parent_id for n in todo],
+            EVENTS_LOCK_KEY,
+        )
+        inserted = {new.instance_id: new for new in todo}
+        return [new_instance_record(inserted[row["instance_id"]], row) for row in rows]
+
+    async def _find_by_keys(self, conn: Conn, new: NewInstance) -> InstanceRecord | None:
+        row = None
+        if new.idempotency_key is not None:
+            row = await conn.fetchrow(queries.FIND_BY_IDEMPOTENCY_KEY, new.idempotency_key)
+        if row is None and new.singleton_key is not None:
+            row = await conn.fetchrow(queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key)
+        return instance_from_row(row) if row else None
+
+    async def cancel_instance(self, instance_id: UUID) -> tuple[InstanceRecord, bool]:
+        """Cancel a non-terminal instance; a terminal one is returned unchanged (False)."""
+        async with self._acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.CANCEL_INSTANCE, instance_id)
+            if row is None:
+                return await self._existing(conn, instance_id), False
+            record = instance_from_row(row)
+            await conn.execute(queries.RELEASE_INSTANCE_LOCKS, [instance_id])
+            await self._append_events(
+                conn,
+                [_event_for(record, EventType.CANCELLED, attempt=record.attempts)],
+                cancelled_id=instance_id,
+            )
+            return record, True
+
+    async def resume_instance(self, instance_id: UUID) -> InstanceRecord | None:
+        """Put a paused instance back to pending; None when it is not paused."""
+        async with self._acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.RESUME_INSTANCE, instance_id)
+            if row is None:
+                await self._existing(conn, instance_id)
+                return None
+            record = instance_from_row(row)
+            await self._append_events(conn, [_event_for(record, EventType.RESUMED)])
+            return record
+
+    async def retry_instance(self, instance_id: UUID) -> InstanceRecord | None:
+        """Put a failed instance back to pending from its last checkpoint; None when not failed."""
+        async with self._acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.RETRY_INSTANCE, instance_id)
+            if row is None:
+                await self._existing(conn, instance_id)
+                return None
+            record = instance_from_row(row)
+            await self._append_events(
+                conn, [_event_for(record, EventType.RETRYING, error="retry requested")]
+            )
+            return record
+
+    async def _existing(self, conn: Conn, instance_id: UUID) -> InstanceRecord:
+        row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
+        if row is None:
+            raise NotFoundError(f"no instance {instance_id}")
+        return instance_from_row(row)

@@ -1,0 +1,212 @@
+"""The Store's lease area: claims, leases, the runners' group commit, retention, entity locks.
+
+Owns every write fenced by an owner id (and lease epoch): the claim that sets them, lease
+renewal, release and recovery, the group commit of runner writes, and the entity locks that
+template operations take with fencing tokens.
+"""
+
+from collections.abc import Mapping, Sequence
+from uuid import UUID
+
+from laneway.model import (
+    CheckpointWrite,
+    CompleteWrite,
+    DueWork,
+    EventType,
+    FailWrite,
+    InstanceRecord,
+    LockRecord,
+    NewEvent,
+    RunnerWrite,
+    Status,
+    Transition,
+)
+from laneway.store import queries
+from laneway.store.base import EVENTS_LOCK_KEY, StoreBase
+from laneway.store.rows import (
+    Conn,
+    instance_from_row,
+    lock_from_row,
+    transition_from_row,
+)
+
+DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
+
+
+class LeaseStore(StoreBase):
+    """Claims, leases and everything a lease holder writes."""
+
+    # -- claims and leases -----------------------------------------------------------------------
+
+    async def claim(
+        self, owner_id: str, workflow_names: Sequence[str], limit: int, lease_seconds: float
+    ) -> list[InstanceRecord]:
+        """Claim up to `limit` due instances within every queue's caps, across processes."""
+        if limit <= 0 or not workflow_names:
+            return []
+        async with self._acquire() as conn:
+            rows = await conn.fetch(
+                queries.CLAIM, owner_id, list(workflow_names), limit, lease_seconds, EVENTS_LOCK_KEY
+            )
+        return [instance_from_row(row) for row in rows]
+
+    async def due_work(self, workflow_names: Sequence[str]) -> DueWork:
+        """One statement telling an idle engine which kinds of work are waiting."""
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(queries.DUE_WORK, list(workflow_names))
+        assert row is not None
+        return DueWork(
+            expired_leases=row["expired_leases"],
+            due_schedules=row["due_schedules"],
+            claimable=row["claimable"],
+        )
+
+    async def recover_expired_leases(
+        self, limit: int = 500, *, max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    ) -> list[Transition]:
+        """Return instances whose lease ran out to pending.
+
+        An instance out of attempts, or whose worker was already lost `max_recoveries` times
+        (dead-lettered), ends failed instead.
+        """
+        async with self._acquire() as conn, conn.transaction():
+            rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit, max_recoveries)
+            transitions = [transition_from_row(row) for row in rows]
+            await self._release_locks_of_terminal(conn, transitions)
+            await self._append_events(conn, [_recovery_event(t) for t in transitions])
+        return transitions
+
+    async def prune_finished(self, retention_seconds: float, limit: int = 5000) -> int:
+        """Delete up to `limit` instances that ended over `retention_seconds` ago, with their
+        events and operations; returns how many went."""
+        async with self._acquire() as conn:
+            rows = await conn.fetch(queries.PRUNE_FINISHED, retention_seconds, limit)
+        return len(rows)
+
+    async def renew_leases(
+        self, owner_id: str, leases: Mapping[UUID, int], lease_seconds: float
+    ) -> set[UUID]:
+        """Extend the leases (instance id → lease epoch) this owner still holds.
+
+        Returns the ids still held.
+        """
+        if not leases:
+            return set()
+        async with self._acquire() as conn:
+            rows = await conn.fetch(
+                queries.RENEW_LEASES, owner_id, list(leases), list(leases.values()), lease_seconds
+            )
+        return {row["instance_id"] for row in rows}
+
+    async def release(self, owner_id: str, leases: Mapping[UUID, int]) -> list[Transition]:
+        """Hand unfinished instances (id → lease epoch) back at shutdown; the attempt is free."""
+        if not leases:
+            return []
+        async with self._acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                queries.RELEASE_INSTANCES, owner_id, list(leases), list(leases.values())
+            )
+            transitions = [transition_from_row(row) for row in rows]
+            await self._append_events(
+                conn,
+                [
+                    NewEvent(
+                        instance_id=t.instance_id,
+                        name=t.name,
+                        type=EventType.RETRYING,
+                        status=t.status,
+                        attempt=t.attempts,
+                        error="released: worker shutting down",
+                    )
+                    for t in transitions
+                ],
+            )
+        return transitions
+
+    async def write_runner_batch(
+        self, owner_id: str, lease_seconds: float, writes: Sequence[RunnerWrite]
+    ) -> list[Transition]:
+        """Apply many runners' writes in one transaction; writes whose lease is lost do nothing.
+
+        Returns one transition per applied write (a missing instance id means fenced out).
+        """
+        checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
+        completions = [w for w in writes if isinstance(w, CompleteWrite)]
+        failures = [w for w in writes if isinstance(w, FailWrite)]
+        async with self._acquire() as conn:
+            rows = await conn.fetch(
+                queries.WRITE_RUNNER_BATCH,
+                owner_id,
+                lease_seconds,
+                EVENTS_LOCK_KEY,
+                [w.instance_id for w in checkpoints],
+                [w.state_json for w in checkpoints],
+                [w.next_action for w in checkpoints],
+                [w.next_params_json for w in checkpoints],
+                [w.progress for w in checkpoints],
+                [w.message for w in checkpoints],
+                [w.stage for w in checkpoints],
+                [w.pause_label for w in checkpoints],
+                [w.epoch for w in checkpoints],
+                [w.attempt for w in checkpoints],
+                [w.instance_id for w in completions],
+                [w.result_json for w in completions],
+                [w.state_json for w in completions],
+                [w.epoch for w in completions],
+                [w.instance_id for w in failures],
+                [w.error for w in failures],
+                [w.delay_ms for w in failures],
+                [w.final for w in failures],
+                [w.epoch for w in failures],
+            )
+        return [transition_from_row(row) for row in rows]
+
+    async def _release_locks_of_terminal(
+        self, conn: Conn, transitions: Sequence[Transition]
+    ) -> None:
+        ended = [t.instance_id for t in transitions if t.status.is_terminal]
+        if ended:
+            await conn.execute(queries.RELEASE_INSTANCE_LOCKS, ended)
+
+    # -- entity locks ----------------------------------------------------------------------------
+
+    async def acquire_lock(
+        self, entity_type: str, entity_id: str, owner_instance: UUID, ttl_seconds: float
+    ) -> LockRecord | None:
+        """Take the lock if it is free, expired, or already this owner's; else None."""
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(
+                queries.ACQUIRE_LOCK, entity_type, entity_id, owner_instance, ttl_seconds
+            )
+        return lock_from_row(row) if row else None
+
+    async def release_lock(self, lock: LockRecord) -> bool:
+        """Release a lock still held under its fencing token; False if it was lost."""
+        async with self._acquire() as conn:
+            token = await conn.fetchval(
+                queries.RELEASE_LOCK, lock.entity_type, lock.entity_id, lock.fencing_token
+            )
+        return token is not None
+
+    async def current_lock(self, entity_type: str, entity_id: str) -> LockRecord | None:
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(queries.GET_LOCK, entity_type, entity_id)
+        return lock_from_row(row) if row else None
+
+
+def _recovery_event(t: Transition) -> NewEvent:
+    """The event of a recovered lease: retrying from the checkpoint, or failed for good.
+
+    (Runner writes name their events in laneway.write_runner_batch itself; its text is in
+    laneway/store/sql/functions.sql.)
+    """
+    return NewEvent(
+        instance_id=t.instance_id,
+        name=t.name,
+        type=EventType.RETRYING if t.status == Status.PENDING else EventType.FAILED,
+        status=t.status,
+        attempt=t.attempts,
+        error=t.error,
+        stage=t.stage,
+        checkpoint=t.checkpoint,
+    )

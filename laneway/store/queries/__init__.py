@@ -1,0 +1,125 @@
+"""Every SQL statement Laneway runs, as named constants: `queries.NAME`, from one module per area.
+
+Each constant is preceded by a comment listing its `$n` parameters. JSON goes in as text
+(already validated and encoded by the engine) and is cast in SQL; it comes out decoded by the
+codec registered in pool.py. SQL is never built from input. The functions some statements call
+(the claim, the group commit, the event append) are in laneway/store/sql/functions.sql.
+
+The areas: schema (the migration runner, the clock), queues, instances (reads and the API
+side's writes), leases (claims, leases, runner writes, retention), operations (template
+operations and entity locks), events, schedules.
+"""
+
+from laneway.store.queries.events import (
+    APPEND_EVENTS,
+    EVENTS_AFTER,
+    INSTANCE_EVENTS_AFTER,
+    LATEST_EVENT_ID,
+    LATEST_INSTANCE_EVENTS,
+)
+from laneway.store.queries.instances import (
+    CANCEL_INSTANCE,
+    ENQUEUE_INSTANCE,
+    ENQUEUE_INSTANCE_WITHOUT_KEYS,
+    ENQUEUE_INSTANCES,
+    FIND_ACTIVE_SINGLETON,
+    FIND_BY_IDEMPOTENCY_KEY,
+    GET_INSTANCE,
+    INSTANCE_COLUMNS,
+    LIST_INSTANCES,
+    RESUME_INSTANCE,
+    RETRY_INSTANCE,
+    UNREGISTERED_PENDING,
+)
+from laneway.store.queries.leases import (
+    CLAIM,
+    DUE_WORK,
+    PRUNE_FINISHED,
+    RECOVER_EXPIRED_LEASES,
+    RELEASE_INSTANCE_LOCKS,
+    RELEASE_INSTANCES,
+    RENEW_LEASES,
+    WRITE_RUNNER_BATCH,
+)
+from laneway.store.queries.operations import (
+    ACQUIRE_LOCK,
+    GET_LOCK,
+    LIST_OPERATIONS,
+    LIST_OPERATIONS_OF,
+    RECORD_OPERATION,
+    RELEASE_LOCK,
+)
+from laneway.store.queries.queues import (
+    CONFIGURE_QUEUE,
+    ENSURE_QUEUE,
+    QUEUE_STATS,
+)
+from laneway.store.queries.schedules import (
+    ADVANCE_SCHEDULE,
+    DELETE_SCHEDULE,
+    GET_SCHEDULE,
+    LIST_SCHEDULES,
+    LOCK_DUE_SCHEDULES,
+    SET_SCHEDULE_ENABLED,
+    UPSERT_SCHEDULE,
+)
+from laneway.store.queries.schema import (
+    APPLIED_MIGRATIONS,
+    CREATE_MIGRATIONS_TABLE,
+    DB_NOW,
+    LOCK_MIGRATIONS,
+    RECORD_MIGRATION,
+    SCHEMA_VERSION,
+    UNLOCK_MIGRATIONS,
+)
+
+__all__ = [
+    "ACQUIRE_LOCK",
+    "ADVANCE_SCHEDULE",
+    "APPEND_EVENTS",
+    "APPLIED_MIGRATIONS",
+    "CANCEL_INSTANCE",
+    "CLAIM",
+    "CONFIGURE_QUEUE",
+    "CREATE_MIGRATIONS_TABLE",
+    "DB_NOW",
+    "DELETE_SCHEDULE",
+    "DUE_WORK",
+    "ENQUEUE_INSTANCE",
+    "ENQUEUE_INSTANCES",
+    "ENQUEUE_INSTANCE_WITHOUT_KEYS",
+    "ENSURE_QUEUE",
+    "EVENTS_AFTER",
+    "FIND_ACTIVE_SINGLETON",
+    "FIND_BY_IDEMPOTENCY_KEY",
+    "GET_INSTANCE",
+    "GET_LOCK",
+    "GET_SCHEDULE",
+    "INSTANCE_COLUMNS",
+    "INSTANCE_EVENTS_AFTER",
+    "LATEST_EVENT_ID",
+    "LATEST_INSTANCE_EVENTS",
+    "LIST_INSTANCES",
+    "LIST_OPERATIONS",
+    "LIST_OPERATIONS_OF",
+    "LIST_SCHEDULES",
+    "LOCK_DUE_SCHEDULES",
+    "LOCK_MIGRATIONS",
+    "PRUNE_FINISHED",
+    "QUEUE_STATS",
+    "RECORD_MIGRATION",
+    "RECORD_OPERATION",
+    "RECOVER_EXPIRED_LEASES",
+    "RELEASE_INSTANCES",
+    "RELEASE_INSTANCE_LOCKS",
+    "RELEASE_LOCK",
+    "RENEW_LEASES",
+    "RESUME_INSTANCE",
+    "RETRY_INSTANCE",
+    "SCHEMA_VERSION",
+    "SET_SCHEDULE_ENABLED",
+    "UNLOCK_MIGRATIONS",
+    "UNREGISTERED_PENDING",
+    "UPSERT_SCHEDULE",
+    "WRITE_RUNNER_BATCH",
+]

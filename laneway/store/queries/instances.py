@@ -1,0 +1,167 @@
+"""Instance statements: the column list every read returns, reads, and the API side's writes
+(enqueue, cancel, resume, retry).
+
+See laneway/store/queries/__init__.py for how statements are written.
+"""
+
+# ---------------------------------------------------------------------------------------------
+# instances: the columns every instance read returns (rows.instance_from_row reads them)
+
+INSTANCE_COLUMNS = (
+    "instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at,"
+    " updated_at, params, state, next_action, next_params, result, last_error, idempotency_key,"
+    " singleton_key, owner_id, lease_expires_at, lease_epoch, recoveries, parent_id, stage,"
+    " checkpoint, progress, message"
+)
+
+# ---------------------------------------------------------------------------------------------
+# instances: reads
+
+# $1 instance id
+GET_INSTANCE = f"""
+SELECT {INSTANCE_COLUMNS}
+  FROM laneway.instances
+ WHERE instance_id = $1
+"""
+
+# $1 workflow name, $2 queue, $3 statuses (text[]), $4 parent id, $5 limit, $6 offset
+# (a NULL filter matches everything)
+LIST_INSTANCES = f"""
+SELECT {INSTANCE_COLUMNS}
+  FROM laneway.instances
+ WHERE ($1::text IS NULL OR name = $1)
+   AND ($2::text IS NULL OR queue = $2)
+   AND ($3::text[] IS NULL OR status = ANY($3::text[]))
+   AND ($4::uuid IS NULL OR parent_id = $4)
+ ORDER BY created_at DESC, seq DESC
+ LIMIT $5
+OFFSET $6
+"""
+
+# $1 idempotency key
+FIND_BY_IDEMPOTENCY_KEY = f"""
+SELECT {INSTANCE_COLUMNS}
+  FROM laneway.instances
+ WHERE idempotency_key = $1
+"""
+
+# $1 workflow name, $2 singleton key
+FIND_ACTIVE_SINGLETON = f"""
+SELECT {INSTANCE_COLUMNS}
+  FROM laneway.instances
+ WHERE name = $1
+   AND singleton_key = $2
+   AND status IN ('pending', 'running', 'paused')
+"""
+
+# $1 registered workflow names (text[])
+UNREGISTERED_PENDING = """
+SELECT name, count(*) AS pending
+  FROM laneway.instances
+ WHERE status = 'pending'
+   AND run_after <= now()
+   AND name <> ALL($1::text[])
+ GROUP BY name
+ ORDER BY name
+ LIMIT 20
+"""
+
+# ---------------------------------------------------------------------------------------------
+# instances: writes by the API side (each returns the row it changed)
+
+# The tail of both enqueue statements: the `enqueued` events of the rows `inserted` returned,
+# appended with the doorbell by laneway.append_events; $12 is the append lock's key. The call
+# aggregates `inserted`, so it comes once every row is inserted: an insert may wait for another
+# transaction (a key conflict still in flight), and waiting while holding the append lock
+# could deadlock with a transaction that holds that row and wants the lock.
+_ENQUEUED_EVENTS = """
+appended AS (
+    SELECT laneway.append_events($12, array_agg(inserted.instance_id), array_agg(inserted.name),
+                                 array_agg('enqueued'::text), array_agg(inserted.status),
+                                 array_agg(0), NULL, NULL, NULL) AS last_event_id
+      FROM inserted
+    HAVING count(*) > 0
+)
+SELECT inserted.instance_id, inserted.run_after, inserted.created_at, inserted.params,
+       (SELECT appended.last_event_id FROM appended) AS last_event_id
+  FROM inserted
+"""
+
+# The single enqueue's insert ($1 ... $11 one value each, $12 the lock key), and what both
+# enqueue statements return per row: the id and only what the database fills in (run_after and
+# created_at from its clock, params in jsonb's key order). The caller knows the rest (a new
+# row is pending, and updated_at is created_at: rows.new_instance_record; tests compare the
+# records with the rows read back), so no row comes back with 27 columns to decode.
+_INSERT_INSTANCE = """
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+    VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
+            $7::jsonb, $9, $10, $11)"""
+_RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest comes back
+    "RETURNING instance_id, name, status, run_after, created_at, params"
+)
+
+# $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
+# ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
+# $11 parent ids: one row per element; $12 the event-append advisory lock key.
+# One statement, so one round trip and one implicit transaction: the rows, their events and
+# the doorbell. A row whose keys conflict is skipped (not returned, no event).
+ENQUEUE_INSTANCES = f"""
+WITH inserted AS (
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+    SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
+           now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
+           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id
+      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[])
+           AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
+                 first_action, idempotency_key, singleton_key, parent_id)
+    ON CONFLICT DO NOTHING
+    {_RETURNING_FILLED_IN}
+),
+{_ENQUEUED_EVENTS}"""
+
+# The same for one instance: no arrays to unpack. The single call is the common one, and its
+# latency is the enqueue rate of a client that enqueues one at a time.
+ENQUEUE_INSTANCE = f"""
+WITH inserted AS ({_INSERT_INSTANCE}
+    ON CONFLICT DO NOTHING
+    {_RETURNING_FILLED_IN}
+),
+{_ENQUEUED_EVENTS}"""
+# An instance without idempotency or singleton key can only conflict on its fresh id, so it
+# skips ON CONFLICT's speculative insertion (a probe of every unique index before the insert
+# and a confirmation record after it).
+ENQUEUE_INSTANCE_WITHOUT_KEYS = f"""
+WITH inserted AS ({_INSERT_INSTANCE}
+    {_RETURNING_FILLED_IN}
+),
+{_ENQUEUED_EVENTS}"""
+
+# $1 instance id
+CANCEL_INSTANCE = f"""
+UPDATE laneway.instances
+   SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL,
+       updated_at = now(), finished_at = now()
+ WHERE instance_id = $1
+   AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING {INSTANCE_COLUMNS}
+"""
+
+# $1 instance id
+RESUME_INSTANCE = f"""
+UPDATE laneway.instances
+   SET status = 'pending', checkpoint = NULL, run_after = now(), updated_at = now()
+ WHERE instance_id = $1
+   AND status = 'paused'
+RETURNING {INSTANCE_COLUMNS}
+"""
+
+# $1 instance id
+RETRY_INSTANCE = f"""
+UPDATE laneway.instances
+   SET status = 'pending', attempts = 0, recoveries = 0, run_after = now(), finished_at = NULL,
+       updated_at = now()
+ WHERE instance_id = $1
+   AND status = 'failed'
+RETURNING {INSTANCE_COLUMNS}
+"""

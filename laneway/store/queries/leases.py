@@ -1,0 +1,178 @@
+"""Claims, leases and runner writes: the claim, lease recovery, renewal and release, the group
+commit, retention and the entity locks of instances that ended.
+
+See laneway/store/queries/__init__.py for how statements are written.
+"""
+
+from laneway.store.queries.instances import INSTANCE_COLUMNS
+
+# ---------------------------------------------------------------------------------------------
+# claims and leases
+
+# $1 registered workflow names (text[])
+# The idle poll: one cheap look at whether anything needs doing, so an idle process sends one
+# statement per poll instead of a transaction per kind of work.
+DUE_WORK = """
+SELECT EXISTS (SELECT 1
+                 FROM laneway.instances
+                WHERE status = 'running'
+                  AND lease_expires_at < now()) AS expired_leases,
+       EXISTS (SELECT 1
+                 FROM laneway.schedules
+                WHERE enabled
+                  AND next_run_at <= now()) AS due_schedules,
+       EXISTS (SELECT 1
+                 FROM laneway.queues AS q
+                WHERE NOT q.paused
+                  AND (SELECT true  -- one probe per queue, not a scan of the whole backlog
+                         FROM laneway.instances AS i
+                        WHERE i.queue = q.name
+                          AND i.status = 'pending'
+                          AND i.run_after <= now()
+                          AND i.name = ANY($1::text[])
+                        LIMIT 1)) AS claimable
+"""
+
+# $1 owner id, $2 registered workflow names (text[]), $3 at most this many instances,
+# $4 lease seconds, $5 the event-append advisory lock key
+# The whole claim (queue locks, caps and token buckets, the rows, their `started` events and
+# the doorbell) in one round trip: laneway/store/sql/functions.sql says why it is a function
+# and what it does.
+CLAIM = f"""
+SELECT {INSTANCE_COLUMNS}
+  FROM laneway.claim($1, $2::text[], $3, $4, $5)
+"""
+
+# $1 max rows, $2 recovery cap
+# A lease that ran out means its worker is gone: the attempt counts (so an instance that keeps
+# failing ends failed), and the instance goes back to pending from its checkpoint. Recoveries
+# are counted apart from attempts (checkpoints reset attempts): an instance whose worker was
+# already lost `$2` times is dead-lettered, so a step that kills its worker cannot take down
+# worker after worker. The first recovery is claimable at once (a crashed worker's instances
+# resume without delay); later ones wait a random 0-1 s, 0-2 s, 0-4 s ... (at most 30 s), so
+# instances that keep dying together with a poison pill on one worker are spread out instead
+# of being claimed in one batch and killed with it again, until only the poison is left.
+RECOVER_EXPIRED_LEASES = """
+WITH expired AS (
+    SELECT instance_id
+      FROM laneway.instances
+     WHERE status = 'running'
+       AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+),
+judged AS (
+    SELECT i.instance_id,
+           CASE WHEN i.recoveries >= $2::integer
+                THEN 'dead-lettered: its worker was lost ' || (i.recoveries + 1)
+                     || ' times (recovery cap ' || $2::integer || '), last during attempt ' || i.attempts
+                WHEN i.attempts >= i.max_attempts
+                THEN 'lease expired: worker lost during attempt ' || i.attempts || ' of '
+                     || i.max_attempts
+           END AS final_error
+      FROM laneway.instances AS i
+      JOIN expired USING (instance_id)
+)
+UPDATE laneway.instances AS i
+   SET status = CASE WHEN j.final_error IS NULL THEN 'pending' ELSE 'failed' END,
+       last_error = COALESCE(j.final_error,
+                             'lease expired: worker lost during attempt ' || i.attempts),
+       finished_at = CASE WHEN j.final_error IS NULL THEN NULL ELSE now() END,
+       recoveries = i.recoveries + 1,
+       run_after = now() + CASE WHEN i.recoveries = 0 THEN interval '0'
+                                ELSE random() * LEAST(power(2, i.recoveries - 1), 30)
+                                     * interval '1 second' END,
+       owner_id = NULL, lease_expires_at = NULL, updated_at = now()
+  FROM judged AS j
+ WHERE i.instance_id = j.instance_id
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+"""
+
+# The instances of a batch that owner $1 still holds: ids $2 (uuid[]) with their lease epochs
+# $3 (bigint[]). Fenced as the group commit is, and written the same way so that the plan stays
+# linear in the batch whatever the statistics (laneway.write_runner_batch in
+# laneway/store/sql/functions.sql says why: rows by primary key, the owner as a column of the
+# batch, no status test).
+_STILL_HELD = """
+  FROM (SELECT u.*, $1::text AS owner
+          FROM unnest($2::uuid[], $3::bigint[]) AS u (instance_id, epoch)
+        OFFSET 0) AS u
+ WHERE i.instance_id = ANY($2::uuid[])
+   AND i.instance_id = u.instance_id
+   AND i.owner_id = u.owner
+   AND i.lease_epoch = u.epoch"""
+
+# $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[]), $4 lease seconds
+RENEW_LEASES = f"""
+UPDATE laneway.instances AS i
+   SET lease_expires_at = now() + $4::double precision * interval '1 second',
+       lease_renewed_at = now()
+{_STILL_HELD}
+RETURNING i.instance_id
+"""
+
+# $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
+# Graceful shutdown: the interrupted attempt does not count, and another process may claim the
+# instance at once instead of after the lease.
+RELEASE_INSTANCES = f"""
+UPDATE laneway.instances AS i
+   SET status = 'pending', attempts = GREATEST(i.attempts - 1, 0), owner_id = NULL,
+       lease_expires_at = NULL, run_after = now(), updated_at = now()
+{_STILL_HELD}
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
+"""
+
+# ---------------------------------------------------------------------------------------------
+# runner writes, fenced by owner id and batched (one statement for many instances)
+
+# $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
+# checkpoints: $4 instance ids, $5 states (json text[]), $6 next actions, $7 next params (json
+#   text[]), $8 progress (float8[]), $9 messages, $10 stages, $11 pause labels (NULL: keep
+#   running), $12 lease epochs, $13 attempts (for their events);
+# completions: $14 instance ids, $15 results (json text[]), $16 states (json text[]),
+#   $17 lease epochs;
+# failed attempts: $18 instance ids, $19 errors, $20 retry delays in ms, $21 final flags,
+#   $22 lease epochs.
+# The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
+# round trip, one transaction; one row per applied write. The statement is a function
+# (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
+# connection, not on every call.
+WRITE_RUNNER_BATCH = """
+SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
+  FROM laneway.write_runner_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                  $15, $16, $17, $18, $19, $20, $21, $22)
+"""
+
+# $1 keep finished instances this many seconds, $2 at most this many instances
+# Retention: instances that ended longer ago than the retention period go, with their events
+# and operation rows (their locks went when they ended). Oldest first, a bounded batch per
+# sweep; rows another sweep is deleting are skipped.
+PRUNE_FINISHED = """
+WITH doomed AS (
+    SELECT instance_id
+      FROM laneway.instances
+     WHERE status IN ('completed', 'failed', 'cancelled')
+       AND finished_at < now() - $1::double precision * interval '1 second'
+     ORDER BY finished_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+),
+events_gone AS (
+    DELETE FROM laneway.events
+     WHERE instance_id IN (SELECT instance_id FROM doomed)
+),
+operations_gone AS (
+    DELETE FROM laneway.operations
+     WHERE instance_id IN (SELECT instance_id FROM doomed)
+)
+DELETE FROM laneway.instances
+ WHERE instance_id IN (SELECT instance_id FROM doomed)
+RETURNING instance_id
+"""
+
+# $1 terminal instance ids (uuid[]): their entity locks go with them
+RELEASE_INSTANCE_LOCKS = """
+DELETE FROM laneway.locks
+ WHERE owner_instance = ANY($1::uuid[])
+"""

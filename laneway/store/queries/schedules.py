@@ -1,0 +1,69 @@
+"""Schedule statements: upsert, reads, enable and disable, and the due schedules' firing.
+
+See laneway/store/queries/__init__.py for how statements are written.
+"""
+
+# ---------------------------------------------------------------------------------------------
+# schedules
+
+# $1 name, $2 workflow name, $3 params (json text), $4 every, $5 cron, $6 timezone,
+# $7 next run at
+UPSERT_SCHEDULE = """
+INSERT INTO laneway.schedules (name, workflow_name, params, every, cron, timezone, next_run_at)
+VALUES ($1, $2, $3::text::jsonb, $4, $5, $6, $7)
+ON CONFLICT (name) DO UPDATE
+   SET workflow_name = EXCLUDED.workflow_name, params = EXCLUDED.params,
+       every = EXCLUDED.every, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+       next_run_at = EXCLUDED.next_run_at, enabled = true, updated_at = now()
+RETURNING name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+"""
+
+# $1 name
+GET_SCHEDULE = """
+SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+  FROM laneway.schedules
+ WHERE name = $1
+"""
+
+LIST_SCHEDULES = """
+SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+  FROM laneway.schedules
+ ORDER BY name
+"""
+
+# $1 name, $2 enabled, $3 next run at (used when the schedule is enabled)
+SET_SCHEDULE_ENABLED = """
+UPDATE laneway.schedules
+   SET enabled = $2,
+       next_run_at = CASE WHEN $2 AND NOT enabled THEN $3 ELSE next_run_at END,
+       updated_at = now()
+ WHERE name = $1
+RETURNING name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+"""
+
+# $1 name
+DELETE_SCHEDULE = """
+DELETE FROM laneway.schedules
+ WHERE name = $1
+RETURNING name
+"""
+
+# $1 max rows
+# Locked until the claiming transaction advances them, so two schedulers never fire the same
+# occurrence; the fire's idempotency key makes a retried fire harmless too.
+LOCK_DUE_SCHEDULES = """
+SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
+  FROM laneway.schedules
+ WHERE enabled
+   AND next_run_at <= now()
+ ORDER BY next_run_at
+ LIMIT $1
+   FOR UPDATE SKIP LOCKED
+"""
+
+# $1 name, $2 next run at
+ADVANCE_SCHEDULE = """
+UPDATE laneway.schedules
+   SET next_run_at = $2, updated_at = now()
+ WHERE name = $1
+"""

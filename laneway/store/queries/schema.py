@@ -1,0 +1,43 @@
+"""The statements of the migration runner, and the database clock.
+
+See laneway/store/queries/__init__.py for how statements are written.
+"""
+
+# ---------------------------------------------------------------------------------------------
+# migrations
+
+# $1 advisory lock key
+LOCK_MIGRATIONS = "SELECT pg_advisory_lock($1)"
+
+# $1 advisory lock key
+UNLOCK_MIGRATIONS = "SELECT pg_advisory_unlock($1)"
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE SCHEMA IF NOT EXISTS laneway;
+CREATE TABLE IF NOT EXISTS laneway.schema_migrations (
+    name       text PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+APPLIED_MIGRATIONS = """
+SELECT name
+  FROM laneway.schema_migrations
+ ORDER BY name
+"""
+
+# $1 migration name
+RECORD_MIGRATION = """
+INSERT INTO laneway.schema_migrations (name)
+VALUES ($1)
+"""
+
+SCHEMA_VERSION = """
+SELECT max(name)
+  FROM laneway.schema_migrations
+"""
+
+# ---------------------------------------------------------------------------------------------
+# clock
+
+DB_NOW = "SELECT now()"
