@@ -1,19 +1,35 @@
 # Laneway: one image for `laneway serve`, `laneway worker` and the other subcommands.
-FROM python:3.11-slim
+#
+# Stage `build` turns the source into a wheel; the final stage installs only that wheel (no
+# source tree, no editable install) and adds app/, the service's example workflows, which the
+# wheel leaves out. docs/deploying.md shows how to add workflow modules of your own.
+ARG PYTHON_IMAGE=python:3.11-slim
 
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md LICENSE ./
+COPY laneway ./laneway
+COPY migrations ./migrations
+RUN pip wheel --no-deps --wheel-dir /dist .
+
+FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-
-WORKDIR /srv/laneway
-COPY pyproject.toml README.md LICENSE ./
-COPY app ./app
-COPY migrations ./migrations
-# Editable, so laneway/store/migrate.py finds migrations/ next to the package.
-RUN pip install --no-cache-dir -e . \
-    && useradd --system --home-dir /srv/laneway laneway \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONPATH=/srv/laneway
+# The console script does not put the working directory on sys.path; PYTHONPATH makes the
+# modules under /srv/laneway (app/, and yours) importable for LANEWAY_WORKFLOWS.
+COPY --from=build /dist/ /tmp/dist/
+RUN pip install /tmp/dist/laneway-*.whl \
+    && rm -rf /tmp/dist \
+    && useradd --system --no-create-home --home-dir /srv/laneway laneway \
     && mkdir -p /srv/laneway/.laneway \
     && chown laneway /srv/laneway/.laneway
+WORKDIR /srv/laneway
+COPY app ./app
 USER laneway
 
 EXPOSE 8000

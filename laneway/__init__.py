@@ -4,6 +4,8 @@ This package's `__all__` is the promised authoring API; anything else may be imp
 is not promised.
 """
 
+from importlib import metadata
+
 from laneway.config import Settings
 from laneway.engine import (
     Checkpoint,
@@ -32,7 +34,7 @@ from laneway.errors import ConflictError, InvalidInputError, LanewayError, NotFo
 from laneway.services import Services, open_services
 from laneway.store.migrate import MigrationReport, migrate
 
-__version__ = "0.1.0"
+__version__: str = metadata.version("laneway")  # pyproject.toml's, as installed
 
 __all__ = [
     "Checkpoint",
