@@ -43,14 +43,13 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 def graphql_shape(value: "WorkflowInstanceStatus | WorkflowEvent") -> dict[str, Any]:
     """A GraphQL object as JSON, with the schema's field names (plain fields only)."""
+    from strawberry.schema.name_converter import NameConverter
     from strawberry.types.base import get_object_definition
 
-    from laneway.api.graphql.schema import LanewayNames
-
-    names = LanewayNames()
+    names = NameConverter()  # the ID-suffixed fields carry their names (instanceID)
     definition = get_object_definition(value, strict=True)
     return {
-        names.apply_naming_config(field.python_name): getattr(value, field.python_name)
+        names.get_graphql_name(field): getattr(value, field.python_name)
         for field in definition.fields
         if field.base_resolver is None
     }

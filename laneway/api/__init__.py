@@ -1,5 +1,39 @@
-"""The GraphQL/HTTP surface of Laneway: Starlette app, Strawberry schema, auth and limits."""
+"""The GraphQL/HTTP surface of Laneway, and the hooks a host application embeds it with.
 
-from laneway.api.app import create_app
+Laneway's own app: `create_app(settings)`. A host keeps its own Starlette app, schema and
+context and either
 
-__all__ = ["create_app"]
+- mounts that app, `Mount("/laneway", laneway_app)`, entering `laneway_app.running()` in its
+  own lifespan; or
+- builds its schema from LanewayQuery, LanewayMutation and LanewaySubscription (with
+  `extensions=schema_extensions()`), enters `running(settings)` in its lifespan, and puts
+  `await laneway_context(services, request, permission)` on its context as `laneway`.
+
+A Permission (default: BearerTokens) decides who may read and write. app/host.py shows both.
+"""
+
+from laneway.api.app import LanewayApp, create_app
+from laneway.api.auth import BearerTokens, Caller, Decision, Permission
+from laneway.api.graphql.context import LanewayContext, laneway_context
+from laneway.api.graphql.mutation import LanewayMutation
+from laneway.api.graphql.query import LanewayQuery
+from laneway.api.graphql.schema import schema_config, schema_extensions
+from laneway.api.graphql.subscription import LanewaySubscription
+from laneway.api.lifespan import running
+
+__all__ = [
+    "BearerTokens",
+    "Caller",
+    "Decision",
+    "LanewayApp",
+    "LanewayContext",
+    "LanewayMutation",
+    "LanewayQuery",
+    "LanewaySubscription",
+    "Permission",
+    "create_app",
+    "laneway_context",
+    "running",
+    "schema_config",
+    "schema_extensions",
+]

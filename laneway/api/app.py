@@ -1,17 +1,15 @@
-"""create_app(): the Starlette application — routes, middleware, and the lifespan.
+"""create_app(): Laneway's own Starlette application — routes, middleware, GraphQL view.
 
-Owns the process's HTTP/websocket surface and its start/stop order: the lifespan builds the
-services once, runs the engine loop in a TaskGroup (unless LANEWAY_ENGINE=0), and on
-shutdown stops the engine before it closes the services. Also the uvicorn settings `serve`
+Owns the process's HTTP/websocket surface when Laneway is the whole app, or a part a host
+mounts under a prefix. A LanewayApp runs its services with `running()` (lifespan.py): its own
+lifespan does, and a host that mounts it enters `laneway_app.running()` in the host's
+lifespan, since Starlette runs no lifespan of a mounted app. Also the uvicorn settings `serve`
 and the tests share.
 """
 
-import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
-from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -24,8 +22,10 @@ from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
-from laneway.api.auth import Access
-from laneway.api.graphql.context import RequestContext, get_context
+from laneway.api import lifespan
+from laneway.api.auth import Decision, Permission
+from laneway.api.graphql.context import LanewayContext, laneway_context
+from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import build_schema, schema
 from laneway.api.http.stack import middleware_for
 from laneway.api.http.strict_json import strict_json_loads
@@ -33,9 +33,7 @@ from laneway.api.routes import healthz, home
 from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
 from laneway.config import Settings
 from laneway.engine import Workflow
-from laneway.services import open_services
-
-logger = logging.getLogger(__name__)
+from laneway.services import Services
 
 WS_MAX_MESSAGE_BYTES = 64 * 1024
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
@@ -43,82 +41,107 @@ CONNECTION_INIT_TIMEOUT = timedelta(seconds=5)
 NO_ACK_PAYLOAD: UnsetType = UNSET
 
 
-class LanewayGraphQL(GraphQL[RequestContext, None]):
-    """Strawberry's ASGI view with our context, websocket auth, strict JSON, and event fan-out
-    that renders each event once per selection (websocket.py)."""
+class LanewayGraphQL(GraphQL[LanewayContext, None]):
+    """Strawberry's ASGI view with Laneway's context, the websocket connect check, strict
+    JSON, and event fan-out that renders each event once per selection (websocket.py)."""
 
     graphql_transport_ws_handler_class = LanewayTransportWSHandler
     event_renderer: EventRenderer | None = None
+    permission: Permission | None = None
 
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket
-    ) -> RequestContext:
-        return await get_context(request)
+    ) -> LanewayContext:
+        return await laneway_context(lifespan.services_of(request), request, self.permission)
 
-    async def on_ws_connect(self, context: RequestContext) -> UnsetType | dict[str, object] | None:
-        access = context.access
-        if access.is_allowed or (access is Access.MISSING and context.settings.open_reads):
-            return NO_ACK_PAYLOAD
-        raise ConnectionRejectionError()
+    async def on_ws_connect(self, context: LanewayContext) -> UnsetType | dict[str, object] | None:
+        """A websocket opens only for a caller who may read (4403 otherwise)."""
+        if await decide(context, Action.READ) is not Decision.ALLOW:
+            raise ConnectionRejectionError()
+        return NO_ACK_PAYLOAD
 
     def decode_json(self, data: str | bytes) -> object:
         return strict_json_loads(data)
 
 
-def graphql_view(settings: Settings) -> LanewayGraphQL:
+def graphql_view(settings: Settings, permission: Permission | None = None) -> LanewayGraphQL:
     chosen = schema if settings.graphiql else build_schema(introspection=False)
     view = LanewayGraphQL(
         chosen,
         graphql_ide="graphiql" if settings.graphiql else None,
-        # The legacy graphql-ws protocol stays off (STACK P11): only graphql-transport-ws.
+        # Only graphql-transport-ws: the legacy graphql-ws protocol is unmaintained, no client
+        # of ours speaks it, and it had a vulnerability of its own (CVE-2026-35526).
         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
         connection_init_wait_timeout=CONNECTION_INIT_TIMEOUT,
         max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
     )
     view.event_renderer = EventRenderer(chosen)
+    view.permission = permission
     return view
 
 
-def create_app(settings: Settings, *, workflows: Iterable[Workflow] = ()) -> Starlette:
-    """The Laneway ASGI app for `settings`; `workflows` are registered besides the modules'."""
-    extra_workflows = tuple(workflows)
+class LanewayApp(Starlette):
+    """Laneway's app: the dashboard at /, /healthz, /graphql (HTTP and websocket).
+
+    `services` is set while `running()` is active, None otherwise.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        workflows: Iterable[Workflow] = (),
+        permission: Permission | None = None,
+    ) -> None:
+        view = graphql_view(settings, permission)
+        super().__init__(
+            routes=[
+                Route("/", home),
+                Route("/healthz", healthz),
+                Route("/graphql", view),
+                WebSocketRoute("/graphql", view),
+            ],
+            middleware=middleware_for(settings),
+            lifespan=_own_lifespan,
+        )
+        self.settings = settings
+        self.workflows = tuple(workflows)
+        self.services: Services | None = None
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        async with open_services(settings, workflows=extra_workflows) as services:
-            # Listening from the start: /healthz reports the listener, and the first
-            # subscriber does not wait for it.
-            await services.hub.start()
-            stopping = asyncio.Event()
-            async with asyncio.TaskGroup() as group:
-                if settings.engine_enabled:
-                    group.create_task(services.engine.run(stopping), name="laneway-engine")
-                logger.info(
-                    "api started",
-                    extra={
-                        "engine": settings.engine_enabled,
-                        "workflows": services.engine.registry.names(),
-                    },
-                )
-                try:
-                    yield {"services": services}
-                finally:
-                    # The engine stops first (and hands its instances back) while the
-                    # store and hub it writes through are still open.
-                    stopping.set()
-        logger.info("api stopped")
+    async def running(self) -> AsyncIterator[Services]:
+        """Run this app's services and engine for the block (lifespan.running), recording the
+        services on the app, which its routes and view read.
 
-    view = graphql_view(settings)
-    return Starlette(
-        routes=[
-            Route("/", home),
-            Route("/healthz", healthz),
-            Route("/graphql", view),
-            WebSocketRoute("/graphql", view),
-        ],
-        middleware=middleware_for(settings),
-        lifespan=lifespan,
-    )
+        Raises:
+            RuntimeError: the app is running already.
+        """
+        if self.services is not None:
+            raise RuntimeError("this Laneway app is running already")
+        async with lifespan.running(self.settings, workflows=self.workflows) as services:
+            self.services = services
+            try:
+                yield services
+            finally:
+                self.services = None
+
+
+@contextlib.asynccontextmanager
+async def _own_lifespan(app: Starlette) -> AsyncIterator[None]:
+    assert isinstance(app, LanewayApp)
+    async with app.running():
+        yield
+
+
+def create_app(
+    settings: Settings,
+    *,
+    workflows: Iterable[Workflow] = (),
+    permission: Permission | None = None,
+) -> LanewayApp:
+    """The Laneway ASGI app for `settings`; `workflows` are registered besides the modules';
+    `permission` decides who may read and write (None: BearerTokens from the settings)."""
+    return LanewayApp(settings, workflows=workflows, permission=permission)
 
 
 def server_config(app: Starlette, *, host: str, port: int) -> uvicorn.Config:

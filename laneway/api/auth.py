@@ -1,26 +1,30 @@
-"""Bearer tokens (LANEWAY_API_TOKENS): who may read and who may write.
+"""Who may read and who may write: the Permission hook, and BearerTokens, its default.
 
-Owns checking a credential against the configured tokens and the two field permissions.
+Owns the one rule of the API. A Permission answers "may this caller read?" and "may this
+caller write?" with a Decision; Laneway's field permissions, its websocket connect check and
+its websocket direct-delivery path all ask it (graphql/permissions.py does the asking). A host
+application passes its own Permission to `create_app` or `laneway_context`; without one,
+BearerTokens checks LANEWAY_API_TOKENS, and LANEWAY_OPEN_READS lets a caller without any
+credential read.
+
 HTTP requests carry `Authorization: Bearer …`; a websocket carries the same string in its
-`connection_init` payload under "authorization" (laneway.py rejects a bad one with 4403).
+`connection_init` payload under "authorization" (browsers cannot set headers on a websocket).
+Knows nothing of GraphQL.
 """
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Protocol, Self
 
-from strawberry.permission import BasePermission
-from strawberry.types import Info
+from starlette.requests import HTTPConnection
 
-from laneway.api.graphql.errors import ForbiddenError, UnauthenticatedError
-
-if TYPE_CHECKING:
-    from laneway.api.graphql.context import RequestContext
+from laneway.config import Settings
 
 
 class Access(Enum):
-    """What a request's credential amounts to."""
+    """What a credential amounts to against the configured tokens."""
 
     OPEN = "open"  # no tokens are configured: everything is allowed
     GRANTED = "granted"
@@ -30,6 +34,43 @@ class Access(Enum):
     @property
     def is_allowed(self) -> bool:
         return self in (Access.OPEN, Access.GRANTED)
+
+
+class Decision(Enum):
+    """A Permission's answer. A refusal says which error the client gets."""
+
+    ALLOW = "allow"
+    UNAUTHENTICATED = "unauthenticated"  # no credential, and one is needed
+    FORBIDDEN = "forbidden"  # a credential that does not allow this
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is asking, as a Permission sees them.
+
+    `context` is the GraphQL context the resolvers receive: the host's own (its user, its
+    session) or Laneway's. `connection` is the HTTP request or websocket, None for a schema
+    executed inside the process. `credential` is the `Authorization` header of an HTTP
+    request, or the "authorization" entry of a websocket's `connection_init` payload
+    (`connection_params`, None until that message arrives).
+    """
+
+    context: object
+    connection: HTTPConnection | None
+    credential: object
+    connection_params: Mapping[str, object] | None
+
+
+class Permission(Protocol):
+    """The permission hook: decides whether a caller may read (queries, `workflowEvents`, a
+    websocket connection) and whether it may write (mutations).
+
+    Both are async, so a host may look its caller up; neither should raise.
+    """
+
+    async def may_read(self, caller: Caller) -> Decision: ...
+
+    async def may_write(self, caller: Caller) -> Decision: ...
 
 
 def check_bearer(authorization: object, tokens: Sequence[str]) -> Access:
@@ -54,40 +95,36 @@ def check_bearer(authorization: object, tokens: Sequence[str]) -> Access:
     return Access.GRANTED if matched else Access.WRONG
 
 
-def require(access: Access) -> None:
-    """Raise the API error for a credential that does not allow the operation.
+_DECISIONS = {
+    Access.OPEN: Decision.ALLOW,
+    Access.GRANTED: Decision.ALLOW,
+    Access.MISSING: Decision.UNAUTHENTICATED,
+    Access.WRONG: Decision.FORBIDDEN,
+}
 
-    Raises:
-        UnauthenticatedError: no credential was given.
-        ForbiddenError: the credential is not one of the configured tokens.
+
+@dataclass(frozen=True, slots=True)
+class BearerTokens:
+    """The default Permission: a caller reads and writes with one of `tokens`.
+
+    No tokens: everyone may do everything. `open_reads`: a caller without a credential may
+    read too; a wrong credential is refused for reads as well, so a client learns that its
+    token is bad on its first request rather than on its first write.
     """
-    if access is Access.MISSING:
-        raise UnauthenticatedError("This operation needs an `Authorization: Bearer` token.")
-    if access is Access.WRONG:
-        raise ForbiddenError("The token is not valid.")
 
+    tokens: tuple[str, ...]
+    open_reads: bool = False
 
-class CanRead(BasePermission):
-    """Queries and subscriptions: a valid token, unless reads are open (LANEWAY_OPEN_READS)."""
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """LANEWAY_API_TOKENS and LANEWAY_OPEN_READS."""
+        return cls(tokens=tuple(settings.api_tokens), open_reads=settings.open_reads)
 
-    message = "Not allowed to read."
+    async def may_read(self, caller: Caller) -> Decision:
+        access = check_bearer(caller.credential, self.tokens)
+        if access is Access.MISSING and self.open_reads:
+            return Decision.ALLOW
+        return _DECISIONS[access]
 
-    def has_permission(
-        self, source: Any, info: "Info[RequestContext, None]", **kwargs: Any
-    ) -> bool:
-        context = info.context
-        if not context.settings.open_reads:
-            require(context.access)
-        return True
-
-
-class CanWrite(BasePermission):
-    """Mutations: a valid token whenever tokens are configured."""
-
-    message = "Not allowed to write."
-
-    def has_permission(
-        self, source: Any, info: "Info[RequestContext, None]", **kwargs: Any
-    ) -> bool:
-        require(info.context.access)
-        return True
+    async def may_write(self, caller: Caller) -> Decision:
+        return _DECISIONS[check_bearer(caller.credential, self.tokens)]

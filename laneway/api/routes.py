@@ -3,7 +3,8 @@
 Owns the health verdict (the database answers, the event listener is connected, the engine
 loop runs or is turned off on purpose) and how the dashboard page is served: as it is on
 disk, with a Content-Security-Policy that admits only its own inline style and script.
-Knows nothing of GraphQL; the page talks to /graphql by itself.
+Knows nothing of GraphQL; the page talks to `graphql` next to where it is served (/graphql,
+or /laneway/graphql when a host mounts the app at /laneway) by itself.
 """
 
 import asyncio
@@ -17,7 +18,7 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from laneway.api.graphql.context import services_of
+from laneway.api.lifespan import services_of
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,6 @@ def dashboard() -> tuple[bytes, dict[str, str]]:
 
 
 async def home(request: Request) -> Response:
-    """The dashboard: live instances, queues, an instance page and actions (GraphiQL: /graphql)."""
+    """The dashboard: live instances, queues, an instance page and actions (GraphiQL: graphql)."""
     body, headers = dashboard()
     return Response(body, media_type="text/html; charset=utf-8", headers=headers)

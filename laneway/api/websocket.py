@@ -45,10 +45,11 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 from strawberry.types.base import get_object_definition
 
-from laneway.api.auth import require
-from laneway.api.graphql.context import RequestContext
+from laneway.api.auth import Decision
+from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
+from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.errors import TIMEOUT, public_error
-from laneway.api.graphql.query import parse_event_id, parse_instance_id
+from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.graphql.types import WorkflowEvent
 from laneway.errors import LanewayError
@@ -204,17 +205,19 @@ def _field_readers(schema: Schema) -> dict[str, Callable[[WorkflowEvent], object
     return readers
 
 
-class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
-    """graphql-transport-ws with the direct path for single-field `workflowEvents` documents."""
+class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
+    """graphql-transport-ws with the direct path for single-field `workflowEvents` documents.
 
-    async def run_operation(self, operation: Operation[RequestContext, None]) -> None:
+    The context is Laneway's own or a host's carrying one (graphql/context.py); the direct
+    path asks the same Permission as the subscription field would (permissions.decide).
+    """
+
+    async def run_operation(self, operation: Operation[Any, Any]) -> None:
         renderer: EventRenderer | None = getattr(self.view, "event_renderer", None)
         plan = renderer.plan(operation.query, operation.operation_name) if renderer else None
-        arguments = (
-            renderer.arguments(plan, operation.variables)
-            if renderer is not None and plan is not None and self._may_read()
-            else None
-        )
+        arguments = None
+        if renderer is not None and plan is not None and await self._may_read():
+            arguments = renderer.arguments(plan, operation.variables)
         if renderer is None or plan is None or arguments is None:
             await self._run_timed(operation)
             return
@@ -232,9 +235,9 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
         with suppress(WebSocketDisconnected):
             await operation.send_operation_message(final)  # type: ignore[arg-type]
 
-    async def _run_timed(self, operation: Operation[RequestContext, None]) -> None:
+    async def _run_timed(self, operation: Operation[Any, Any]) -> None:
         """Strawberry's path; a query or mutation under the same deadline as over HTTP."""
-        seconds = self.context.settings.operation_timeout_seconds
+        seconds = laneway_of(self.context).settings.operation_timeout_seconds
         if not seconds or _kind(operation.query, operation.operation_name) not in _TIMED:
             await super().run_operation(operation)
             return
@@ -255,26 +258,20 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, No
             with suppress(WebSocketDisconnected):
                 await operation.send_operation_message(final)  # type: ignore[arg-type]
 
-    def _may_read(self) -> bool:
-        context = self.context
-        if context.settings.open_reads:
-            return True
-        try:
-            require(context.access)
-        except LanewayError:
-            return False
-        return True
+    async def _may_read(self) -> bool:
+        """Refused callers take the ordinary path, where the field's permission answers."""
+        return await decide(self.context, Action.READ) is Decision.ALLOW
 
     async def _deliver(
         self,
-        operation: Operation[RequestContext, None],
+        operation: Operation[Any, Any],
         renderer: EventRenderer,
         plan: Plan,
         arguments: EventsArguments,
     ) -> None:
         prefix = '{"id":' + json.dumps(operation.id) + ',"type":"next","payload":'
         matches = EventSelection(arguments.instance_id, arguments.name)
-        async with self.context.services.hub.open_stream(
+        async with laneway_of(self.context).services.hub.open_stream(
             after_event_id=arguments.after_event_id, matches=matches
         ) as events:
             async for event in events:

@@ -16,7 +16,8 @@ import uvicorn
 from strawberry.types import ExecutionResult
 
 from laneway.api.app import create_app, server_config
-from laneway.api.graphql.context import RequestContext, operations_loader
+from laneway.api.auth import BearerTokens
+from laneway.api.graphql.context import LanewayContext
 from laneway.api.graphql.schema import schema
 from laneway.config import Settings
 from laneway.services import Services, open_services
@@ -72,11 +73,13 @@ Execute = Callable[..., Awaitable[ExecutionResult]]
 
 
 def executor(services: Services, authorization: str | None = None) -> Execute:
-    """`await run(query, **variables)` through the real schema with a real RequestContext."""
+    """`await run(query, **variables)` through the real schema with a real LanewayContext."""
 
     async def run(query: str, **variables: Any) -> ExecutionResult:
-        context = RequestContext(
-            services=services, operations=operations_loader(services), authorization=authorization
+        context = LanewayContext(
+            services=services,
+            permission=BearerTokens.from_settings(services.settings),
+            authorization=authorization,
         )
         result = await schema.execute(query, variable_values=variables, context_value=context)
         assert_clean(result)
@@ -113,26 +116,28 @@ async def wait_until(check: Callable[[], Awaitable[bool]], seconds: float = 15.0
 
 @dataclasses.dataclass
 class LiveServer:
-    """A real uvicorn server running create_app(settings) in this event loop."""
+    """A real uvicorn server running create_app(settings) (or another app) in this event loop;
+    `prefix` is where Laneway's app is mounted in it ("" when it is the app)."""
 
     settings: Settings
     port: int
     client: httpx.AsyncClient
+    prefix: str = ""
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/graphql"
+        return f"http://127.0.0.1:{self.port}{self.prefix}/graphql"
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/graphql"
+        return f"ws://127.0.0.1:{self.port}{self.prefix}/graphql"
 
     async def graphql(
         self, query: str, token: str | None = None, **variables: Any
     ) -> dict[str, Any]:
         headers = {"authorization": f"Bearer {token}"} if token else {}
         response = await self.client.post(
-            "/graphql", json={"query": query, "variables": variables}, headers=headers
+            f"{self.prefix}/graphql", json={"query": query, "variables": variables}, headers=headers
         )
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()
@@ -142,7 +147,7 @@ class LiveServer:
         return body
 
     async def health(self) -> dict[str, Any]:
-        body: dict[str, Any] = (await self.client.get("/healthz")).json()
+        body: dict[str, Any] = (await self.client.get(f"{self.prefix}/healthz")).json()
         return body
 
     async def wait_for_subscribers(self, count: int) -> None:
@@ -153,10 +158,14 @@ class LiveServer:
 
 
 @asynccontextmanager
-async def live_server(settings: Settings, port: int = 0) -> AsyncIterator[LiveServer]:
+async def live_server(
+    settings: Settings, port: int = 0, *, app: Any = None, prefix: str = ""
+) -> AsyncIterator[LiveServer]:
     """uvicorn with create_app(settings) on 127.0.0.1 (`port` 0: any free port; a chosen
-    port lets a restarted server come back where clients are looking)."""
-    server = uvicorn.Server(server_config(create_app(settings), host="127.0.0.1", port=port))
+    port lets a restarted server come back where clients are looking). `app`: serve that
+    instead, with Laneway's app mounted at `prefix` in it."""
+    served = create_app(settings) if app is None else app
+    server = uvicorn.Server(server_config(served, host="127.0.0.1", port=port))
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(30):
@@ -167,7 +176,7 @@ async def live_server(settings: Settings, port: int = 0) -> AsyncIterator[LiveSe
                 await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield LiveServer(settings=settings, port=port, client=client)
+            yield LiveServer(settings=settings, port=port, client=client, prefix=prefix)
     finally:
         server.should_exit = True
         await task

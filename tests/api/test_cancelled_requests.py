@@ -1,4 +1,4 @@
-"""P-07 (RELIABILITY §C.3), API side: clients that go away mid-query over graphql-transport-ws.
+"""P-07 (docs/reliability.md), API side: clients that go away mid-query over graphql-transport-ws.
 
 The queries are held mid-statement by a lock another session holds on laneway.instances;
 each client sends one, waits until the server runs it, and closes its socket, so the server

@@ -18,6 +18,7 @@ import asyncpg
 import pytest
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 
+from app import host
 from tests.api.conftest import (
     TOKEN,
     LiveServer,
@@ -80,6 +81,7 @@ class Dashboard:
     problems: list[str] = field(default_factory=list)
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     frames_sent: list[str] = field(default_factory=list)
+    sockets: list[str] = field(default_factory=list)
 
     @property
     def connection(self) -> Locator:
@@ -116,7 +118,8 @@ class Dashboard:
 async def open_dashboard(
     browser: Browser, server: LiveServer, *, live: bool = True
 ) -> AsyncIterator[Dashboard]:
-    """Open / in a fresh context; with `live`, wait until its event stream is connected."""
+    """Open the dashboard (/, or the prefix a host mounts Laneway at) in a fresh context;
+    with `live`, wait until its event stream is connected."""
     context = await browser.new_context()
     context.set_default_timeout(TIMEOUT_MS)
     page = await context.new_page()
@@ -127,6 +130,7 @@ async def open_dashboard(
             dashboard.problems.append(f"console error: {message.text}")
 
     def on_websocket(socket: Any) -> None:
+        dashboard.sockets.append(socket.url)
         socket.on("framesent", lambda payload: dashboard.frames_sent.append(str(payload)))
 
     page.on("console", on_console)
@@ -134,7 +138,7 @@ async def open_dashboard(
     page.on("request", lambda request: dashboard.requests.append((request.url, request.headers)))
     page.on("websocket", on_websocket)
     try:
-        await page.goto(f"{dashboard.origin}/")
+        await page.goto(f"{dashboard.origin}{server.prefix}/")
         if live:
             await expect(dashboard.connection).to_have_attribute("data-state", "connected")
         yield dashboard
@@ -183,9 +187,9 @@ async def test_page_loads_with_no_console_errors_and_only_its_own_assets(
             page.locator('[data-testid="queue-card"][data-queue="report"]')
         ).to_be_visible()
         await expect(page.get_by_test_id("instances-empty")).to_be_visible()
-        await expect(page.get_by_role("link", name="GraphiQL")).to_have_attribute(
-            "href", "/graphql"
-        )
+        graphiql = page.get_by_role("link", name="GraphiQL")
+        await expect(graphiql).to_have_attribute("href", "graphql")  # relative to the page
+        assert await graphiql.evaluate("a => a.href") == f"{dashboard.origin}/graphql"
         assert dashboard.problems == []
         assert dashboard.requests
         outside = [url for url, _ in dashboard.requests if not url.startswith(dashboard.origin)]
@@ -285,7 +289,8 @@ async def test_a_killed_listener_connection_loses_no_row_update(
         await assert_page_saw_every_event(dashboard, server)
 
         async def listening() -> bool:
-            return (await server.health())["listener"] == "ok"
+            listener: object = (await server.health())["listener"]
+            return listener == "ok"
 
         await wait_until(listening)
         assert dashboard.problems == []
@@ -349,3 +354,37 @@ async def test_token_protected_server_makes_the_page_ask_for_a_token(
     assert {"authorization": f"Bearer {TOKEN}"}.items() <= graphql_headers[-1].items()
     inits = [json.loads(f) for f in dashboard.frames_sent if '"connection_init"' in f]
     assert inits[-1]["payload"] == {"authorization": f"Bearer {TOKEN}"}
+
+
+async def test_dashboard_works_where_a_host_mounts_laneway(
+    database_url: str, browser: Browser
+) -> None:
+    """app.host mounts the whole app at /laneway: the page, its fetches, its websocket and
+    its links all stay under /laneway/, and its token reaches the mounted app's check."""
+    settings = make_settings(database_url, api_tokens=(TOKEN,))
+    app = host.build(settings)
+    async with (
+        live_server(settings, app=app, prefix=host.LANEWAY_PREFIX) as mounted,
+        open_dashboard(browser, mounted, live=False) as dashboard,
+    ):
+        page = dashboard.page
+        await expect(page).to_have_title("Laneway dashboard")
+        await page.get_by_test_id("token-input").fill(TOKEN)
+        await page.get_by_test_id("token-submit").click()
+        await expect(dashboard.connection).to_have_attribute("data-state", "connected")
+        await expect(
+            page.get_by_test_id("enqueue-workflow").locator('option[value="hello"]')
+        ).to_have_count(1)
+        instance_id = await dashboard.enqueue("hello", {"name": "Mounted"})
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "completed")
+        await dashboard.open_instance(instance_id)
+        await expect(page.get_by_test_id("instance-result")).to_contain_text("Hello, Mounted!")
+        graphiql = page.get_by_role("link", name="GraphiQL")
+        assert await graphiql.evaluate("a => a.href") == f"{dashboard.origin}/laneway/graphql"
+        assert dashboard.problems == []
+    base = f"{dashboard.origin}/laneway/"
+    assert dashboard.requests
+    assert [url for url, _ in dashboard.requests if not url.startswith(base)] == []
+    assert f"{base}graphql" in [url for url, _ in dashboard.requests]
+    assert dashboard.sockets
+    assert set(dashboard.sockets) == {f"ws://127.0.0.1:{mounted.port}/laneway/graphql"}

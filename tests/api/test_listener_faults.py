@@ -42,7 +42,8 @@ async def test_e01_twenty_listener_terminations_lose_no_event(
     await server.wait_for_subscribers(SUBSCRIBERS)
 
     async def listening() -> bool:
-        return (await server.health())["listener"] == "ok"
+        listener: object = (await server.health())["listener"]
+        return listener == "ok"
 
     killed = 0
     for round_ in range(TERMINATIONS):

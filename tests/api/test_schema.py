@@ -1,4 +1,4 @@
-"""The schema executed directly with a real RequestContext on real services and PostgreSQL.
+"""The schema executed directly with a real LanewayContext on real services and PostgreSQL.
 
 Queries, mutations, error codes, masking, auth and the validation limits; each test also
 checks that no error text leaks internals (conftest.assert_clean).
@@ -12,7 +12,7 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from laneway.api.graphql.context import RequestContext, operations_loader
+from laneway.api.graphql.context import laneway_context
 from laneway.api.graphql.errors import ERROR_CODES
 from laneway.api.graphql.schema import schema
 from laneway.errors import LanewayError, LeaseLostError, MigrationsMissingError
@@ -59,6 +59,7 @@ async def finished(services: Services, instance_id: str) -> Any:
 
 def all_subclasses(cls: type) -> set[type]:
     found: set[type] = set()
+    sub: type
     for sub in cls.__subclasses__():
         found |= {sub} | all_subclasses(sub)
     return found
@@ -439,7 +440,7 @@ async def test_subscription_replays_and_follows_an_instance(
     run: Execute, services: Services
 ) -> None:
     instance_id = await enqueue(run, "hello", {"name": "G"})
-    context = RequestContext(services=services, operations=operations_loader(services))
+    context = await laneway_context(services, None)
     stream = await schema.subscribe(
         """subscription ($id: ID!) { workflowEvents(instanceID: $id, afterEventID: "0") {
             type instanceID name status } }""",
@@ -447,23 +448,24 @@ async def test_subscription_replays_and_follows_an_instance(
         context_value=context,
     )
     received: list[dict[str, Any]] = []
-    async for result in stream:  # type: ignore[union-attr]
+    async for result in stream:
         assert result.errors is None
+        assert result.data is not None
         received.append(result.data["workflowEvents"])
         if len(received) == 3:
             break
-    await stream.aclose()  # type: ignore[union-attr]
+    await stream.aclose()
     assert [e["type"] for e in received] == ["enqueued", "started", "completed"]
     assert {(e["instanceID"], e["name"]) for e in received} == {(instance_id, "hello")}
     assert received[-1]["status"] == "completed"
 
 
 async def test_subscription_rejects_a_malformed_cursor(services: Services) -> None:
-    context = RequestContext(services=services, operations=operations_loader(services))
+    context = await laneway_context(services, None)
     stream = await schema.subscribe(
         'subscription { workflowEvents(afterEventID: "abc") { type } }', context_value=context
     )
-    results = [result async for result in stream]  # type: ignore[union-attr]
+    results = [result async for result in stream]
     assert [[(e.extensions or {}).get("code") for e in r.errors or []] for r in results] == [
         ["BAD_USER_INPUT"]
     ]

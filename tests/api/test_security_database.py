@@ -1,4 +1,5 @@
-"""Issue #7 (RELIABILITY P-01/P-04 at the API): 503, never 500, while PostgreSQL is down.
+"""Issue #7 (P-01 and P-04 of docs/reliability.md, at the API): 503, never 500, while PostgreSQL
+is down.
 
 A private throwaway server is stopped under a running API and started again. While it is
 down, GraphQL over HTTP answers 503 SERVICE_UNAVAILABLE with a Retry-After, /healthz 503,
@@ -200,8 +201,8 @@ async def assert_recovers(server: LiveServer) -> None:
 async def test_with_every_connection_taken_nothing_answers_500_and_all_recovers(
     private_server: str,
 ) -> None:
-    # RELIABILITY P-06: another client takes every connection the server has left. Requests
-    # either find a pooled connection (200) or are told to come back (503), never 500; once
+    # P-06 (docs/reliability.md): another client takes every connection the server has left.
+    # Requests either find a pooled connection (200) or are told to come back (503), never 500; once
     # the connections are given back the API and the engine carry on without a restart.
     database_url, pgdata = await private_database(
         private_server, "laneway_full", "ALTER SYSTEM SET max_connections = 12"
@@ -240,6 +241,7 @@ async def test_with_every_connection_taken_nothing_answers_500_and_all_recovers(
             body = await server.graphql(
                 f'{{ workflowInstance(instanceID: "{instance_id}") {{ status }} }}'
             )
-            return body["data"]["workflowInstance"]["status"] == "completed"
+            status: object = body["data"]["workflowInstance"]["status"]
+            return status == "completed"
 
         await wait_until(completed, seconds=20)

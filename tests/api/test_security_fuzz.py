@@ -1,4 +1,4 @@
-"""RELIABILITY A-07: a few hundred malformed and fuzzed requests leak nothing (A-09 with
+"""A few hundred malformed and fuzzed requests leak nothing (A-09 in docs/reliability.md with
 LANEWAY_CHAOS_FULL=1: 10,000 of them, and then p99 latency < 200 ms and the process's RSS
 growth < 50 MiB are checked too; the PR tier only prints those two figures).
 

@@ -1,4 +1,4 @@
-"""RELIABILITY A-04 at the API: workflow params of 256 KiB pass, one byte more does not, and
+"""The params size limit at the API: workflow params of 256 KiB pass, one byte more does not, and
 ten concurrent 1 MiB requests leave the process's memory almost where it was.
 
 The engine measures params (laneway/engine/payloads.py); these tests go through GraphQL over

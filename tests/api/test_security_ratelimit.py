@@ -1,4 +1,4 @@
-"""RELIABILITY A-06: rate limits per token (per IP without one), over HTTP and websockets.
+"""Rate limits per token (per IP without one), over HTTP and websockets.
 
 The buckets and the cost rule are checked with a hand-driven clock; the admitted rate,
 the 429 and the websocket error against a real uvicorn with small configured limits.
@@ -86,7 +86,9 @@ def test_a_client_is_its_valid_token_however_spelled_else_its_address() -> None:
     address = ("10.1.2.3", 5555)
     keys = {client_key(f"{scheme} {TOKEN}", tokens, address) for scheme in ("Bearer", "bearer ")}
     assert len(keys) == 1
-    assert keys.pop().startswith("token:")
+    key = keys.pop()
+    assert key is not None
+    assert key.startswith("token:")
     assert client_key(f"Bearer {TOKEN}", tokens, address) != client_key(
         f"Bearer {OTHER_TOKEN}", tokens, address
     )

@@ -1,4 +1,4 @@
-"""RELIABILITY A-02 (last line): request ids on every response and on every masked error.
+"""Request ids on every response and on every masked error, so a client's report finds the log.
 
 A resolver is made to fail with an unexpected exception (the store method behind `queues`
 raises), so the answer is the masked "Unexpected error.". Its `extensions.requestId` must

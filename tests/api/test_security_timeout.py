@@ -1,5 +1,5 @@
-"""RELIABILITY A-03 (operation wall clock, over HTTP and websockets) and P-04 (lock stall) at
-the API.
+"""The operation wall clock (over HTTP and websockets) and P-04 of docs/reliability.md (a lock
+stall) at the API.
 
 The test holds an ACCESS EXCLUSIVE lock on the instances table from its own connection, so a
 query resolver blocks in PostgreSQL. Past LANEWAY_OPERATION_TIMEOUT the request is answered

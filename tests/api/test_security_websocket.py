@@ -1,4 +1,4 @@
-"""RELIABILITY A-03 and A-05 over real websockets: connections per token, protocol misuse.
+"""Websocket limits over real websockets: connections per token, protocol misuse.
 
 Raw `websockets` clients against uvicorn, since close codes are the point. The cases
 test_websocket.py already covers (4403, 4406, 4408, 4400 for a non-JSON frame, 1009, the

@@ -184,7 +184,8 @@ async def test_every_event_arrives_once_in_order_across_a_killed_listener(
     await assert_every_hello_event_once_in_order(server, received, instances=20)
 
     async def reconnected() -> bool:
-        return (await server.health())["listener"] == "ok"
+        listener: object = (await server.health())["listener"]
+        return listener == "ok"
 
     await wait_until(reconnected)
 

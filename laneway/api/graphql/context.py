@@ -1,60 +1,60 @@
-"""RequestContext: what every resolver receives, and get_context, which builds it.
+"""LanewayContext: what Laneway's resolvers read, and the hook that builds it.
 
-Owns the per-request (per-websocket) view of the process's services and of the caller's
-credential. Resolvers take `Info[RequestContext, None]`; nothing reads an untyped dict.
+Owns the per-request (per-websocket) view of the process's services, of the caller's
+credential and of the Permission that judges it. In Laneway's own app the GraphQL context is
+a LanewayContext; a host application keeps its own context and puts one on it, as attribute
+`laneway` (a dataclass or any object) or key "laneway" (a dict):
+
+    laneway=await laneway_context(services, request, permission=my_permission)
+
+Resolvers find it with `laneway_of(info.context)`, whichever of the three it is.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from starlette.requests import Request
-from starlette.websockets import WebSocket
+from starlette.requests import HTTPConnection
 from strawberry.dataloader import DataLoader
 
-from laneway.api.auth import Access, check_bearer
+from laneway.api.auth import BearerTokens, Permission
 from laneway.config import Settings
 from laneway.model import OperationRecord
 from laneway.services import Services
 
+CONTEXT_KEY = "laneway"
+
 
 @dataclass(slots=True, kw_only=True)
-class RequestContext:
-    """The services, and the credential the caller presented.
+class LanewayContext:
+    """The services, the caller's credential, and the Permission that decides on it.
 
-    Not frozen: for a websocket, Strawberry stores the `connection_init` payload in
-    `connection_params` once it arrives, and the credential is read from there.
+    Not frozen: for a websocket served by Laneway's own view, Strawberry stores the
+    `connection_init` payload in `connection_params` once it arrives, and the credential is
+    read from there. (In a host's context Strawberry stores it on the host's context, where
+    laneway_of's caller finds it.)
     """
 
     services: Services
-    operations: DataLoader[UUID, list[OperationRecord]]
-    authorization: str | None = None
-    connection_params: dict[str, object] | None = field(default=None)
+    permission: Permission
+    connection: HTTPConnection | None = None
+    authorization: str | None = None  # an HTTP request's Authorization header
+    connection_params: dict[str, object] | None = None
+    operations: DataLoader[UUID, list[OperationRecord]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.operations = operations_loader(self.services)
 
     @property
     def settings(self) -> Settings:
         return self.services.settings
 
-    @property
-    def access(self) -> Access:
-        """The caller's credential checked against the configured tokens."""
-        credential: object = self.authorization
-        if self.connection_params is not None:
-            credential = self.connection_params.get("authorization")
-        return check_bearer(credential, self.settings.api_tokens)
-
-
-def services_of(connection: Request | WebSocket) -> Services:
-    """The Services the app's lifespan built (Starlette's lifespan state)."""
-    services: Services = connection.state.services
-    return services
-
 
 def operations_loader(services: Services) -> DataLoader[UUID, list[OperationRecord]]:
     """Batches the `operations` of every instance in one response into one query.
 
-    Uncached: a websocket keeps its context for its whole life (STACK P15), and operation
-    rows change while it lives.
+    Uncached: Strawberry builds a websocket's context once, for the socket's whole life, and
+    operation rows change while it lives; a cache would serve them stale.
     """
 
     async def load(instance_ids: Sequence[UUID]) -> list[list[OperationRecord]]:
@@ -64,12 +64,55 @@ def operations_loader(services: Services) -> DataLoader[UUID, list[OperationReco
     return DataLoader(load_fn=load, cache=False)
 
 
-async def get_context(connection: Request | WebSocket) -> RequestContext:
-    """Build the context of one HTTP request, or of one websocket for its whole life."""
+async def laneway_context(
+    services: Services,
+    connection: HTTPConnection | None,
+    permission: Permission | None = None,
+) -> LanewayContext:
+    """The context hook: Laneway's part of the context of one HTTP request, or of one
+    websocket for its whole life.
+
+    `connection` is the request or websocket (None: a schema executed inside the process,
+    with no credential). `permission` decides who may read and write; None: BearerTokens
+    from the settings (LANEWAY_API_TOKENS, LANEWAY_OPEN_READS).
+    """
     authorization = None
-    if connection.scope["type"] == "http":
+    if connection is not None and connection.scope["type"] == "http":
         authorization = connection.headers.get("authorization")
-    services = services_of(connection)
-    return RequestContext(
-        services=services, operations=operations_loader(services), authorization=authorization
+    return LanewayContext(
+        services=services,
+        permission=permission or BearerTokens.from_settings(services.settings),
+        connection=connection,
+        authorization=authorization,
     )
+
+
+def laneway_of(context: object) -> LanewayContext:
+    """The LanewayContext of a resolver's context: the context itself, its `laneway`
+    attribute, or its "laneway" key.
+
+    Raises:
+        TypeError: the context carries none (the host forgot the hook); masked for clients.
+    """
+    if isinstance(context, LanewayContext):
+        return context
+    if isinstance(context, Mapping):
+        found = context.get(CONTEXT_KEY)
+    else:
+        found = getattr(context, CONTEXT_KEY, None)
+    if isinstance(found, LanewayContext):
+        return found
+    raise TypeError(
+        f"the GraphQL context ({type(context).__name__}) carries no LanewayContext: set its "
+        f"`{CONTEXT_KEY}` to `await laneway_context(services, request)`"
+    )
+
+
+def connection_params_of(context: object) -> Mapping[str, object] | None:
+    """The websocket's `connection_init` payload, where Strawberry stored it on `context`:
+    a dict's "connection_params" key, or an object's `connection_params` attribute."""
+    if isinstance(context, Mapping):
+        found = context.get("connection_params")
+    else:
+        found = getattr(context, "connection_params", None)
+    return found if isinstance(found, Mapping) else None

@@ -6,15 +6,26 @@ reached is SERVICE_UNAVAILABLE (HTTP 503, see http/request_ids.py), with a messa
 host, driver or statement. Anything else is masked as "Unexpected error." with the request
 id in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
 error bodies the middlewares answer with (413, 429, 503, 504).
+
+Codes travel two ways. Every Laneway field carries CodedErrors, which turns a mapped
+LanewayError into a GraphQLError with its code as the field raises it, so a host's schema
+with none of Laneway's extensions still answers NOT_FOUND, BAD_USER_INPUT or CONFLICT; the
+schema extension ErrorCodes (schema.py) adds what only a whole schema can: SERVICE_UNAVAILABLE,
+request ids on masked errors, no "Did you mean …?".
 """
 
+import inspect
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any
 
 import asyncpg
 from graphql import GraphQLError
+from strawberry.extensions import FieldExtension
+from strawberry.extensions.field_extension import AsyncExtensionResolver, SyncExtensionResolver
+from strawberry.types import Info
 
 from laneway.api.http.asgi import Send
 from laneway.api.request_trace import current_trace
@@ -73,6 +84,59 @@ class ForbiddenError(APIError):
     """The request's credentials do not allow this operation."""
 
     code = "FORBIDDEN"
+
+
+class CodedError(GraphQLError):
+    """A mapped LanewayError, raised by a field with its code attached."""
+
+    def __init__(self, error: LanewayError, code: str) -> None:
+        super().__init__(str(error), extensions={"code": code}, original_error=error)
+
+
+def coded(error: Exception) -> Exception:
+    """A mapped LanewayError as a CodedError; any other exception unchanged."""
+    if isinstance(error, LanewayError):
+        code = code_for(error)
+        if code is not None:
+            return CodedError(error, code)
+    return error
+
+
+async def _coded_stream(events: AsyncGenerator[Any, Any]) -> AsyncGenerator[Any, None]:
+    try:
+        async for event in events:
+            yield event
+    except LanewayError as exc:
+        raise coded(exc) from exc
+    finally:
+        await events.aclose()
+
+
+class CodedErrors(FieldExtension):
+    """On every Laneway field: a mapped LanewayError leaves the field with its code."""
+
+    def resolve(
+        self, next_: SyncExtensionResolver, source: Any, info: Info[Any, Any], **kwargs: Any
+    ) -> Any:
+        try:
+            return next_(source, info, **kwargs)
+        except LanewayError as exc:
+            raise coded(exc) from exc
+
+    async def resolve_async(
+        self, next_: AsyncExtensionResolver, source: Any, info: Info[Any, Any], **kwargs: Any
+    ) -> Any:
+        try:
+            result: Any = next_(source, info, **kwargs)
+            if inspect.isasyncgen(result):
+                return _coded_stream(result)
+            if inspect.isawaitable(result):
+                result = await result
+            if inspect.isasyncgen(result):
+                return _coded_stream(result)
+            return result
+        except LanewayError as exc:
+            raise coded(exc) from exc
 
 
 def is_database_unavailable(error: BaseException | None) -> bool:

@@ -1,28 +1,30 @@
 """Mutation resolvers: enqueue, cancel, resume, retry, schedules and queue caps.
 
-Owns parsing write arguments and one engine call per field. Every field needs write access
-(auth.CanWrite); the engine decides what is allowed in which status.
+Owns LanewayMutation, the root fields a host's Mutation inherits (or uses as it is), and one
+engine call per field. Every field needs write access (permissions.CanWrite); the engine
+decides what is allowed in which status.
 """
+
+from typing import Any
 
 import strawberry
 from strawberry.types import Info
 from strawberry.types.unset import UNSET
 
-from laneway.api.auth import CanWrite
-from laneway.api.graphql.context import RequestContext
-from laneway.api.graphql.query import parse_instance_id
+from laneway.api.graphql import fields
+from laneway.api.graphql.arguments import InstanceID, given, parse_instance_id
+from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.types import (
     JSON,
     EnqueueResult,
     QueueStats,
     Schedule,
     WorkflowInstanceStatus,
-    given,
 )
 
 
 async def resolve_enqueue_workflow(
-    info: Info[RequestContext, None],
+    info: Info[Any, Any],
     name: str,
     params: JSON | None = UNSET,
     queue: str | None = UNSET,
@@ -32,7 +34,7 @@ async def resolve_enqueue_workflow(
     singleton_key: str | None = UNSET,
 ) -> EnqueueResult:
     """Create an instance, or return the one its idempotency or singleton key names."""
-    result = await info.context.services.engine.enqueue(
+    result = await laneway_of(info.context).services.engine.enqueue(
         name,
         given(params),
         queue=given(queue),
@@ -45,31 +47,31 @@ async def resolve_enqueue_workflow(
 
 
 async def resolve_cancel_workflow(
-    info: Info[RequestContext, None], instance_id: strawberry.ID
+    info: Info[Any, Any], instance_id: InstanceID
 ) -> WorkflowInstanceStatus:
     """Cancel an instance; cancelling a terminal one returns it unchanged."""
-    record = await info.context.services.engine.cancel(parse_instance_id(instance_id))
+    record = await laneway_of(info.context).services.engine.cancel(parse_instance_id(instance_id))
     return WorkflowInstanceStatus.from_record(record)
 
 
 async def resolve_resume_workflow(
-    info: Info[RequestContext, None], instance_id: strawberry.ID
+    info: Info[Any, Any], instance_id: InstanceID
 ) -> WorkflowInstanceStatus:
     """Put a paused instance back to pending (CONFLICT unless it is paused)."""
-    record = await info.context.services.engine.resume(parse_instance_id(instance_id))
+    record = await laneway_of(info.context).services.engine.resume(parse_instance_id(instance_id))
     return WorkflowInstanceStatus.from_record(record)
 
 
 async def resolve_retry_workflow(
-    info: Info[RequestContext, None], instance_id: strawberry.ID
+    info: Info[Any, Any], instance_id: InstanceID
 ) -> WorkflowInstanceStatus:
     """Run a failed instance again (CONFLICT unless it is failed)."""
-    record = await info.context.services.engine.retry(parse_instance_id(instance_id))
+    record = await laneway_of(info.context).services.engine.retry(parse_instance_id(instance_id))
     return WorkflowInstanceStatus.from_record(record)
 
 
 async def resolve_create_schedule(
-    info: Info[RequestContext, None],
+    info: Info[Any, Any],
     name: str,
     workflow_name: str,
     params: JSON | None = UNSET,
@@ -78,7 +80,7 @@ async def resolve_create_schedule(
     timezone: str | None = "UTC",
 ) -> Schedule:
     """Create or replace a schedule firing every interval or on a cron expression."""
-    record = await info.context.services.engine.create_schedule(
+    record = await laneway_of(info.context).services.engine.create_schedule(
         name,
         workflow_name,
         given(params),
@@ -89,55 +91,39 @@ async def resolve_create_schedule(
     return Schedule.from_record(record)
 
 
-async def resolve_set_schedule_enabled(
-    info: Info[RequestContext, None], name: str, enabled: bool
-) -> Schedule:
+async def resolve_set_schedule_enabled(info: Info[Any, Any], name: str, enabled: bool) -> Schedule:
     """Enable or disable a schedule (NOT_FOUND when there is none by that name)."""
-    record = await info.context.services.engine.set_schedule_enabled(name, enabled)
+    record = await laneway_of(info.context).services.engine.set_schedule_enabled(name, enabled)
     return Schedule.from_record(record)
 
 
-async def resolve_delete_schedule(info: Info[RequestContext, None], name: str) -> bool:
+async def resolve_delete_schedule(info: Info[Any, Any], name: str) -> bool:
     """Delete a schedule; false when there was none by that name."""
-    return await info.context.services.engine.delete_schedule(name)
+    return await laneway_of(info.context).services.engine.delete_schedule(name)
 
 
 async def resolve_configure_queue(
-    info: Info[RequestContext, None],
+    info: Info[Any, Any],
     name: str,
     concurrency: int,
     rate_per_minute: float | None = UNSET,
 ) -> QueueStats:
     """Set a queue's concurrency and rate caps, creating the queue if needed."""
-    record = await info.context.services.engine.configure_queue(
+    record = await laneway_of(info.context).services.engine.configure_queue(
         name, concurrency=concurrency, rate_per_minute=given(rate_per_minute)
     )
     return QueueStats.from_record(record)
 
 
-@strawberry.type
-class Mutation:
-    enqueue_workflow: EnqueueResult = strawberry.mutation(
-        resolver=resolve_enqueue_workflow, permission_classes=[CanWrite]
-    )
-    cancel_workflow: WorkflowInstanceStatus = strawberry.mutation(
-        resolver=resolve_cancel_workflow, permission_classes=[CanWrite]
-    )
-    resume_workflow: WorkflowInstanceStatus = strawberry.mutation(
-        resolver=resolve_resume_workflow, permission_classes=[CanWrite]
-    )
-    retry_workflow: WorkflowInstanceStatus = strawberry.mutation(
-        resolver=resolve_retry_workflow, permission_classes=[CanWrite]
-    )
-    create_schedule: Schedule = strawberry.mutation(
-        resolver=resolve_create_schedule, permission_classes=[CanWrite]
-    )
-    set_schedule_enabled: Schedule = strawberry.mutation(
-        resolver=resolve_set_schedule_enabled, permission_classes=[CanWrite]
-    )
-    delete_schedule: bool = strawberry.mutation(
-        resolver=resolve_delete_schedule, permission_classes=[CanWrite]
-    )
-    configure_queue: QueueStats = strawberry.mutation(
-        resolver=resolve_configure_queue, permission_classes=[CanWrite]
-    )
+@strawberry.type(name="Mutation")
+class LanewayMutation:
+    """Laneway's mutations; a host's Mutation inherits them (or is this type)."""
+
+    enqueue_workflow: EnqueueResult = fields.mutation(resolve_enqueue_workflow)
+    cancel_workflow: WorkflowInstanceStatus = fields.mutation(resolve_cancel_workflow)
+    resume_workflow: WorkflowInstanceStatus = fields.mutation(resolve_resume_workflow)
+    retry_workflow: WorkflowInstanceStatus = fields.mutation(resolve_retry_workflow)
+    create_schedule: Schedule = fields.mutation(resolve_create_schedule)
+    set_schedule_enabled: Schedule = fields.mutation(resolve_set_schedule_enabled)
+    delete_schedule: bool = fields.mutation(resolve_delete_schedule)
+    configure_queue: QueueStats = fields.mutation(resolve_configure_queue)

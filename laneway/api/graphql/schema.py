@@ -1,8 +1,12 @@
-"""The Strawberry schema: the contract's naming, its protection extensions, error policy.
+"""The Strawberry schema: its protection extensions, error policy and configuration.
 
-Owns how the schema is assembled: the `…ID` name converter, the depth/alias/token limits,
-error codes and masking, logging of unexpected errors, and the SDL export. Resolvers live in
-query.py, mutation.py and subscription.py.
+Owns how the schema is assembled: the depth/alias/token limits, error codes and masking,
+logging of unexpected errors, and the SDL export. A host application building its own schema
+from LanewayQuery, LanewayMutation and LanewaySubscription takes the same protection with
+`extensions=schema_extensions()`, and `config=schema_config()` if it wants Laneway's JSON
+scalar and no field suggestions; Laneway's field names come out right without either (they
+are explicit, see types.py and arguments.py). Resolvers live in query.py, mutation.py and
+subscription.py.
 """
 
 import logging
@@ -21,28 +25,19 @@ from strawberry.extensions import (
 from strawberry.printer import print_schema
 from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
-from strawberry.schema.name_converter import NameConverter
 from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult
 
 from laneway.api.graphql.errors import MASKED_MESSAGE, add_code, is_expected
-from laneway.api.graphql.mutation import Mutation
-from laneway.api.graphql.query import Query
-from laneway.api.graphql.subscription import Subscription
+from laneway.api.graphql.mutation import LanewayMutation
+from laneway.api.graphql.query import LanewayQuery
+from laneway.api.graphql.subscription import LanewaySubscription
 
 logger = logging.getLogger(__name__)
 
 MAX_DEPTH = 10
 MAX_ALIASES = 15
 MAX_TOKENS = 2000
-
-
-class LanewayNames(NameConverter):
-    """snake_case → camelCase, with a trailing `Id` spelled `ID` (instanceID, afterEventID)."""
-
-    def apply_naming_config(self, name: str) -> str:
-        camel = super().apply_naming_config(name)
-        return camel[:-2] + "ID" if camel.endswith("Id") else camel
 
 
 class ErrorCodes(SchemaExtension):
@@ -79,37 +74,51 @@ def should_mask_error(error: GraphQLError) -> bool:
     return not is_expected(error)
 
 
-def build_schema(*, introspection: bool = True) -> strawberry.Schema:
-    """The Laneway schema, with every extension registered as a class or factory.
+Extension = Callable[[], SchemaExtension] | type[SchemaExtension]
 
-    `introspection=False` is for deployments without GraphiQL (LANEWAY_GRAPHIQL=0):
-    `__schema` and `__type` are refused, `__typename` still works.
-    """
-    extensions: list[Callable[[], SchemaExtension] | type[SchemaExtension]] = [
+
+def schema_extensions() -> list[Extension]:
+    """The protection of Laneway's schema, for a host's schema too: depth, alias and token
+    limits, error codes (SERVICE_UNAVAILABLE, request ids) and masking of unexpected errors."""
+    return [
         lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
         lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
         lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
         ErrorCodes,
         lambda: MaskErrors(should_mask_error=should_mask_error, error_message=MASKED_MESSAGE),
     ]
+
+
+def schema_config() -> StrawberryConfig:
+    """Laneway's schema configuration: no "Did you mean …?" field suggestions (a schema
+    hint), and the JSON scalar without Strawberry's description, as schema.graphql has it."""
+    return StrawberryConfig(
+        disable_field_suggestions=True,
+        scalar_map={
+            JSON: strawberry.scalar(
+                name="JSON",
+                serialize=lambda value: value,
+                parse_value=lambda value: value,
+            )
+        },
+    )
+
+
+def build_schema(*, introspection: bool = True) -> strawberry.Schema:
+    """The Laneway schema, with every extension registered as a class or factory.
+
+    `introspection=False` is for deployments without GraphiQL (LANEWAY_GRAPHIQL=0):
+    `__schema` and `__type` are refused, `__typename` still works.
+    """
+    chosen = schema_extensions()
     if not introspection:
-        extensions.append(DisableIntrospection)
+        chosen.append(DisableIntrospection)
     return LanewaySchema(
-        query=Query,
-        mutation=Mutation,
-        subscription=Subscription,
-        config=StrawberryConfig(
-            name_converter=LanewayNames(),
-            disable_field_suggestions=True,
-            scalar_map={
-                JSON: strawberry.scalar(
-                    name="JSON",
-                    serialize=lambda value: value,
-                    parse_value=lambda value: value,
-                )
-            },
-        ),
-        extensions=extensions,
+        query=LanewayQuery,
+        mutation=LanewayMutation,
+        subscription=LanewaySubscription,
+        config=schema_config(),
+        extensions=chosen,
     )
 
 

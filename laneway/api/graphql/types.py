@@ -2,21 +2,22 @@
 
 Owns the mapping from laneway.model records to what clients see: ids as strings, timestamps as
 milliseconds since the Unix epoch. An instance's internal state and next action are never
-exposed. No resolver logic beyond reading one record's events.
+exposed. No resolver logic beyond reading one record's operations and events. Fields whose
+name ends in an id are named explicitly (`instanceID`), so a host's schema shows them as
+schema.graphql does under Strawberry's default name converter.
 """
 
 from datetime import datetime
-from typing import Self, TypeVar
+from typing import Any, Self
 from uuid import UUID
 
 import strawberry
 from strawberry.types import Info
-from strawberry.types.unset import UNSET
 
-from laneway.api.graphql.context import RequestContext
+from laneway.api.graphql.arguments import check_limit
+from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.errors import CodedErrors
 from laneway.engine import Workflow
-from laneway.engine.engine import MAX_LIST_LIMIT
-from laneway.errors import InvalidInputError
 from laneway.model import (
     EnqueueResult as EnqueueRecord,
 )
@@ -31,7 +32,6 @@ from laneway.model import (
 )
 
 JSON = strawberry.scalars.JSON
-T = TypeVar("T")
 
 
 def millis(moment: datetime) -> float:
@@ -39,34 +39,13 @@ def millis(moment: datetime) -> float:
     return moment.timestamp() * 1000.0
 
 
-def given(value: T | None) -> T | None:
-    """An optional argument's value; None when the client left it out (UNSET) or sent null.
-
-    Optional arguments default to UNSET so the SDL shows them as in the contract (`name:
-    String`, not `name: String = null`).
-    """
-    return None if value is UNSET else value
-
-
-def check_limit(limit: int | None, default: int, maximum: int = MAX_LIST_LIMIT) -> int:
-    """A list `limit` argument (null: the default), 1..maximum.
-
-    Raises:
-        InvalidInputError: out of range.
-    """
-    value = default if limit is None else limit
-    if not 1 <= value <= maximum:
-        raise InvalidInputError(f"limit must be between 1 and {maximum}")
-    return value
-
-
 @strawberry.type
 class WorkflowEvent:
     """One lifecycle event of an instance."""
 
-    event_id: strawberry.ID
+    event_id: strawberry.ID = strawberry.field(name="eventID")
     type: str
-    instance_id: strawberry.ID
+    instance_id: strawberry.ID = strawberry.field(name="instanceID")
     name: str
     status: str
     at: float
@@ -95,7 +74,7 @@ class WorkflowEvent:
 class WorkflowOperation:
     """The recorded outcome of one operation of a template instance."""
 
-    operation_id: strawberry.ID
+    operation_id: strawberry.ID = strawberry.field(name="operationID")
     stage: str
     type: str
     status: str
@@ -122,7 +101,7 @@ class WorkflowOperation:
 class WorkflowInstanceStatus:
     """One instance: where it is, how it went, what it returned."""
 
-    instance_id: strawberry.ID
+    instance_id: strawberry.ID = strawberry.field(name="instanceID")
     name: str
     queue: str
     status: str
@@ -134,7 +113,7 @@ class WorkflowInstanceStatus:
     run_after: float
     params: JSON | None
     result: JSON | None
-    parent_id: strawberry.ID | None
+    parent_id: strawberry.ID | None = strawberry.field(name="parentID")
     stage: str | None
     checkpoint: str | None
     progress: float | None
@@ -164,18 +143,16 @@ class WorkflowInstanceStatus:
             uuid=record.instance_id,
         )
 
-    @strawberry.field
-    async def operations(self, info: Info[RequestContext, None]) -> list[WorkflowOperation]:
+    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
+    async def operations(self, info: Info[Any, Any]) -> list[WorkflowOperation]:
         """The recorded operations of a template instance; handler workflows have none."""
-        records = await info.context.operations.load(self.uuid)
+        records = await laneway_of(info.context).operations.load(self.uuid)
         return [WorkflowOperation.from_record(record) for record in records]
 
-    @strawberry.field
-    async def events(
-        self, info: Info[RequestContext, None], limit: int | None = 100
-    ) -> list[WorkflowEvent]:
+    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
+    async def events(self, info: Info[Any, Any], limit: int | None = 100) -> list[WorkflowEvent]:
         """The newest `limit` events of this instance, oldest first."""
-        records = await info.context.services.store.latest_instance_events(
+        records = await laneway_of(info.context).services.store.latest_instance_events(
             self.uuid, check_limit(limit, 100)
         )
         return [WorkflowEvent.from_record(record) for record in records]
@@ -185,7 +162,7 @@ class WorkflowInstanceStatus:
 class EnqueueResult:
     """The instance an enqueue names, and whether this call created it."""
 
-    instance_id: strawberry.ID
+    instance_id: strawberry.ID = strawberry.field(name="instanceID")
     created: bool
     instance: WorkflowInstanceStatus
 
@@ -224,8 +201,8 @@ class EntityLock:
     """An entity lock held by an instance until it expires, is released, or the instance ends."""
 
     entity_type: str
-    entity_id: str
-    owner_instance_id: strawberry.ID
+    entity_id: str = strawberry.field(name="entityID")
+    owner_instance_id: strawberry.ID = strawberry.field(name="ownerInstanceID")
     fencing_token: str
     expires_at: float
 

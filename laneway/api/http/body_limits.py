@@ -12,7 +12,7 @@ import logging
 from graphql import GraphQLError, OperationDefinitionNode, parse
 
 from laneway.api.graphql.errors import send_error
-from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.strict_json import strict_json_loads
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class RequestLimits:
         self.max_tokens = max_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].rstrip("/") != self.path:
+        if scope["type"] != "http" or route_path(scope).rstrip("/") != self.path:
             await self.app(scope, receive, send)
             return
         length = _content_length(scope)

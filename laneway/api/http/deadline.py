@@ -9,7 +9,7 @@ import asyncio
 import logging
 
 from laneway.api.graphql.errors import TIMEOUT, send_error
-from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,11 @@ class OperationDeadline:
         self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].rstrip("/") != self.path or not self.seconds:
+        if (
+            scope["type"] != "http"
+            or route_path(scope).rstrip("/") != self.path
+            or not self.seconds
+        ):
             await self.app(scope, receive, send)
             return
         started = False

@@ -30,7 +30,7 @@ from graphql import (
 from laneway.api.auth import Access, check_bearer
 from laneway.api.graphql.errors import RATE_LIMITED, send_error
 from laneway.api.graphql.schema import MAX_TOKENS
-from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send
+from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
 from laneway.api.http.body_limits import DECODED_BODY
 from laneway.config import is_loopback
 
@@ -217,7 +217,7 @@ class RateLimits:
         if (
             self.limiter is None
             or scope["type"] != "http"
-            or scope["path"].rstrip("/") != self.path
+            or route_path(scope).rstrip("/") != self.path
         ):
             await self.app(scope, receive, send)
             return

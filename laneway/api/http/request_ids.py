@@ -11,7 +11,7 @@ over HTTP (Strawberry masks websocket results after errors.py has seen them).
 import json
 
 from laneway.api.graphql.errors import MASKED_MESSAGE, UNAVAILABLE_RETRY_AFTER_SECONDS
-from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.request_trace import (
     REQUEST_ID_HEADER,
     Trace,
@@ -84,7 +84,7 @@ class RequestIds:
             await self.app(scope, receive, send)
             return
         trace = Trace(request_id=request_id_for(_incoming_request_id(scope)))
-        is_graphql = scope["path"].rstrip("/") == self.path
+        is_graphql = route_path(scope).rstrip("/") == self.path
 
         async def traced_send(message: Message) -> None:
             kind = message["type"]

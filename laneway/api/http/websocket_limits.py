@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from laneway.api.graphql.errors import RATE_LIMITED, error_body
-from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send
+from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.rate_limits import (
     RATE_LIMITED_MESSAGE,
     RateLimiter,
@@ -74,7 +74,7 @@ class WebSocketLimits:
         self.open_connections: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "websocket" or scope["path"].rstrip("/") != self.path:
+        if scope["type"] != "websocket" or route_path(scope).rstrip("/") != self.path:
             await self.app(scope, receive, send)
             return
         address = client_key(None, (), scope.get("client"), limit_local=self.limit_local)

@@ -1,0 +1,100 @@
+"""Argument parsing of the GraphQL API: ids, event cursors, statuses, list limits.
+
+Owns how a client's argument becomes a value the engine takes, and the BAD_USER_INPUT it gets
+when it cannot; also the ID-suffixed arguments' explicit names (`instanceID`, not the
+`instanceId` Strawberry's default converter would make of `instance_id` in a host's schema).
+Shared by the resolvers and the websocket direct path, which must read a subscription's
+arguments exactly as the resolver does.
+"""
+
+from typing import Annotated, TypeVar
+from uuid import UUID
+
+import strawberry
+from strawberry.types.unset import UNSET
+
+from laneway.engine.engine import MAX_LIST_LIMIT
+from laneway.errors import InvalidInputError
+from laneway.model import Status
+
+T = TypeVar("T")
+
+MAX_EVENT_ID_DIGITS = 19  # a PostgreSQL bigint
+
+InstanceID = Annotated[strawberry.ID, strawberry.argument(name="instanceID")]
+OptionalInstanceID = Annotated[strawberry.ID | None, strawberry.argument(name="instanceID")]
+AfterEventID = Annotated[strawberry.ID | None, strawberry.argument(name="afterEventID")]
+EntityID = Annotated[str, strawberry.argument(name="entityID")]
+
+
+def given(value: T | None) -> T | None:
+    """An optional argument's value; None when the client left it out (UNSET) or sent null.
+
+    Optional arguments default to UNSET so the SDL shows them as in the contract (`name:
+    String`, not `name: String = null`).
+    """
+    return None if value is UNSET else value
+
+
+def parse_instance_id(value: str) -> UUID:
+    """An instance id argument.
+
+    Raises:
+        InvalidInputError: not a UUID.
+    """
+    try:
+        return UUID(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError("instanceID must be a UUID") from None
+
+
+def parse_event_id(value: str) -> int:
+    """An event id argument: a decimal string of a non-negative integer.
+
+    Raises:
+        InvalidInputError: anything else.
+    """
+    if not (
+        isinstance(value, str)
+        and value.isascii()
+        and value.isdigit()
+        and len(value) <= MAX_EVENT_ID_DIGITS
+    ):
+        raise InvalidInputError("an event id must be a decimal string of a non-negative integer")
+    return int(value)
+
+
+def parse_status(value: str) -> Status:
+    """A status argument.
+
+    Raises:
+        InvalidInputError: not one of the statuses.
+    """
+    try:
+        return Status(value)
+    except ValueError:
+        known = ", ".join(s.value for s in Status)
+        raise InvalidInputError(f"status must be one of {known}") from None
+
+
+def status_filter(status: str | None, statuses: list[str] | None) -> tuple[Status, ...] | None:
+    """`status` and `statuses` together: an instance must match both when both are given."""
+    wanted: set[Status] | None = None
+    if statuses is not None:
+        wanted = {parse_status(s) for s in statuses}
+    if status is not None:
+        one = parse_status(status)
+        wanted = {one} if wanted is None else wanted & {one}
+    return None if wanted is None else tuple(sorted(wanted))
+
+
+def check_limit(limit: int | None, default: int, maximum: int = MAX_LIST_LIMIT) -> int:
+    """A list `limit` argument (null: the default), 1..maximum.
+
+    Raises:
+        InvalidInputError: out of range.
+    """
+    value = default if limit is None else limit
+    if not 1 <= value <= maximum:
+        raise InvalidInputError(f"limit must be between 1 and {maximum}")
+    return value

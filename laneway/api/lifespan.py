@@ -1,0 +1,66 @@
+"""running(): Laneway's services and engine, started and stopped in one async context manager.
+
+Owns the start/stop order every way of serving Laneway shares: Laneway's own app (its
+lifespan), a host that mounts that app (`async with laneway_app.running(): yield` in its own
+lifespan), and a host with its own schema (`async with running(settings) as services`).
+The services open, the event listener starts (so /healthz reports it, and the first
+subscriber does not wait for it), the engine loop runs in a TaskGroup unless
+LANEWAY_ENGINE=0; on exit the engine stops first, handing its instances back while the store
+and hub it writes through are still open.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable
+
+from starlette.requests import HTTPConnection
+
+from laneway.config import Settings
+from laneway.engine import Workflow
+from laneway.services import Services, open_services
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings, *, workflows: Iterable[Workflow] = ()
+) -> AsyncIterator[Services]:
+    """Open the services for `settings` (with `workflows` registered besides the modules'),
+    start the hub, run the engine loop until the block ends; yields the services."""
+    async with open_services(settings, workflows=tuple(workflows)) as services:
+        await services.hub.start()
+        stopping = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            if settings.engine_enabled:
+                group.create_task(services.engine.run(stopping), name="laneway-engine")
+            logger.info(
+                "laneway started",
+                extra={
+                    "engine": settings.engine_enabled,
+                    "workflows": services.engine.registry.names(),
+                },
+            )
+            try:
+                yield services
+            finally:
+                stopping.set()
+    logger.info("laneway stopped")
+
+
+def services_of(connection: HTTPConnection) -> Services:
+    """The Services of the Laneway app serving `connection` (Starlette puts the innermost app
+    in the scope, so this holds when the app is mounted in a host's too).
+
+    Raises:
+        RuntimeError: the app is not running: neither its lifespan nor `app.running()` is
+            active (a host that mounts the app must enter `running()` in its own lifespan).
+    """
+    services = getattr(connection.scope.get("app"), "services", None)
+    if not isinstance(services, Services):
+        raise RuntimeError(
+            "Laneway is not running: serve its app with the lifespan on, or, when a host "
+            "mounts it, enter `async with laneway_app.running():` in the host's lifespan"
+        )
+    return services
