@@ -22,6 +22,7 @@ from laneway.model import Status
 from laneway.store import Store
 from laneway.store import migrate as migrate_module
 from laneway.store.migrate import migrations, redact_url
+from tests.processes import run_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,20 +40,9 @@ def environment(database_url: str | None, **extra: str) -> dict[str, str]:
 
 
 async def laneway(*args: str, env: Mapping[str, str], timeout: float = 60) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "laneway",
-        *args,
-        cwd=ROOT,
-        env=dict(env),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    return await run_process(
+        [sys.executable, "-m", "laneway", *args], cwd=ROOT, env=env, timeout=timeout
     )
-    async with asyncio.timeout(timeout):
-        out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_export_schema_prints_the_sdl() -> None:

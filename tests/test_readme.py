@@ -42,6 +42,7 @@ import httpx
 import pytest
 
 from tests.engine.helpers import eventually
+from tests.processes import run_process
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -145,22 +146,7 @@ def user_environment(database_url: str | None, **extra: str) -> dict[str, str]:
 async def run(
     argv: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float = RUN_TIMEOUT
 ) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=dict(env),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(timeout):
-            out, err = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_process(argv, cwd=cwd, env=env, timeout=timeout)
 
 
 @contextlib.asynccontextmanager

@@ -30,6 +30,7 @@ import laneway
 from laneway.store.databases import create_database, drop_database
 from tests.chaos.supervisor import stop_worker
 from tests.engine.helpers import eventually
+from tests.processes import run_process
 
 pytestmark = pytest.mark.e2e
 
@@ -315,17 +316,7 @@ def test_installed_console_script_migrates_an_empty_database(
 async def _exec(
     command: Sequence[str | Path], *, cwd: Path, env: Mapping[str, str]
 ) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *(str(part) for part in command),
-        cwd=cwd,
-        env=dict(env),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(RUN_TIMEOUT):
-        out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_process(command, cwd=cwd, env=env, timeout=RUN_TIMEOUT)
 
 
 def _instance_probe(
