@@ -2,8 +2,9 @@
 
 Run with `.venv/bin/python bench/service_bench.py [--rounds 3] [--quick]`. It uses
 DATABASE_URL when set, else a throwaway embedded PostgreSQL with its default (durable)
-settings. The Laneway server is always a real process: `python -m laneway serve` (create_app and
-server_config under uvicorn, as deployed), LANEWAY_WORKFLOWS=app.examples, on a fresh database
+settings. The Laneway server is always a real process: `python -m app`, the service
+(create_app and server_config under uvicorn, as deployed), LANEWAY_WORKFLOWS=app.examples, on a
+fresh database
 per scenario; the bench process is the client (plain `websockets` speaking graphql-transport-ws,
 httpx for mutations, asyncpg for bulk writes and counters). Rounds are interleaved; the table
 shows medians with min–max. Not part of `make test`.
@@ -220,7 +221,7 @@ async def wait_until(
 
 @dataclass
 class ServerProcess:
-    """`python -m laneway serve` on a free loopback port, its log in a file."""
+    """`python -m app` (the service) on a free loopback port, its log in a file."""
 
     process: asyncio.subprocess.Process
     port: int
