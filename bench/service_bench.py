@@ -69,6 +69,9 @@ from laneway.store.databases import create_database, drop_database, throwaway_se
 from laneway.store.store import EVENTS_LOCK_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
+# The bench measures the service (app/, not in the wheel): its example workflows are loaded by
+# module name here as the server loads them, so the repository root must be importable.
+sys.path.insert(0, str(ROOT))
 WORKFLOW_MODULES = ("app.examples",)
 SUBSCRIPTION = "subscription { workflowEvents { eventID type instanceID at } }"
 ENQUEUE = 'mutation($p: JSON) { enqueueWorkflow(name: "hello", params: $p) { instanceID } }'
