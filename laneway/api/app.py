@@ -23,7 +23,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.unset import UNSET, UnsetType
 
 from laneway.api import lifespan
-from laneway.api.auth import Decision, Permission
+from laneway.api.auth import BearerTokens, Decision, Permission
 from laneway.api.graphql.context import LanewayContext, laneway_context
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import build_schema, schema
@@ -76,7 +76,8 @@ def graphql_view(settings: Settings, permission: Permission | None = None) -> La
         max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
     )
     view.event_renderer = EventRenderer(chosen)
-    view.permission = permission
+    # The default is decided once per app, not once per request.
+    view.permission = permission or BearerTokens.from_settings(settings)
     return view
 
 

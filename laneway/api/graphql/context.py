@@ -96,10 +96,7 @@ def laneway_of(context: object) -> LanewayContext:
     """
     if isinstance(context, LanewayContext):
         return context
-    if isinstance(context, Mapping):
-        found = context.get(CONTEXT_KEY)
-    else:
-        found = getattr(context, CONTEXT_KEY, None)
+    found = _entry(context, CONTEXT_KEY)
     if isinstance(found, LanewayContext):
         return found
     raise TypeError(
@@ -111,8 +108,12 @@ def laneway_of(context: object) -> LanewayContext:
 def connection_params_of(context: object) -> Mapping[str, object] | None:
     """The websocket's `connection_init` payload, where Strawberry stored it on `context`:
     a dict's "connection_params" key, or an object's `connection_params` attribute."""
-    if isinstance(context, Mapping):
-        found = context.get("connection_params")
-    else:
-        found = getattr(context, "connection_params", None)
+    found = _entry(context, "connection_params")
     return found if isinstance(found, Mapping) else None
+
+
+def _entry(context: object, name: str) -> object:
+    """A dict context's key `name`, or an object context's attribute (None when missing)."""
+    if isinstance(context, Mapping):
+        return context.get(name)
+    return getattr(context, name, None)
