@@ -8,8 +8,8 @@ reads it to put the id on masked errors and to mark a request as SERVICE_UNAVAIL
 
 import contextlib
 import logging
+import os
 import re
-import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -35,10 +35,11 @@ def current_trace() -> Trace | None:
 
 
 def request_id_for(incoming: str | None) -> str:
-    """The caller's X-Request-ID when it is 1-64 of [A-Za-z0-9-], else a fresh one."""
+    """The caller's X-Request-ID when it is 1-64 of [A-Za-z0-9-], else a fresh one (32 random
+    hex digits, as a uuid4's hex, at a fifth of its cost)."""
     if incoming is not None and _VALID_REQUEST_ID.fullmatch(incoming):
         return incoming
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 @contextlib.contextmanager

@@ -5,8 +5,8 @@ Owns the graphql-transport-ws handler of the view. A subscription whose document
 takes a direct path: the document is parsed and validated once per text, the arguments are
 read exactly as the resolver reads them, and each event's `next` payload is rendered once per
 selection and shared by every subscriber with that selection. Anything else (fragments,
-directives, nested selections, arguments the resolver would reject, a missing permission)
-takes Strawberry's ordinary path, so every error is still the schema's own.
+directives, nested selections, arguments the input guard or the resolver would reject, a
+missing permission) takes Strawberry's ordinary path, so every error is still the schema's own.
 
 Executing the same selection for each of N subscribers made the server's CPU, not the network,
 the limit of fan-out (issue #6: ~4,000 deliveries/s flat in N); rendered once, the cost per
@@ -31,7 +31,6 @@ from graphql import (
     OperationDefinitionNode,
     OperationType,
     get_operation_ast,
-    parse,
     validate,
 )
 from graphql.execution.values import get_argument_values, get_variable_values
@@ -48,7 +47,9 @@ from strawberry.types.base import get_object_definition
 from laneway.api.auth import Decision
 from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.documents import parsed
 from laneway.api.graphql.errors import TIMEOUT, public_error
+from laneway.api.graphql.input_guard import check_operation
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.graphql.types import WorkflowEvent
@@ -115,11 +116,8 @@ class EventRenderer:
     def _make_plan(self, query: str, operation_name: str | None) -> Plan | None:
         if len(query) > MAX_DOCUMENT_CHARS:
             return None
-        try:
-            document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
-        except GraphQLError:
-            return None
-        if len(document.definitions) != 1:
+        document = parsed(query, MAX_TOKENS)
+        if isinstance(document, GraphQLError) or len(document.definitions) != 1:
             return None
         operation = document.definitions[0]
         if not isinstance(operation, OperationDefinitionNode):
@@ -153,13 +151,15 @@ class EventRenderer:
         )
 
     def arguments(self, plan: Plan, variables: Mapping[str, Any] | None) -> EventsArguments | None:
-        """The subscription's arguments, or None when the resolver would answer with an error."""
+        """The subscription's arguments, or None when the input guard (input_guard.py) or the
+        resolver would answer with an error."""
         coerced = get_variable_values(
             self._schema, plan.operation.variable_definitions or (), dict(variables or {})
         )
         if isinstance(coerced, list):  # variable errors: the ordinary path reports them
             return None
         try:
+            check_operation(self._schema, plan.operation, {}, variables)
             given = get_argument_values(self._root, plan.field, coerced)
             instance = given.get("instanceID")
             after = given.get("afterEventID")
@@ -294,9 +294,8 @@ _TIMED = (OperationType.QUERY, OperationType.MUTATION)
 def _kind(query: str, operation_name: str | None) -> OperationType | None:
     """The operation's type, or None when the document does not parse (Strawberry then
     answers with the parse error at once)."""
-    try:
-        document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
-        operation = get_operation_ast(document, operation_name)
-    except GraphQLError:
+    document = parsed(query, MAX_TOKENS)
+    if isinstance(document, GraphQLError):
         return None
+    operation = get_operation_ast(document, operation_name)
     return operation.operation if operation is not None else None

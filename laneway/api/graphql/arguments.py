@@ -19,7 +19,8 @@ from laneway.model import Status
 
 T = TypeVar("T")
 
-MAX_EVENT_ID_DIGITS = 19  # a PostgreSQL bigint
+MAX_EVENT_ID = 2**63 - 1  # a PostgreSQL bigint
+MAX_EVENT_ID_DIGITS = len(str(MAX_EVENT_ID))
 
 InstanceID = Annotated[strawberry.ID, strawberry.argument(name="instanceID")]
 OptionalInstanceID = Annotated[strawberry.ID | None, strawberry.argument(name="instanceID")]
@@ -49,7 +50,7 @@ def parse_instance_id(value: str) -> UUID:
 
 
 def parse_event_id(value: str) -> int:
-    """An event id argument: a decimal string of a non-negative integer.
+    """An event id argument: a decimal string of an integer from 0 to the bigint maximum.
 
     Raises:
         InvalidInputError: anything else.
@@ -59,8 +60,11 @@ def parse_event_id(value: str) -> int:
         and value.isascii()
         and value.isdigit()
         and len(value) <= MAX_EVENT_ID_DIGITS
+        and int(value) <= MAX_EVENT_ID
     ):
-        raise InvalidInputError("an event id must be a decimal string of a non-negative integer")
+        raise InvalidInputError(
+            f"an event id must be a decimal string of an integer from 0 to {MAX_EVENT_ID}"
+        )
     return int(value)
 
 

@@ -40,10 +40,15 @@ class LanewayContext:
     connection: HTTPConnection | None = None
     authorization: str | None = None  # an HTTP request's Authorization header
     connection_params: dict[str, object] | None = None
-    operations: DataLoader[UUID, list[OperationRecord]] = field(init=False)
+    _operations: DataLoader[UUID, list[OperationRecord]] | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        self.operations = operations_loader(self.services)
+    @property
+    def operations(self) -> DataLoader[UUID, list[OperationRecord]]:
+        """The operations loader, built when a response first selects `operations` (most
+        requests never do): one per context, so one response's loads batch together."""
+        if self._operations is None:
+            self._operations = operations_loader(self.services)
+        return self._operations
 
     @property
     def settings(self) -> Settings:

@@ -1,24 +1,25 @@
 """The Strawberry schema: its protection extensions, error policy and configuration.
 
-Owns how the schema is assembled: the depth/alias/token limits, error codes and masking,
-logging of unexpected errors, and the SDL export. A host application building its own schema
-from LanewayQuery, LanewayMutation and LanewaySubscription takes the same protection with
-`extensions=schema_extensions()`, and `config=schema_config()` if it wants Laneway's JSON
-scalar and no field suggestions; Laneway's field names come out right without either (they
-are explicit, see types.py and arguments.py). Resolvers live in query.py, mutation.py and
-subscription.py.
+Owns how the schema is assembled: the depth/alias/token limits (judged once per distinct
+document, documents.py), error codes and masking, logging of unexpected errors, and the SDL
+export. A host application building its own schema from LanewayQuery, LanewayMutation and
+LanewaySubscription takes the same protection with `extensions=schema_extensions()`, and
+`config=schema_config()` if it wants Laneway's JSON scalar and no field suggestions;
+Laneway's field names come out right without either (they are explicit, see types.py and
+arguments.py). Resolvers live in query.py, mutation.py and subscription.py.
 """
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from typing import cast
 
 import strawberry
+from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import GraphQLError
 from strawberry.extensions import (
     DisableIntrospection,
     MaskErrors,
     MaxAliasesLimiter,
-    MaxTokensLimiter,
     QueryDepthLimiter,
     SchemaExtension,
 )
@@ -28,7 +29,10 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult
 
+from laneway.api.graphql.documents import DocumentCache
 from laneway.api.graphql.errors import MASKED_MESSAGE, add_code, is_expected
+from laneway.api.graphql.execution import LanewayExecutor
+from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
 from laneway.api.graphql.subscription import LanewaySubscription
@@ -38,20 +42,44 @@ logger = logging.getLogger(__name__)
 MAX_DEPTH = 10
 MAX_ALIASES = 15
 MAX_TOKENS = 2000
+# The depth and alias rules, built once: a cached verdict (documents.py) is keyed by the rule
+# classes, and QueryDepthLimiter and MaxAliasesLimiter build new ones for every operation.
+# The token limit and these rules are applied by DocumentCache.
+LIMIT_RULES = (
+    *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
+    *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
+)
 
 
-class ErrorCodes(SchemaExtension):
-    """Attach `extensions.code` to errors raised as mapped LanewayErrors (see errors.py)."""
+class ErrorCodes(MaskErrors):
+    """Mask unexpected errors as MASKED_MESSAGE, and attach `extensions.code` to errors raised
+    as mapped LanewayErrors and the request id to masked ones (see errors.py).
+
+    One extension for both, so an operation pays for one hook, not two: an operation's errors
+    are masked first and then given their codes, a streamed result's the other way round, as
+    when they were two extensions in that order.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(should_mask_error=should_mask_error, error_message=MASKED_MESSAGE)
 
     def on_operation(self) -> Iterator[None]:
+        # MaskErrors' hook is a generator function, typed as an Iterator.
+        masking = cast(Generator[None, None, None], super().on_operation())
+        next(masking)
         yield
-        for error in getattr(self.execution_context.result, "errors", None) or ():
+        result = self.execution_context.result
+        if isinstance(result, GraphQLExecutionResult | ExecutionResult) and not result.errors:
+            masking.close()  # nothing to mask: spare MaskErrors' protocol checks
+            return
+        next(masking, None)  # MaskErrors masks what it must, and ends
+        for error in getattr(result, "errors", None) or ():
             add_code(error)
 
     def on_stream_result(self, result: ExecutionResult) -> Iterator[None]:  # type: ignore[override]
         for error in result.errors or ():
             add_code(error)
-        yield
+        yield from super().on_stream_result(result)
 
 
 class LanewaySchema(strawberry.Schema):
@@ -79,13 +107,12 @@ Extension = Callable[[], SchemaExtension] | type[SchemaExtension]
 
 def schema_extensions() -> list[Extension]:
     """The protection of Laneway's schema, for a host's schema too: depth, alias and token
-    limits, error codes (SERVICE_UNAVAILABLE, request ids) and masking of unexpected errors."""
+    limits, the argument guard (input_guard.py), error codes (SERVICE_UNAVAILABLE, request
+    ids) and masking of unexpected errors."""
     return [
-        lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
-        lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
-        lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+        lambda: DocumentCache(max_tokens=MAX_TOKENS, rules=LIMIT_RULES),
+        InputGuard,
         ErrorCodes,
-        lambda: MaskErrors(should_mask_error=should_mask_error, error_message=MASKED_MESSAGE),
     ]
 
 
@@ -119,6 +146,7 @@ def build_schema(*, introspection: bool = True) -> strawberry.Schema:
         subscription=LanewaySubscription,
         config=schema_config(),
         extensions=chosen,
+        execution_context_class=LanewayExecutor,  # plain objects in one pass (execution.py)
     )
 
 

@@ -1,16 +1,19 @@
-"""RequestLimits: what a /graphql request body may be — its size, strict JSON, one operation.
+"""RequestLimits: what a /graphql request body may be — its size, strict JSON, a JSON object,
+one operation.
 
 Owns the pure ASGI middleware that reads a body once, before Strawberry sees it. Everything it
 rejects is answered with a 4xx and a small JSON body; nothing here may ever end in a 500. The
-decoded body is left in the scope under DECODED_BODY for the rate limiter, so a body is parsed
-once. The JSON rules themselves are strict_json.py's; the wall clock is deadline.py's.
+decoded body is left in the scope under DECODED_BODY for the rate limiter, so a body is decoded
+once, and its document goes through the shared parse cache (graphql/documents.py). The JSON
+rules themselves are strict_json.py's; the wall clock is deadline.py's.
 """
 
 import json
 import logging
 
-from graphql import GraphQLError, OperationDefinitionNode, parse
+from graphql import GraphQLError, OperationDefinitionNode
 
+from laneway.api.graphql.documents import parsed
 from laneway.api.graphql.errors import send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.strict_json import strict_json_loads
@@ -22,6 +25,17 @@ MAX_BODY_BYTES = 1024 * 1024
 PARSE_ERROR = "Unable to parse request body as JSON"
 DECODED_BODY = "laneway.decoded_body"
 NEED_OPERATION_NAME = "Must provide operation name if query contains multiple operations."
+_JSON_KINDS = ((str, "a string"), (bool, "a boolean"), ((int, float), "a number"))
+
+
+def not_an_object(body: object) -> str | None:
+    """Why a decoded JSON body is not a GraphQL request (None when it is an object)."""
+    if isinstance(body, dict):
+        return None
+    if isinstance(body, list):
+        return "Batching is not enabled: the request body must be a JSON object, not an array."
+    kind = next((name for types, name in _JSON_KINDS if isinstance(body, types)), "null")
+    return f"The request body must be a JSON object, not {kind}."
 
 
 def has_several_unnamed_operations(body: object, max_tokens: int) -> bool:
@@ -34,9 +48,8 @@ def has_several_unnamed_operations(body: object, max_tokens: int) -> bool:
     query = body.get("query")
     if not isinstance(query, str) or query.count("{") < 2:
         return False
-    try:
-        document = parse(query, no_location=True, max_tokens=max_tokens)
-    except GraphQLError:
+    document = parsed(query, max_tokens)
+    if isinstance(document, GraphQLError):
         return False
     operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
     return len(operations) > 1
@@ -97,14 +110,18 @@ class RequestLimits:
             return
         if _is_json(scope):
             try:
-                parsed = strict_json_loads(body)
+                decoded = strict_json_loads(body)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 await send_error(send, 400, PARSE_ERROR)
                 return
-            if has_several_unnamed_operations(parsed, self.max_tokens):
+            refusal = not_an_object(decoded)
+            if refusal is not None:
+                await send_error(send, 400, refusal)
+                return
+            if has_several_unnamed_operations(decoded, self.max_tokens):
                 await send_error(send, 400, NEED_OPERATION_NAME)
                 return
-            scope[DECODED_BODY] = parsed
+            scope[DECODED_BODY] = decoded
         await self.app(scope, _replay(body, receive), send)
 
 

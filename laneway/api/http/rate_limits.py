@@ -24,10 +24,10 @@ from graphql import (
     InlineFragmentNode,
     OperationDefinitionNode,
     SelectionSetNode,
-    parse,
 )
 
 from laneway.api.auth import Access, check_bearer
+from laneway.api.graphql.documents import parsed
 from laneway.api.graphql.errors import RATE_LIMITED, send_error
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
@@ -152,9 +152,8 @@ def root_field_cost(query: object, operation_name: object = None) -> int:
     """
     if not isinstance(query, str):
         return 1
-    try:
-        document = parse(query, no_location=True, max_tokens=MAX_TOKENS)
-    except GraphQLError:
+    document = parsed(query, MAX_TOKENS)
+    if isinstance(document, GraphQLError):
         return 1
     fragments: dict[str, FragmentDefinitionNode] = {}
     operations: list[OperationDefinitionNode] = []

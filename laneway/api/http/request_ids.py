@@ -29,20 +29,20 @@ TRACED_LOGGERS = (
     "laneway.api.http.rate_limits",
     "laneway.api.routes",
 )
-_STARTS = ("http.response.start", "websocket.accept", "websocket.http.response.start")
+_STARTS = frozenset(("http.response.start", "websocket.accept", "websocket.http.response.start"))
+_HEADER = REQUEST_ID_HEADER.encode()
 
 
 def _incoming_request_id(scope: Scope) -> str | None:
     for key, value in scope.get("headers", ()):
-        if key == REQUEST_ID_HEADER.encode():
+        if key == _HEADER:
             return bytes(value).decode("latin-1")
     return None
 
 
-def _with_request_id(message: Message, request_id: str) -> Message:
-    headers = list(message.get("headers", ()))
-    headers.append((REQUEST_ID_HEADER.encode(), request_id.encode()))
-    return {**message, "headers": headers}
+def _with_header(message: Message, header: tuple[bytes, bytes]) -> Message:
+    """The message with one more header; the sender's own list is left as it was."""
+    return {**message, "headers": [*message.get("headers", ()), header]}
 
 
 def _unavailable(message: Message) -> Message:
@@ -84,12 +84,13 @@ class RequestIds:
             await self.app(scope, receive, send)
             return
         trace = Trace(request_id=request_id_for(_incoming_request_id(scope)))
+        header = (_HEADER, trace.request_id.encode())
         is_graphql = route_path(scope).rstrip("/") == self.path
 
         async def traced_send(message: Message) -> None:
             kind = message["type"]
             if kind in _STARTS:
-                message = _with_request_id(message, trace.request_id)
+                message = _with_header(message, header)
                 if is_graphql and trace.database_unavailable and message.get("status") == 200:
                     message = _unavailable(message)
             elif kind == "websocket.send" and MASKED_MESSAGE in (message.get("text") or ""):
