@@ -86,7 +86,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         build = app_factory(args.app) if args.app else create_app
     except InvalidInputError as exc:
         return _fail(str(exc))
-    server = uvicorn.Server(server_config(build(settings), host=host, port=port))
+    server = uvicorn.Server(server_config(build(settings), host=host, port=port, settings=settings))
     await server.serve()
     return EXIT_OK if server.started else EXIT_FAILED
 

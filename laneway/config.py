@@ -5,6 +5,7 @@ callers pass the mapping in, so tests hand it a dict.
 """
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,10 @@ from pathlib import Path
 from laneway.errors import InvalidInputError
 
 DEFAULT_DATA_DIR = Path(".laneway")
+ANY_HOST = "*"
+_HOST = re.compile(
+    r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)\.?(?::(?P<port>[0-9]{1,5}))?"
+)
 
 
 def _flag(environ: Mapping[str, str], key: str, default: bool) -> bool:
@@ -53,6 +58,34 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """A Host value's name (lower case, IPv6 in brackets, no trailing dot) and port, or None
+    when it is not `name`, `name:port`, an IPv4 address or a bracketed IPv6 address."""
+    match = _HOST.fullmatch(value.lower())
+    if match is None:
+        return None
+    name, port = match["name"], match["port"]
+    if name.startswith("["):
+        try:
+            ipaddress.IPv6Address(name[1:-1])
+        except ValueError:
+            return None
+    if port is None:
+        return name, None
+    number = int(port)
+    return (name, number) if number <= 65535 else None
+
+
+def _hosts(environ: Mapping[str, str], key: str) -> tuple[str, ...]:
+    entries = tuple(entry.lower() for entry in _names(environ.get(key)))
+    for entry in entries:
+        if entry != ANY_HOST and split_host(entry.removeprefix("*.")) is None:
+            raise InvalidInputError(
+                f"{key}: {entry!r} is not a host name, name:port, *.domain or *"
+            )
+    return entries
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Everything a Laneway process is configured with.
@@ -67,6 +100,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_tokens: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
     open_reads: bool = False
     allow_insecure: bool = False
     lease_seconds: float = 30.0
@@ -87,6 +121,8 @@ class Settings:
     ws_connections_per_token: int = 5
     limit_local_clients: bool = False
     operation_timeout_seconds: float = 10.0
+    header_timeout_seconds: float = 5.0
+    max_connections: int = 1000
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -107,6 +143,7 @@ class Settings:
             host=environ.get("HOST") or "127.0.0.1",
             port=port,
             api_tokens=_names(environ.get("LANEWAY_API_TOKENS")),
+            allowed_hosts=_hosts(environ, "LANEWAY_ALLOWED_HOSTS"),
             open_reads=_flag(environ, "LANEWAY_OPEN_READS", False),
             allow_insecure=_flag(environ, "LANEWAY_ALLOW_INSECURE", False),
             lease_seconds=_number(environ, "LANEWAY_LEASE_SECONDS", 30.0, 0.5),
@@ -132,6 +169,8 @@ class Settings:
                 _number(environ, "LANEWAY_WS_CONNECTIONS_PER_TOKEN", 5, 0)
             ),
             operation_timeout_seconds=_number(environ, "LANEWAY_OPERATION_TIMEOUT", 10.0, 0.0),
+            header_timeout_seconds=_number(environ, "LANEWAY_HEADER_TIMEOUT", 5.0, 0.0),
+            max_connections=int(_number(environ, "LANEWAY_MAX_CONNECTIONS", 1000, 0)),
             limit_local_clients=_flag(environ, "LANEWAY_LIMIT_LOCAL_CLIENTS", False),
         )
 

@@ -270,7 +270,9 @@ import sys
 from starlette.testclient import TestClient
 import {module}
 
-with TestClient({module}.app) as client:
+# TestClient's own "testserver" is no loopback name: without tokens the host allow-list
+# refuses it (docs/limits.md).
+with TestClient({module}.app, base_url="http://localhost") as client:
     for path, query in {requests!r}:
         response = client.post(path, json={{"query": query}})
         print(response.status_code, response.text)

@@ -12,14 +12,20 @@ from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 
 import uvicorn
+from cross_web import AsyncHTTPRequestAdapter, HTTPException
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types import ExecutionResult
+from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UNSET, UnsetType
 
 from laneway.api import lifespan
@@ -27,6 +33,13 @@ from laneway.api.auth import BearerTokens, Decision, Permission
 from laneway.api.graphql.context import LanewayContext, laneway_context
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import build_schema, schema
+from laneway.api.http.hosts import ORIGIN_ALLOWED
+from laneway.api.http.media_type import (
+    GRAPHQL_RESPONSE_CONTENT_TYPE,
+    is_request_error,
+    wants_graphql_response,
+)
+from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.stack import middleware_for
 from laneway.api.http.strict_json import strict_json_loads
 from laneway.api.routes import healthz, home
@@ -41,9 +54,20 @@ CONNECTION_INIT_TIMEOUT = timedelta(seconds=5)
 NO_ACK_PAYLOAD: UnsetType = UNSET
 
 
+class MutationByGetError(HTTPException):
+    """A mutation sent with GET: 405, `Allow: POST` (GraphQL over HTTP)."""
+
+    allow = "POST"
+
+
 class LanewayGraphQL(GraphQL[LanewayContext, None]):
     """Strawberry's ASGI view with Laneway's context, the websocket connect check, strict
-    JSON, and event fan-out that renders each event once per selection (websocket.py)."""
+    JSON, and event fan-out that renders each event once per selection (websocket.py).
+
+    Also GraphQL over HTTP as the spec has it: application/graphql-response+json for a client
+    that asks for it (http/media_type.py), 405 with `Allow` for a wrong method or a mutation by
+    GET; and websocket Origins that the host allow-list admitted (http/hosts.py).
+    """
 
     graphql_transport_ws_handler_class = LanewayTransportWSHandler
     event_renderer: EventRenderer | None = None
@@ -62,6 +86,82 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
 
     def decode_json(self, data: str | bytes) -> object:
         return strict_json_loads(data)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Strawberry's, with the `Allow` header a 405 needs."""
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        try:
+            response = await self.run(Request(scope=scope, receive=receive))
+        except HTTPException as exc:
+            headers = {}
+            if exc.status_code == 405:
+                headers["allow"] = exc.allow if isinstance(exc, MutationByGetError) else "GET, POST"
+            response = PlainTextResponse(exc.reason, status_code=exc.status_code, headers=headers)
+        await response(scope, receive, send)
+
+    async def execute_single(
+        self,
+        request: Request,
+        request_adapter: AsyncHTTPRequestAdapter,
+        sub_response: Response,
+        context: LanewayContext,
+        root_value: None,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        """Strawberry's, except that a mutation by GET is 405, not 400; it is refused once
+        parsed, before it is validated or runs."""
+        try:
+            return await super().execute_single(
+                request, request_adapter, sub_response, context, root_value, request_data
+            )
+        except HTTPException as exc:
+            cause = exc.__cause__
+            if (
+                request_adapter.method == "GET"
+                and isinstance(cause, InvalidOperationTypeError)
+                and cause.operation_type is OperationType.MUTATION
+            ):
+                raise MutationByGetError(405, exc.reason) from cause
+            raise
+
+    async def get_sub_response(self, request: Request | WebSocket) -> Response:
+        sub_response = await super().get_sub_response(request)
+        if wants_graphql_response(request.headers.get("accept")):
+            sub_response.media_type = GRAPHQL_RESPONSE_CONTENT_TYPE
+        return sub_response
+
+    async def process_result(
+        self, request: Request, result: ExecutionResult
+    ) -> GraphQLHTTPResponse:
+        """Strawberry's, without `data` for a request error the client gets as
+        application/graphql-response+json."""
+        response = await super().process_result(request, result)
+        if wants_graphql_response(request.headers.get("accept")) and is_request_error(result):
+            response.pop("data", None)
+        return response
+
+    def create_response(
+        self,
+        response_data: GraphQLHTTPResponse | list[GraphQLHTTPResponse],
+        sub_response: Response,
+    ) -> Response:
+        """Strawberry's JSON answer; under application/graphql-response+json, 400 when it has
+        no `data` (a request error: nothing ran)."""
+        response = super().create_response(response_data, sub_response)
+        if sub_response.media_type == GRAPHQL_RESPONSE_CONTENT_TYPE:
+            response.headers["content-type"] = GRAPHQL_RESPONSE_CONTENT_TYPE
+            if isinstance(response_data, dict) and "data" not in response_data:
+                response.status_code = 400
+        return response
+
+    def is_websocket_origin_allowed(self, request: WebSocket, origin: str) -> bool:
+        """A cross-origin handshake passes when the host allow-list found its Origin among
+        the allowed names (not only the request's own Host); else Strawberry's rule."""
+        if request.scope.get(ORIGIN_ALLOWED):
+            return True
+        return super().is_websocket_origin_allowed(request, origin)
 
 
 def graphql_view(settings: Settings, permission: Permission | None = None) -> LanewayGraphQL:
@@ -145,12 +245,31 @@ def create_app(
     return LanewayApp(settings, workflows=workflows, permission=permission)
 
 
-def server_config(app: Starlette, *, host: str, port: int) -> uvicorn.Config:
-    """The uvicorn settings of `laneway serve` (the tests use the same)."""
+def server_config(
+    app: Starlette, *, host: str, port: int, settings: Settings | None = None
+) -> uvicorn.Config:
+    """The uvicorn settings of `laneway serve` (the tests use the same).
+
+    The connection limits (http/server.py) come from `settings`, else from the app's own when
+    it is a LanewayApp, else from the defaults (a host's app embedding Laneway).
+    """
+    if settings is None:
+        settings = app.settings if isinstance(app, LanewayApp) else Settings()
+    limits = ConnectionLimits(
+        header_timeout_seconds=settings.header_timeout_seconds,
+        body_timeout_seconds=settings.operation_timeout_seconds,
+        max_connections=settings.max_connections,
+    )
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        # httptools, not h11: the C parser costs a fraction of h11's time per request.
+        http=http_protocol(limits),
+        server_header=False,
+        # uvicorn's access log makes a record per request (~50 µs each, even unhandled);
+        # failures are logged by Laneway itself (schema.py, the middlewares).
+        access_log=False,
         ws_max_size=WS_MAX_MESSAGE_BYTES,
         # Compressing every frame cost about as much CPU as everything else a delivery does,
         # for payloads of a few hundred bytes; it is also an attack surface (OWASP WS).

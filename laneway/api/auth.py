@@ -8,8 +8,9 @@ BearerTokens checks LANEWAY_API_TOKENS, and LANEWAY_OPEN_READS lets a caller wit
 credential read.
 
 HTTP requests carry `Authorization: Bearer …`; a websocket carries the same string in its
-`connection_init` payload under "authorization" (browsers cannot set headers on a websocket).
-Knows nothing of GraphQL.
+`connection_init` payload under "authorization", the key spelled in any case (browsers cannot
+set headers on a websocket; Apollo's and urql's examples send "Authorization"). Knows nothing
+of GraphQL.
 """
 
 import hmac
@@ -51,8 +52,8 @@ class Caller:
     `context` is the GraphQL context the resolvers receive: the host's own (its user, its
     session) or Laneway's. `connection` is the HTTP request or websocket, None for a schema
     executed inside the process. `credential` is the `Authorization` header of an HTTP
-    request, or the "authorization" entry of a websocket's `connection_init` payload
-    (`connection_params`, None until that message arrives).
+    request, or the "authorization" entry (in any case) of a websocket's `connection_init`
+    payload (`connection_params`, None until that message arrives; see `credential_of`).
     """
 
     context: object
@@ -71,6 +72,22 @@ class Permission(Protocol):
     async def may_read(self, caller: Caller) -> Decision: ...
 
     async def may_write(self, caller: Caller) -> Decision: ...
+
+
+def credential_of(params: object) -> object:
+    """The credential in a websocket's `connection_init` payload: its "authorization" entry,
+    the key spelled in any case ("Authorization" too); None when there is none.
+
+    The lower-case key wins when a payload has several spellings.
+    """
+    if not isinstance(params, Mapping):
+        return None
+    if "authorization" in params:
+        return params["authorization"]
+    for key, value in params.items():
+        if isinstance(key, str) and key.lower() == "authorization":
+            return value
+    return None
 
 
 def check_bearer(authorization: object, tokens: Sequence[str]) -> Access:

@@ -38,6 +38,7 @@ def make_settings(database_url: str, **changes: Any) -> Settings:
         rate_limit_per_second=0.0,
         ws_handshakes_per_minute=0,
         ws_connections_per_token=0,
+        max_connections=0,
     )
     return dataclasses.replace(base, **changes)
 

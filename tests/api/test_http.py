@@ -306,7 +306,8 @@ async def test_other_methods_and_get_mutations_are_refused(server: LiveServer) -
     mutation = await server.client.get(
         "/graphql", params={"query": 'mutation { deleteSchedule(name: "x") }'}
     )
-    assert mutation.status_code == 400
+    assert mutation.status_code == 405
+    assert mutation.headers["allow"] == "POST"
     assert "mutations are not allowed when using GET" in mutation.text
     strict = await server.client.get("/graphql", params={"query": DOC, "variables": '{"n": NaN}'})
     assert strict.status_code == 400

@@ -12,7 +12,7 @@ from typing import Any
 from strawberry.permission import BasePermission
 from strawberry.types import Info
 
-from laneway.api.auth import Caller, Decision
+from laneway.api.auth import Caller, Decision, credential_of
 from laneway.api.graphql.context import connection_params_of, laneway_of
 from laneway.api.graphql.errors import ForbiddenError, UnauthenticatedError
 
@@ -25,14 +25,15 @@ class Action(Enum):
 def caller_of(context: object) -> Caller:
     """The Caller behind a GraphQL context (Laneway's own or a host's).
 
-    A websocket's credential is the "authorization" of its `connection_init` payload, found
-    where Strawberry stored it: on the host's context, else on the LanewayContext.
+    A websocket's credential is the "authorization" of its `connection_init` payload (the key
+    in any case, auth.credential_of), found where Strawberry stored the payload: on the host's
+    context, else on the LanewayContext.
     """
     laneway = laneway_of(context)
     params = connection_params_of(context)
     if params is None:
         params = laneway.connection_params
-    credential = params.get("authorization") if params is not None else laneway.authorization
+    credential = credential_of(params) if params is not None else laneway.authorization
     return Caller(
         context=context,
         connection=laneway.connection,

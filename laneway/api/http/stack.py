@@ -1,8 +1,10 @@
 """The middleware stack in front of the routes, outermost first, built from Settings.
 
-Owns the order: RequestIds (request ids, 503) sees every answer, including the 413, 429
-and 504 of the ones inside it; RequestLimits decodes a body once, before RateLimits charges
-it; WebSocketLimits polices websocket frames; OperationDeadline times only what runs.
+Owns the order: RequestIds (request ids, 503) sees every answer, including the 400 of the
+host allow-list (hosts.py) and the 413, 429 and 504 of the ones inside it; RequestLimits
+decodes a body once, before RateLimits charges it; WebSocketLimits polices websocket frames;
+OperationDeadline times only what runs. A layer whose limits are all off is left out, so an
+honest request passes through no more layers than it needs.
 """
 
 from starlette.middleware import Middleware
@@ -10,6 +12,7 @@ from starlette.middleware import Middleware
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.http.body_limits import MAX_BODY_BYTES, RequestLimits
 from laneway.api.http.deadline import OperationDeadline
+from laneway.api.http.hosts import host_allow_list
 from laneway.api.http.rate_limits import RateLimiter, RateLimits
 from laneway.api.http.request_ids import RequestIds
 from laneway.api.http.websocket_limits import WebSocketLimits
@@ -27,22 +30,31 @@ def middleware_for(settings: Settings) -> list[Middleware]:
     if settings.ws_handshakes_per_minute > 0:
         per_minute = settings.ws_handshakes_per_minute
         handshakes = RateLimiter(per_minute / SECONDS_PER_MINUTE, per_minute)
-    return [
+    stack = [
         Middleware(RequestIds),
+        *host_allow_list(settings),  # before anything else runs
         Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS),
-        Middleware(
-            RateLimits,
-            limiter=requests,
-            tokens=settings.api_tokens,
-            limit_local=settings.limit_local_clients,
-        ),
-        Middleware(
-            WebSocketLimits,
-            limiter=requests,
-            handshakes=handshakes,
-            connections_per_client=settings.ws_connections_per_token,
-            tokens=settings.api_tokens,
-            limit_local=settings.limit_local_clients,
-        ),
-        Middleware(OperationDeadline, seconds=settings.operation_timeout_seconds),
     ]
+    if requests is not None:
+        stack.append(
+            Middleware(
+                RateLimits,
+                limiter=requests,
+                tokens=settings.api_tokens,
+                limit_local=settings.limit_local_clients,
+            )
+        )
+    if requests is not None or handshakes is not None or settings.ws_connections_per_token:
+        stack.append(
+            Middleware(
+                WebSocketLimits,
+                limiter=requests,
+                handshakes=handshakes,
+                connections_per_client=settings.ws_connections_per_token,
+                tokens=settings.api_tokens,
+                limit_local=settings.limit_local_clients,
+            )
+        )
+    if settings.operation_timeout_seconds > 0:
+        stack.append(Middleware(OperationDeadline, seconds=settings.operation_timeout_seconds))
+    return stack

@@ -6,16 +6,22 @@ GraphQL view does:
 - handshakes per client IP (LANEWAY_WS_HANDSHAKES_PER_MINUTE): over it, the handshake is
   answered HTTP 429 with a Retry-After (403 on a server without ASGI denial responses);
 - open connections per client (LANEWAY_WS_CONNECTIONS_PER_TOKEN; the client is its valid
-  token, else its IP): a connection over it is closed with 4429 at its `connection_init`,
-  and a place frees when any connection ends, however it ends;
+  token, from the `connection_init` payload's "authorization" in any case, else its IP): a
+  connection over it is closed with 4429 at its `connection_init`, and a place frees when any
+  connection ends, however it ends;
 - `subscribe` messages spend from the same buckets as HTTP requests (http/rate_limits.py) at the
   same cost; over the limit, that operation gets an `error` message with code RATE_LIMITED
   and the socket stays open.
+
+Also `refuse_handshake`, the HTTP answer instead of an upgrade that the host allow-list
+(hosts.py) sends too.
 """
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
+from laneway.api.auth import credential_of
 from laneway.api.graphql.errors import RATE_LIMITED, error_body
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.rate_limits import (
@@ -107,19 +113,35 @@ class WebSocketLimits:
             self.open_connections.pop(key, None)
 
 
-async def _refuse_handshake(scope: Scope, receive: Receive, send: Send, wait: float) -> None:
+async def refuse_handshake(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    message: str,
+    code: str | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """Answer a websocket handshake with `status` and an error document instead of the
+    upgrade (ASGI's websocket denial response); on a server without it, close with 1008
+    before accepting, which the client sees as HTTP 403. Nothing else runs."""
     await receive()  # websocket.connect
     if _DENIAL_EXTENSION not in scope.get("extensions", {}):
         await send({"type": "websocket.close", "code": 1008})
         return
-    body = error_body(HANDSHAKES_REFUSED, RATE_LIMITED)
-    headers = [
+    body = error_body(message, code)
+    start = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"retry-after", retry_after(wait).encode()),
+        *headers,
     ]
-    await send({"type": "websocket.http.response.start", "status": 429, "headers": headers})
+    await send({"type": "websocket.http.response.start", "status": status, "headers": start})
     await send({"type": "websocket.http.response.body", "body": body})
+
+
+async def _refuse_handshake(scope: Scope, receive: Receive, send: Send, wait: float) -> None:
+    headers = [(b"retry-after", retry_after(wait).encode())]
+    await refuse_handshake(scope, receive, send, 429, HANDSHAKES_REFUSED, RATE_LIMITED, headers)
 
 
 class _Connection:
@@ -156,7 +178,7 @@ class _Connection:
             return message
 
     def _admit(self, payload: object) -> bool:
-        credential = payload.get("authorization") if isinstance(payload, dict) else None
+        credential = credential_of(payload)
         self.key = client_key(
             credential, self.limits.tokens, self.client, limit_local=self.limits.limit_local
         )

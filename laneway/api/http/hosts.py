@@ -1,0 +1,184 @@
+"""HostAllowList: a request or websocket runs only when it is addressed to a name we answer for.
+
+Owns the defence against DNS rebinding: a page on a name its owner points at 127.0.0.1 sends
+its own name as `Host` (and as a websocket's `Origin`), so a refused name keeps that page from
+reading or writing a local Laneway. Without LANEWAY_API_TOKENS the names are the loopback ones
+at the served port and the address `serve` binds to; LANEWAY_ALLOWED_HOSTS adds to them; with
+tokens and no list, any name (a page cannot act without a token). A websocket's `Origin` must
+name an allowed host too. Refusals: 400 for the Host, 403 for the Origin; nothing runs.
+
+Not Starlette's TrustedHostMiddleware: it ignores the port, knows neither the loopback
+default nor the served port, answers plain text, and does not look at a websocket's Origin.
+"""
+
+import ipaddress
+import logging
+from dataclasses import dataclass
+
+from starlette.middleware import Middleware
+
+from laneway.api.graphql.errors import ForbiddenError, send_error
+from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send
+from laneway.api.http.websocket_limits import refuse_handshake
+from laneway.config import ANY_HOST, Settings, split_host
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
+WILDCARD_ADDRESSES = frozenset({"", "0.0.0.0", "::", "[::]"})
+DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+FORBIDDEN = ForbiddenError.code
+# Set on the scope of a websocket whose Origin names an allowed host; the GraphQL view then
+# accepts it even when it is not the request's own Host (app.py).
+ORIGIN_ALLOWED = "laneway.origin_allowed"
+UNKNOWN_HOST = (
+    "Unknown host: this server does not answer for that name (see LANEWAY_ALLOWED_HOSTS)."
+)
+FOREIGN_ORIGIN = "This origin may not open a websocket here (see LANEWAY_ALLOWED_HOSTS)."
+
+
+def _bracketed(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+@dataclass(frozen=True, slots=True)
+class AllowedHosts:
+    """The names a request may be addressed to.
+
+    `local` names are allowed at the served port (any port when the server has none, a Unix
+    socket); `exact` entries at their port, or at any port when it is None; `suffixes`
+    (".example.com" for "*.example.com") cover the subdomains, not the domain itself.
+    """
+
+    local: frozenset[str]
+    exact: frozenset[tuple[str, int | None]] = frozenset()
+    suffixes: tuple[tuple[str, int | None], ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "AllowedHosts | None":
+        """The loopback names, the bind address and LANEWAY_ALLOWED_HOSTS; None: any host
+        (tokens and no list, or a list with "*").
+
+        Raises:
+            ValueError: an entry is not a host pattern (Settings.from_env refuses it first).
+        """
+        listed = settings.allowed_hosts
+        if ANY_HOST in listed or (settings.api_tokens and not listed):
+            return None
+        local = set(LOOPBACK_NAMES)
+        bound = None
+        if settings.host not in WILDCARD_ADDRESSES:
+            bound = split_host(_bracketed(settings.host))
+        if bound is not None:
+            local.add(bound[0])
+        exact: set[tuple[str, int | None]] = set()
+        suffixes: list[tuple[str, int | None]] = []
+        for entry in listed:
+            parsed = split_host(entry.removeprefix("*."))
+            if parsed is None:
+                raise ValueError(f"not a host pattern: {entry!r}")
+            if entry.startswith("*."):
+                suffixes.append(("." + parsed[0], parsed[1]))
+            else:
+                exact.add(parsed)
+        return cls(local=frozenset(local), exact=frozenset(exact), suffixes=tuple(suffixes))
+
+    def allows(self, name: str, port: int, served: tuple[str, int | None] | None) -> bool:
+        """May a request for `name`:`port` run on a server at `served` (scope["server"])?
+
+        The served address itself counts as local when it is an IP address: that is the
+        address `serve` bound to (or, bound to every interface, the one this client reached),
+        and an address, unlike a name, cannot be rebound.
+        """
+        served_port = served[1] if served else None
+        if served_port is None or port == served_port:
+            if name in self.local:
+                return True
+            if served and name == _bracketed(served[0]) and _is_address(served[0]):
+                return True
+        if (name, None) in self.exact or (name, port) in self.exact:
+            return True
+        return any(
+            name.endswith(suffix) and wanted in (None, port) for suffix, wanted in self.suffixes
+        )
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def origin_host(origin: str) -> tuple[str, int] | None:
+    """An Origin's name and port (the scheme's default when it names none); None for "null"
+    and anything else that is not scheme://host[:port]."""
+    scheme, separator, rest = origin.partition("://")
+    default = DEFAULT_PORTS.get(scheme.lower())
+    if not separator or default is None:
+        return None
+    parsed = split_host(rest)
+    if parsed is None:
+        return None
+    name, port = parsed
+    return name, default if port is None else port
+
+
+class HostAllowList:
+    """Pure ASGI middleware: 400 for a request whose Host is not allowed, 403 for a websocket
+    whose Origin is not; neither reaches the app."""
+
+    def __init__(self, app: ASGIApp, *, hosts: AllowedHosts) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        hosts: list[bytes] = []
+        origin: bytes | None = None
+        for key, value in scope["headers"]:
+            if key == b"host":
+                hosts.append(value)
+            elif key == b"origin":
+                origin = value
+        served = scope.get("server")
+        if len(hosts) != 1 or not self._allows_host(hosts[0], scope.get("scheme", "http"), served):
+            logger.info("unknown host refused", extra={"host": _shown(hosts)})
+            if kind == "http":
+                await send_error(send, 400, UNKNOWN_HOST)
+            else:
+                await refuse_handshake(scope, receive, send, 400, UNKNOWN_HOST)
+            return
+        if origin is not None and kind == "websocket":
+            found = origin_host(origin.decode("latin-1"))
+            if found is None or not self.hosts.allows(*found, served):
+                logger.info("foreign origin refused", extra={"origin": _shown([origin])})
+                await refuse_handshake(scope, receive, send, 403, FOREIGN_ORIGIN, FORBIDDEN)
+                return
+            scope[ORIGIN_ALLOWED] = True
+        await self.app(scope, receive, send)
+
+    def _allows_host(
+        self, value: bytes, scheme: str, served: tuple[str, int | None] | None
+    ) -> bool:
+        parsed = split_host(value.decode("latin-1"))
+        if parsed is None:
+            return False
+        name, port = parsed
+        return self.hosts.allows(
+            name, DEFAULT_PORTS.get(scheme, 80) if port is None else port, served
+        )
+
+
+def _shown(values: list[bytes]) -> str:
+    return ", ".join(value.decode("latin-1")[:100] for value in values)
+
+
+def host_allow_list(settings: Settings) -> list[Middleware]:
+    """The allow-list's place in the stack: none when any host is allowed."""
+    hosts = AllowedHosts.from_settings(settings)
+    return [] if hosts is None else [Middleware(HostAllowList, hosts=hosts)]

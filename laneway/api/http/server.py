@@ -1,0 +1,176 @@
+"""LanewayHttpProtocol: uvicorn's httptools protocol with slow-client timers and a connection cap.
+
+Owns what happens to a connection before the app sees a request: its headers must arrive in
+time, its declared body too, and a process keeps at most so many connections open (websockets
+included). Does not parse HTTP (httptools and uvicorn do), time the app's own work
+(deadline.py) or police websocket frames (websocket_limits.py).
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from laneway.api.graphql.errors import SERVICE_UNAVAILABLE, TIMEOUT, error_body, send_error
+from laneway.api.http.asgi import Receive, Scope, Send
+
+logger = logging.getLogger(__name__)
+
+OVER_CAPACITY_MESSAGE = "Too many open connections; try again shortly."
+RETRY_AFTER_SECONDS = 1
+_OVER_CAPACITY_HEADERS = (
+    (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
+    (b"connection", b"close"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionLimits:
+    """What one process allows a connection; 0 turns a limit off.
+
+    `header_timeout_seconds` runs from the connection (or from the first byte of a later
+    request on a keep-alive connection) to the end of the request's headers;
+    `body_timeout_seconds` from the end of the headers to the end of the declared body;
+    `max_connections` counts every open connection of the server, websockets included.
+    """
+
+    header_timeout_seconds: float = 5.0
+    body_timeout_seconds: float = 10.0
+    max_connections: int = 1000
+
+
+async def over_capacity(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app a connection over the cap is served instead of the real one: 503, Retry-After."""
+    await send_error(send, 503, OVER_CAPACITY_MESSAGE, SERVICE_UNAVAILABLE, _OVER_CAPACITY_HEADERS)
+
+
+class LanewayHttpProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol that drops slow clients and refuses connections over the cap.
+
+    uvicorn builds one instance per connection; `http_protocol(limits)` makes the class a
+    server is configured with. A connection over the cap is still read, so that its client
+    gets the 503 rather than a reset: each of its requests (and a websocket upgrade) is
+    answered 503 with Retry-After and the connection closed. A timer that runs out while
+    uvicorn itself has stopped reading (a pipelined request waiting, a large body not yet
+    consumed) starts again: the client is not late then.
+    """
+
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+    _refused = False
+    _header_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cap = self.limits.max_connections
+        # `connections` holds this one already, and uvicorn moves an upgraded connection
+        # to its websocket protocol, so websockets count until they close.
+        if cap and len(self.connections) > cap:
+            self._refused = True
+            self.app = over_capacity
+            logger.warning("connection over the cap refused", extra={"max_connections": cap})
+        self._header_timer = self._later(self.limits.header_timeout_seconds, self._headers_late)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timers()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # The first request's clock started with the connection; a later one's starts here,
+        # with its first byte (idle keep-alive in between is uvicorn's timeout_keep_alive).
+        if self._header_timer is None:
+            self._header_timer = self._later(self.limits.header_timeout_seconds, self._headers_late)
+
+    def on_headers_complete(self) -> None:
+        self._cancel_header_timer()
+        before = self.cycle
+        super().on_headers_complete()
+        if self.cycle is not before:  # an HTTP request, not a websocket upgrade
+            self._body_timer = self._later(self.limits.body_timeout_seconds, self._body_late)
+
+    def on_message_complete(self) -> None:
+        self._cancel_body_timer()
+        super().on_message_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        # From here the websocket protocol owns the connection: no timer of ours may touch it.
+        self._stop_timers()
+        if self._refused:
+            body = error_body(OVER_CAPACITY_MESSAGE, SERVICE_UNAVAILABLE)
+            self._answer_and_close(503, body, _OVER_CAPACITY_HEADERS)
+            return
+        super().handle_websocket_upgrade()
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.flow.read_paused:
+            self._header_timer = self._later(self.limits.header_timeout_seconds, self._headers_late)
+            return
+        logger.info("slow client dropped", extra={"waiting_for": "headers"})
+        self.transport.close()
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if self.flow.read_paused:
+            self._body_timer = self._later(self.limits.body_timeout_seconds, self._body_late)
+            return
+        logger.info("slow client dropped", extra={"waiting_for": "body"})
+        cycle = self.cycle
+        if cycle.response_started:
+            self.transport.close()
+        else:
+            seconds = self.limits.body_timeout_seconds
+            message = f"The request body did not arrive within {seconds:g} s."
+            self._answer_and_close(408, error_body(message, TIMEOUT))
+        # The app may be waiting for the rest of the body: it reads a disconnect now, and
+        # what it sends is dropped, as when a client goes away.
+        cycle.disconnected = True
+        cycle.message_event.set()
+
+    def _answer_and_close(
+        self, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()
+    ) -> None:
+        """Write a whole response outside any request cycle and close (as uvicorn's 400 does)."""
+        content = [STATUS_LINE[status]]
+        for name, value in (
+            *self.server_state.default_headers,
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+            *((name, value) for name, value in headers if name != b"connection"),
+        ):
+            content.extend([name, b": ", value, b"\r\n"])
+        content.extend([b"\r\n", body])
+        self.transport.write(b"".join(content))
+        self.transport.close()
+
+    def _later(self, seconds: float, callback: Callable[[], None]) -> asyncio.TimerHandle | None:
+        return self.loop.call_later(seconds, callback) if seconds else None
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _stop_timers(self) -> None:
+        self._cancel_header_timer()
+        self._cancel_body_timer()
+
+
+def http_protocol(limits: ConnectionLimits) -> type[LanewayHttpProtocol]:
+    """The protocol class for uvicorn's `Config(http=...)`, bound to `limits`."""
+
+    class Limited(LanewayHttpProtocol):
+        pass
+
+    Limited.limits = limits
+    return Limited
