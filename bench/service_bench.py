@@ -31,6 +31,9 @@ shows medians with min–max. Not part of `make test`.
    load, as autovacuum would), alternating between the two; median ms and the ratio. Once,
    before that ANALYZE, the same claim on the loaded table without statistics (autovacuum
    held off during the load): the state right after a bulk load, or with stale statistics.
+5. requests: server CPU per request of /healthz, `{ __typename }` and a 50-row page, and
+   enqueueWorkflow over HTTP with 10 keep-alive clients next to Engine.enqueue one by one
+   (bench/request_path.py).
 
 `--profile-server FILE` runs the server of the largest fan-out case of the last round under
 cProfile and prints where its time went.
@@ -277,6 +280,7 @@ def server_env(database_url: str, port: int, *, engine: bool) -> dict[str, str]:
         LANEWAY_RATE_LIMIT="0",
         LANEWAY_WS_HANDSHAKES_PER_MINUTE="0",
         LANEWAY_WS_CONNECTIONS_PER_TOKEN="0",
+        LANEWAY_MAX_CONNECTIONS="0",
     )
     return env
 
@@ -944,6 +948,11 @@ async def main(args: argparse.Namespace) -> int:
                     assert claim_dbs is not None
                     print(f"  round {round_number} claim", file=sys.stderr)
                     record(await claim_round(claim_dbs, args.claim_count, args.finished_rows))
+                if "requests" in args.scenarios:
+                    from request_path import requests_round  # it imports this module's helpers
+
+                    print(f"  round {round_number} requests", file=sys.stderr)
+                    record(await requests_round(server_url, work_dir, args.request_count))
             if claim_dbs is not None:
                 record(claim_dbs.before_analyze)  # measured once, while setting up
     shutil.rmtree(work_dir, ignore_errors=True)
@@ -964,7 +973,7 @@ async def main(args: argparse.Namespace) -> int:
     return 0
 
 
-SCENARIOS = ("latency", "fanout", "idle", "claim")
+SCENARIOS = ("latency", "fanout", "idle", "claim", "requests")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -984,6 +993,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--idle-seconds", type=float, help="idle measurement window")
     parser.add_argument("--finished-rows", type=int, help="completed instances for the claim")
     parser.add_argument("--claim-count", type=int, help="timed claims per table and round")
+    parser.add_argument("--request-count", type=int, help="HTTP requests per kind and round")
     parser.add_argument(
         "--profile-server",
         type=Path,
@@ -999,6 +1009,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "idle_seconds": (20.0, 60.0),
         "finished_rows": (200_000, 1_000_000),
         "claim_count": (100, 200),
+        "request_count": (500, 3000),
     }
     for key, (quick_value, full_value) in defaults.items():
         if getattr(args, key) is None:
