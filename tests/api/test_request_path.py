@@ -317,3 +317,29 @@ async def test_the_plans_of_a_long_subscription_stay_bounded() -> None:
     assert counts == list(range(10 * MAX_PLANS))
     assert len(executors) == 1  # every event's executor is a copy sharing its plans
     assert len(executors[0]._plans) <= MAX_PLANS
+
+
+async def test_an_ordinary_post_is_decoded_once_and_answered_as_before(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view answers an ordinary POST from the body RequestLimits decoded (app.py
+    `_posted`): one JSON decode per request, with Strawberry's answer and headers."""
+    from laneway.api import app as app_module
+    from laneway.api.http import body_limits
+    from laneway.api.http.strict_json import strict_json_loads
+
+    decoded: list[object] = []
+
+    def counting(data: str | bytes) -> object:
+        decoded.append(data)
+        return strict_json_loads(data)
+
+    monkeypatch.setattr(body_limits, "strict_json_loads", counting)
+    monkeypatch.setattr(app_module, "strict_json_loads", counting)
+    response = await server.client.post(
+        "/graphql", json={"query": "query Q { workflows { name } }", "variables": {}}
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert "name" in response.json()["data"]["workflows"][0]
+    assert len(decoded) == 1
