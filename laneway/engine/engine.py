@@ -206,9 +206,18 @@ class Engine:
         return await self.store.get_instance(instance_id)
 
     async def list_instances(
-        self, where: InstanceFilter | None = None, *, limit: int = 50, offset: int = 0
+        self,
+        where: InstanceFilter | None = None,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        summaries: bool = False,
     ) -> list[InstanceRecord]:
-        """Instances newest first.
+        """Instances newest first, as full records unless `summaries`.
+
+        Summaries are the records without their internal `state` (given as {}) and
+        `next_params` (None), which the database then neither reads nor sends: what a page the
+        API shows needs, as an instance's state may be megabytes. `get` has the full record.
 
         Raises:
             InvalidInputError: limit outside 1..500, or a negative offset.
@@ -218,7 +227,7 @@ class Engine:
         if offset < 0:
             raise InvalidInputError("offset must not be negative")
         return await self.store.list_instances(
-            where or InstanceFilter(), limit=limit, offset=offset
+            where or InstanceFilter(), limit=limit, offset=offset, summaries=summaries
         )
 
     async def cancel(self, instance_id: UUID) -> InstanceRecord:

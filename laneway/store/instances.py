@@ -79,12 +79,14 @@ class InstanceStore(StoreBase):
         return instance_from_row(row) if row else None
 
     async def list_instances(
-        self, where: InstanceFilter, *, limit: int, offset: int
+        self, where: InstanceFilter, *, limit: int, offset: int, summaries: bool = False
     ) -> list[InstanceRecord]:
+        """Instances newest first; as summaries (`state` {} and `next_params` None, neither
+        read) when `summaries`."""
         statuses = [s.value for s in where.statuses] if where.statuses is not None else None
         async with self._acquire() as conn:
             rows = await conn.fetch(
-                queries.LIST_INSTANCES,
+                queries.LIST_INSTANCE_SUMMARIES if summaries else queries.LIST_INSTANCES,
                 where.name,
                 where.queue,
                 statuses,

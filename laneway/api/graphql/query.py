@@ -58,8 +58,9 @@ async def resolve_workflow_instances(
         queue=given(queue),
         statuses=status_filter(given(status), given(statuses)),
     )
+    # Summaries: the type never shows an instance's state or next params (megabytes, maybe).
     records = await laneway_of(info.context).services.engine.list_instances(
-        where, limit=check_limit(limit, 50), offset=offset or 0
+        where, limit=check_limit(limit, 50), offset=offset or 0, summaries=True
     )
     return [WorkflowInstanceStatus.from_record(record) for record in records]
 

@@ -7,11 +7,19 @@ See laneway/store/queries/__init__.py for how statements are written.
 # ---------------------------------------------------------------------------------------------
 # instances: the columns every instance read returns (rows.instance_from_row reads them)
 
-INSTANCE_COLUMNS = (
-    "instance_id, name, queue, status, priority, attempts, max_attempts, run_after, created_at,"
-    " updated_at, params, state, next_action, next_params, result, last_error, idempotency_key,"
-    " singleton_key, owner_id, lease_expires_at, lease_epoch, recoveries, parent_id, stage,"
-    " checkpoint, progress, message"
+_COLUMN_NAMES = (
+    "instance_id", "name", "queue", "status", "priority", "attempts", "max_attempts", "run_after",
+    "created_at", "updated_at", "params", "state", "next_action", "next_params", "result",
+    "last_error", "idempotency_key", "singleton_key", "owner_id", "lease_expires_at",
+    "lease_epoch", "recoveries", "parent_id", "stage", "checkpoint", "progress", "message",
+)  # fmt: skip
+INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
+# The same columns for a summary (a page the API lists): `state` and `next_params` come back
+# NULL, so the server neither reads (detoasts) nor sends, and the pool's codec never decodes,
+# up to 8 MiB per row that the API never shows; instance_from_row makes them {} and None.
+_NOT_IN_SUMMARIES = frozenset({"state", "next_params"})
+_SUMMARY_COLUMNS = ", ".join(
+    f"NULL::jsonb AS {name}" if name in _NOT_IN_SUMMARIES else name for name in _COLUMN_NAMES
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -25,9 +33,9 @@ SELECT {INSTANCE_COLUMNS}
 """
 
 # $1 workflow name, $2 queue, $3 statuses (text[]), $4 parent id, $5 limit, $6 offset
-# (a NULL filter matches everything)
-LIST_INSTANCES = f"""
-SELECT {INSTANCE_COLUMNS}
+# (a NULL filter matches everything); {columns} is the full column list or the summaries'.
+_LIST_INSTANCES = """
+SELECT {columns}
   FROM laneway.instances
  WHERE ($1::text IS NULL OR name = $1)
    AND ($2::text IS NULL OR queue = $2)
@@ -37,6 +45,9 @@ SELECT {INSTANCE_COLUMNS}
  LIMIT $5
 OFFSET $6
 """
+LIST_INSTANCES = _LIST_INSTANCES.format(columns=INSTANCE_COLUMNS)
+# The same page as summaries: without `state` and `next_params` (see _SUMMARY_COLUMNS).
+LIST_INSTANCE_SUMMARIES = _LIST_INSTANCES.format(columns=_SUMMARY_COLUMNS)
 
 # $1 idempotency key
 FIND_BY_IDEMPOTENCY_KEY = f"""

@@ -1,0 +1,97 @@
+"""A page of instances leaves out what the API never shows: `workflowInstances` over real HTTP
+reads summaries, without `state` or `next_params` (an instance's state may be 8 MiB), while
+`workflowInstance` and Engine.get still read the whole record.
+"""
+
+import dataclasses
+import json
+from uuid import UUID
+
+import asyncpg
+import pytest
+
+from laneway.services import Services
+from tests.api.conftest import LiveServer, live_server, make_settings, running_services
+
+ENQUEUE = 'mutation ($p: JSON) { enqueueWorkflow(name: "hello", params: $p) { instanceID } }'
+PAGE = "query { workflowInstances(limit: 50) { instanceID status params } }"
+ONE = "query ($id: ID!) { workflowInstance(instanceID: $id) { instanceID status params } }"
+
+# Nested deeper than Python's json decoder recurses: jsonb stores it, json.loads raises
+# RecursionError. A read that decodes such a column fails; one that leaves it out answers.
+UNDECODABLE = "[" * 5000 + "]" * 5000
+LARGE_STATE = {"blob": "x" * (7 * 1024 * 1024)}  # under the 8 MiB a state may take
+
+
+async def _enqueue(server: LiveServer, params: dict[str, str]) -> str:
+    body = await server.graphql(ENQUEUE, p=params)
+    instance_id: str = body["data"]["enqueueWorkflow"]["instanceID"]
+    return instance_id
+
+
+async def _set(admin: asyncpg.Connection, column: str, value: str, instance_id: str) -> None:
+    assert column in {"state", "next_params"}  # a column name, never input
+    await admin.execute(
+        f"UPDATE laneway.instances SET {column} = $1::jsonb WHERE instance_id = $2",  # noqa: S608
+        value,
+        UUID(instance_id),
+    )
+
+
+def test_the_undecodable_value_is_one_json_cannot_decode() -> None:
+    with pytest.raises(RecursionError):
+        json.loads(UNDECODABLE)
+
+
+async def test_instance_page_answers_without_decoding_state_or_next_params(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    async with live_server(make_settings(database_url, engine_enabled=False)) as server:
+        undecodable_state = await _enqueue(server, {"name": "a"})
+        undecodable_next = await _enqueue(server, {"name": "b"})
+        large_state = await _enqueue(server, {"name": "c"})
+        await _set(admin, "state", UNDECODABLE, undecodable_state)
+        await _set(admin, "next_params", UNDECODABLE, undecodable_next)
+        await _set(admin, "state", json.dumps(LARGE_STATE), large_state)
+        assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 3
+
+        page = await server.graphql(PAGE)
+
+        assert page.get("errors") is None
+        assert page["data"]["workflowInstances"] == [
+            {"instanceID": large_state, "status": "pending", "params": {"name": "c"}},
+            {"instanceID": undecodable_next, "status": "pending", "params": {"name": "b"}},
+            {"instanceID": undecodable_state, "status": "pending", "params": {"name": "a"}},
+        ]
+        one = await server.graphql(ONE, id=large_state)
+        assert one == {
+            "data": {
+                "workflowInstance": {
+                    "instanceID": large_state,
+                    "status": "pending",
+                    "params": {"name": "c"},
+                }
+            }
+        }
+
+
+async def test_summaries_leave_out_state_and_next_params_that_get_returns(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    settings = make_settings(database_url, engine_enabled=False)
+    services: Services
+    async with running_services(settings) as services:
+        enqueued = await services.engine.enqueue("hello", params={"name": "d"})
+        instance_id = str(enqueued.instance_id)
+        await _set(admin, "state", json.dumps(LARGE_STATE), instance_id)
+        await _set(admin, "next_params", json.dumps({"name": "next"}), instance_id)
+
+        [summary] = await services.engine.list_instances(summaries=True)
+        [full] = await services.engine.list_instances()
+        got = await services.engine.get(enqueued.instance_id)
+
+    assert (summary.state, summary.next_params) == ({}, None)
+    assert got is not None
+    assert (got.state, got.next_params) == (LARGE_STATE, {"name": "next"})
+    assert full == got  # the Python API lists full records by default
+    assert summary == dataclasses.replace(got, state={}, next_params=None)

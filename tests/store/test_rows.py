@@ -1,0 +1,63 @@
+"""Row decoding: instance_from_row, which fills an InstanceRecord's slots without its __init__,
+builds the very record __init__ builds, from full rows and from summaries."""
+
+import dataclasses
+from typing import Any
+
+import asyncpg
+import pytest
+
+from laneway.model import InstanceRecord, Status
+from laneway.store import Store, queries
+from laneway.store.rows import instance_from_row
+from tests.engine.helpers import make_engine
+from tests.workflows import noop
+
+
+def _by_init(row: asyncpg.Record) -> InstanceRecord:
+    """The record as InstanceRecord's own __init__ builds it from `row`."""
+    values: dict[str, Any] = {f.name: row[f.name] for f in dataclasses.fields(InstanceRecord)}
+    values["status"] = Status(values["status"])
+    values["state"] = values["state"] if values["state"] is not None else {}
+    return InstanceRecord(**values)
+
+
+def test_instance_record_fields_are_the_instance_columns() -> None:
+    columns = [name.strip() for name in queries.INSTANCE_COLUMNS.split(",")]
+    assert sorted(columns) == sorted(field.name for field in dataclasses.fields(InstanceRecord))
+    assert not hasattr(InstanceRecord, "__post_init__")  # nothing that __init__ would run
+
+
+@pytest.mark.parametrize("statement", ["LIST_INSTANCES", "LIST_INSTANCE_SUMMARIES"])
+async def test_instance_from_row_builds_the_record_init_builds(
+    store: Store, admin: asyncpg.Connection, statement: str
+) -> None:
+    engine = make_engine(store, noop)
+    fresh = await engine.enqueue("noop", params={"n": 1}, idempotency_key="k")
+    busy = await engine.enqueue("noop", params={"n": 2})
+    # Every column of `busy` not NULL, so no field can come out right by being None.
+    await admin.execute(
+        """
+        UPDATE laneway.instances
+           SET status = 'running', owner_id = 'w1', lease_expires_at = now(), lease_epoch = 3,
+               state = '{"s": [1, 2]}', next_params = '{"p": true}', result = '"r"',
+               last_error = 'e', singleton_key = 's', recoveries = 1, parent_id = $2,
+               stage = 'st', checkpoint = 'cp', progress = 0.5, message = 'm', attempts = 2
+         WHERE instance_id = $1
+        """,
+        busy.instance_id,
+        fresh.instance_id,
+    )
+    rows = await admin.fetch(getattr(queries, statement), None, None, None, None, 50, 0)
+    assert len(rows) == 2
+
+    records = [instance_from_row(row) for row in rows]
+
+    assert records == [_by_init(row) for row in rows]
+    assert records[0].status is Status.RUNNING
+    if statement == "LIST_INSTANCES":
+        assert (records[0].state, records[0].next_params) == ({"s": [1, 2]}, {"p": True})
+    else:
+        assert (records[0].state, records[0].next_params) == ({}, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        records[0].message = "changed"  # type: ignore[misc]
