@@ -23,6 +23,7 @@ from strawberry.extensions import (
     QueryDepthLimiter,
     SchemaExtension,
 )
+from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.printer import print_schema
 from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
@@ -32,6 +33,7 @@ from strawberry.types.execution import ExecutionResult
 from laneway.api.graphql.documents import DocumentCache
 from laneway.api.graphql.errors import MASKED_MESSAGE, add_code, is_expected
 from laneway.api.graphql.execution import LanewayExecutor
+from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
@@ -83,7 +85,13 @@ class ErrorCodes(MaskErrors):
 
 
 class LanewaySchema(strawberry.Schema):
-    """A Schema that logs only unexpected errors, once each, with their traceback."""
+    """A Schema that logs only unexpected errors, once each, with their traceback, and runs
+    its extensions' hooks with LeanExtensionsRunner (hooks.py)."""
+
+    def create_extensions_runner(
+        self, execution_context: ExecutionContext, extensions: list[SchemaExtension]
+    ) -> SchemaExtensionsRunner:
+        return LeanExtensionsRunner(execution_context=execution_context, extensions=extensions)
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
