@@ -159,6 +159,26 @@ class QueueRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRecord:
+    """A live process that runs an engine, as its last heartbeat wrote it (database times).
+
+    `role` is "serve" (the API's process) or "worker" (`laneway worker`, or an engine run as a
+    library); `running` and `workflows` are as of `last_seen_at`.
+    """
+
+    owner_id: str
+    role: str
+    host: str
+    pid: int
+    workflows: tuple[str, ...]
+    running: int
+    concurrency: int
+    heartbeat_seconds: float
+    started_at: datetime
+    last_seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleRecord:
     """A recurring enqueue: either an interval (`every`) or a cron expression with a timezone."""
 

@@ -38,7 +38,8 @@ async def open_services(
     Workflows come from the modules in `settings.workflow_modules` plus `workflows`.
     The engine's loop is not started here: the caller runs `engine.run(stopping)` (or
     `engine.running()`) where it owns background tasks. Every connection is named
-    `laneway-<role>-<owner id>` (or `laneway-listener-<owner id>`) in pg_stat_activity.
+    `laneway-<role>-<owner id>` (or `laneway-listener-<owner id>`) in pg_stat_activity, and
+    a running engine shows in the workers registry with this role ("serve" or "worker").
     """
     registry = WorkflowRegistry.from_modules(settings.workflow_modules)
     for workflow in workflows:
@@ -73,6 +74,7 @@ async def open_services(
             max_recoveries=settings.max_recoveries,
             shutdown_grace_seconds=settings.shutdown_grace_seconds,
             retention_seconds=settings.retention_days * 86_400.0,
+            role=role,  # how it shows in the workers registry, if it runs
         )
         hub = await stack.enter_async_context(
             EventHub.open(

@@ -1,12 +1,16 @@
 """ClaimLoop: the claim loop that starts runners for due instances, within queue caps.
 
 Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules and
-wake-ups. Does not run user code itself (runner.py) and writes no SQL (store).
+wake-ups, and this process's row in the live workers registry (written at start and at every
+heartbeat, removed at a clean stop). Does not run user code itself (runner.py) and writes no
+SQL (store).
 """
 
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -21,12 +25,15 @@ from laneway.store import Store
 logger = logging.getLogger(__name__)
 
 CLAIM_COALESCE_SECONDS = 0.002
+TOKEN_MARGIN_SECONDS = 0.002  # claim this long after a token is due, so that it is there
+TOKEN_RETRY_SECONDS = 0.005  # first back-off when a token was there but another claimer had it
 
 SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
 UNREGISTERED_CHECK_SECONDS = 60.0
 PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
+UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
 
 
 class ClaimLoop:
@@ -47,6 +54,7 @@ class ClaimLoop:
         plan_schedule: SchedulePlanner,
         on_terminal: TerminalCallback,
         spawn: ChildSpawner,
+        role: str = "worker",
     ) -> None:
         self._store = store
         self._registry = registry
@@ -73,6 +81,10 @@ class ClaimLoop:
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
         self._last_prune = -PRUNE_EVERY_SECONDS
+        self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
+        self._token_misses = 0  # claims in a row that found a token there but got nothing
+        self.role = role  # in the workers registry: "serve" or "worker"
+        self.heartbeat_seconds = max(lease_seconds / 3.0, 0.05)
 
     # -- signals from outside --------------------------------------------------------------------
 
@@ -191,20 +203,28 @@ class ClaimLoop:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Claim and run until `stopping` is set; then let steps in flight finish (within the
-        grace period) and hand every unfinished instance back."""
+        grace period) and hand every unfinished instance back.
+
+        The process is in the workers registry from before its first claim until every task
+        of the loop has ended (the last heartbeat included), then it removes its row.
+        """
         halted = asyncio.Event()
-        async with asyncio.TaskGroup() as group:
-            # Leases are renewed until the hand-back, drain included.
-            heartbeat = group.create_task(self._heartbeat(halted), name="laneway-heartbeat")
-            try:
-                await self._loop(group, stopping)
-            finally:
+        await self.beat()
+        try:
+            async with asyncio.TaskGroup() as group:
+                # Leases are renewed until the hand-back, drain included.
+                heartbeat = group.create_task(self._heartbeat(halted), name="laneway-heartbeat")
                 try:
-                    await self._drain()
+                    await self._loop(group, stopping)
                 finally:
-                    halted.set()
-                    heartbeat.cancel()
-                    await self._shutdown()
+                    try:
+                        await self._drain()
+                    finally:
+                        halted.set()
+                        heartbeat.cancel()
+                        await self._shutdown()
+        finally:
+            await self._unregister()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0
@@ -215,8 +235,8 @@ class ClaimLoop:
                 claimable = woken
                 if time.monotonic() - self._last_poll >= self.poll_interval_seconds:
                     claimable = await self._poll() or woken
-                has_room = len(self._runs) < self.concurrency
-                claimed = await self.claim(self._cohort) if claimable and has_room else []
+                limit = min(self._cohort, self.concurrency - len(self._runs))
+                claimed = await self.claim(limit) if claimable and limit > 0 else []
                 failures = 0
             except Exception as exc:
                 # A lost or restarting database: the loop outlives it, backing off meanwhile.
@@ -232,6 +252,8 @@ class ClaimLoop:
                 self._start(group, record)
             if claimed and len(self._runs) < self.concurrency:
                 continue  # there may be more due work right now
+            if claimable and limit > 0 and not claimed:
+                await self._wake_for_next_token()
             woken = await _wait_any(stopping, self._wake, self._idle_seconds())
             if woken and 0 < self.concurrency - len(self._runs) < self.concurrency // 4:
                 # Busy, and only a few slots free: a moment lets more runs finish, so one
@@ -240,6 +262,36 @@ class ClaimLoop:
             if self._next_wake is not None and time.monotonic() >= self._next_wake:
                 self._next_wake = None  # a known due time arrived: claim
                 woken = True
+
+    async def _wake_for_next_token(self) -> None:
+        """After a claim that found nothing: wake when a rate-limited queue's next token is due.
+
+        Without this, a queue's bucket refills every 1/rate s but is only looked at again at
+        the next poll (a 60/min queue ran at ~34/min with a 2 s poll). A process whose queues
+        have no rate limit asks at most once per poll interval, and only after empty claims.
+        """
+        if time.monotonic() < self._token_check_after:
+            return
+        try:
+            token = await self._store.next_token_due(self._registry.names())
+        except Exception as exc:
+            logger.warning("next token read failed", extra={"error": str(exc)})
+            return  # the fallback poll still comes
+        if not token.rate_limited:
+            self._token_check_after = time.monotonic() + self.poll_interval_seconds
+        if token.due_in is None:
+            self._token_misses = 0
+        elif token.due_in > 0:
+            self._token_misses = 0
+            self.wake_in(token.due_in + TOKEN_MARGIN_SECONDS)
+        else:
+            # A token is there, yet this claim got nothing: another process holds the queue
+            # (or its rows) and is taking it, and its commit's NOTIFY wakes this loop too.
+            # Back off, doubling, so that a claim in flight elsewhere cannot make this spin.
+            self.wake_in(
+                min(TOKEN_RETRY_SECONDS * 2**self._token_misses, self.poll_interval_seconds)
+            )
+            self._token_misses = min(self._token_misses + 1, 16)
 
     def _idle_seconds(self) -> float:
         """How long the loop may sleep: until the next poll, or a known due time before it."""
@@ -272,13 +324,40 @@ class ClaimLoop:
             self._wake.set()
 
     async def _heartbeat(self, halted: asyncio.Event) -> None:
-        interval = max(self.lease_seconds / 3.0, 0.05)
+        interval = self.heartbeat_seconds
         while not halted.is_set():
             await _wait(halted, interval)
             try:
                 await self.renew()
             except Exception as exc:
                 logger.warning("lease renewal failed", extra={"error": str(exc)})
+            await self.beat()
+
+    async def beat(self) -> None:
+        """Write this process's row in the workers registry: one statement per heartbeat, which
+        also deletes the rows of processes that stopped heartbeating. A failure is only logged:
+        the row ages out, and the next heartbeat writes it again."""
+        try:
+            await self._store.heartbeat_worker(
+                owner_id=self.owner_id,
+                role=self.role,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                workflows=self._registry.names(),
+                running=len(self._runs),
+                concurrency=self.concurrency,
+                heartbeat_seconds=self.heartbeat_seconds,
+            )
+        except Exception as exc:
+            logger.warning("worker heartbeat failed", extra={"error": str(exc)})
+
+    async def _unregister(self) -> None:
+        # Bounded: a stop does not wait on a database that is gone; the row ages out instead.
+        try:
+            async with asyncio.timeout(UNREGISTER_TIMEOUT_SECONDS):
+                await self._store.remove_worker(self.owner_id)
+        except Exception as exc:
+            logger.warning("worker removal at shutdown failed", extra={"error": repr(exc)})
 
     async def renew(self) -> None:
         """Renew every lease held here; stop the runs whose lease is gone."""

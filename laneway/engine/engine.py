@@ -39,6 +39,7 @@ from laneway.model import (
     ScheduleRecord,
     Status,
     Transition,
+    WorkerRecord,
 )
 from laneway.store import Store
 from laneway.store.leases import DEFAULT_MAX_RECOVERIES
@@ -74,6 +75,7 @@ class Engine:
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        role: str = "worker",
     ) -> None:
         if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
             raise InvalidInputError("lease, poll interval and concurrency must be positive")
@@ -100,6 +102,7 @@ class Engine:
             plan_schedule=self._plan_fire,
             on_terminal=self._after_terminal,
             spawn=self._enqueue_child,
+            role=role,
         )
 
     def before_run(self, step: Callable[[], Awaitable[object]]) -> None:
@@ -144,6 +147,14 @@ class Engine:
         """Every queue with its caps and counts per status; registered ones exist even if idle."""
         await self.store.ensure_queues({w.queue_name for w in self.registry})
         return await self.store.queues()
+
+    async def workers(self) -> list[WorkerRecord]:
+        """The live processes that run an engine (this one too while it runs), by role and host.
+
+        Each running engine writes its row at start and at every lease heartbeat; a process
+        that stopped heartbeating drops out after three of its heartbeats.
+        """
+        return await self.store.live_workers()
 
     # -- instances -------------------------------------------------------------------------------
 

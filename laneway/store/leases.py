@@ -6,6 +6,7 @@ template operations take with fencing tokens.
 """
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from uuid import UUID
 
 from laneway.model import (
@@ -31,6 +32,14 @@ from laneway.store.rows import (
 )
 
 DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NextToken:
+    """When a rate-limited queue can next start an instance (store.next_token_due)."""
+
+    rate_limited: bool  # some unpaused queue has a rate limit at all
+    due_in: float | None  # seconds until its next whole token (0: now); None: nothing waits
 
 
 class LeaseStore(StoreBase):
@@ -60,6 +69,13 @@ class LeaseStore(StoreBase):
             due_schedules=row["due_schedules"],
             claimable=row["claimable"],
         )
+
+    async def next_token_due(self, workflow_names: Sequence[str]) -> NextToken:
+        """One read: when the next token of a rate-limited queue with room and due work is due."""
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(queries.NEXT_TOKEN_DUE, list(workflow_names))
+        assert row is not None
+        return NextToken(rate_limited=row["rate_limited"], due_in=row["next_token_in"])
 
     async def recover_expired_leases(
         self, limit: int = 500, *, max_recoveries: int = DEFAULT_MAX_RECOVERIES

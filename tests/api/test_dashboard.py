@@ -6,8 +6,12 @@ never sleeps. Without /usr/bin/chromium every test is skipped, and no browser is
 downloaded (`playwright install` is not part of this project).
 """
 
+import asyncio
+import dataclasses
 import json
+import os
 import re
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,6 +23,7 @@ import pytest
 from playwright.async_api import Browser, Locator, Page, async_playwright, expect
 
 from app import host
+from laneway.services import open_services
 from tests.api.conftest import (
     TOKEN,
     LiveServer,
@@ -388,3 +393,38 @@ async def test_dashboard_works_where_a_host_mounts_laneway(
     assert f"{base}graphql" in [url for url, _ in dashboard.requests]
     assert dashboard.sockets
     assert set(dashboard.sockets) == {f"ws://127.0.0.1:{mounted.port}/laneway/graphql"}
+
+
+async def test_workers_panel_lists_live_processes_as_they_come_and_go(
+    database_url: str, browser: Browser
+) -> None:
+    settings = make_settings(database_url, owner_id="dash-serve", worker_concurrency=9)
+    worker_settings = dataclasses.replace(
+        settings, owner_id="dash-worker", worker_concurrency=4, workflow_modules=("app.examples",)
+    )
+    async with live_server(settings) as server, open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        serving = page.locator('[data-testid="worker-row"][data-owner-id="dash-serve"]')
+        await expect(serving).to_have_attribute("data-role", "serve")
+        await expect(serving.get_by_test_id("worker-role")).to_have_text("serve")
+        await expect(serving.get_by_test_id("worker-host")).to_have_text(socket.gethostname())
+        await expect(serving.get_by_test_id("worker-pid")).to_have_text(str(os.getpid()))
+        await expect(serving.get_by_test_id("worker-running")).to_have_text("0 / 9")
+        await expect(serving.get_by_test_id("worker-last-seen")).not_to_have_text("—")
+        await expect(page.get_by_test_id("workers-empty")).to_be_hidden()
+
+        # Another process starts, then stops: the panel follows without a reload or an event.
+        working = page.locator('[data-testid="worker-row"][data-owner-id="dash-worker"]')
+        async with open_services(worker_settings, role="worker") as services:
+            stopping = asyncio.Event()
+            task = asyncio.create_task(services.engine.run(stopping))
+            try:
+                await expect(working.get_by_test_id("worker-role")).to_have_text("worker")
+                await expect(working.get_by_test_id("worker-running")).to_have_text("0 / 4")
+                await expect(page.get_by_test_id("worker-row")).to_have_count(2)
+            finally:
+                stopping.set()
+                await task
+        await expect(working).to_have_count(0)
+        await expect(page.get_by_test_id("worker-row")).to_have_count(1)
+        assert dashboard.problems == []

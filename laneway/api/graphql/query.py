@@ -1,4 +1,4 @@
-"""Query resolvers: instances, event history, workflows, queues and schedules.
+"""Query resolvers: instances, event history, workflows, queues, schedules and live workers.
 
 Owns LanewayQuery, the root fields a host's Query inherits, and one call into the engine or
 store per field. Every field needs read access (permissions.CanRead); arguments are parsed in
@@ -28,6 +28,7 @@ from laneway.api.graphql.types import (
     EntityLock,
     QueueStats,
     Schedule,
+    Worker,
     WorkflowDefinitionInfo,
     WorkflowEvent,
     WorkflowInstanceStatus,
@@ -103,6 +104,11 @@ async def resolve_schedules(info: Info[Any, Any]) -> list[Schedule]:
     ]
 
 
+async def resolve_workers(info: Info[Any, Any]) -> list[Worker]:
+    """Every live process that runs an engine, with what it runs and when it was last seen."""
+    return [Worker.from_record(r) for r in await laneway_of(info.context).services.engine.workers()]
+
+
 async def resolve_entity_lock(
     info: Info[Any, Any],
     entity_type: str,
@@ -124,3 +130,4 @@ class LanewayQuery:
     queues: list[QueueStats] = fields.query(resolve_queues)
     schedules: list[Schedule] = fields.query(resolve_schedules)
     entity_lock: EntityLock | None = fields.query(resolve_entity_lock)
+    workers: list[Worker] = fields.query(resolve_workers)

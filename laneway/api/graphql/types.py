@@ -29,6 +29,7 @@ from laneway.model import (
     QueueRecord,
     ScheduleRecord,
     Status,
+    WorkerRecord,
 )
 
 JSON = strawberry.scalars.JSON
@@ -255,6 +256,35 @@ class QueueStats:
                 failed=count(Status.FAILED, 0),
                 cancelled=count(Status.CANCELLED, 0),
             ),
+        )
+
+
+@strawberry.type
+class Worker:
+    """A live process that runs an engine, as of its last heartbeat; role "serve" or "worker"."""
+
+    owner_id: strawberry.ID = strawberry.field(name="ownerID")
+    role: str
+    host: str
+    pid: int
+    workflows: list[str]
+    running: int
+    concurrency: int
+    started_at: float
+    last_seen_at: float
+
+    @classmethod
+    def from_record(cls, record: WorkerRecord) -> Self:
+        return cls(
+            owner_id=strawberry.ID(record.owner_id),
+            role=record.role,
+            host=record.host,
+            pid=record.pid,
+            workflows=list(record.workflows),
+            running=record.running,
+            concurrency=record.concurrency,
+            started_at=millis(record.started_at),
+            last_seen_at=millis(record.last_seen_at),
         )
 
 

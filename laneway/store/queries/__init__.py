@@ -7,7 +7,7 @@ codec registered in pool.py. SQL is never built from input. The functions some s
 
 The areas: schema (the migration runner, the clock), queues, instances (reads and the API
 side's writes), leases (claims, leases, runner writes, retention), operations (template
-operations and entity locks), events, schedules.
+operations and entity locks), events, schedules, workers (the live process registry).
 """
 
 from laneway.store.queries.events import (
@@ -35,6 +35,7 @@ from laneway.store.queries.instances import (
 from laneway.store.queries.leases import (
     CLAIM,
     DUE_WORK,
+    NEXT_TOKEN_DUE,
     PRUNE_FINISHED,
     RECOVER_EXPIRED_LEASES,
     RELEASE_INSTANCE_LOCKS,
@@ -73,6 +74,11 @@ from laneway.store.queries.schema import (
     SCHEMA_VERSION,
     UNLOCK_MIGRATIONS,
 )
+from laneway.store.queries.workers import (
+    HEARTBEAT_WORKER,
+    LIVE_WORKERS,
+    REMOVE_WORKER,
+)
 
 __all__ = [
     "ACQUIRE_LOCK",
@@ -96,6 +102,7 @@ __all__ = [
     "GET_INSTANCE",
     "GET_LOCK",
     "GET_SCHEDULE",
+    "HEARTBEAT_WORKER",
     "INSTANCE_COLUMNS",
     "INSTANCE_EVENTS_AFTER",
     "LATEST_EVENT_ID",
@@ -105,8 +112,10 @@ __all__ = [
     "LIST_OPERATIONS",
     "LIST_OPERATIONS_OF",
     "LIST_SCHEDULES",
+    "LIVE_WORKERS",
     "LOCK_DUE_SCHEDULES",
     "LOCK_MIGRATIONS",
+    "NEXT_TOKEN_DUE",
     "PRUNE_FINISHED",
     "QUEUE_STATS",
     "RECORD_MIGRATION",
@@ -115,6 +124,7 @@ __all__ = [
     "RELEASE_INSTANCES",
     "RELEASE_INSTANCE_LOCKS",
     "RELEASE_LOCK",
+    "REMOVE_WORKER",
     "RENEW_LEASES",
     "RESUME_INSTANCE",
     "RETRY_INSTANCE",

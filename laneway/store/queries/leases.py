@@ -33,6 +33,38 @@ SELECT EXISTS (SELECT 1
                         LIMIT 1)) AS claimable
 """
 
+# $1 registered workflow names (text[])
+# After a claim that came back short: whether any queue is rate-limited at all, and in how many
+# seconds the next whole token is due in a rate-limited queue that has room and due pending
+# work (0 when one is there now; NULL when no such queue), so the engine wakes for it instead
+# of at its next poll. The bucket, the room and the due work are the claim's own predicates
+# (laneway.claim() in laneway/store/sql/functions.sql); this only reads.
+NEXT_TOKEN_DUE = """
+SELECT EXISTS (SELECT 1
+                 FROM laneway.queues
+                WHERE rate_per_minute IS NOT NULL
+                  AND NOT paused) AS rate_limited,
+       (SELECT min(GREATEST((1.0 - t.tokens_now) * 60.0 / q.rate_per_minute, 0.0))
+          FROM laneway.queues AS q
+         CROSS JOIN LATERAL (
+            SELECT LEAST(GREATEST(q.rate_per_minute / 60.0, 1.0),
+                         q.tokens + EXTRACT(EPOCH FROM now() - q.tokens_at)
+                                    * q.rate_per_minute / 60.0) AS tokens_now) AS t
+         WHERE q.rate_per_minute IS NOT NULL
+           AND NOT q.paused
+           AND (SELECT count(*)
+                  FROM laneway.instances AS r
+                 WHERE r.queue = q.name
+                   AND r.status = 'running') < q.concurrency
+           AND (SELECT true
+                  FROM laneway.instances AS i
+                 WHERE i.queue = q.name
+                   AND i.status = 'pending'
+                   AND i.run_after <= now()
+                   AND i.name = ANY($1::text[])
+                 LIMIT 1))::double precision AS next_token_in
+"""
+
 # $1 owner id, $2 registered workflow names (text[]), $3 at most this many instances,
 # $4 lease seconds, $5 the event-append advisory lock key
 # The whole claim (queue locks, caps and token buckets, the rows, their `started` events and

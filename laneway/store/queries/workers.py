@@ -1,0 +1,50 @@
+"""Worker registry statements: a live process's heartbeat, its clean removal, the live list.
+
+See laneway/store/queries/__init__.py for how statements are written. A row is live while its
+last heartbeat is younger than three of its own heartbeat intervals (WORKER_LIVE below).
+"""
+
+# ---------------------------------------------------------------------------------------------
+# workers
+
+# A row whose process stopped heartbeating: older than three of its heartbeats.
+_STALE = "w.last_seen_at < now() - 3 * w.heartbeat_seconds * interval '1 second'"
+
+# $1 owner id, $2 role, $3 host, $4 pid, $5 workflows (text[]), $6 running, $7 concurrency,
+# $8 heartbeat seconds
+# One statement per heartbeat: this process's row written (started_at kept from the first
+# one), and the rows of processes that stopped heartbeating deleted; a row another heartbeat
+# is deleting is skipped, so two heartbeats never wait on each other.
+HEARTBEAT_WORKER = f"""
+WITH aged_out AS (
+    DELETE FROM laneway.workers
+     WHERE owner_id IN (SELECT w.owner_id
+                          FROM laneway.workers AS w
+                         WHERE w.owner_id <> $1
+                           AND {_STALE}
+                           FOR UPDATE SKIP LOCKED)
+)
+INSERT INTO laneway.workers
+       (owner_id, role, host, pid, workflows, running, concurrency, heartbeat_seconds,
+        started_at, last_seen_at)
+VALUES ($1, $2, $3, $4, $5::text[], $6, $7, $8::double precision, now(), now())
+ON CONFLICT (owner_id) DO UPDATE
+   SET role = EXCLUDED.role, host = EXCLUDED.host, pid = EXCLUDED.pid,
+       workflows = EXCLUDED.workflows, running = EXCLUDED.running,
+       concurrency = EXCLUDED.concurrency, heartbeat_seconds = EXCLUDED.heartbeat_seconds,
+       last_seen_at = now()
+"""
+
+# $1 owner id
+REMOVE_WORKER = """
+DELETE FROM laneway.workers
+ WHERE owner_id = $1
+"""
+
+LIVE_WORKERS = f"""
+SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.running, w.concurrency,
+       w.heartbeat_seconds, w.started_at, w.last_seen_at
+  FROM laneway.workers AS w
+ WHERE NOT ({_STALE})
+ ORDER BY w.role, w.host, w.started_at, w.owner_id
+"""

@@ -1,0 +1,70 @@
+"""The Store's worker area: the registry of live processes that run an engine.
+
+Owns the rows of laneway.workers: each engine's heartbeat (which also deletes the rows of
+processes that stopped heartbeating), its removal at a clean stop, and the live list. Decoding
+a row is here too, as no other area returns one.
+"""
+
+from collections.abc import Sequence
+
+from laneway.model import WorkerRecord
+from laneway.store import queries
+from laneway.store.base import StoreBase
+from laneway.store.rows import Row
+
+
+def worker_from_row(row: Row) -> WorkerRecord:
+    return WorkerRecord(
+        owner_id=row["owner_id"],
+        role=row["role"],
+        host=row["host"],
+        pid=row["pid"],
+        workflows=tuple(row["workflows"]),
+        running=row["running"],
+        concurrency=row["concurrency"],
+        heartbeat_seconds=row["heartbeat_seconds"],
+        started_at=row["started_at"],
+        last_seen_at=row["last_seen_at"],
+    )
+
+
+class WorkerStore(StoreBase):
+    """Live workers: one row per running engine, kept fresh by its heartbeat."""
+
+    async def heartbeat_worker(
+        self,
+        *,
+        owner_id: str,
+        role: str,
+        host: str,
+        pid: int,
+        workflows: Sequence[str],
+        running: int,
+        concurrency: int,
+        heartbeat_seconds: float,
+    ) -> None:
+        """Register this process or refresh its row (one statement), and delete the rows of
+        processes older than three of their heartbeats."""
+        async with self._acquire() as conn:
+            await conn.execute(
+                queries.HEARTBEAT_WORKER,
+                owner_id,
+                role,
+                host,
+                pid,
+                list(workflows),
+                running,
+                concurrency,
+                heartbeat_seconds,
+            )
+
+    async def remove_worker(self, owner_id: str) -> None:
+        """Take a cleanly stopping process out of the registry."""
+        async with self._acquire() as conn:
+            await conn.execute(queries.REMOVE_WORKER, owner_id)
+
+    async def live_workers(self) -> list[WorkerRecord]:
+        """The processes whose last heartbeat is younger than three of their intervals."""
+        async with self._acquire() as conn:
+            rows = await conn.fetch(queries.LIVE_WORKERS)
+        return [worker_from_row(row) for row in rows]

@@ -1,0 +1,127 @@
+"""The live workers registry (issue #18, point 4): every running engine registers itself,
+heartbeats, removes itself at a clean stop, and ages out when it stops heartbeating."""
+
+import asyncio
+import os
+import socket
+
+import asyncpg
+import pytest
+
+from laneway.engine import Done, HandlerContext, Workflow
+from laneway.model import WorkerRecord
+from laneway.store import Store, open_store
+from tests.engine.helpers import eventually, make_engine
+from tests.workflows import noop, two_steps
+
+
+def _by_owner(workers: list[WorkerRecord]) -> dict[str, WorkerRecord]:
+    return {worker.owner_id: worker for worker in workers}
+
+
+async def test_a_running_engine_is_listed_with_what_it_runs(store: Store) -> None:
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    async def hold(ctx: HandlerContext, params: object) -> Done:
+        started.set()
+        await gate.wait()
+        return Done()
+
+    held = Workflow("held", handlers={"run": hold}, initial="run")
+    engine = make_engine(store, held, noop, owner_id="worker-a", concurrency=7, lease_seconds=0.6)
+    assert await store.live_workers() == []
+    async with engine.running():
+        first = (await eventually(store.live_workers, lambda ws: len(ws) == 1))[0]
+        assert first.owner_id == "worker-a"
+        assert first.role == "worker"  # an engine run as a library
+        assert first.host == socket.gethostname()
+        assert first.pid == os.getpid()
+        assert first.workflows == ("held", "noop")
+        assert first.concurrency == 7
+        assert first.heartbeat_seconds == pytest.approx(0.2)  # a third of the lease
+        assert first.started_at <= first.last_seen_at
+
+        await engine.enqueue("held")
+        async with asyncio.timeout(10):
+            await started.wait()
+        # The next heartbeat reports the instance running here, and a later last_seen_at.
+        busy = await eventually(store.live_workers, lambda ws: len(ws) == 1 and ws[0].running == 1)
+        assert busy[0].last_seen_at > first.last_seen_at
+        assert busy[0].started_at == first.started_at  # kept from the registration
+        gate.set()
+        idle = await eventually(store.live_workers, lambda ws: len(ws) == 1 and ws[0].running == 0)
+        assert idle[0].owner_id == "worker-a"
+
+
+async def test_two_engines_are_both_listed_and_a_clean_stop_removes_only_its_row(
+    store: Store, database_url: str
+) -> None:
+    async with open_store(database_url) as other_store:
+        serving = make_engine(store, noop, owner_id="serve-1", role="serve", lease_seconds=0.6)
+        working = make_engine(
+            other_store, two_steps, owner_id="worker-2", concurrency=3, lease_seconds=0.6
+        )
+        async with serving.running():
+            async with working.running():
+                both = _by_owner(await eventually(store.live_workers, lambda ws: len(ws) == 2))
+                assert set(both) == {"serve-1", "worker-2"}
+                assert both["serve-1"].role == "serve"
+                assert both["serve-1"].workflows == ("noop",)
+                assert both["worker-2"].role == "worker"
+                assert both["worker-2"].workflows == ("two_steps",)
+                assert both["worker-2"].concurrency == 3
+                assert [w.owner_id for w in await serving.workers()] == ["serve-1", "worker-2"]
+            # Stopped cleanly: gone at once, not after three heartbeats.
+            left = await store.live_workers()
+            assert [w.owner_id for w in left] == ["serve-1"]
+            async with store.connection() as conn:
+                assert await conn.fetchval("SELECT count(*) FROM laneway.workers") == 1
+        assert await store.live_workers() == []
+
+
+async def _ghost(admin: asyncpg.Connection, owner_id: str, seconds_ago: float) -> None:
+    """The row of a process that stopped heartbeating `seconds_ago` (10 s heartbeats)."""
+    await admin.execute(
+        """
+        INSERT INTO laneway.workers
+               (owner_id, role, host, pid, workflows, running, concurrency,
+                heartbeat_seconds, started_at, last_seen_at)
+        VALUES ($1, 'worker', 'gone-host', 4242, ARRAY['noop'], 2, 10, 10,
+                now() - interval '1 hour', now() - $2::double precision * interval '1 second')
+        """,
+        owner_id,
+        seconds_ago,
+    )
+
+
+async def test_a_process_that_stops_heartbeating_ages_out_after_three_heartbeats(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    await _ghost(admin, "recent", 25.0)  # missed two heartbeats: still live
+    await _ghost(admin, "silent", 31.0)  # missed three: gone
+    listed = _by_owner(await store.live_workers())
+    assert set(listed) == {"recent"}
+    assert listed["recent"].host == "gone-host"
+    assert listed["recent"].running == 2
+
+    # A live engine's heartbeat deletes the aged-out row (and only that one).
+    engine = make_engine(store, noop, owner_id="alive", lease_seconds=0.6)
+    async with engine.running():
+        await eventually(
+            lambda: admin.fetchval(
+                "SELECT count(*) FROM laneway.workers WHERE owner_id = 'silent'"
+            ),
+            lambda n: n == 0,
+        )
+        remaining = await admin.fetch("SELECT owner_id FROM laneway.workers ORDER BY owner_id")
+        assert [row["owner_id"] for row in remaining] == ["alive", "recent"]
+        assert set(_by_owner(await store.live_workers())) == {"alive", "recent"}
+
+
+async def test_an_engine_that_is_not_running_is_not_registered(store: Store) -> None:
+    # Driving an engine by hand (tick) or only enqueuing through it is not a live worker.
+    engine = make_engine(store, noop, owner_id="by-hand")
+    await engine.enqueue("noop")
+    assert await engine.tick() == 1
+    assert await engine.workers() == []
