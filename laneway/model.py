@@ -179,6 +179,21 @@ class WorkerRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSample:
+    """One minute of a queue's history, rolled up from its events (database times).
+
+    `minute` is the start of the minute; `pending` is the depth sampled as the minute closed.
+    """
+
+    minute: datetime
+    started: int
+    completed: int
+    failed: int
+    retried: int
+    pending: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleRecord:
     """A recurring enqueue: either an interval (`every`) or a cron expression with a timezone."""
 

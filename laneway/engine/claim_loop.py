@@ -1,9 +1,9 @@
 """ClaimLoop: the claim loop that starts runners for due instances, within queue caps.
 
 Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules and
-wake-ups, and this process's row in the live workers registry (written at start and at every
-heartbeat, removed at a clean stop). Does not run user code itself (runner.py) and writes no
-SQL (store).
+wake-ups, this process's row in the live workers registry (written at start and at every
+heartbeat, removed at a clean stop), and the once-a-minute queue history roll-up. Does not
+run user code itself (runner.py) and writes no SQL (store).
 """
 
 import asyncio
@@ -34,6 +34,7 @@ TerminalCallback = Callable[[Transition], Awaitable[None]]
 UNREGISTERED_CHECK_SECONDS = 60.0
 PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
+ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
 
 
 class ClaimLoop:
@@ -81,6 +82,7 @@ class ClaimLoop:
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
         self._last_prune = -PRUNE_EVERY_SECONDS
+        self._rolled_minute = -1  # the wall-clock minute of this process's last roll-up
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
         self._token_misses = 0  # claims in a row that found a token there but got nothing
         self.role = role  # in the workers registry: "serve" or "worker"
@@ -126,6 +128,7 @@ class ClaimLoop:
                 await faults.hit("cron_insert")
         await self._report_unregistered()
         await self._prune()
+        await self._roll_up_history()
 
     async def _poll(self) -> bool:
         """The idle poll: one cheap statement, then only the work it found.
@@ -142,6 +145,7 @@ class ClaimLoop:
                 await faults.hit("cron_insert")
         await self._report_unregistered()
         await self._prune()
+        await self._roll_up_history()
         return due.claimable
 
     async def _prune(self) -> None:
@@ -153,6 +157,22 @@ class ClaimLoop:
         pruned = await self._store.prune_finished(self.retention_seconds)
         if pruned:
             logger.info("finished instances pruned", extra={"count": pruned})
+
+    async def _roll_up_history(self) -> None:
+        """Once per minute, at the first poll after it turns: roll the closed minutes' events
+        up into the queue history (one statement; another process's roll-up in flight makes it
+        a no-op, and the event-id mark makes a second one count nothing twice)."""
+        minute = int(time.time() // 60)
+        if minute == self._rolled_minute:
+            return
+        self._rolled_minute = minute
+        try:
+            for _ in range(ROLL_UP_MAX_ROUNDS):
+                _rolled, more = await self._store.roll_up_queue_history()
+                if not more:
+                    break
+        except Exception as exc:
+            logger.warning("queue history roll-up failed", extra={"error": str(exc)})
 
     async def _recover(self) -> None:
         recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)

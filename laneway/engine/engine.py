@@ -36,6 +36,7 @@ from laneway.model import (
     Notification,
     OperationRecord,
     QueueRecord,
+    QueueSample,
     ScheduleRecord,
     Status,
     Transition,
@@ -47,6 +48,7 @@ from laneway.store.leases import DEFAULT_MAX_RECOVERIES
 logger = logging.getLogger(__name__)
 
 MAX_LIST_LIMIT = 500
+MAX_HISTORY_MINUTES = 1440  # queueHistory reaches back one day at most
 
 
 # How long a stopping process lets steps in flight finish before it hands them back. Below
@@ -155,6 +157,22 @@ class Engine:
         that stopped heartbeating drops out after three of its heartbeats.
         """
         return await self.store.live_workers()
+
+    async def queue_history(self, name: str, *, minutes: int = 60) -> list[QueueSample]:
+        """A queue's last `minutes` closed minutes (1..1440), oldest first, one per minute:
+        started, completed, failed, retried and the pending depth, zeros where idle.
+
+        Rolled up from the event log once a minute by a running engine, so the newest minute
+        appears a few seconds after it ends.
+
+        Raises:
+            InvalidInputError: minutes out of range.
+            NotFoundError: no such queue.
+        """
+        if not isinstance(minutes, int) or not 1 <= minutes <= MAX_HISTORY_MINUTES:
+            raise InvalidInputError(f"minutes must be an integer from 1 to {MAX_HISTORY_MINUTES}")
+        await self.store.ensure_queues({w.queue_name for w in self.registry})
+        return await self.store.queue_history(name, minutes)
 
     # -- instances -------------------------------------------------------------------------------
 

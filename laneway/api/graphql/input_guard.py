@@ -54,7 +54,7 @@ from strawberry.extensions import SchemaExtension
 from laneway.api.graphql.arguments import parse_event_id
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
-from laneway.engine.engine import MAX_LIST_LIMIT
+from laneway.engine.engine import MAX_HISTORY_MINUTES, MAX_LIST_LIMIT
 from laneway.engine.requests import MAX_DELAY_MS, MAX_KEY_CHARS, PRIORITY_RANGE
 from laneway.errors import InvalidInputError
 
@@ -106,6 +106,7 @@ RULES: Mapping[str, Rule] = {
     "concurrency": Rule(low=1, high=MAX_CONCURRENCY),
     "delayMs": Rule(low=0, high=MAX_DELAY_MS),
     "ratePerMinute": Rule(low=0, high=MAX_RATE_PER_MINUTE, low_open=True),
+    "minutes": Rule(low=1, high=MAX_HISTORY_MINUTES),
 }
 
 

@@ -1,4 +1,5 @@
-"""Query resolvers: instances, event history, workflows, queues, schedules and live workers.
+"""Query resolvers: instances, event history, workflows, queues and their history, schedules
+and live workers.
 
 Owns LanewayQuery, the root fields a host's Query inherits, and one call into the engine or
 store per field. Every field needs read access (permissions.CanRead); arguments are parsed in
@@ -26,6 +27,7 @@ from laneway.api.graphql.arguments import (
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.types import (
     EntityLock,
+    QueueSample,
     QueueStats,
     Schedule,
     Worker,
@@ -97,6 +99,16 @@ async def resolve_queues(info: Info[Any, Any]) -> list[QueueStats]:
     ]
 
 
+async def resolve_queue_history(
+    info: Info[Any, Any], name: str, minutes: int | None = 60
+) -> list[QueueSample]:
+    """A queue's last `minutes` closed minutes (1..1440, null: 60), oldest first, one per
+    minute, zeros where idle."""
+    engine = laneway_of(info.context).services.engine
+    samples = await engine.queue_history(name, minutes=60 if minutes is None else minutes)
+    return [QueueSample.from_record(r) for r in samples]
+
+
 async def resolve_schedules(info: Info[Any, Any]) -> list[Schedule]:
     """Every schedule."""
     return [
@@ -128,6 +140,7 @@ class LanewayQuery:
     workflow_event_history: list[WorkflowEvent] = fields.query(resolve_workflow_event_history)
     workflows: list[WorkflowDefinitionInfo] = fields.query(resolve_workflows)
     queues: list[QueueStats] = fields.query(resolve_queues)
+    queue_history: list[QueueSample] = fields.query(resolve_queue_history)
     schedules: list[Schedule] = fields.query(resolve_schedules)
     entity_lock: EntityLock | None = fields.query(resolve_entity_lock)
     workers: list[Worker] = fields.query(resolve_workers)

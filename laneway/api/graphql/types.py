@@ -31,6 +31,9 @@ from laneway.model import (
     Status,
     WorkerRecord,
 )
+from laneway.model import (
+    QueueSample as QueueSampleRecord,
+)
 
 JSON = strawberry.scalars.JSON
 
@@ -285,6 +288,30 @@ class Worker:
             concurrency=record.concurrency,
             started_at=millis(record.started_at),
             last_seen_at=millis(record.last_seen_at),
+        )
+
+
+@strawberry.type
+class QueueSample:
+    """One minute of a queue's history; `at` is the start of the minute, `pending` the depth
+    as the minute closed, `retried` the failed attempts scheduled for an automatic retry."""
+
+    at: float
+    started: int
+    completed: int
+    failed: int
+    retried: int
+    pending: int
+
+    @classmethod
+    def from_record(cls, record: QueueSampleRecord) -> Self:
+        return cls(
+            at=millis(record.minute),
+            started=record.started,
+            completed=record.completed,
+            failed=record.failed,
+            retried=record.retried,
+            pending=record.pending,
         )
 
 

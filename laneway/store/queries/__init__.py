@@ -7,7 +7,8 @@ codec registered in pool.py. SQL is never built from input. The functions some s
 
 The areas: schema (the migration runner, the clock), queues, instances (reads and the API
 side's writes), leases (claims, leases, runner writes, retention), operations (template
-operations and entity locks), events, schedules, workers (the live process registry).
+operations and entity locks), events, schedules, workers (the live process registry),
+history_rollup (the per-minute queue history).
 """
 
 from laneway.store.queries.events import (
@@ -16,6 +17,10 @@ from laneway.store.queries.events import (
     INSTANCE_EVENTS_AFTER,
     LATEST_EVENT_ID,
     LATEST_INSTANCE_EVENTS,
+)
+from laneway.store.queries.history_rollup import (
+    QUEUE_HISTORY,
+    ROLL_UP_QUEUE_HISTORY,
 )
 from laneway.store.queries.instances import (
     CANCEL_INSTANCE,
@@ -117,6 +122,7 @@ __all__ = [
     "LOCK_MIGRATIONS",
     "NEXT_TOKEN_DUE",
     "PRUNE_FINISHED",
+    "QUEUE_HISTORY",
     "QUEUE_STATS",
     "RECORD_MIGRATION",
     "RECORD_OPERATION",
@@ -128,6 +134,7 @@ __all__ = [
     "RENEW_LEASES",
     "RESUME_INSTANCE",
     "RETRY_INSTANCE",
+    "ROLL_UP_QUEUE_HISTORY",
     "SCHEMA_VERSION",
     "SET_SCHEDULE_ENABLED",
     "UNLOCK_MIGRATIONS",
