@@ -3,7 +3,7 @@
 Owns how a Store method gets its connection (a bounded wait on the pool), the one Python call
 of the event append (queries.APPEND_EVENTS, which calls laneway.append_events), and the
 administrative connection for diagnostics. The areas' methods live in instances.py, leases.py,
-history.py and schedules.py; store.py composes them into Store.
+history.py, schedules.py, workers.py and queue_history.py; store.py composes them into Store.
 """
 
 import contextlib
