@@ -428,3 +428,83 @@ async def test_workers_panel_lists_live_processes_as_they_come_and_go(
         await expect(working).to_have_count(0)
         await expect(page.get_by_test_id("worker-row")).to_have_count(1)
         assert dashboard.problems == []
+
+
+QUEUE_HISTORY_MINUTES = """
+SELECT (extract(epoch FROM m.minute) * 1000)::bigint AS at, m.minute
+  FROM generate_series(1, $1::integer) AS k,
+       LATERAL (SELECT date_trunc('minute', now()) - k * interval '1 minute' AS minute) AS m
+ ORDER BY m.minute
+"""
+INSERT_HISTORY = """
+INSERT INTO laneway.queue_history (queue, minute, started, completed, failed)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (queue, minute) DO UPDATE
+   SET started = EXCLUDED.started, completed = EXCLUDED.completed, failed = EXCLUDED.failed
+"""
+
+
+async def test_queue_card_charts_the_last_hour_and_follows_new_history(
+    server: LiveServer, browser: Browser, admin: asyncpg.Connection
+) -> None:
+    # The last five closed minutes of queue hello, written as the roll-up would: the chart
+    # sums them and draws a bar per minute of the hour (zeros included).
+    minutes = await admin.fetch(QUEUE_HISTORY_MINUTES, 5)
+    written = {m["at"]: (10 * (i + 1), i % 2) for i, m in enumerate(minutes)}  # at: (done, failed)
+    for m in minutes:
+        completed, failed = written[m["at"]]
+        await admin.execute(INSERT_HISTORY, "hello", m["minute"], completed, completed, failed)
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        history_bodies: list[str] = []
+        page.on(
+            "request",
+            lambda request: (
+                history_bodies.append(request.post_data or "")
+                if "queueHistory" in (request.post_data or "")
+                else None
+            ),
+        )
+        card = page.locator('[data-testid="queue-card"][data-queue="hello"]')
+        chart = card.get_by_test_id("queue-history")
+        await expect(chart).to_have_attribute("aria-label", "last 60 min: 150 completed, 2 failed")
+        await expect(chart).to_have_attribute("role", "img")
+        await expect(card.get_by_test_id("queue-history-summary")).to_have_text(
+            "last 60 min: 150 completed, 2 failed"
+        )
+        bars = chart.get_by_test_id("history-minute")
+        await expect(bars).to_have_count(60)
+        drawn = await bars.evaluate_all(
+            "gs => gs.map(g => [Number(g.dataset.at), Number(g.dataset.completed),"
+            " Number(g.dataset.failed)])"
+        )
+        ats = [at for at, _, _ in drawn]
+        assert ats == sorted(ats)  # oldest first
+        assert len(set(ats)) == 60  # one per minute
+        assert {at: (done, failed) for at, done, failed in drawn if done or failed} == written
+        # Another queue's card has its own (empty) chart from the same request.
+        report = page.locator('[data-testid="queue-card"][data-queue="report"]')
+        await expect(report.get_by_test_id("queue-history")).to_have_attribute(
+            "aria-label", "last 60 min: 0 completed, 0 failed"
+        )
+
+        # A new minute rolled up; the page regaining focus re-fetches it without a reload.
+        newest = minutes[-1]
+        await admin.execute(INSERT_HISTORY, "hello", newest["minute"], 90, 90, 7)
+        await page.evaluate("window.sameDocument = true")
+        await page.evaluate("window.dispatchEvent(new Event('focus'))")
+        await expect(chart).to_have_attribute("aria-label", "last 60 min: 190 completed, 9 failed")
+        bar = chart.locator(f'[data-testid="history-minute"][data-at="{newest["at"]}"]')
+        await expect(bar).to_have_attribute("data-completed", "90")
+        await expect(bar).to_have_attribute("data-failed", "7")
+        await expect(bar.locator("title")).to_contain_text("90 completed, 7 failed")
+        assert await page.evaluate("window.sameDocument") is True
+        # Bounded: each refresh is one request that covers every queue card at once.
+        queues = await page.get_by_test_id("queue-card").evaluate_all(
+            "cards => cards.map(c => c.dataset.queue)"
+        )
+        assert history_bodies
+        for body in history_bodies:
+            variables = json.loads(body)["variables"]
+            assert sorted(variables.values()) == sorted(queues)
+        assert dashboard.problems == []
