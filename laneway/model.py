@@ -149,13 +149,19 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRecord:
-    """A queue's settings and its instance counts per status."""
+    """A queue's settings and its instance counts per status.
+
+    `settings_source` says where `concurrency` and `rate_per_minute` came from: "default"
+    (nobody set them), "code" (a template's queue_settings, applied at engine start) or
+    "operator" (configure_queue; code never overrides those).
+    """
 
     name: str
     concurrency: int
     rate_per_minute: float | None
     paused: bool
     counts: dict[Status, int]
+    settings_source: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -135,6 +135,9 @@ class Engine:
         """Create or change a queue: at most `concurrency` running at once across all processes,
         and at most `rate_per_minute` starts per minute (token bucket; None: no rate cap).
 
+        These are an operator's settings (settings_source "operator"): a template's
+        queue_settings, applied at every engine start, never override them again.
+
         Raises:
             InvalidInputError: a bad name, concurrency < 1, or a rate that is not positive.
         """
@@ -441,14 +444,14 @@ class Engine:
             self._started = False
 
     async def _prepare_queues(self) -> None:
+        """Create the registered queues; a template's queue_settings are code's defaults,
+        written only where no operator has set the queue's caps (one statement each)."""
         await self.store.ensure_queues({w.queue_name for w in self.registry})
         for workflow in self.registry:
             settings = getattr(getattr(workflow, "template", None), "queue_settings", None)
-            if settings is not None:  # a template declares its queue's caps
-                await self.configure_queue(
-                    workflow.queue_name,
-                    concurrency=settings.concurrency,
-                    rate_per_minute=settings.rate_per_minute,
+            if settings is not None:  # a template declares its queue's caps (validated there)
+                await self.store.apply_code_queue_settings(
+                    workflow.queue_name, settings.concurrency, settings.rate_per_minute
                 )
 
     @contextlib.asynccontextmanager

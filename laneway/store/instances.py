@@ -58,13 +58,25 @@ class InstanceStore(StoreBase):
     async def configure_queue(
         self, name: str, concurrency: int, rate_per_minute: float | None
     ) -> QueueRecord:
-        """Create or change a queue's caps."""
+        """Create or change a queue's caps as an operator's: code never overrides them again."""
         async with self._acquire() as conn, conn.transaction():
             await conn.execute(queries.CONFIGURE_QUEUE, name, concurrency, rate_per_minute)
             self._known_queues.add(name)
             row = await conn.fetchrow(queries.QUEUE_STATS, name)
         assert row is not None
         return queue_from_row(row)
+
+    async def apply_code_queue_settings(
+        self, name: str, concurrency: int, rate_per_minute: float | None
+    ) -> bool:
+        """Write code's default caps for a queue unless an operator has set its caps; True
+        if they were written (a new queue, or new values over defaults or older code's)."""
+        async with self._acquire() as conn:
+            status = await conn.execute(
+                queries.APPLY_CODE_QUEUE_SETTINGS, name, concurrency, rate_per_minute
+            )
+        self._known_queues.add(name)
+        return status != "INSERT 0 0"
 
     async def queues(self, name: str | None = None) -> list[QueueRecord]:
         """Queues with their settings and instance counts per status."""

@@ -136,6 +136,7 @@ def queue_from_row(row: Row) -> QueueRecord:
         rate_per_minute=row["rate_per_minute"],
         paused=row["paused"],
         counts={Status(status): int(n) for status, n in (row["counts"] or {}).items()},
+        settings_source=row["settings_source"],
     )
 
 

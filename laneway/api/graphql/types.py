@@ -242,6 +242,15 @@ class QueueStats:
     rate_per_minute: float | None
     paused: bool
     counts: StatusCounts
+    settings_source: str = strawberry.field(
+        description=(
+            'Where concurrency and ratePerMinute came from: "default" (nobody set them), '
+            '"code" (a template\'s queue settings, applied at engine start while no operator '
+            'has set them; a changed code default is applied at the next start) or "operator" '
+            "(configureQueue: code never overrides it; there is no way back to code's "
+            "defaults yet)."
+        )
+    )
 
     @classmethod
     def from_record(cls, record: QueueRecord) -> Self:
@@ -251,6 +260,7 @@ class QueueStats:
             concurrency=record.concurrency,
             rate_per_minute=record.rate_per_minute,
             paused=record.paused,
+            settings_source=record.settings_source,
             counts=StatusCounts(
                 pending=count(Status.PENDING, 0),
                 running=count(Status.RUNNING, 0),

@@ -57,6 +57,7 @@ from laneway.store.queries.operations import (
     RELEASE_LOCK,
 )
 from laneway.store.queries.queues import (
+    APPLY_CODE_QUEUE_SETTINGS,
     CONFIGURE_QUEUE,
     ENSURE_QUEUE,
     QUEUE_STATS,
@@ -90,6 +91,7 @@ __all__ = [
     "ADVANCE_SCHEDULE",
     "APPEND_EVENTS",
     "APPLIED_MIGRATIONS",
+    "APPLY_CODE_QUEUE_SETTINGS",
     "CANCEL_INSTANCE",
     "CLAIM",
     "CONFIGURE_QUEUE",

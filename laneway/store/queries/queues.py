@@ -1,4 +1,5 @@
-"""Queue statements: created on first use, caps and token buckets set, counts read.
+"""Queue statements: created on first use, caps set (by an operator, or as code's defaults)
+with their token buckets, counts read.
 
 See laneway/store/queries/__init__.py for how statements are written.
 """
@@ -13,20 +14,46 @@ VALUES ($1, 1)
 ON CONFLICT (name) DO NOTHING
 """
 
+# An operator's settings (configureQueue, Engine.configure_queue): always written, and from
+# then on code never overrides them (settings_source 'operator', migration 0014).
 # $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
 CONFIGURE_QUEUE = """
-INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at)
-VALUES ($1, $2, $3::double precision, GREATEST(COALESCE($3::double precision / 60.0, 1), 1), now())
+INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at, settings_source)
+VALUES ($1, $2, $3::double precision, GREATEST(COALESCE($3::double precision / 60.0, 1), 1), now(),
+        'operator')
 ON CONFLICT (name) DO UPDATE
    SET concurrency = EXCLUDED.concurrency,
        rate_per_minute = EXCLUDED.rate_per_minute,
        tokens = LEAST(laneway.queues.tokens, EXCLUDED.tokens),
+       settings_source = 'operator',
        updated_at = now()
+"""
+
+# A template's queue_settings, written at engine start: code declares defaults. One statement,
+# so two starting engines cannot read-then-write past each other: the row lock of ON CONFLICT
+# re-checks the WHERE on the newest row, so an operator's settings are never overwritten and
+# each write sets both caps together (the last start's pair wins, never a mix). Unchanged
+# settings from code are not rewritten (the bucket and updated_at stay as they are).
+# $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
+APPLY_CODE_QUEUE_SETTINGS = """
+INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at, settings_source)
+VALUES ($1, $2, $3::double precision, GREATEST(COALESCE($3::double precision / 60.0, 1), 1), now(),
+        'code')
+ON CONFLICT (name) DO UPDATE
+   SET concurrency = EXCLUDED.concurrency,
+       rate_per_minute = EXCLUDED.rate_per_minute,
+       tokens = LEAST(laneway.queues.tokens, EXCLUDED.tokens),
+       settings_source = 'code',
+       updated_at = now()
+ WHERE laneway.queues.settings_source = 'default'
+    OR (laneway.queues.settings_source = 'code'
+        AND (laneway.queues.concurrency, laneway.queues.rate_per_minute)
+            IS DISTINCT FROM (EXCLUDED.concurrency, EXCLUDED.rate_per_minute))
 """
 
 # $1 queue name (NULL: every queue)
 QUEUE_STATS = """
-SELECT q.name, q.concurrency, q.rate_per_minute, q.paused,
+SELECT q.name, q.concurrency, q.rate_per_minute, q.paused, q.settings_source,
        COALESCE(
            (SELECT jsonb_object_agg(c.status, c.n)
               FROM (SELECT i.status, count(*) AS n
