@@ -21,6 +21,7 @@ from laneway.model import (
     ScheduleRecord,
     Status,
     Transition,
+    WorkerRecord,
 )
 
 Row = asyncpg.Record
@@ -177,4 +178,19 @@ def lock_from_row(row: Row) -> LockRecord:
         owner_instance=row["owner_instance"],
         fencing_token=row["fencing_token"],
         expires_at=row["expires_at"],
+    )
+
+
+def worker_from_row(row: Row) -> WorkerRecord:
+    return WorkerRecord(
+        owner_id=row["owner_id"],
+        role=row["role"],
+        host=row["host"],
+        pid=row["pid"],
+        workflows=tuple(row["workflows"]),
+        running=row["running"],
+        concurrency=row["concurrency"],
+        heartbeat_seconds=row["heartbeat_seconds"],
+        started_at=row["started_at"],
+        last_seen_at=row["last_seen_at"],
     )

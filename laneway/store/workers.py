@@ -1,8 +1,7 @@
 """The Store's worker area: the registry of live processes that run an engine.
 
 Owns the rows of laneway.workers: each engine's heartbeat (which also deletes the rows of
-processes that stopped heartbeating), its removal at a clean stop, and the live list. Decoding
-a row is here too, as no other area returns one.
+processes that stopped heartbeating), its removal at a clean stop, and the live list.
 """
 
 from collections.abc import Sequence
@@ -10,22 +9,7 @@ from collections.abc import Sequence
 from laneway.model import WorkerRecord
 from laneway.store import queries
 from laneway.store.base import StoreBase
-from laneway.store.rows import Row
-
-
-def worker_from_row(row: Row) -> WorkerRecord:
-    return WorkerRecord(
-        owner_id=row["owner_id"],
-        role=row["role"],
-        host=row["host"],
-        pid=row["pid"],
-        workflows=tuple(row["workflows"]),
-        running=row["running"],
-        concurrency=row["concurrency"],
-        heartbeat_seconds=row["heartbeat_seconds"],
-        started_at=row["started_at"],
-        last_seen_at=row["last_seen_at"],
-    )
+from laneway.store.rows import worker_from_row
 
 
 class WorkerStore(StoreBase):

@@ -14,20 +14,25 @@ VALUES ($1, 1)
 ON CONFLICT (name) DO NOTHING
 """
 
-# An operator's settings (configureQueue, Engine.configure_queue): always written, and from
-# then on code never overrides them (settings_source 'operator', migration 0014).
-# $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
-CONFIGURE_QUEUE = """
+# A queue's caps written with their source: the row is created when missing (its bucket full,
+# at most one second's worth or one token) or updated, the bucket never growing past the new
+# cap. `{source}` and `{only_if}` are constants below, never input.
+_WRITE_QUEUE_SETTINGS = """
 INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at, settings_source)
 VALUES ($1, $2, $3::double precision, GREATEST(COALESCE($3::double precision / 60.0, 1), 1), now(),
-        'operator')
+        '{source}')
 ON CONFLICT (name) DO UPDATE
    SET concurrency = EXCLUDED.concurrency,
        rate_per_minute = EXCLUDED.rate_per_minute,
        tokens = LEAST(laneway.queues.tokens, EXCLUDED.tokens),
-       settings_source = 'operator',
+       settings_source = '{source}',
        updated_at = now()
-"""
+{only_if}"""
+
+# An operator's settings (configureQueue, Engine.configure_queue): always written, and from
+# then on code never overrides them (settings_source 'operator', migration 0014).
+# $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
+CONFIGURE_QUEUE = _WRITE_QUEUE_SETTINGS.format(source="operator", only_if="")
 
 # A template's queue_settings, written at engine start: code declares defaults. One statement,
 # so two starting engines cannot read-then-write past each other: the row lock of ON CONFLICT
@@ -35,21 +40,14 @@ ON CONFLICT (name) DO UPDATE
 # each write sets both caps together (the last start's pair wins, never a mix). Unchanged
 # settings from code are not rewritten (the bucket and updated_at stay as they are).
 # $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
-APPLY_CODE_QUEUE_SETTINGS = """
-INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at, settings_source)
-VALUES ($1, $2, $3::double precision, GREATEST(COALESCE($3::double precision / 60.0, 1), 1), now(),
-        'code')
-ON CONFLICT (name) DO UPDATE
-   SET concurrency = EXCLUDED.concurrency,
-       rate_per_minute = EXCLUDED.rate_per_minute,
-       tokens = LEAST(laneway.queues.tokens, EXCLUDED.tokens),
-       settings_source = 'code',
-       updated_at = now()
- WHERE laneway.queues.settings_source = 'default'
+APPLY_CODE_QUEUE_SETTINGS = _WRITE_QUEUE_SETTINGS.format(
+    source="code",
+    only_if=""" WHERE laneway.queues.settings_source = 'default'
     OR (laneway.queues.settings_source = 'code'
         AND (laneway.queues.concurrency, laneway.queues.rate_per_minute)
             IS DISTINCT FROM (EXCLUDED.concurrency, EXCLUDED.rate_per_minute))
-"""
+""",
+)
 
 # $1 queue name (NULL: every queue)
 QUEUE_STATS = """
