@@ -341,9 +341,7 @@ async def test_half_open_listener_is_replaced_when_the_heartbeat_times_out(
         received += await take(stream, 5, within=3.0)
         # The rows may already have come on a doorbell of the first writes that was still on
         # its way: the reconnect is awaited, not assumed to have come first.
-        async with asyncio.timeout(3.0):
-            while hub.reconnect_count == 0:
-                await asyncio.sleep(0.02)
+        await until(lambda: hub.reconnect_count > 0, within=3.0)
         assert hub.reconnect_count == 1
         assert hub.is_connected
     assert ids_of(received) == await table_ids(store)
