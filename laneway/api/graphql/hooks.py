@@ -93,7 +93,7 @@ class GeneratorHooks:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool:
-        return self._leave(exc_type, exc, traceback)
+        return self.__exit__(exc_type, exc, traceback)
 
     def _leave(
         self,

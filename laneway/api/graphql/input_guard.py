@@ -156,10 +156,19 @@ def _number_literal(node: IntValueNode | FloatValueNode, rule: Rule) -> None:
         _number(float(text), rule)  # a huge integer literal becomes inf: out of range
 
 
-def _json(value: object, depth: int) -> None:
-    """Every string and key of a JSON value (or of any scalar but String, ID, Int, Float)."""
+def _nesting(depth: int) -> None:
+    """Refuse a list, input object or JSON value nested deeper than JSON bodies may be.
+
+    Raises:
+        _RefusedError: deeper than MAX_JSON_DEPTH.
+    """
     if depth > MAX_JSON_DEPTH:
         raise _RefusedError(f"is nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+def _json(value: object, depth: int) -> None:
+    """Every string and key of a JSON value (or of any scalar but String, ID, Int, Float)."""
+    _nesting(depth)
     if isinstance(value, str):
         _text(value, None)
     elif isinstance(value, dict):
@@ -262,14 +271,12 @@ class _Walk:
         if isinstance(type_, GraphQLNonNull):
             type_ = type_.of_type
         if isinstance(type_, GraphQLList):
-            if depth > MAX_JSON_DEPTH:
-                raise _RefusedError(f"is nested deeper than {MAX_JSON_DEPTH} levels")
+            _nesting(depth)
             items = node.values if isinstance(node, ListValueNode) else (node,)
             for item in items:
                 self.value(item, type_.of_type, rule, depth + 1)
         elif isinstance(type_, GraphQLInputObjectType):
-            if depth > MAX_JSON_DEPTH:
-                raise _RefusedError(f"is nested deeper than {MAX_JSON_DEPTH} levels")
+            _nesting(depth)
             if isinstance(node, ObjectValueNode):
                 for field in node.fields:
                     definition = type_.fields.get(field.name.value)
@@ -288,8 +295,7 @@ class _Walk:
     def json_literal(self, node: ValueNode, depth: int) -> None:
         """A JSON literal (or one of any scalar but String, ID, Int, Float), whose variables
         the scalar reads where they stand."""
-        if depth > MAX_JSON_DEPTH:
-            raise _RefusedError(f"is nested deeper than {MAX_JSON_DEPTH} levels")
+        _nesting(depth)
         if isinstance(node, StringValueNode):
             _text(node.value, None)
         elif isinstance(node, ListValueNode):
@@ -312,14 +318,12 @@ class _Walk:
         if isinstance(type_, GraphQLNonNull):
             type_ = type_.of_type
         if isinstance(type_, GraphQLList):
-            if depth > MAX_JSON_DEPTH:
-                raise _RefusedError(f"is nested deeper than {MAX_JSON_DEPTH} levels")
+            _nesting(depth)
             items = value if isinstance(value, list) else (value,)
             for item in items:
                 self.raw(item, type_.of_type, rule, depth + 1)
         elif isinstance(type_, GraphQLInputObjectType):
-            if depth > MAX_JSON_DEPTH:
-                raise _RefusedError(f"is nested deeper than {MAX_JSON_DEPTH} levels")
+            _nesting(depth)
             if isinstance(value, dict):
                 for key, item in value.items():
                     definition = type_.fields.get(key)
