@@ -32,7 +32,7 @@ from laneway.store.migrate import migrations
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from laneway.api.graphql.types import WorkflowEvent, WorkflowInstanceStatus
+    from laneway.api.graphql.types import WaitingReason, WorkflowEvent, WorkflowInstanceStatus
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
-def graphql_shape(value: "WorkflowInstanceStatus | WorkflowEvent") -> dict[str, Any]:
+def graphql_shape(
+    value: "WorkflowInstanceStatus | WorkflowEvent | WaitingReason",
+) -> dict[str, Any]:
     """A GraphQL object as JSON, with the schema's field names (plain fields only)."""
     from strawberry.schema.name_converter import NameConverter
     from strawberry.types.base import get_object_definition
@@ -172,14 +174,17 @@ async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
             delay_ms=args.delay_ms,
             idempotency_key=args.idempotency_key,
             singleton_key=args.singleton_key,
+            concurrency_key=args.concurrency_key,
         )
     _print_json({"instanceID": str(result.instance_id), "created": result.created})
     return EXIT_OK
 
 
 async def status(args: argparse.Namespace, settings: Settings) -> int:
-    """Print one instance as JSON (the fields of WorkflowInstanceStatus); 1 when unknown."""
-    from laneway.api.graphql.types import WorkflowInstanceStatus
+    """Print one instance as JSON (the fields of WorkflowInstanceStatus, with its
+    waitingReason: why it is not running, null while running and once terminal); 1 when
+    unknown."""
+    from laneway.api.graphql.types import WaitingReason, WorkflowInstanceStatus
 
     try:
         instance_id = UUID(args.instance_id)
@@ -187,9 +192,15 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(f"not an instance id: {args.instance_id!r}")
     async with open_services(settings, role="cli") as services:
         record = await services.engine.get(instance_id)
+        reasons = await services.store.waiting_reasons([instance_id]) if record else {}
     if record is None:
         return _fail(f"no instance {instance_id}", EXIT_FAILED)
-    _print_json(graphql_shape(WorkflowInstanceStatus.from_record(record)))
+    shape = graphql_shape(WorkflowInstanceStatus.from_record(record))
+    reason = reasons.get(instance_id)
+    shape["waitingReason"] = (
+        graphql_shape(WaitingReason.from_record(reason)) if reason is not None else None
+    )
+    _print_json(shape)
     return EXIT_OK
 
 
@@ -253,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--idempotency-key")
     p.add_argument("--singleton-key")
+    p.add_argument("--concurrency-key", help="caps per key and fair turns (configureQueue)")
     p.set_defaults(run=enqueue)
 
     p = commands.add_parser("status", help="print an instance as JSON")

@@ -75,10 +75,25 @@ class InstanceRecord:
     checkpoint: str | None
     progress: float | None
     message: str | None
+    concurrency_key: str | None = None
 
     @property
     def is_terminal(self) -> bool:
         return self.status.is_terminal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitingReason:
+    """Why an instance that is pending or paused is not running (store.waiting_reasons).
+
+    `code` is one of READY, DELAYED, RETRY_BACKOFF, QUEUE_FULL, RATE_LIMITED, KEY_FULL,
+    KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER, AWAITING_REVIEW; `message` says it in one line
+    for a person; `until` is when it may next become claimable, where known.
+    """
+
+    code: str
+    message: str
+    until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +177,8 @@ class QueueRecord:
     paused: bool
     counts: dict[Status, int]
     settings_source: str
+    key_concurrency: int | None = None  # cap per concurrency key (None: none)
+    key_rate_per_minute: float | None = None  # starts per minute per key (None: none)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,6 +257,7 @@ class NewInstance:
     idempotency_key: str | None = None
     singleton_key: str | None = None
     parent_id: UUID | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

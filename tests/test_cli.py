@@ -74,6 +74,38 @@ async def test_enqueue_then_status_prints_json(database_url: str) -> None:
     )
     assert isinstance(status["createdAt"], float)
     assert "state" not in status
+    # Nothing runs `hello` (no live worker registered it): the reason says so.
+    assert status["waitingReason"]["code"] == "NO_WORKER"
+    assert "'hello'" in status["waitingReason"]["message"]
+    assert status["waitingReason"]["until"] is None
+    assert status["concurrencyKey"] is None
+
+
+async def test_status_prints_the_waiting_reason_of_a_delayed_keyed_instance(
+    database_url: str,
+) -> None:
+    env = environment(database_url)
+    code, out, err = await laneway(
+        "enqueue",
+        "hello",
+        "--params",
+        '{"name": "K"}',
+        "--delay-ms",
+        "60000",
+        "--concurrency-key",
+        "t-7",
+        env=env,
+    )
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    code, out, err = await laneway("status", instance_id, env=env)
+    assert code == 0, err
+    status = json.loads(out)
+    assert status["concurrencyKey"] == "t-7"
+    reason = status["waitingReason"]
+    assert reason["code"] == "DELAYED"
+    assert reason["until"] == status["runAfter"]
+    assert reason["message"].startswith("delayed until 20")
 
 
 async def test_bad_input_exits_2_and_unknown_instance_exits_1(database_url: str) -> None:

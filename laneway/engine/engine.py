@@ -23,7 +23,7 @@ from laneway.engine.locks import EntityLocks
 from laneway.engine.payloads import encode_json
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import new_instance, scheduled_instance
+from laneway.engine.requests import check_cap, check_rate, new_instance, scheduled_instance
 from laneway.engine.schedules import parse_recurrence
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
 from laneway.model import (
@@ -130,23 +130,34 @@ class Engine:
     # -- queues ----------------------------------------------------------------------------------
 
     async def configure_queue(
-        self, name: str, *, concurrency: int, rate_per_minute: float | None = None
+        self,
+        name: str,
+        *,
+        concurrency: int,
+        rate_per_minute: float | None = None,
+        key_concurrency: int | None = None,
+        key_rate_per_minute: float | None = None,
     ) -> QueueRecord:
         """Create or change a queue: at most `concurrency` running at once across all processes,
-        and at most `rate_per_minute` starts per minute (token bucket; None: no rate cap).
+        and at most `rate_per_minute` starts per minute (token bucket; None: no rate cap); and
+        per concurrency key, at most `key_concurrency` running and `key_rate_per_minute`
+        starts per minute (None: no cap per key). Within a priority, keys take turns.
 
         These are an operator's settings (settings_source "operator"): a template's
         queue_settings, applied at every engine start, never override them again.
 
         Raises:
-            InvalidInputError: a bad name, concurrency < 1, or a rate that is not positive.
+            InvalidInputError: a bad name, a concurrency below 1, or a rate that is not positive.
         """
         check_name(name, "queue name")
-        if not isinstance(concurrency, int) or not 1 <= concurrency <= 1_000_000:
-            raise InvalidInputError("concurrency must be an integer from 1 to 1000000")
-        if rate_per_minute is not None and not 0 < rate_per_minute <= 1e9:
-            raise InvalidInputError("ratePerMinute must be positive (or null for no limit)")
-        return await self.store.configure_queue(name, concurrency, rate_per_minute)
+        check_cap(concurrency, "concurrency")
+        check_rate(rate_per_minute, "ratePerMinute")
+        if key_concurrency is not None:
+            check_cap(key_concurrency, "keyConcurrency")
+        check_rate(key_rate_per_minute, "keyRatePerMinute")
+        return await self.store.configure_queue(
+            name, concurrency, rate_per_minute, key_concurrency, key_rate_per_minute
+        )
 
     async def queues(self) -> list[QueueRecord]:
         """Every queue with its caps and counts per status; registered ones exist even if idle."""
@@ -193,12 +204,15 @@ class Engine:
         idempotency_key: str | None = None,
         singleton_key: str | None = None,
         parent_id: UUID | None = None,
+        concurrency_key: str | None = None,
     ) -> EnqueueResult:
         """Create an instance of workflow `name`, or return the one its keys already name.
 
         Higher `priority` runs first; `delay_ms` holds it back on the database clock. A
         second enqueue with the same `idempotency_key` returns the first instance; with a
-        `singleton_key`, at most one instance per (workflow, key) is not yet terminal.
+        `singleton_key`, at most one instance per (workflow, key) is not yet terminal. A
+        `concurrency_key` (a tenant, say) puts it under its queue's caps per key, and keys
+        take turns for the queue's slots.
 
         Raises:
             InvalidInputError: unknown workflow, params rejected, a bad key, delay or queue.
@@ -213,6 +227,7 @@ class Engine:
                 idempotency_key=idempotency_key,
                 singleton_key=singleton_key,
                 parent_id=parent_id,
+                concurrency_key=concurrency_key,
             )
         )
         result = await self.store.enqueue(new)

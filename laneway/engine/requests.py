@@ -41,10 +41,11 @@ class EnqueueRequest:
     idempotency_key: str | None = None
     singleton_key: str | None = None
     parent_id: UUID | None = None
+    concurrency_key: str | None = None
 
 
 def check_key(value: str | None, what: str) -> str | None:
-    """`value` if it is a usable idempotency or singleton key (None stays None)."""
+    """`value` if it is a usable idempotency, singleton or concurrency key (None stays None)."""
     if value is None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
@@ -52,6 +53,18 @@ def check_key(value: str | None, what: str) -> str | None:
     if "\x00" in value:
         raise InvalidInputError(f"{what} must not contain NUL characters")
     return value
+
+
+def check_cap(value: object, what: str) -> None:
+    """Refuses a cap (a concurrency) that is not an integer from 1 to 1,000,000."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+        raise InvalidInputError(f"{what} must be an integer from 1 to 1000000")
+
+
+def check_rate(value: float | None, what: str) -> None:
+    """Refuses a rate per minute that is not positive (None: no limit)."""
+    if value is not None and not 0 < value <= 1e9:  # also refuses NaN
+        raise InvalidInputError(f"{what} must be positive (or null for no limit)")
 
 
 def new_instance(workflow: Workflow, request: EnqueueRequest) -> NewInstance:
@@ -85,6 +98,7 @@ def new_instance(workflow: Workflow, request: EnqueueRequest) -> NewInstance:
         idempotency_key=check_key(request.idempotency_key, "idempotencyKey"),
         singleton_key=check_key(request.singleton_key, "singletonKey"),
         parent_id=request.parent_id,
+        concurrency_key=check_key(request.concurrency_key, "concurrencyKey"),
     )
 
 

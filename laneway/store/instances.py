@@ -18,6 +18,7 @@ from laneway.model import (
     NewEvent,
     NewInstance,
     QueueRecord,
+    WaitingReason,
 )
 from laneway.store import queries
 from laneway.store.base import EVENTS_LOCK_KEY, StoreBase
@@ -26,6 +27,7 @@ from laneway.store.rows import (
     instance_from_row,
     new_instance_record,
     queue_from_row,
+    waiting_reason_from_row,
 )
 
 
@@ -56,11 +58,23 @@ class InstanceStore(StoreBase):
                 await self._ensure_queue(conn, name)
 
     async def configure_queue(
-        self, name: str, concurrency: int, rate_per_minute: float | None
+        self,
+        name: str,
+        concurrency: int,
+        rate_per_minute: float | None,
+        key_concurrency: int | None = None,
+        key_rate_per_minute: float | None = None,
     ) -> QueueRecord:
         """Create or change a queue's caps as an operator's: code never overrides them again."""
         async with self._acquire() as conn, conn.transaction():
-            await conn.execute(queries.CONFIGURE_QUEUE, name, concurrency, rate_per_minute)
+            await conn.execute(
+                queries.CONFIGURE_QUEUE,
+                name,
+                concurrency,
+                rate_per_minute,
+                key_concurrency,
+                key_rate_per_minute,
+            )
             self._known_queues.add(name)
             row = await conn.fetchrow(queries.QUEUE_STATS, name)
         assert row is not None
@@ -90,6 +104,13 @@ class InstanceStore(StoreBase):
             row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
         return instance_from_row(row) if row else None
 
+    async def waiting_reasons(self, instance_ids: Sequence[UUID]) -> dict[UUID, WaitingReason]:
+        """Why each of these instances is not running, in one statement: the pending and paused
+        ones only (running, terminal and unknown ids are not in the result)."""
+        async with self._acquire() as conn:
+            rows = await conn.fetch(queries.WAITING_REASONS, list(instance_ids))
+        return {row["instance_id"]: waiting_reason_from_row(row) for row in rows}
+
     async def list_instances(
         self, where: InstanceFilter, *, limit: int, offset: int, summaries: bool = False
     ) -> list[InstanceRecord]:
@@ -118,7 +139,11 @@ class InstanceStore(StoreBase):
 
     async def enqueue(self, new: NewInstance) -> EnqueueResult:
         """Insert an instance with its `enqueued` event, or return the one its keys name."""
-        if new.idempotency_key is not None or new.singleton_key is not None:
+        if (
+            new.idempotency_key is not None
+            or new.singleton_key is not None
+            or new.concurrency_key is not None
+        ):
             (result,) = await self.enqueue_many([new])
             return result
         # Without keys it can only conflict on its fresh id: one insert, nothing to look up.
@@ -164,7 +189,7 @@ class InstanceStore(StoreBase):
 
     async def _insert(self, conn: Conn, todo: Sequence[NewInstance]) -> list[InstanceRecord]:
         """Insert the instances with their events; those whose keys conflict are left out."""
-        if len(todo) == 1:
+        if len(todo) == 1 and todo[0].concurrency_key is None:
             new = todo[0]
             keyed = new.idempotency_key is not None or new.singleton_key is not None
             row = await conn.fetchrow(
@@ -197,6 +222,7 @@ class InstanceStore(StoreBase):
             [n.singleton_key for n in todo],
             [n.parent_id for n in todo],
             EVENTS_LOCK_KEY,
+            [n.concurrency_key for n in todo],
         )
         inserted = {new.instance_id: new for new in todo}
         return [new_instance_record(inserted[row["instance_id"]], row) for row in rows]

@@ -7,6 +7,7 @@ enqueued from what was inserted and the few columns the database filled in.
 
 import dataclasses
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -21,6 +22,7 @@ from laneway.model import (
     ScheduleRecord,
     Status,
     Transition,
+    WaitingReason,
     WorkerRecord,
 )
 
@@ -29,7 +31,7 @@ Conn = asyncpg.Connection
 
 
 # instance_from_row fills an InstanceRecord's slots itself: the frozen dataclass's __init__ sets
-# each of its 27 fields through object.__setattr__, 4 us a row, a tenth of the server CPU of a
+# each of its 28 fields through object.__setattr__, 4 us a row, a tenth of the server CPU of a
 # 50-row workflowInstances page (and paid by every claim). Every field is set from the column of
 # its name (a missing one is a KeyError), with the two conversions below; tests/store/test_rows.py
 # compares the record with the one __init__ builds. InstanceRecord has no __post_init__ to skip.
@@ -97,6 +99,7 @@ def new_instance_record(new: NewInstance, row: Row) -> InstanceRecord:
         checkpoint=None,
         progress=None,
         message=None,
+        concurrency_key=new.concurrency_key,
     )
 
 
@@ -138,6 +141,8 @@ def queue_from_row(row: Row) -> QueueRecord:
         paused=row["paused"],
         counts={Status(status): int(n) for status, n in (row["counts"] or {}).items()},
         settings_source=row["settings_source"],
+        key_concurrency=row["key_concurrency"],
+        key_rate_per_minute=row["key_rate_per_minute"],
     )
 
 
@@ -194,3 +199,52 @@ def worker_from_row(row: Row) -> WorkerRecord:
         started_at=row["started_at"],
         last_seen_at=row["last_seen_at"],
     )
+
+
+def waiting_reason_from_row(row: Row) -> WaitingReason:
+    """The reason of a WAITING_REASONS row, with its one-line message."""
+    code: str = row["code"]
+    until: datetime | None = row["until"]
+    return WaitingReason(code=code, message=_WAITING_MESSAGES[code](row, until), until=until)
+
+
+def _at(moment: datetime | None) -> str:
+    return (
+        "an unknown time"
+        if moment is None
+        else moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def _key(row: Row) -> str:
+    return f"key {row['concurrency_key']!r} of queue {row['queue']!r}"
+
+
+_WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
+    "READY": lambda row, _: f"ready: queue {row['queue']!r} has room, it starts at the next claim",
+    "DELAYED": lambda _, until: f"delayed until {_at(until)}",
+    "RETRY_BACKOFF": lambda row, until: (
+        f"attempt {row['attempts']} failed; the next attempt waits until {_at(until)}"
+    ),
+    "NO_WORKER": lambda row, _: f"no live worker has workflow {row['name']!r} registered",
+    "QUEUE_PAUSED": lambda row, _: f"queue {row['queue']!r} is paused",
+    "QUEUE_FULL": lambda row, _: (
+        f"queue {row['queue']!r} is full: {row['running']} of {row['concurrency']} running"
+    ),
+    "RATE_LIMITED": lambda row, until: (
+        f"queue {row['queue']!r} is rate-limited to {row['rate_per_minute']:g}/min: "
+        f"the next token is due at {_at(until)}"
+    ),
+    "KEY_FULL": lambda row, _: (
+        f"{_key(row)} is full: {row['key_running']} of {row['key_concurrency']} running"
+    ),
+    "KEY_RATE_LIMITED": lambda row, until: (
+        f"{_key(row)} is rate-limited to {row['key_rate_per_minute']:g}/min: "
+        f"the next token is due at {_at(until)}"
+    ),
+    "AWAITING_REVIEW": lambda row, _: (
+        f"paused at checkpoint {row['checkpoint']!r}: waiting to be resumed"
+        if row["checkpoint"]
+        else "paused: waiting to be resumed"
+    ),
+}

@@ -19,7 +19,7 @@ from strawberry.dataloader import DataLoader
 
 from laneway.api.auth import BearerTokens, Permission
 from laneway.config import Settings
-from laneway.model import OperationRecord
+from laneway.model import OperationRecord, WaitingReason
 from laneway.services import Services
 
 CONTEXT_KEY = "laneway"
@@ -41,6 +41,7 @@ class LanewayContext:
     authorization: str | None = None  # an HTTP request's Authorization header
     connection_params: dict[str, object] | None = None
     _operations: DataLoader[UUID, list[OperationRecord]] | None = field(default=None, init=False)
+    _waiting: DataLoader[UUID, WaitingReason | None] | None = field(default=None, init=False)
 
     @property
     def operations(self) -> DataLoader[UUID, list[OperationRecord]]:
@@ -49,6 +50,14 @@ class LanewayContext:
         if self._operations is None:
             self._operations = operations_loader(self.services)
         return self._operations
+
+    @property
+    def waiting_reasons(self) -> DataLoader[UUID, WaitingReason | None]:
+        """The waiting-reasons loader, built when a response first selects `waitingReason`:
+        a page's reasons come from one query. Uncached, as the operations loader."""
+        if self._waiting is None:
+            self._waiting = waiting_reasons_loader(self.services)
+        return self._waiting
 
     @property
     def settings(self) -> Settings:
@@ -65,6 +74,17 @@ def operations_loader(services: Services) -> DataLoader[UUID, list[OperationReco
     async def load(instance_ids: Sequence[UUID]) -> list[list[OperationRecord]]:
         found = await services.store.operations_of(instance_ids)
         return [found[instance_id] for instance_id in instance_ids]
+
+    return DataLoader(load_fn=load, cache=False)
+
+
+def waiting_reasons_loader(services: Services) -> DataLoader[UUID, WaitingReason | None]:
+    """Batches the `waitingReason` of every instance in one response into one query (None
+    for an instance that has none: it started or ended meanwhile)."""
+
+    async def load(instance_ids: Sequence[UUID]) -> list[WaitingReason | None]:
+        found = await services.store.waiting_reasons(instance_ids)
+        return [found.get(instance_id) for instance_id in instance_ids]
 
     return DataLoader(load_fn=load, cache=False)
 

@@ -98,14 +98,17 @@ RULES: Mapping[str, Rule] = {
     "entityID": _KEY,
     "idempotencyKey": _KEY,
     "singletonKey": _KEY,
+    "concurrencyKey": _KEY,
     # Numbers that reach PostgreSQL (bigint event ids, integer and double columns, LIMIT).
     "afterEventID": Rule(parse=parse_event_id),
     "limit": Rule(low=1, high=MAX_LIST_LIMIT),
     "offset": Rule(low=0, high=MAX_GRAPHQL_INT),
     "priority": Rule(low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1]),
     "concurrency": Rule(low=1, high=MAX_CONCURRENCY),
+    "keyConcurrency": Rule(low=1, high=MAX_CONCURRENCY),
     "delayMs": Rule(low=0, high=MAX_DELAY_MS),
     "ratePerMinute": Rule(low=0, high=MAX_RATE_PER_MINUTE, low_open=True),
+    "keyRatePerMinute": Rule(low=0, high=MAX_RATE_PER_MINUTE, low_open=True),
     "minutes": Rule(low=1, high=MAX_HISTORY_MINUTES),
 }
 

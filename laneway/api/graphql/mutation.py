@@ -32,8 +32,10 @@ async def resolve_enqueue_workflow(
     delay_ms: float | None = UNSET,
     idempotency_key: str | None = UNSET,
     singleton_key: str | None = UNSET,
+    concurrency_key: str | None = UNSET,
 ) -> EnqueueResult:
-    """Create an instance, or return the one its idempotency or singleton key names."""
+    """Create an instance, or return the one its idempotency or singleton key names. A
+    concurrencyKey puts it under its queue's caps per key (keyConcurrency, keyRatePerMinute)."""
     result = await laneway_of(info.context).services.engine.enqueue(
         name,
         given(params),
@@ -42,6 +44,7 @@ async def resolve_enqueue_workflow(
         delay_ms=given(delay_ms) or 0.0,
         idempotency_key=given(idempotency_key),
         singleton_key=given(singleton_key),
+        concurrency_key=given(concurrency_key),
     )
     return EnqueueResult.from_record(result)
 
@@ -107,10 +110,17 @@ async def resolve_configure_queue(
     name: str,
     concurrency: int,
     rate_per_minute: float | None = UNSET,
+    key_concurrency: int | None = UNSET,
+    key_rate_per_minute: float | None = UNSET,
 ) -> QueueStats:
-    """Set a queue's concurrency and rate caps, creating the queue if needed."""
+    """Set a queue's concurrency and rate caps, and the caps of each of its concurrency keys,
+    creating the queue if needed. A cap left out or null is no cap."""
     record = await laneway_of(info.context).services.engine.configure_queue(
-        name, concurrency=concurrency, rate_per_minute=given(rate_per_minute)
+        name,
+        concurrency=concurrency,
+        rate_per_minute=given(rate_per_minute),
+        key_concurrency=given(key_concurrency),
+        key_rate_per_minute=given(key_rate_per_minute),
     )
     return QueueStats.from_record(record)
 

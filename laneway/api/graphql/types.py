@@ -34,6 +34,9 @@ from laneway.model import (
 from laneway.model import (
     QueueSample as QueueSampleRecord,
 )
+from laneway.model import (
+    WaitingReason as WaitingReasonRecord,
+)
 
 JSON = strawberry.scalars.JSON
 
@@ -41,6 +44,35 @@ JSON = strawberry.scalars.JSON
 def millis(moment: datetime) -> float:
     """Milliseconds since the Unix epoch."""
     return moment.timestamp() * 1000.0
+
+
+WAITING_STATUSES = frozenset({Status.PENDING, Status.PAUSED})  # the others have no reason
+
+
+@strawberry.type
+class WaitingReason:
+    """Why an instance is not running: decided by the claim's own predicates."""
+
+    code: str = strawberry.field(
+        description=(
+            "READY (claimable now), DELAYED (delayMs or a schedule's time ahead), "
+            "RETRY_BACKOFF (waiting out a retry's backoff), QUEUE_FULL, RATE_LIMITED, "
+            "KEY_FULL, KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER (no live process has its "
+            "workflow registered) or AWAITING_REVIEW (paused at a checkpoint)."
+        )
+    )
+    message: str = strawberry.field(description="The reason in one line, for a person.")
+    until: float | None = strawberry.field(
+        description="When it may next become claimable (ms since the epoch), when known."
+    )
+
+    @classmethod
+    def from_record(cls, record: WaitingReasonRecord) -> Self:
+        return cls(
+            code=record.code,
+            message=record.message,
+            until=millis(record.until) if record.until is not None else None,
+        )
 
 
 @strawberry.type
@@ -122,7 +154,9 @@ class WorkflowInstanceStatus:
     checkpoint: str | None
     progress: float | None
     message: str | None
+    concurrency_key: str | None
     uuid: strawberry.Private[UUID]
+    status_value: strawberry.Private[Status]
 
     @classmethod
     def from_record(cls, record: InstanceRecord) -> Self:
@@ -144,8 +178,18 @@ class WorkflowInstanceStatus:
             checkpoint=record.checkpoint,
             progress=record.progress,
             message=record.message,
+            concurrency_key=record.concurrency_key,
             uuid=record.instance_id,
+            status_value=record.status,
         )
+
+    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
+    async def waiting_reason(self, info: Info[Any, Any]) -> WaitingReason | None:
+        """Why it is not running yet: null while running and once terminal."""
+        if self.status_value not in WAITING_STATUSES:
+            return None
+        found = await laneway_of(info.context).waiting_reasons.load(self.uuid)
+        return WaitingReason.from_record(found) if found is not None else None
 
     @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
     async def operations(self, info: Info[Any, Any]) -> list[WorkflowOperation]:
@@ -240,6 +284,12 @@ class QueueStats:
     name: str
     concurrency: int
     rate_per_minute: float | None
+    key_concurrency: int | None = strawberry.field(
+        description="At most this many running per concurrency key (null: no cap per key)."
+    )
+    key_rate_per_minute: float | None = strawberry.field(
+        description="At most this many starts per minute per concurrency key (null: no cap)."
+    )
     paused: bool
     counts: StatusCounts
     settings_source: str = strawberry.field(
@@ -259,6 +309,8 @@ class QueueStats:
             name=record.name,
             concurrency=record.concurrency,
             rate_per_minute=record.rate_per_minute,
+            key_concurrency=record.key_concurrency,
+            key_rate_per_minute=record.key_rate_per_minute,
             paused=record.paused,
             settings_source=record.settings_source,
             counts=StatusCounts(

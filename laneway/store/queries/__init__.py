@@ -8,7 +8,7 @@ codec registered in pool.py. SQL is never built from input. The functions some s
 The areas: schema (the migration runner, the clock), queues, instances (reads and the API
 side's writes), leases (claims, leases, runner writes, retention), operations (template
 operations and entity locks), events, schedules, workers (the live process registry),
-history_rollup (the per-minute queue history).
+history_rollup (the per-minute queue history), waiting (why instances are not running).
 """
 
 from laneway.store.queries.events import (
@@ -80,6 +80,7 @@ from laneway.store.queries.schema import (
     SCHEMA_VERSION,
     UNLOCK_MIGRATIONS,
 )
+from laneway.store.queries.waiting import WAITING_REASONS
 from laneway.store.queries.workers import (
     HEARTBEAT_WORKER,
     LIVE_WORKERS,
@@ -142,5 +143,6 @@ __all__ = [
     "UNLOCK_MIGRATIONS",
     "UNREGISTERED_PENDING",
     "UPSERT_SCHEDULE",
+    "WAITING_REASONS",
     "WRITE_RUNNER_BATCH",
 ]

@@ -12,6 +12,7 @@ _COLUMN_NAMES = (
     "created_at", "updated_at", "params", "state", "next_action", "next_params", "result",
     "last_error", "idempotency_key", "singleton_key", "owner_id", "lease_expires_at",
     "lease_epoch", "recoveries", "parent_id", "stage", "checkpoint", "progress", "message",
+    "concurrency_key",
 )  # fmt: skip
 INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
 # The same columns for a summary (a page the API lists): `state` and `next_params` come back
@@ -113,19 +114,30 @@ _RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest 
 
 # $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
 # ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
-# $11 parent ids: one row per element; $12 the event-append advisory lock key.
+# $11 parent ids, $13 concurrency keys: one row per element; $12 the event-append advisory lock
+# key.
 # One statement, so one round trip and one implicit transaction: the rows, their events and
-# the doorbell. A row whose keys conflict is skipped (not returned, no event).
+# the doorbell. A row whose keys conflict is skipped (not returned, no event). The queue_keys
+# row of every concurrency key is made or held first (laneway.hold_key), in one order, so two
+# batches cannot each hold a key the other waits for.
 ENQUEUE_INSTANCES = f"""
-WITH inserted AS (
-    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+WITH held AS (
+    SELECT count(laneway.hold_key(k.queue, k.concurrency_key)) AS n
+      FROM (SELECT DISTINCT u.queue, u.concurrency_key
+              FROM unnest($3::text[], $13::text[]) AS u (queue, concurrency_key)
+             WHERE u.concurrency_key IS NOT NULL
+             ORDER BY u.queue, u.concurrency_key) AS k
+),
+inserted AS (
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, concurrency_key)
     SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
            now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
-           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id
+           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id, u.concurrency_key
       FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
-                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[])
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[], $13::text[])
            AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
-                 first_action, idempotency_key, singleton_key, parent_id)
+                 first_action, idempotency_key, singleton_key, parent_id, concurrency_key)
+     WHERE (SELECT held.n FROM held) >= 0
     ON CONFLICT DO NOTHING
     {_RETURNING_FILLED_IN}
 ),
@@ -168,11 +180,14 @@ RETURNING {INSTANCE_COLUMNS}
 """
 
 # $1 instance id
+# A keyed instance's key row is made or held again (laneway.hold_key): it may have gone while
+# the instance was failed.
 RETRY_INSTANCE = f"""
 UPDATE laneway.instances
    SET status = 'pending', attempts = 0, recoveries = 0, run_after = now(), finished_at = NULL,
        updated_at = now()
  WHERE instance_id = $1
    AND status = 'failed'
+   AND (concurrency_key IS NULL OR laneway.hold_key(queue, concurrency_key))
 RETURNING {INSTANCE_COLUMNS}
 """

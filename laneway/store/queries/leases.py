@@ -11,7 +11,8 @@ from laneway.store.queries.instances import INSTANCE_COLUMNS
 
 # $1 registered workflow names (text[])
 # The idle poll: one cheap look at whether anything needs doing, so an idle process sends one
-# statement per poll instead of a transaction per kind of work.
+# statement per poll instead of a transaction per kind of work. Due work is the claim's own
+# probe (laneway.queue_due), one per queue, not a scan of the backlog.
 DUE_WORK = """
 SELECT EXISTS (SELECT 1
                  FROM laneway.instances
@@ -23,46 +24,49 @@ SELECT EXISTS (SELECT 1
                   AND next_run_at <= now()) AS due_schedules,
        EXISTS (SELECT 1
                  FROM laneway.queues AS q
+                CROSS JOIN LATERAL laneway.queue_due(q.name, $1::text[]) AS due
                 WHERE NOT q.paused
-                  AND (SELECT true  -- one probe per queue, not a scan of the whole backlog
-                         FROM laneway.instances AS i
-                        WHERE i.queue = q.name
-                          AND i.status = 'pending'
-                          AND i.run_after <= now()
-                          AND i.name = ANY($1::text[])
-                        LIMIT 1)) AS claimable
+                  AND (due.unkeyed OR due.keyed)) AS claimable
 """
 
 # $1 registered workflow names (text[])
-# After a claim that came back short: whether any queue is rate-limited at all, and in how many
-# seconds the next whole token is due in a rate-limited queue that has room and due pending
-# work (0 when one is there now; NULL when no such queue), so the engine wakes for it instead
-# of at its next poll. The bucket, the room and the due work are the claim's own predicates
-# (laneway.claim() in laneway/store/sql/functions.sql); this only reads.
+# After a claim that came back short: whether any queue is rate-limited at all (per queue or
+# per key), and in how many seconds the next whole token is due where it is what holds work
+# back (0 when one is there now; NULL when nothing waits on a token), so the engine wakes for
+# it instead of at its next poll. A queue waits on its own token when it has due work and a
+# free slot; a key waits on its token, and on its queue's if the queue has a rate too, when it
+# has due work and a free slot of its own. Room and due work come from the claim's functions
+# (laneway/store/sql/functions.sql); this only reads.
 NEXT_TOKEN_DUE = """
 SELECT EXISTS (SELECT 1
                  FROM laneway.queues
-                WHERE rate_per_minute IS NOT NULL
+                WHERE (rate_per_minute IS NOT NULL OR key_rate_per_minute IS NOT NULL)
                   AND NOT paused) AS rate_limited,
-       (SELECT min(GREATEST((1.0 - t.tokens_now) * 60.0 / q.rate_per_minute, 0.0))
+       (SELECT min(w.due_in)
           FROM laneway.queues AS q
+         CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
+                                               q.tokens, q.tokens_at) AS room
+         CROSS JOIN LATERAL laneway.queue_due(q.name, $1::text[]) AS due
          CROSS JOIN LATERAL (
-            SELECT LEAST(GREATEST(q.rate_per_minute / 60.0, 1.0),
-                         q.tokens + EXTRACT(EPOCH FROM now() - q.tokens_at)
-                                    * q.rate_per_minute / 60.0) AS tokens_now) AS t
-         WHERE q.rate_per_minute IS NOT NULL
+            SELECT room.token_in AS due_in
+             WHERE due.unkeyed AND room.token_in IS NOT NULL
+            UNION ALL
+            SELECT GREATEST(COALESCE(room.token_in, 0.0), COALESCE(min(key_room.token_in), 0.0))
+              FROM laneway.queue_keys AS k
+             CROSS JOIN LATERAL laneway.key_room(k.queue, k.key, q.key_concurrency,
+                                                 q.key_rate_per_minute, k.tokens,
+                                                 k.tokens_at) AS key_room
+             CROSS JOIN LATERAL laneway.key_due(k.queue, k.key, $1::text[]) AS key_due
+             WHERE due.keyed
+               AND k.queue = q.name
+               AND key_due.due
+               AND key_room.running < COALESCE(q.key_concurrency, 2147483647)
+            HAVING count(*) > 0
+               AND (room.token_in IS NOT NULL OR count(key_room.token_in) > 0)
+         ) AS w
+         WHERE (q.rate_per_minute IS NOT NULL OR q.key_rate_per_minute IS NOT NULL)
            AND NOT q.paused
-           AND (SELECT count(*)
-                  FROM laneway.instances AS r
-                 WHERE r.queue = q.name
-                   AND r.status = 'running') < q.concurrency
-           AND (SELECT true
-                  FROM laneway.instances AS i
-                 WHERE i.queue = q.name
-                   AND i.status = 'pending'
-                   AND i.run_after <= now()
-                   AND i.name = ANY($1::text[])
-                 LIMIT 1))::double precision AS next_token_in
+           AND room.running < q.concurrency)::double precision AS next_token_in
 """
 
 # $1 owner id, $2 registered workflow names (text[]), $3 at most this many instances,

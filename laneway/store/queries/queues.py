@@ -16,23 +16,32 @@ ON CONFLICT (name) DO NOTHING
 
 # A queue's caps written with their source: the row is created when missing (its bucket full,
 # at most one second's worth or one token) or updated, the bucket never growing past the new
-# cap. `{source}` and `{only_if}` are constants below, never input.
+# cap. `{source}`, `{only_if}` and the `{key_*}` parts are constants below, never input.
 _WRITE_QUEUE_SETTINGS = """
-INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at, settings_source)
+INSERT INTO laneway.queues (name, concurrency, rate_per_minute, tokens, tokens_at, settings_source{key_columns})
 VALUES ($1, $2, $3::double precision, GREATEST(COALESCE($3::double precision / 60.0, 1), 1), now(),
-        '{source}')
+        '{source}'{key_values})
 ON CONFLICT (name) DO UPDATE
    SET concurrency = EXCLUDED.concurrency,
        rate_per_minute = EXCLUDED.rate_per_minute,
        tokens = LEAST(laneway.queues.tokens, EXCLUDED.tokens),
-       settings_source = '{source}',
+       settings_source = '{source}',{key_updates}
        updated_at = now()
 {only_if}"""
 
 # An operator's settings (configureQueue, Engine.configure_queue): always written, and from
 # then on code never overrides them (settings_source 'operator', migration 0014).
-# $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
-CONFIGURE_QUEUE = _WRITE_QUEUE_SETTINGS.format(source="operator", only_if="")
+# $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited), $4 concurrency per key
+# (NULL: no cap per key), $5 rate per minute per key (NULL: unlimited)
+CONFIGURE_QUEUE = _WRITE_QUEUE_SETTINGS.format(
+    source="operator",
+    only_if="",
+    key_columns=", key_concurrency, key_rate_per_minute",
+    key_values=", $4::integer, $5::double precision",
+    key_updates="""
+       key_concurrency = EXCLUDED.key_concurrency,
+       key_rate_per_minute = EXCLUDED.key_rate_per_minute,""",
+)
 
 # A template's queue_settings, written at engine start: code declares defaults. One statement,
 # so two starting engines cannot read-then-write past each other: the row lock of ON CONFLICT
@@ -42,6 +51,9 @@ CONFIGURE_QUEUE = _WRITE_QUEUE_SETTINGS.format(source="operator", only_if="")
 # $1 queue name, $2 concurrency, $3 rate per minute (NULL: unlimited)
 APPLY_CODE_QUEUE_SETTINGS = _WRITE_QUEUE_SETTINGS.format(
     source="code",
+    key_columns="",
+    key_values="",
+    key_updates="",
     only_if=""" WHERE laneway.queues.settings_source = 'default'
     OR (laneway.queues.settings_source = 'code'
         AND (laneway.queues.concurrency, laneway.queues.rate_per_minute)
@@ -52,6 +64,7 @@ APPLY_CODE_QUEUE_SETTINGS = _WRITE_QUEUE_SETTINGS.format(
 # $1 queue name (NULL: every queue)
 QUEUE_STATS = """
 SELECT q.name, q.concurrency, q.rate_per_minute, q.paused, q.settings_source,
+       q.key_concurrency, q.key_rate_per_minute,
        COALESCE(
            (SELECT jsonb_object_agg(c.status, c.n)
               FROM (SELECT i.status, count(*) AS n

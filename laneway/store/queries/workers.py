@@ -9,6 +9,8 @@ last heartbeat is younger than three of its own heartbeat intervals (WORKER_LIVE
 
 # A row whose process stopped heartbeating: older than three of its heartbeats.
 _STALE = "w.last_seen_at < now() - 3 * w.heartbeat_seconds * interval '1 second'"
+# A live row (of `laneway.workers AS w`): the waiting reasons' NO_WORKER reads it too.
+LIVE = f"NOT ({_STALE})"
 
 # $1 owner id, $2 role, $3 host, $4 pid, $5 workflows (text[]), $6 running, $7 concurrency,
 # $8 heartbeat seconds
@@ -45,6 +47,6 @@ LIVE_WORKERS = f"""
 SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.running, w.concurrency,
        w.heartbeat_seconds, w.started_at, w.last_seen_at
   FROM laneway.workers AS w
- WHERE NOT ({_STALE})
+ WHERE {LIVE}
  ORDER BY w.role, w.host, w.started_at, w.owner_id
 """

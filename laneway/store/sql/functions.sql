@@ -53,16 +53,22 @@ BEGIN
 END;
 $$;
 
--- laneway.claim(): a whole claim in one round trip (0004; probe 0006; plans 0008; events 0011).
--- Locks the queues with due work first (a queue another claimer holds is skipped), then, in a
--- snapshot taken after that lock, fills each queue's free slots: concurrency minus running
--- instances across all processes, and for a rate-limited queue the whole tokens in its bucket
--- (refilled at rate/60 per second, at most one second's worth or one token). Tokens spent are
--- written back, each claimed instance gets a `started` event, and the doorbell rings once.
--- Planned once per connection (force_generic_plan), so two places are written to be an index
--- path whatever the estimates: the update finds its rows by primary key, and the per-queue
--- probe asks for the first due instance in instances_claimable's order. No JIT: compiling cost
--- ~50 ms where the claim takes under 1 ms.
+-- laneway.claim(): a whole claim in one round trip (0004; probe 0006; plans 0008; events 0011;
+-- keys 0015). Locks the queues with due work first (a queue another claimer holds is skipped),
+-- then, in a snapshot taken after that lock, fills each queue's free slots (queue_room():
+-- concurrency minus running instances across all processes, and for a rate-limited queue the
+-- whole tokens in its bucket). With no keyed work due, the unkeyed rows in claim order; else
+-- fair turns across the queue's lanes (each key with due work and room by key_room(), least
+-- recently served first, and the unkeyed lane), each lane read up to its share of the free
+-- slots. Tokens spent are written back, the keys served move to the back of the turn order,
+-- each claimed instance gets a `started` event, and the doorbell rings once. Then a few keys
+-- with nothing left at the front of the turn order are deleted (migrations/0015 says why
+-- that is safe against a concurrent enqueue).
+-- Planned once per connection (force_generic_plan), so it is written to be an index path
+-- whatever the estimates: the update finds its rows by primary key, every walk asks for rows in
+-- an index's order with a LIMIT, and bitmap and sequential scans are off (a generic plan's
+-- guesses for a small queue_keys chose a sort of all keys). No JIT: compiling cost ~50 ms where
+-- the claim takes under 1 ms.
 
 CREATE OR REPLACE FUNCTION laneway.claim(
     p_owner text,
@@ -74,60 +80,173 @@ CREATE OR REPLACE FUNCTION laneway.claim(
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
 AS $$
 DECLARE
     locked text[];
+    keyed boolean;
+    idle_queues text[];
+    idle_keys text[];
 BEGIN
     -- A queue another process is claiming from is skipped this round. NO KEY UPDATE: claimers
     -- exclude each other; enqueues never lock the queue row (no foreign key since 0007).
-    SELECT array_agg(q.name ORDER BY q.name) INTO locked
-      FROM (SELECT q.name
+    SELECT array_agg(q.name ORDER BY q.name), bool_or(q.keyed) INTO locked, keyed
+      FROM (SELECT q.name, due.keyed
               FROM laneway.queues AS q
+             CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
              WHERE NOT q.paused
-               AND (SELECT true
-                      FROM laneway.instances AS i
-                     WHERE i.queue = q.name
-                       AND i.status = 'pending'
-                       AND i.run_after <= now()
-                       AND i.name = ANY(p_names)
-                     ORDER BY i.priority DESC, i.run_after, i.seq
-                     LIMIT 1)
+               AND (due.unkeyed OR due.keyed)
              ORDER BY q.name
                FOR NO KEY UPDATE OF q SKIP LOCKED) AS q;
     IF locked IS NULL THEN
         RETURN;
     END IF;
+    IF NOT keyed THEN
+        -- No keyed work due: the unkeyed lane alone, in claim order, as before keys.
+        RETURN QUERY
+        WITH allowance AS (
+            SELECT q.name, q.rate_per_minute, room.tokens_now,
+                   GREATEST(LEAST(room.slots, p_limit), 0) AS slots
+              FROM laneway.queues AS q
+             CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
+                                                   q.tokens, q.tokens_at) AS room
+             WHERE q.name = ANY(locked)
+        ),
+        picked AS (
+            SELECT p.instance_id, p.priority, p.run_after, p.seq
+              FROM allowance AS a
+             CROSS JOIN LATERAL (
+                SELECT i.instance_id, i.priority, i.run_after, i.seq
+                  FROM laneway.instances AS i
+                 WHERE i.queue = a.name
+                   AND i.status = 'pending'
+                   AND i.concurrency_key IS NULL
+                   AND i.run_after <= now()
+                   AND i.name = ANY(p_names)
+                 ORDER BY i.priority DESC, i.run_after, i.seq
+                 LIMIT a.slots
+                   FOR UPDATE SKIP LOCKED) AS p
+             ORDER BY p.priority DESC, p.run_after, p.seq
+             LIMIT p_limit
+        ),
+        claimed AS (
+            UPDATE laneway.instances AS i
+               SET status = 'running', owner_id = p_owner, attempts = i.attempts + 1,
+                   lease_epoch = i.lease_epoch + 1, claimed_at = now(),
+                   lease_renewed_at = now(),
+                   lease_expires_at = now() + p_lease_seconds * interval '1 second',
+                   updated_at = now()
+             WHERE i.instance_id = ANY(ARRAY(SELECT picked.instance_id FROM picked))
+            RETURNING i.*
+        ),
+        spent AS (
+            UPDATE laneway.queues AS q
+               SET tokens = a.tokens_now - c.n, tokens_at = now()
+              FROM allowance AS a,
+                   (SELECT claimed.queue, count(*) AS n FROM claimed GROUP BY claimed.queue) AS c
+             WHERE q.name = a.name
+               AND c.queue = a.name
+               AND a.rate_per_minute IS NOT NULL
+        ),
+        appended AS (
+            SELECT laneway.append_events(
+                       p_events_lock_key, array_agg(c.instance_id), array_agg(c.name),
+                       array_agg('started'::text), array_agg(c.status), array_agg(c.attempts),
+                       NULL, NULL, NULL) AS last_event_id
+              FROM claimed AS c
+            HAVING count(*) > 0
+        )
+        SELECT claimed.*
+          FROM claimed
+         WHERE (SELECT count(appended.last_event_id) FROM appended) >= 0
+         ORDER BY claimed.priority DESC, claimed.run_after, claimed.seq;
+    ELSE
     RETURN QUERY
     WITH allowance AS (
-        SELECT q.name, q.rate_per_minute, t.tokens_now,
-               LEAST(q.concurrency - (SELECT count(*)
-                                        FROM laneway.instances AS r
-                                       WHERE r.queue = q.name
-                                         AND r.status = 'running'),
-                     COALESCE(floor(t.tokens_now)::integer, p_limit)) AS slots
+        SELECT q.name, q.rate_per_minute, q.key_concurrency, q.key_rate_per_minute,
+               q.unkeyed_served_at, room.tokens_now, due.unkeyed AS unkeyed_due,
+               GREATEST(LEAST(room.slots, p_limit), 0) AS slots
           FROM laneway.queues AS q
-         CROSS JOIN LATERAL (
-            SELECT CASE WHEN q.rate_per_minute IS NULL THEN NULL
-                        ELSE LEAST(GREATEST(q.rate_per_minute / 60.0, 1.0),
-                                   q.tokens + EXTRACT(EPOCH FROM now() - q.tokens_at)
-                                              * q.rate_per_minute / 60.0)
-                   END AS tokens_now) AS t
+         CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
+                                               q.tokens, q.tokens_at) AS room
+         CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
          WHERE q.name = ANY(locked)
     ),
-    picked AS (
-        SELECT p.instance_id, p.priority, p.run_after, p.seq
+    lanes AS (
+        -- Per queue, the keys with due work and room, least recently served first: at most
+        -- as many as the queue has free slots.
+        SELECT a.name AS queue, k.key, k.served_at, k.tokens_now, k.room
           FROM allowance AS a
+         CROSS JOIN LATERAL (
+            SELECT k.key, k.served_at, kr.tokens_now, LEAST(kr.slots, a.slots) AS room
+              FROM laneway.queue_keys AS k
+             CROSS JOIN LATERAL laneway.key_room(k.queue, k.key, a.key_concurrency,
+                                                 a.key_rate_per_minute, k.tokens,
+                                                 k.tokens_at) AS kr
+             CROSS JOIN LATERAL laneway.key_due(k.queue, k.key, p_names) AS due
+             WHERE k.queue = a.name
+               AND kr.slots > 0
+               AND due.due
+             ORDER BY k.served_at, k.key
+             LIMIT a.slots) AS k
+    ),
+    shares AS (
+        -- A lane's fair share of its queue's free slots, rounded up: all a claim reads of it.
+        SELECT a.name, a.slots, a.unkeyed_due, a.unkeyed_served_at,
+               ceil(a.slots::numeric
+                    / GREATEST((SELECT count(*) FROM lanes AS l WHERE l.queue = a.name)
+                               + CASE WHEN a.unkeyed_due THEN 1 ELSE 0 END, 1))::integer AS share
+          FROM allowance AS a
+    ),
+    candidates AS (
+        SELECT p.instance_id, p.priority, p.run_after, p.seq, l.queue, l.key, l.served_at
+          FROM lanes AS l
+          JOIN shares AS s ON s.name = l.queue
          CROSS JOIN LATERAL (
             SELECT i.instance_id, i.priority, i.run_after, i.seq
               FROM laneway.instances AS i
-             WHERE i.queue = a.name
+             WHERE i.queue = l.queue
+               AND i.concurrency_key = l.key
                AND i.status = 'pending'
                AND i.run_after <= now()
                AND i.name = ANY(p_names)
              ORDER BY i.priority DESC, i.run_after, i.seq
-             LIMIT GREATEST(a.slots, 0)
+             LIMIT LEAST(l.room, s.share)
                FOR UPDATE SKIP LOCKED) AS p
-         ORDER BY p.priority DESC, p.run_after, p.seq
+        UNION ALL
+        SELECT p.instance_id, p.priority, p.run_after, p.seq, s.name, NULL, s.unkeyed_served_at
+          FROM shares AS s
+         CROSS JOIN LATERAL (
+            SELECT i.instance_id, i.priority, i.run_after, i.seq
+              FROM laneway.instances AS i
+             WHERE i.queue = s.name
+               AND i.status = 'pending'
+               AND i.concurrency_key IS NULL
+               AND i.run_after <= now()
+               AND i.name = ANY(p_names)
+             ORDER BY i.priority DESC, i.run_after, i.seq
+             LIMIT CASE WHEN s.unkeyed_due THEN s.share ELSE 0 END
+               FOR UPDATE SKIP LOCKED) AS p
+    ),
+    turns AS (
+        -- Each lane's rows take turns within a priority: the first row of every lane, least
+        -- recently served lane first, then the second of every lane, and so on.
+        SELECT c.*,
+               row_number() OVER (PARTITION BY c.queue
+                                  ORDER BY c.priority DESC, c.turn, c.served_at,
+                                           c.key NULLS FIRST) AS place
+          FROM (SELECT c.*,
+                       row_number() OVER (PARTITION BY c.queue, c.key, c.priority
+                                          ORDER BY c.run_after, c.seq) AS turn
+                  FROM candidates AS c) AS c
+    ),
+    picked AS (
+        SELECT t.instance_id
+          FROM turns AS t
+          JOIN shares AS s ON s.name = t.queue
+         WHERE t.place <= s.slots
+         ORDER BY t.priority DESC, t.place, t.run_after, t.seq
          LIMIT p_limit
     ),
     claimed AS (
@@ -140,13 +259,37 @@ BEGIN
         RETURNING i.*
     ),
     spent AS (
+        -- The queue's bucket, and when its unkeyed lane was last served (where keys compete).
         UPDATE laneway.queues AS q
-           SET tokens = a.tokens_now - c.n, tokens_at = now()
+           SET tokens = COALESCE(a.tokens_now - c.n, q.tokens),
+               tokens_at = CASE WHEN a.rate_per_minute IS NULL THEN q.tokens_at ELSE now() END,
+               unkeyed_served_at = CASE WHEN c.unkeyed > 0 THEN now()
+                                        ELSE q.unkeyed_served_at END
           FROM allowance AS a,
-               (SELECT claimed.queue, count(*) AS n FROM claimed GROUP BY claimed.queue) AS c
+               (SELECT claimed.queue, count(*) AS n,
+                       count(*) FILTER (WHERE claimed.concurrency_key IS NULL) AS unkeyed
+                  FROM claimed
+                 GROUP BY claimed.queue) AS c
          WHERE q.name = a.name
            AND c.queue = a.name
-           AND a.rate_per_minute IS NOT NULL
+           AND (a.rate_per_minute IS NOT NULL
+                OR (c.unkeyed > 0 AND EXISTS (SELECT 1 FROM lanes AS l WHERE l.queue = a.name)))
+    ),
+    served AS (
+        -- Each key served moves to the back of the turn order, its bucket spent.
+        UPDATE laneway.queue_keys AS k
+           SET served_at = now(),
+               tokens = COALESCE(l.tokens_now - c.n, k.tokens),
+               tokens_at = CASE WHEN l.tokens_now IS NULL THEN k.tokens_at ELSE now() END
+          FROM lanes AS l,
+               (SELECT claimed.queue, claimed.concurrency_key, count(*) AS n
+                  FROM claimed
+                 WHERE claimed.concurrency_key IS NOT NULL
+                 GROUP BY claimed.queue, claimed.concurrency_key) AS c
+         WHERE k.queue = l.queue
+           AND k.key = l.key
+           AND c.queue = l.queue
+           AND c.concurrency_key = l.key
     ),
     appended AS (
         -- One call once every claimed row is updated (the aggregate reads them all first).
@@ -161,6 +304,216 @@ BEGIN
       FROM claimed
      WHERE (SELECT count(appended.last_event_id) FROM appended) >= 0
      ORDER BY claimed.priority DESC, claimed.run_after, claimed.seq;
+    END IF;
+
+    -- Keys with nothing left at the front of the turn order go, a few per queue per claim:
+    -- locked first (never one an enqueue holds), then checked again in this new snapshot.
+    WITH front AS MATERIALIZED (
+        SELECT l.name AS queue, f.key
+          FROM unnest(locked) AS l (name)
+         CROSS JOIN LATERAL (
+            SELECT f.key
+              FROM laneway.queue_keys AS f
+             WHERE f.queue = l.name
+             ORDER BY f.served_at, f.key
+             LIMIT 8) AS f
+    )
+    SELECT array_agg(d.queue), array_agg(d.key) INTO idle_queues, idle_keys
+      FROM (SELECT k.queue, k.key
+              FROM front
+              JOIN laneway.queue_keys AS k ON k.queue = front.queue AND k.key = front.key
+              JOIN laneway.queues AS q ON q.name = front.queue
+             WHERE NOT EXISTS (SELECT 1
+                                 FROM laneway.instances AS i
+                                WHERE i.queue = k.queue
+                                  AND i.concurrency_key = k.key
+                                  AND i.status = 'pending')
+               AND NOT EXISTS (SELECT 1
+                                 FROM laneway.instances AS i
+                                WHERE i.queue = k.queue
+                                  AND i.concurrency_key = k.key
+                                  AND i.status = 'running')
+               AND NOT EXISTS (SELECT 1
+                                 FROM laneway.instances AS i
+                                WHERE i.queue = k.queue
+                                  AND i.concurrency_key = k.key
+                                  AND i.status = 'paused')
+               AND COALESCE(laneway.bucket_tokens(q.key_rate_per_minute, k.tokens, k.tokens_at)
+                            >= GREATEST(q.key_rate_per_minute / 60.0, 1.0), true)
+               FOR UPDATE OF k SKIP LOCKED) AS d;
+    IF idle_keys IS NOT NULL THEN
+        DELETE FROM laneway.queue_keys AS k
+         USING unnest(idle_queues, idle_keys) AS d (queue, key)
+         WHERE k.queue = d.queue
+           AND k.key = d.key
+           AND NOT EXISTS (SELECT 1
+                             FROM laneway.instances AS i
+                            WHERE i.queue = k.queue
+                              AND i.concurrency_key = k.key
+                              AND i.status = 'pending')
+           AND NOT EXISTS (SELECT 1
+                             FROM laneway.instances AS i
+                            WHERE i.queue = k.queue
+                              AND i.concurrency_key = k.key
+                              AND i.status = 'running')
+           AND NOT EXISTS (SELECT 1
+                             FROM laneway.instances AS i
+                            WHERE i.queue = k.queue
+                              AND i.concurrency_key = k.key
+                              AND i.status = 'paused');
+    END IF;
+END;
+$$;
+
+-- laneway.bucket_tokens(): the whole and partial tokens in a token bucket now (0015): `tokens`
+-- as of `tokens_at`, refilled at rate/60 per second, at most one second's worth or one token.
+-- NULL when there is no rate. Inlined where it is called.
+
+CREATE OR REPLACE FUNCTION laneway.bucket_tokens(
+    p_rate double precision,
+    p_tokens double precision,
+    p_tokens_at timestamptz
+) RETURNS double precision
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT CASE WHEN p_rate IS NULL THEN NULL
+                ELSE LEAST(GREATEST(p_rate / 60.0, 1.0),
+                           p_tokens + EXTRACT(EPOCH FROM now() - p_tokens_at) * p_rate / 60.0)
+           END
+$$;
+
+-- laneway.queue_room() and laneway.key_room(): a queue's, or one key's, room now (0015): the
+-- instances running across all processes, the tokens in its bucket, the free slots (what the
+-- cap and the whole tokens allow; a key without a cap is capped by its queue only) and the
+-- seconds until its next whole token (NULL without a rate). The claim, the waiting reasons and
+-- the token wake-up read room from these only. Inlined where they are called.
+
+CREATE OR REPLACE FUNCTION laneway.queue_room(
+    p_queue text,
+    p_concurrency integer,
+    p_rate double precision,
+    p_tokens double precision,
+    p_tokens_at timestamptz
+) RETURNS TABLE (running bigint, tokens_now double precision, slots integer,
+                 token_in double precision)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT r.running, t.tokens_now,
+           LEAST(p_concurrency - r.running, floor(COALESCE(t.tokens_now, 1e9)))::integer,
+           CASE WHEN p_rate IS NOT NULL
+                THEN GREATEST((1.0 - t.tokens_now) * 60.0 / p_rate, 0.0) END
+      FROM (SELECT count(*) AS running
+              FROM laneway.instances AS i
+             WHERE i.queue = p_queue
+               AND i.status = 'running') AS r,
+           (SELECT laneway.bucket_tokens(p_rate, p_tokens, p_tokens_at) AS tokens_now) AS t
+$$;
+
+CREATE OR REPLACE FUNCTION laneway.key_room(
+    p_queue text,
+    p_key text,
+    p_concurrency integer,
+    p_rate double precision,
+    p_tokens double precision,
+    p_tokens_at timestamptz
+) RETURNS TABLE (running bigint, tokens_now double precision, slots integer,
+                 token_in double precision)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT r.running, t.tokens_now,
+           LEAST(COALESCE(p_concurrency - r.running, 1e9),
+                 floor(COALESCE(t.tokens_now, 1e9)))::integer,
+           CASE WHEN p_rate IS NOT NULL
+                THEN GREATEST((1.0 - t.tokens_now) * 60.0 / p_rate, 0.0) END
+      FROM (SELECT count(*) AS running
+              FROM laneway.instances AS i
+             WHERE i.queue = p_queue
+               AND i.concurrency_key = p_key
+               AND i.status = 'running') AS r,
+           (SELECT laneway.bucket_tokens(p_rate, p_tokens, p_tokens_at) AS tokens_now) AS t
+$$;
+
+-- laneway.queue_due() and laneway.key_due(): whether a queue has due pending work of these
+-- workflows, unkeyed and keyed, or one key has (0015): one probe each, in its index's order.
+-- Inlined where they are called.
+
+CREATE OR REPLACE FUNCTION laneway.queue_due(
+    p_queue text,
+    p_names text[]
+) RETURNS TABLE (unkeyed boolean, keyed boolean)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT (SELECT true
+              FROM laneway.instances AS i
+             WHERE i.queue = p_queue
+               AND i.status = 'pending'
+               AND i.concurrency_key IS NULL
+               AND i.run_after <= now()
+               AND i.name = ANY(p_names)
+             ORDER BY i.priority DESC, i.run_after, i.seq
+             LIMIT 1) IS NOT NULL,
+           (SELECT true
+              FROM laneway.instances AS i
+             WHERE i.queue = p_queue
+               AND i.status = 'pending'
+               AND i.concurrency_key IS NOT NULL
+               AND i.run_after <= now()
+               AND i.name = ANY(p_names)
+             ORDER BY i.concurrency_key, i.priority DESC, i.run_after, i.seq
+             LIMIT 1) IS NOT NULL
+$$;
+
+CREATE OR REPLACE FUNCTION laneway.key_due(
+    p_queue text,
+    p_key text,
+    p_names text[]
+) RETURNS TABLE (due boolean)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT (SELECT true
+              FROM laneway.instances AS i
+             WHERE i.queue = p_queue
+               AND i.concurrency_key = p_key
+               AND i.status = 'pending'
+               AND i.run_after <= now()
+               AND i.name = ANY(p_names)
+             ORDER BY i.priority DESC, i.run_after, i.seq
+             LIMIT 1) IS NOT NULL
+$$;
+
+-- laneway.hold_key(): makes or holds the queue_keys row of a key that is getting a pending
+-- instance (0015): an enqueue's or a retry's; FOR KEY SHARE to commit, so a claim deleting
+-- idle keys skips it, or the row is made anew after that delete.
+
+CREATE OR REPLACE FUNCTION laneway.hold_key(
+    p_queue text,
+    p_key text
+) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    LOOP
+        PERFORM 1
+           FROM laneway.queue_keys AS k
+          WHERE k.queue = p_queue
+            AND k.key = p_key
+            FOR KEY SHARE;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        INSERT INTO laneway.queue_keys (queue, key)
+        VALUES (p_queue, p_key)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        -- Another transaction made the row and committed meanwhile: hold that one.
+    END LOOP;
 END;
 $$;
 
