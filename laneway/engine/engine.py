@@ -13,7 +13,6 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import datetime
 from uuid import UUID
 
 from laneway.engine import faults
@@ -23,7 +22,7 @@ from laneway.engine.locks import EntityLocks
 from laneway.engine.payloads import encode_json
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import check_cap, check_rate, new_instance, scheduled_instance
+from laneway.engine.requests import check_cap, check_rate, new_instance, planned_fire
 from laneway.engine.schedules import parse_recurrence
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
 from laneway.model import (
@@ -40,6 +39,7 @@ from laneway.model import (
     ScheduleRecord,
     Status,
     Transition,
+    WaitingReason,
     WorkerRecord,
 )
 from laneway.store import Store
@@ -101,7 +101,9 @@ class Engine:
             retention_seconds=retention_seconds,
             max_recoveries=max_recoveries,
             shutdown_grace_seconds=shutdown_grace_seconds,
-            plan_schedule=self._plan_fire,
+            plan_schedule=lambda due, now: planned_fire(
+                self.registry.find(due.workflow_name), due, now
+            ),
             on_terminal=self._after_terminal,
             spawn=self._enqueue_child,
             role=role,
@@ -251,6 +253,11 @@ class Engine:
 
     async def get(self, instance_id: UUID) -> InstanceRecord | None:
         return await self.store.get_instance(instance_id)
+
+    async def waiting_reason(self, instance_id: UUID) -> WaitingReason | None:
+        """Why a pending or paused instance is not running (None: it runs, ended or is unknown),
+        decided by the claim's own predicates. store.waiting_reasons does a page at once."""
+        return (await self.store.waiting_reasons([instance_id])).get(instance_id)
 
     async def list_instances(
         self,
@@ -421,20 +428,6 @@ class Engine:
 
     async def schedules(self) -> list[ScheduleRecord]:
         return await self.store.schedules()
-
-    def _plan_fire(
-        self, schedule: ScheduleRecord, now: datetime
-    ) -> tuple[NewInstance | None, datetime]:
-        """The instance a due schedule enqueues, and its next fire (backlog collapses to one)."""
-        workflow = self.registry.find(schedule.workflow_name)
-        if workflow is None:
-            return None, schedule.next_run_at
-        recurrence = parse_recurrence(
-            every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
-        )
-        next_run_at = recurrence.next_fire_after(max(now, schedule.next_run_at))
-        new = scheduled_instance(workflow, schedule)
-        return new, next_run_at
 
     # -- running ---------------------------------------------------------------------------------
 

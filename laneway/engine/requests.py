@@ -7,11 +7,12 @@ Owns the limits of an enqueue's input (key length, delay, priority), the instanc
 import secrets
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.payloads import encode_json
-from laneway.engine.schedules import fire_key
+from laneway.engine.schedules import fire_key, parse_recurrence
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, NewInstance, ScheduleRecord
 
@@ -115,3 +116,17 @@ def scheduled_instance(workflow: Workflow, schedule: ScheduleRecord) -> NewInsta
         first_action=workflow.initial,
         idempotency_key=fire_key(schedule.name, schedule.next_run_at),
     )
+
+
+def planned_fire(
+    workflow: Workflow | None, schedule: ScheduleRecord, now: datetime
+) -> tuple[NewInstance | None, datetime]:
+    """The instance a due schedule of `workflow` enqueues (None: the workflow is not here), and
+    its next fire after `now` (a backlog of missed fires collapses to one)."""
+    if workflow is None:
+        return None, schedule.next_run_at
+    recurrence = parse_recurrence(
+        every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
+    )
+    next_run_at = recurrence.next_fire_after(max(now, schedule.next_run_at))
+    return scheduled_instance(workflow, schedule), next_run_at
