@@ -61,6 +61,11 @@ CREATE INDEX instances_claimable
 CREATE INDEX instances_claimable_keyed
     ON laneway.instances (queue, concurrency_key, priority DESC, run_after, seq)
     WHERE status = 'pending' AND concurrency_key IS NOT NULL;
+-- The keyed rows in claim order across keys: the first of them join a claim's turn, so
+-- priority goes first across keys too.
+CREATE INDEX instances_claimable_keyed_order
+    ON laneway.instances (queue, priority DESC, run_after, seq)
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL;
 -- Running rows, now by key within the queue: counted against the queue's cap (by queue) and
 -- the keys' (by queue and key), scanned for expired leases. Paused keyed rows keep their key.
 DROP INDEX laneway.instances_running;
@@ -309,22 +314,46 @@ BEGIN
          WHERE q.name = ANY(locked)
     ),
     lanes AS (
-        -- Per queue, the keys with due work and room, least recently served first: at most
-        -- as many as the queue has free slots.
-        SELECT a.name AS queue, k.key, k.served_at, k.tokens_now, k.room
+        -- Per queue, the keys whose turn it is: the keys with due work and room, least
+        -- recently served first, at most as many as the queue has free slots; and the keys
+        -- of its first due keyed rows in claim order (priority first), so a higher priority
+        -- in a key whose turn is far off still goes first.
+        SELECT a.name AS queue, k.key, k.served_at, kr.tokens_now, LEAST(kr.slots, a.slots) AS room
           FROM allowance AS a
          CROSS JOIN LATERAL (
-            SELECT k.key, k.served_at, kr.tokens_now, LEAST(kr.slots, a.slots) AS room
+            SELECT w.key
+              FROM (SELECT w.key
+                      FROM laneway.queue_keys AS w
+                     CROSS JOIN LATERAL laneway.key_room(w.queue, w.key, a.key_concurrency,
+                                                         a.key_rate_per_minute, w.tokens,
+                                                         w.tokens_at) AS wr
+                     CROSS JOIN LATERAL laneway.key_due(w.queue, w.key, p_names) AS due
+                     WHERE w.queue = a.name
+                       AND wr.slots > 0
+                       AND due.due
+                     ORDER BY w.served_at, w.key
+                     LIMIT a.slots) AS w
+            UNION
+            SELECT t.concurrency_key
+              FROM (SELECT i.concurrency_key
+                      FROM laneway.instances AS i
+                     WHERE i.queue = a.name
+                       AND i.status = 'pending'
+                       AND i.concurrency_key IS NOT NULL
+                       AND i.run_after <= now()
+                       AND i.name = ANY(p_names)
+                     ORDER BY i.priority DESC, i.run_after, i.seq
+                     LIMIT a.slots) AS t) AS chosen
+         CROSS JOIN LATERAL (
+            SELECT k.key, k.served_at, k.tokens, k.tokens_at
               FROM laneway.queue_keys AS k
-             CROSS JOIN LATERAL laneway.key_room(k.queue, k.key, a.key_concurrency,
-                                                 a.key_rate_per_minute, k.tokens,
-                                                 k.tokens_at) AS kr
-             CROSS JOIN LATERAL laneway.key_due(k.queue, k.key, p_names) AS due
              WHERE k.queue = a.name
-               AND kr.slots > 0
-               AND due.due
-             ORDER BY k.served_at, k.key
-             LIMIT a.slots) AS k
+               AND k.key = chosen.key
+             LIMIT 1) AS k  -- one row by primary key; the LIMIT keeps it a lookup per key
+         CROSS JOIN LATERAL laneway.key_room(a.name, k.key, a.key_concurrency,
+                                             a.key_rate_per_minute, k.tokens,
+                                             k.tokens_at) AS kr
+         WHERE kr.slots > 0
     ),
     shares AS (
         -- A lane's fair share of its queue's free slots, rounded up: all a claim reads of it.

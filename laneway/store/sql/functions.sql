@@ -59,11 +59,12 @@ $$;
 -- concurrency minus running instances across all processes, and for a rate-limited queue the
 -- whole tokens in its bucket). With no keyed work due, the unkeyed rows in claim order; else
 -- fair turns across the queue's lanes (each key with due work and room by key_room(), least
--- recently served first, and the unkeyed lane), each lane read up to its share of the free
--- slots. Tokens spent are written back, the keys served move to the back of the turn order,
--- each claimed instance gets a `started` event, and the doorbell rings once. Then a few keys
--- with nothing left at the front of the turn order are deleted (migrations/0015 says why
--- that is safe against a concurrent enqueue).
+-- recently served first; the keys of the first due keyed rows in claim order; the unkeyed
+-- lane), each lane read up to its share of the free slots, taken priority first. Tokens spent
+-- are written back, the keys served move to the back of the turn order, each claimed instance
+-- gets a `started` event, and the doorbell rings once. Then a few keys with nothing left at
+-- the front of the turn order are deleted (migrations/0015 says why that is safe against a
+-- concurrent enqueue).
 -- Planned once per connection (force_generic_plan), so it is written to be an index path
 -- whatever the estimates: the update finds its rows by primary key, every walk asks for rows in
 -- an index's order with a LIMIT, and bitmap and sequential scans are off (a generic plan's
@@ -174,22 +175,46 @@ BEGIN
          WHERE q.name = ANY(locked)
     ),
     lanes AS (
-        -- Per queue, the keys with due work and room, least recently served first: at most
-        -- as many as the queue has free slots.
-        SELECT a.name AS queue, k.key, k.served_at, k.tokens_now, k.room
+        -- Per queue, the keys whose turn it is: the keys with due work and room, least
+        -- recently served first, at most as many as the queue has free slots; and the keys
+        -- of its first due keyed rows in claim order (priority first), so a higher priority
+        -- in a key whose turn is far off still goes first.
+        SELECT a.name AS queue, k.key, k.served_at, kr.tokens_now, LEAST(kr.slots, a.slots) AS room
           FROM allowance AS a
          CROSS JOIN LATERAL (
-            SELECT k.key, k.served_at, kr.tokens_now, LEAST(kr.slots, a.slots) AS room
+            SELECT w.key
+              FROM (SELECT w.key
+                      FROM laneway.queue_keys AS w
+                     CROSS JOIN LATERAL laneway.key_room(w.queue, w.key, a.key_concurrency,
+                                                         a.key_rate_per_minute, w.tokens,
+                                                         w.tokens_at) AS wr
+                     CROSS JOIN LATERAL laneway.key_due(w.queue, w.key, p_names) AS due
+                     WHERE w.queue = a.name
+                       AND wr.slots > 0
+                       AND due.due
+                     ORDER BY w.served_at, w.key
+                     LIMIT a.slots) AS w
+            UNION
+            SELECT t.concurrency_key
+              FROM (SELECT i.concurrency_key
+                      FROM laneway.instances AS i
+                     WHERE i.queue = a.name
+                       AND i.status = 'pending'
+                       AND i.concurrency_key IS NOT NULL
+                       AND i.run_after <= now()
+                       AND i.name = ANY(p_names)
+                     ORDER BY i.priority DESC, i.run_after, i.seq
+                     LIMIT a.slots) AS t) AS chosen
+         CROSS JOIN LATERAL (
+            SELECT k.key, k.served_at, k.tokens, k.tokens_at
               FROM laneway.queue_keys AS k
-             CROSS JOIN LATERAL laneway.key_room(k.queue, k.key, a.key_concurrency,
-                                                 a.key_rate_per_minute, k.tokens,
-                                                 k.tokens_at) AS kr
-             CROSS JOIN LATERAL laneway.key_due(k.queue, k.key, p_names) AS due
              WHERE k.queue = a.name
-               AND kr.slots > 0
-               AND due.due
-             ORDER BY k.served_at, k.key
-             LIMIT a.slots) AS k
+               AND k.key = chosen.key
+             LIMIT 1) AS k  -- one row by primary key; the LIMIT keeps it a lookup per key
+         CROSS JOIN LATERAL laneway.key_room(a.name, k.key, a.key_concurrency,
+                                             a.key_rate_per_minute, k.tokens,
+                                             k.tokens_at) AS kr
+         WHERE kr.slots > 0
     ),
     shares AS (
         -- A lane's fair share of its queue's free slots, rounded up: all a claim reads of it.
