@@ -54,6 +54,18 @@ HISTORY = (
     "query ($after: ID) { workflowEventHistory(afterEventID: $after, limit: 500) { eventID } }"
 )
 OF_INSTANCE = "query ($id: ID) { workflowEventHistory(instanceID: $id) { eventID } }"
+ENQUEUE_KEYED = """mutation ($name: String!, $params: JSON, $delayMs: Float, $key: String) {
+  enqueueWorkflow(name: $name, params: $params, delayMs: $delayMs, concurrencyKey: $key) {
+    instanceID
+  }
+}"""
+ONE_KEY_AT_A_TIME = """mutation {
+  configureQueue(name: "countdown", concurrency: 5, keyConcurrency: 1) { keyConcurrency }
+}"""
+CANCEL = "mutation ($id: ID!) { cancelWorkflow(instanceID: $id) { status } }"
+WAITING = (
+    "query ($id: ID!) { workflowInstance(instanceID: $id) { waitingReason { code message } } }"
+)
 
 expect.set_options(timeout=TIMEOUT_MS)
 
@@ -155,6 +167,26 @@ async def enqueue_hello(server: LiveServer, name: str) -> str:
     body = await server.graphql(ENQUEUE_HELLO, token=_token(server), name=name)
     instance_id: str = body["data"]["enqueueWorkflow"]["instanceID"]
     return instance_id
+
+
+async def enqueue_keyed(
+    server: LiveServer, name: str, params: dict[str, Any], key: str, delay_ms: float | None = None
+) -> str:
+    body = await server.graphql(
+        ENQUEUE_KEYED, token=_token(server), name=name, params=params, delayMs=delay_ms, key=key
+    )
+    instance_id: str = body["data"]["enqueueWorkflow"]["instanceID"]
+    return instance_id
+
+
+async def waiting_message(server: LiveServer, instance_id: str, code: str) -> str:
+    """The server's waiting-reason message for the instance, which must be waiting on `code`."""
+    body = await server.graphql(WAITING, token=_token(server), id=instance_id)
+    reason = body["data"]["workflowInstance"]["waitingReason"]
+    assert reason is not None
+    assert reason["code"] == code
+    message: str = reason["message"]
+    return message
 
 
 def _token(server: LiveServer) -> str | None:
@@ -507,4 +539,66 @@ async def test_queue_card_charts_the_last_hour_and_follows_new_history(
         for body in history_bodies:
             variables = json.loads(body)["variables"]
             assert sorted(variables.values()) == sorted(queues)
+        assert dashboard.problems == []
+
+
+async def test_rows_and_the_instance_page_say_why_an_instance_waits_until_it_starts(
+    server: LiveServer, browser: Browser
+) -> None:
+    body = await server.graphql(ONE_KEY_AT_A_TIME)
+    assert body["data"]["configureQueue"]["keyConcurrency"] == 1
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        card = page.locator('[data-testid="queue-card"][data-queue="countdown"]')
+        await expect(card.locator(".caps")).to_have_text(
+            "concurrency 5 · no rate limit · 1 per key"
+        )
+        delayed = await enqueue_keyed(server, "hello", {"name": "later"}, "tenant-a", 600_000)
+        # Tenant b may run one instance at a time: the second waits until the first ends.
+        first = await enqueue_keyed(server, "countdown", {"n": 600, "delayMs": 200}, "tenant-b")
+        await expect(dashboard.row(first)).to_have_attribute("data-status", "running")
+        second = await enqueue_keyed(server, "countdown", {"n": 1, "delayMs": 0}, "tenant-b")
+        done = await enqueue_hello(server, "now")
+
+        badge = dashboard.row(delayed).get_by_test_id("waiting-reason")
+        await expect(badge).to_have_attribute("data-code", "DELAYED")
+        await expect(badge).to_have_attribute(
+            "title", await waiting_message(server, delayed, "DELAYED")
+        )
+        await expect(badge.locator("time")).to_have_text(re.compile(r"^in (9|10)m$"))
+        key_full = dashboard.row(second).get_by_test_id("waiting-reason")
+        await expect(key_full).to_have_attribute("data-code", "KEY_FULL")
+        key_full_message = await waiting_message(server, second, "KEY_FULL")
+        await expect(key_full).to_have_attribute("title", key_full_message)
+        await expect(key_full.locator("time")).to_have_count(0)  # no time is known
+        # Running and finished rows have no reason.
+        await expect(dashboard.row(done)).to_have_attribute("data-status", "completed")
+        await expect(dashboard.row(done).get_by_test_id("waiting-reason")).to_have_count(0)
+        await expect(dashboard.row(first).get_by_test_id("waiting-reason")).to_have_count(0)
+
+        await dashboard.open_instance(delayed)
+        reason = page.get_by_test_id("instance-waiting-reason")
+        await expect(reason.locator(".reason")).to_have_attribute("data-code", "DELAYED")
+        await expect(reason).to_contain_text(await waiting_message(server, delayed, "DELAYED"))
+        await expect(page.get_by_test_id("instance-concurrency-key")).to_have_text("tenant-a")
+        await dashboard.open_instance(done)
+        await expect(dashboard.panel).to_have_attribute("data-status", "completed")
+        await expect(page.get_by_test_id("instance-waiting-reason")).to_have_count(0)
+        await expect(page.get_by_test_id("instance-concurrency-key")).to_have_count(0)
+
+        await dashboard.open_instance(second)
+        await expect(reason.locator(".reason")).to_have_attribute("data-code", "KEY_FULL")
+        await expect(reason).to_contain_text(key_full_message)
+        await expect(page.get_by_test_id("instance-concurrency-key")).to_have_text("tenant-b")
+        # The first ends, the second starts: its reason goes from the row and the page live.
+        await page.evaluate("window.sameDocument = true")
+        await server.graphql(CANCEL, id=first)
+        await expect(dashboard.row(second)).to_have_attribute("data-status", "completed")
+        await expect(dashboard.row(second).get_by_test_id("waiting-reason")).to_have_count(0)
+        await expect(dashboard.panel).to_have_attribute("data-status", "completed")
+        await expect(page.get_by_test_id("instance-waiting-reason")).to_have_count(0)
+        await expect(dashboard.row(delayed).get_by_test_id("waiting-reason")).to_have_attribute(
+            "data-code", "DELAYED"
+        )
+        assert await page.evaluate("window.sameDocument") is True
         assert dashboard.problems == []
