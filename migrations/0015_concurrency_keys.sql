@@ -30,8 +30,9 @@
 -- token wake-up (queries.NEXT_TOKEN_DUE) call, so none restates another's arithmetic:
 -- laneway.bucket_tokens() (a token bucket now), laneway.queue_room() and laneway.key_room()
 -- (running, tokens, free slots, seconds to the next token), laneway.queue_due() and
--- laneway.key_due() (due work for these workflows). The SQL ones are inlined where they are
--- called, so the callers' plans are as if written out.
+-- laneway.key_due() (due work for these workflows), laneway.key_held() (some instance still
+-- needs the key's row). The SQL ones are inlined where they are called, so the callers' plans
+-- are as if written out.
 
 ALTER TABLE laneway.instances ADD COLUMN concurrency_key text;
 
@@ -181,6 +182,30 @@ AS $$
                AND i.name = ANY(p_names)
              ORDER BY i.priority DESC, i.run_after, i.seq
              LIMIT 1) IS NOT NULL
+$$;
+
+CREATE FUNCTION laneway.key_held(
+    p_queue text,
+    p_key text
+) RETURNS TABLE (held boolean)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT EXISTS (SELECT 1
+                     FROM laneway.instances AS i
+                    WHERE i.queue = p_queue
+                      AND i.concurrency_key = p_key
+                      AND i.status = 'pending')
+        OR EXISTS (SELECT 1
+                     FROM laneway.instances AS i
+                    WHERE i.queue = p_queue
+                      AND i.concurrency_key = p_key
+                      AND i.status = 'running')
+        OR EXISTS (SELECT 1
+                     FROM laneway.instances AS i
+                    WHERE i.queue = p_queue
+                      AND i.concurrency_key = p_key
+                      AND i.status = 'paused')
 $$;
 
 CREATE FUNCTION laneway.hold_key(
@@ -487,44 +512,18 @@ BEGIN
               FROM front
               JOIN laneway.queue_keys AS k ON k.queue = front.queue AND k.key = front.key
               JOIN laneway.queues AS q ON q.name = front.queue
-             WHERE NOT EXISTS (SELECT 1
-                                 FROM laneway.instances AS i
-                                WHERE i.queue = k.queue
-                                  AND i.concurrency_key = k.key
-                                  AND i.status = 'pending')
-               AND NOT EXISTS (SELECT 1
-                                 FROM laneway.instances AS i
-                                WHERE i.queue = k.queue
-                                  AND i.concurrency_key = k.key
-                                  AND i.status = 'running')
-               AND NOT EXISTS (SELECT 1
-                                 FROM laneway.instances AS i
-                                WHERE i.queue = k.queue
-                                  AND i.concurrency_key = k.key
-                                  AND i.status = 'paused')
+             CROSS JOIN LATERAL laneway.key_held(k.queue, k.key) AS held
+             WHERE NOT held.held
                AND COALESCE(laneway.bucket_tokens(q.key_rate_per_minute, k.tokens, k.tokens_at)
                             >= GREATEST(q.key_rate_per_minute / 60.0, 1.0), true)
                FOR UPDATE OF k SKIP LOCKED) AS d;
     IF idle_keys IS NOT NULL THEN
         DELETE FROM laneway.queue_keys AS k
          USING unnest(idle_queues, idle_keys) AS d (queue, key)
+         CROSS JOIN LATERAL laneway.key_held(d.queue, d.key) AS held
          WHERE k.queue = d.queue
            AND k.key = d.key
-           AND NOT EXISTS (SELECT 1
-                             FROM laneway.instances AS i
-                            WHERE i.queue = k.queue
-                              AND i.concurrency_key = k.key
-                              AND i.status = 'pending')
-           AND NOT EXISTS (SELECT 1
-                             FROM laneway.instances AS i
-                            WHERE i.queue = k.queue
-                              AND i.concurrency_key = k.key
-                              AND i.status = 'running')
-           AND NOT EXISTS (SELECT 1
-                             FROM laneway.instances AS i
-                            WHERE i.queue = k.queue
-                              AND i.concurrency_key = k.key
-                              AND i.status = 'paused');
+           AND NOT held.held;
     END IF;
 END;
 $$;

@@ -348,44 +348,18 @@ BEGIN
               FROM front
               JOIN laneway.queue_keys AS k ON k.queue = front.queue AND k.key = front.key
               JOIN laneway.queues AS q ON q.name = front.queue
-             WHERE NOT EXISTS (SELECT 1
-                                 FROM laneway.instances AS i
-                                WHERE i.queue = k.queue
-                                  AND i.concurrency_key = k.key
-                                  AND i.status = 'pending')
-               AND NOT EXISTS (SELECT 1
-                                 FROM laneway.instances AS i
-                                WHERE i.queue = k.queue
-                                  AND i.concurrency_key = k.key
-                                  AND i.status = 'running')
-               AND NOT EXISTS (SELECT 1
-                                 FROM laneway.instances AS i
-                                WHERE i.queue = k.queue
-                                  AND i.concurrency_key = k.key
-                                  AND i.status = 'paused')
+             CROSS JOIN LATERAL laneway.key_held(k.queue, k.key) AS held
+             WHERE NOT held.held
                AND COALESCE(laneway.bucket_tokens(q.key_rate_per_minute, k.tokens, k.tokens_at)
                             >= GREATEST(q.key_rate_per_minute / 60.0, 1.0), true)
                FOR UPDATE OF k SKIP LOCKED) AS d;
     IF idle_keys IS NOT NULL THEN
         DELETE FROM laneway.queue_keys AS k
          USING unnest(idle_queues, idle_keys) AS d (queue, key)
+         CROSS JOIN LATERAL laneway.key_held(d.queue, d.key) AS held
          WHERE k.queue = d.queue
            AND k.key = d.key
-           AND NOT EXISTS (SELECT 1
-                             FROM laneway.instances AS i
-                            WHERE i.queue = k.queue
-                              AND i.concurrency_key = k.key
-                              AND i.status = 'pending')
-           AND NOT EXISTS (SELECT 1
-                             FROM laneway.instances AS i
-                            WHERE i.queue = k.queue
-                              AND i.concurrency_key = k.key
-                              AND i.status = 'running')
-           AND NOT EXISTS (SELECT 1
-                             FROM laneway.instances AS i
-                            WHERE i.queue = k.queue
-                              AND i.concurrency_key = k.key
-                              AND i.status = 'paused');
+           AND NOT held.held;
     END IF;
 END;
 $$;
@@ -509,6 +483,34 @@ AS $$
                AND i.name = ANY(p_names)
              ORDER BY i.priority DESC, i.run_after, i.seq
              LIMIT 1) IS NOT NULL
+$$;
+
+-- laneway.key_held(): whether some instance still needs a key's queue_keys row (0015): one
+-- pending, running or paused with the key. The claim deletes only keys no instance holds.
+-- Inlined where it is called.
+
+CREATE OR REPLACE FUNCTION laneway.key_held(
+    p_queue text,
+    p_key text
+) RETURNS TABLE (held boolean)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT EXISTS (SELECT 1
+                     FROM laneway.instances AS i
+                    WHERE i.queue = p_queue
+                      AND i.concurrency_key = p_key
+                      AND i.status = 'pending')
+        OR EXISTS (SELECT 1
+                     FROM laneway.instances AS i
+                    WHERE i.queue = p_queue
+                      AND i.concurrency_key = p_key
+                      AND i.status = 'running')
+        OR EXISTS (SELECT 1
+                     FROM laneway.instances AS i
+                    WHERE i.queue = p_queue
+                      AND i.concurrency_key = p_key
+                      AND i.status = 'paused')
 $$;
 
 -- laneway.hold_key(): makes or holds the queue_keys row of a key that is getting a pending
