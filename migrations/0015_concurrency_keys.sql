@@ -20,11 +20,14 @@
 --     neither lane's walk passes over the other's rows.
 -- A key's row is made (or held) by whatever makes a keyed instance pending from nothing: an
 -- enqueue and the retry of a failed instance, through laneway.hold_key(), which keeps a
--- FOR KEY SHARE lock on it to commit. Each claim deletes a few keys at the front of the turn
--- order that have nothing pending, running or paused and a full bucket (so that deleting one
--- cannot reset a spent bucket): it locks them FOR UPDATE SKIP LOCKED (never a row an enqueue
--- holds), then checks again in a new snapshot, which sees every enqueue that held the row
--- before. An enqueue that comes after waits for the delete and makes the row anew.
+-- FOR KEY SHARE lock on it to commit. After its claim, a claim clears the front of the turn
+-- order up to the first key it could serve now: keys with nothing pending, running or paused
+-- and a full bucket (so that deleting one cannot reset a spent bucket) are deleted, locked
+-- FOR UPDATE SKIP LOCKED first (never a row an enqueue holds), then checked again in a new
+-- snapshot, which sees every enqueue that held the row before (an enqueue that comes after
+-- waits for the delete and makes the row anew); keys still held that cannot be served now
+-- (full, out of tokens, no due work) move to the back. So idle and stuck keys never pile up
+-- where every claim would walk past them.
 --
 -- The predicates are functions the claim, the waiting reasons (queries/waiting.py) and the
 -- token wake-up (queries.NEXT_TOKEN_DUE) call, so none restates another's arithmetic:
@@ -251,8 +254,15 @@ AS $$
 DECLARE
     locked text[];
     keyed boolean;
+    front_queue text;
+    front record;
+    front_held boolean;
+    front_servable boolean;
+    front_full_bucket boolean;
     idle_queues text[];
     idle_keys text[];
+    stuck_queues text[];
+    stuck_keys text[];
 BEGIN
     -- A queue another process is claiming from is skipped this round. NO KEY UPDATE: claimers
     -- exclude each other; enqueues never lock the queue row (no foreign key since 0007).
@@ -495,28 +505,54 @@ BEGIN
      ORDER BY claimed.priority DESC, claimed.run_after, claimed.seq;
     END IF;
 
-    -- Keys with nothing left at the front of the turn order go, a few per queue per claim:
-    -- locked first (never one an enqueue holds), then checked again in this new snapshot.
-    WITH front AS MATERIALIZED (
-        SELECT l.name AS queue, f.key
-          FROM unnest(locked) AS l (name)
-         CROSS JOIN LATERAL (
-            SELECT f.key
+    -- The front of each queue's turn order, after this claim: every key before the first one
+    -- that could be served now (room and due work) is either held by no instance any more
+    -- (it goes) or cannot be served now: full, out of tokens, or with no due work here (it
+    -- moves to the back). So no claim walks past the same idle or stuck keys again, and a
+    -- queue's idle keys go as soon as claims reach them. At most 1,000 keys per claim; the
+    -- walk stops at the first servable key, so it is one key when the front is in order.
+    FOREACH front_queue IN ARRAY locked LOOP
+        FOR front IN
+            SELECT f.key, f.tokens, f.tokens_at, q.key_concurrency, q.key_rate_per_minute
               FROM laneway.queue_keys AS f
-             WHERE f.queue = l.name
+              JOIN laneway.queues AS q ON q.name = f.queue
+             WHERE f.queue = front_queue
              ORDER BY f.served_at, f.key
-             LIMIT 8) AS f
-    )
-    SELECT array_agg(d.queue), array_agg(d.key) INTO idle_queues, idle_keys
-      FROM (SELECT k.queue, k.key
-              FROM front
-              JOIN laneway.queue_keys AS k ON k.queue = front.queue AND k.key = front.key
-              JOIN laneway.queues AS q ON q.name = front.queue
-             CROSS JOIN LATERAL laneway.key_held(k.queue, k.key) AS held
-             WHERE NOT held.held
-               AND COALESCE(laneway.bucket_tokens(q.key_rate_per_minute, k.tokens, k.tokens_at)
-                            >= GREATEST(q.key_rate_per_minute / 60.0, 1.0), true)
-               FOR UPDATE OF k SKIP LOCKED) AS d;
+             LIMIT 1000
+        LOOP
+            SELECT held.held, kr.slots > 0 AND due.due,
+                   COALESCE(kr.tokens_now >= GREATEST(front.key_rate_per_minute / 60.0, 1.0),
+                            true)
+              INTO front_held, front_servable, front_full_bucket
+              FROM laneway.key_held(front_queue, front.key) AS held,
+                   laneway.key_room(front_queue, front.key, front.key_concurrency,
+                                    front.key_rate_per_minute, front.tokens,
+                                    front.tokens_at) AS kr,
+                   laneway.key_due(front_queue, front.key, p_names) AS due;
+            EXIT WHEN front_servable;
+            IF NOT front_held AND front_full_bucket THEN
+                idle_queues := idle_queues || front_queue;
+                idle_keys := idle_keys || front.key;
+            ELSE
+                stuck_queues := stuck_queues || front_queue;
+                stuck_keys := stuck_keys || front.key;
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF stuck_keys IS NOT NULL THEN
+        UPDATE laneway.queue_keys AS k
+           SET served_at = now()
+          FROM unnest(stuck_queues, stuck_keys) AS d (queue, key)
+         WHERE k.queue = d.queue
+           AND k.key = d.key;
+    END IF;
+    IF idle_keys IS NOT NULL THEN
+        SELECT array_agg(k.queue), array_agg(k.key) INTO idle_queues, idle_keys
+          FROM (SELECT k.queue, k.key
+                  FROM unnest(idle_queues, idle_keys) AS d (queue, key)
+                  JOIN laneway.queue_keys AS k ON k.queue = d.queue AND k.key = d.key
+                   FOR UPDATE OF k SKIP LOCKED) AS k;
+    END IF;
     IF idle_keys IS NOT NULL THEN
         DELETE FROM laneway.queue_keys AS k
          USING unnest(idle_queues, idle_keys) AS d (queue, key)
