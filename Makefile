@@ -49,6 +49,8 @@ bench-engine: install                   ## Laneway-only engine throughput and la
 	$(PY) bench/engine_bench.py
 bench-service: install                  ## service-level figures: websocket latency, fan-out, idle queries, claims
 	$(PY) bench/service_bench.py
+bench-claim-keys: install               ## cost of one claim: 100,000 pending, no keys vs 1,000 keys (BENCH_ARGS=--markdown)
+	$(PY) bench/claim_keys.py $(BENCH_ARGS)
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
-.PHONY: install run worker test chaos soak lint check fmt schema bench bench-peers bench-engine bench-service help
+.PHONY: install run worker test chaos soak lint check fmt schema bench bench-peers bench-engine bench-service bench-claim-keys help
