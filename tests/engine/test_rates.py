@@ -1,4 +1,4 @@
-"""Rates that hold: the claim loop wakes when a rate-limited queue's next token is due.
+"""Rates that hold: the claim loop wakes when a rate-limited queue's or key's next token is due.
 
 Measured on the database's own claim timestamps, with two engines (two owner ids, two pools)
 sharing each queue and the default 2 s fallback poll, which alone would give ~34/min at 60/min.
@@ -26,6 +26,7 @@ async def _done(ctx: HandlerContext, params: object) -> Done:
 
 slow = Workflow("slow", handlers={"run": _done}, initial="run", queue="slow")
 fast = Workflow("fast", handlers={"run": _done}, initial="run", queue="fast")
+per_key = Workflow("per_key", handlers={"run": _done}, initial="run", queue="per_key")
 plain = Workflow("plain", handlers={"run": _done}, initial="run", queue="plain")
 
 
@@ -75,23 +76,33 @@ def _observed_per_minute(starts: list[datetime], burst: int, per_second: float) 
 async def test_rates_hold_at_60_and_600_per_minute_across_two_engines(
     store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # (queue, rate per minute, burst: the bucket's capacity, max(1 s of tokens, 1 token))
-    rates = {"slow": (60.0, 1), "fast": (600.0, 10)}
-    setup = make_engine(store, slow, fast)
+    # (queue, rate per minute, burst: the bucket's capacity, max(1 s of tokens, 1 token));
+    # per_key's rate is its one key's (keyRatePerMinute), its queue has no rate of its own.
+    rates = {"slow": (60.0, 1), "fast": (600.0, 10), "per_key": (60.0, 1)}
+    setup = make_engine(store, slow, fast, per_key)
     for queue, (rate, _) in rates.items():
-        await setup.configure_queue(queue, concurrency=100, rate_per_minute=rate)
+        if queue == "per_key":
+            await setup.configure_queue(queue, concurrency=100, key_rate_per_minute=rate)
+        else:
+            await setup.configure_queue(queue, concurrency=100, rate_per_minute=rate)
     needed = {
         q: burst + round(WINDOW_SECONDS * rate / 60.0) + 1 for q, (rate, burst) in rates.items()
     }
     await setup.enqueue_many(
-        [EnqueueRequest(name=q, params={"i": i}) for q in needed for i in range(needed[q])]
+        [
+            EnqueueRequest(
+                name=q, params={"i": i}, concurrency_key="tenant" if q == "per_key" else None
+            )
+            for q in needed
+            for i in range(needed[q])
+        ]
     )
     async with open_store(database_url) as other_store:
         claims = [count_calls(monkeypatch, s, "claim") for s in (store, other_store)]
         token_reads = [count_calls(monkeypatch, s, "next_token_due") for s in (store, other_store)]
         # The default fallback poll (2 s): only the token wake-ups can hold these rates.
-        first = make_engine(store, slow, fast, owner_id="rates-a")
-        second = make_engine(other_store, slow, fast, owner_id="rates-b")
+        first = make_engine(store, slow, fast, per_key, owner_id="rates-a")
+        second = make_engine(other_store, slow, fast, per_key, owner_id="rates-b")
         assert first.claim_loop.poll_interval_seconds == 2.0
         async with first.running(), second.running():
             await eventually(
