@@ -337,172 +337,174 @@ BEGIN
          WHERE (SELECT count(appended.last_event_id) FROM appended) >= 0
          ORDER BY claimed.priority DESC, claimed.run_after, claimed.seq;
     ELSE
-    RETURN QUERY
-    WITH allowance AS (
-        SELECT q.name, q.rate_per_minute, q.key_concurrency, q.key_rate_per_minute,
-               q.unkeyed_served_at, room.tokens_now, due.unkeyed AS unkeyed_due,
-               GREATEST(LEAST(room.slots, p_limit), 0) AS slots
-          FROM laneway.queues AS q
-         CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
-                                               q.tokens, q.tokens_at) AS room
-         CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
-         WHERE q.name = ANY(locked)
-    ),
-    lanes AS (
-        -- Per queue, the keys whose turn it is: the keys with due work and room, least
-        -- recently served first, at most as many as the queue has free slots; and the keys
-        -- of its first due keyed rows in claim order (priority first), so a higher priority
-        -- in a key whose turn is far off still goes first.
-        SELECT a.name AS queue, k.key, k.served_at, kr.tokens_now, LEAST(kr.slots, a.slots) AS room
-          FROM allowance AS a
-         CROSS JOIN LATERAL (
-            SELECT w.key
-              FROM (SELECT w.key
-                      FROM laneway.queue_keys AS w
-                     CROSS JOIN LATERAL laneway.key_room(w.queue, w.key, a.key_concurrency,
-                                                         a.key_rate_per_minute, w.tokens,
-                                                         w.tokens_at) AS wr
-                     CROSS JOIN LATERAL laneway.key_due(w.queue, w.key, p_names) AS due
-                     WHERE w.queue = a.name
-                       AND wr.slots > 0
-                       AND due.due
-                     ORDER BY w.served_at, w.key
-                     LIMIT a.slots) AS w
-            UNION
-            SELECT t.concurrency_key
-              FROM (SELECT i.concurrency_key
-                      FROM laneway.instances AS i
-                     WHERE i.queue = a.name
-                       AND i.status = 'pending'
-                       AND i.concurrency_key IS NOT NULL
-                       AND i.run_after <= now()
-                       AND i.name = ANY(p_names)
-                     ORDER BY i.priority DESC, i.run_after, i.seq
-                     LIMIT a.slots) AS t) AS chosen
-         CROSS JOIN LATERAL (
-            SELECT k.key, k.served_at, k.tokens, k.tokens_at
-              FROM laneway.queue_keys AS k
-             WHERE k.queue = a.name
-               AND k.key = chosen.key
-             LIMIT 1) AS k  -- one row by primary key; the LIMIT keeps it a lookup per key
-         CROSS JOIN LATERAL laneway.key_room(a.name, k.key, a.key_concurrency,
-                                             a.key_rate_per_minute, k.tokens,
-                                             k.tokens_at) AS kr
-         WHERE kr.slots > 0
-    ),
-    shares AS (
-        -- A lane's fair share of its queue's free slots, rounded up: all a claim reads of it.
-        SELECT a.name, a.slots, a.unkeyed_due, a.unkeyed_served_at,
-               ceil(a.slots::numeric
-                    / GREATEST((SELECT count(*) FROM lanes AS l WHERE l.queue = a.name)
-                               + CASE WHEN a.unkeyed_due THEN 1 ELSE 0 END, 1))::integer AS share
-          FROM allowance AS a
-    ),
-    candidates AS (
-        SELECT p.instance_id, p.priority, p.run_after, p.seq, l.queue, l.key, l.served_at
-          FROM lanes AS l
-          JOIN shares AS s ON s.name = l.queue
-         CROSS JOIN LATERAL (
-            SELECT i.instance_id, i.priority, i.run_after, i.seq
-              FROM laneway.instances AS i
-             WHERE i.queue = l.queue
-               AND i.concurrency_key = l.key
-               AND i.status = 'pending'
-               AND i.run_after <= now()
-               AND i.name = ANY(p_names)
-             ORDER BY i.priority DESC, i.run_after, i.seq
-             LIMIT LEAST(l.room, s.share)
-               FOR UPDATE SKIP LOCKED) AS p
-        UNION ALL
-        SELECT p.instance_id, p.priority, p.run_after, p.seq, s.name, NULL, s.unkeyed_served_at
-          FROM shares AS s
-         CROSS JOIN LATERAL (
-            SELECT i.instance_id, i.priority, i.run_after, i.seq
-              FROM laneway.instances AS i
-             WHERE i.queue = s.name
-               AND i.status = 'pending'
-               AND i.concurrency_key IS NULL
-               AND i.run_after <= now()
-               AND i.name = ANY(p_names)
-             ORDER BY i.priority DESC, i.run_after, i.seq
-             LIMIT CASE WHEN s.unkeyed_due THEN s.share ELSE 0 END
-               FOR UPDATE SKIP LOCKED) AS p
-    ),
-    turns AS (
-        -- Each lane's rows take turns within a priority: the first row of every lane, least
-        -- recently served lane first, then the second of every lane, and so on.
-        SELECT c.*,
-               row_number() OVER (PARTITION BY c.queue
-                                  ORDER BY c.priority DESC, c.turn, c.served_at,
-                                           c.key NULLS FIRST) AS place
-          FROM (SELECT c.*,
-                       row_number() OVER (PARTITION BY c.queue, c.key, c.priority
-                                          ORDER BY c.run_after, c.seq) AS turn
-                  FROM candidates AS c) AS c
-    ),
-    picked AS (
-        SELECT t.instance_id
-          FROM turns AS t
-          JOIN shares AS s ON s.name = t.queue
-         WHERE t.place <= s.slots
-         ORDER BY t.priority DESC, t.place, t.run_after, t.seq
-         LIMIT p_limit
-    ),
-    claimed AS (
-        UPDATE laneway.instances AS i
-           SET status = 'running', owner_id = p_owner, attempts = i.attempts + 1,
-               lease_epoch = i.lease_epoch + 1, claimed_at = now(), lease_renewed_at = now(),
-               lease_expires_at = now() + p_lease_seconds * interval '1 second',
-               updated_at = now()
-         WHERE i.instance_id = ANY(ARRAY(SELECT picked.instance_id FROM picked))
-        RETURNING i.*
-    ),
-    spent AS (
-        -- The queue's bucket, and when its unkeyed lane was last served (where keys compete).
-        UPDATE laneway.queues AS q
-           SET tokens = COALESCE(a.tokens_now - c.n, q.tokens),
-               tokens_at = CASE WHEN a.rate_per_minute IS NULL THEN q.tokens_at ELSE now() END,
-               unkeyed_served_at = CASE WHEN c.unkeyed > 0 THEN now()
-                                        ELSE q.unkeyed_served_at END
-          FROM allowance AS a,
-               (SELECT claimed.queue, count(*) AS n,
-                       count(*) FILTER (WHERE claimed.concurrency_key IS NULL) AS unkeyed
-                  FROM claimed
-                 GROUP BY claimed.queue) AS c
-         WHERE q.name = a.name
-           AND c.queue = a.name
-           AND (a.rate_per_minute IS NOT NULL
-                OR (c.unkeyed > 0 AND EXISTS (SELECT 1 FROM lanes AS l WHERE l.queue = a.name)))
-    ),
-    served AS (
-        -- Each key served moves to the back of the turn order, its bucket spent.
-        UPDATE laneway.queue_keys AS k
-           SET served_at = now(),
-               tokens = COALESCE(l.tokens_now - c.n, k.tokens),
-               tokens_at = CASE WHEN l.tokens_now IS NULL THEN k.tokens_at ELSE now() END
-          FROM lanes AS l,
-               (SELECT claimed.queue, claimed.concurrency_key, count(*) AS n
-                  FROM claimed
-                 WHERE claimed.concurrency_key IS NOT NULL
-                 GROUP BY claimed.queue, claimed.concurrency_key) AS c
-         WHERE k.queue = l.queue
-           AND k.key = l.key
-           AND c.queue = l.queue
-           AND c.concurrency_key = l.key
-    ),
-    appended AS (
-        -- One call once every claimed row is updated (the aggregate reads them all first).
-        SELECT laneway.append_events(
-                   p_events_lock_key, array_agg(c.instance_id), array_agg(c.name),
-                   array_agg('started'::text), array_agg(c.status), array_agg(c.attempts),
-                   NULL, NULL, NULL) AS last_event_id
-          FROM claimed AS c
-        HAVING count(*) > 0
-    )
-    SELECT claimed.*
-      FROM claimed
-     WHERE (SELECT count(appended.last_event_id) FROM appended) >= 0
-     ORDER BY claimed.priority DESC, claimed.run_after, claimed.seq;
+        RETURN QUERY
+        WITH allowance AS (
+            SELECT q.name, q.rate_per_minute, q.key_concurrency, q.key_rate_per_minute,
+                   q.unkeyed_served_at, room.tokens_now, due.unkeyed AS unkeyed_due,
+                   GREATEST(LEAST(room.slots, p_limit), 0) AS slots
+              FROM laneway.queues AS q
+             CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
+                                                   q.tokens, q.tokens_at) AS room
+             CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
+             WHERE q.name = ANY(locked)
+        ),
+        lanes AS (
+            -- Per queue, the keys whose turn it is: the keys with due work and room, least
+            -- recently served first, at most as many as the queue has free slots; and the keys
+            -- of its first due keyed rows in claim order (priority first), so a higher priority
+            -- in a key whose turn is far off still goes first.
+            SELECT a.name AS queue, k.key, k.served_at, kr.tokens_now,
+                   LEAST(kr.slots, a.slots) AS room
+              FROM allowance AS a
+             CROSS JOIN LATERAL (
+                SELECT w.key
+                  FROM (SELECT w.key
+                          FROM laneway.queue_keys AS w
+                         CROSS JOIN LATERAL laneway.key_room(w.queue, w.key, a.key_concurrency,
+                                                             a.key_rate_per_minute, w.tokens,
+                                                             w.tokens_at) AS wr
+                         CROSS JOIN LATERAL laneway.key_due(w.queue, w.key, p_names) AS due
+                         WHERE w.queue = a.name
+                           AND wr.slots > 0
+                           AND due.due
+                         ORDER BY w.served_at, w.key
+                         LIMIT a.slots) AS w
+                UNION
+                SELECT t.concurrency_key
+                  FROM (SELECT i.concurrency_key
+                          FROM laneway.instances AS i
+                         WHERE i.queue = a.name
+                           AND i.status = 'pending'
+                           AND i.concurrency_key IS NOT NULL
+                           AND i.run_after <= now()
+                           AND i.name = ANY(p_names)
+                         ORDER BY i.priority DESC, i.run_after, i.seq
+                         LIMIT a.slots) AS t) AS chosen
+             CROSS JOIN LATERAL (
+                SELECT k.key, k.served_at, k.tokens, k.tokens_at
+                  FROM laneway.queue_keys AS k
+                 WHERE k.queue = a.name
+                   AND k.key = chosen.key
+                 LIMIT 1) AS k  -- one row by primary key; the LIMIT keeps it a lookup per key
+             CROSS JOIN LATERAL laneway.key_room(a.name, k.key, a.key_concurrency,
+                                                 a.key_rate_per_minute, k.tokens,
+                                                 k.tokens_at) AS kr
+             WHERE kr.slots > 0
+        ),
+        shares AS (
+            -- A lane's fair share of its queue's free slots, rounded up: all a claim reads of it.
+            SELECT a.name, a.slots, a.unkeyed_due, a.unkeyed_served_at,
+                   ceil(a.slots::numeric
+                        / GREATEST((SELECT count(*) FROM lanes AS l WHERE l.queue = a.name)
+                                   + CASE WHEN a.unkeyed_due THEN 1 ELSE 0 END, 1)
+                   )::integer AS share
+              FROM allowance AS a
+        ),
+        candidates AS (
+            SELECT p.instance_id, p.priority, p.run_after, p.seq, l.queue, l.key, l.served_at
+              FROM lanes AS l
+              JOIN shares AS s ON s.name = l.queue
+             CROSS JOIN LATERAL (
+                SELECT i.instance_id, i.priority, i.run_after, i.seq
+                  FROM laneway.instances AS i
+                 WHERE i.queue = l.queue
+                   AND i.concurrency_key = l.key
+                   AND i.status = 'pending'
+                   AND i.run_after <= now()
+                   AND i.name = ANY(p_names)
+                 ORDER BY i.priority DESC, i.run_after, i.seq
+                 LIMIT LEAST(l.room, s.share)
+                   FOR UPDATE SKIP LOCKED) AS p
+            UNION ALL
+            SELECT p.instance_id, p.priority, p.run_after, p.seq, s.name, NULL, s.unkeyed_served_at
+              FROM shares AS s
+             CROSS JOIN LATERAL (
+                SELECT i.instance_id, i.priority, i.run_after, i.seq
+                  FROM laneway.instances AS i
+                 WHERE i.queue = s.name
+                   AND i.status = 'pending'
+                   AND i.concurrency_key IS NULL
+                   AND i.run_after <= now()
+                   AND i.name = ANY(p_names)
+                 ORDER BY i.priority DESC, i.run_after, i.seq
+                 LIMIT CASE WHEN s.unkeyed_due THEN s.share ELSE 0 END
+                   FOR UPDATE SKIP LOCKED) AS p
+        ),
+        turns AS (
+            -- Each lane's rows take turns within a priority: the first row of every lane, least
+            -- recently served lane first, then the second of every lane, and so on.
+            SELECT c.*,
+                   row_number() OVER (PARTITION BY c.queue
+                                      ORDER BY c.priority DESC, c.turn, c.served_at,
+                                               c.key NULLS FIRST) AS place
+              FROM (SELECT c.*,
+                           row_number() OVER (PARTITION BY c.queue, c.key, c.priority
+                                              ORDER BY c.run_after, c.seq) AS turn
+                      FROM candidates AS c) AS c
+        ),
+        picked AS (
+            SELECT t.instance_id
+              FROM turns AS t
+              JOIN shares AS s ON s.name = t.queue
+             WHERE t.place <= s.slots
+             ORDER BY t.priority DESC, t.place, t.run_after, t.seq
+             LIMIT p_limit
+        ),
+        claimed AS (
+            UPDATE laneway.instances AS i
+               SET status = 'running', owner_id = p_owner, attempts = i.attempts + 1,
+                   lease_epoch = i.lease_epoch + 1, claimed_at = now(), lease_renewed_at = now(),
+                   lease_expires_at = now() + p_lease_seconds * interval '1 second',
+                   updated_at = now()
+             WHERE i.instance_id = ANY(ARRAY(SELECT picked.instance_id FROM picked))
+            RETURNING i.*
+        ),
+        spent AS (
+            -- The queue's bucket, and when its unkeyed lane was last served (where keys compete).
+            UPDATE laneway.queues AS q
+               SET tokens = COALESCE(a.tokens_now - c.n, q.tokens),
+                   tokens_at = CASE WHEN a.rate_per_minute IS NULL THEN q.tokens_at ELSE now() END,
+                   unkeyed_served_at = CASE WHEN c.unkeyed > 0 THEN now()
+                                            ELSE q.unkeyed_served_at END
+              FROM allowance AS a,
+                   (SELECT claimed.queue, count(*) AS n,
+                           count(*) FILTER (WHERE claimed.concurrency_key IS NULL) AS unkeyed
+                      FROM claimed
+                     GROUP BY claimed.queue) AS c
+             WHERE q.name = a.name
+               AND c.queue = a.name
+               AND (a.rate_per_minute IS NOT NULL
+                    OR (c.unkeyed > 0 AND EXISTS (SELECT 1 FROM lanes AS l WHERE l.queue = a.name)))
+        ),
+        served AS (
+            -- Each key served moves to the back of the turn order, its bucket spent.
+            UPDATE laneway.queue_keys AS k
+               SET served_at = now(),
+                   tokens = COALESCE(l.tokens_now - c.n, k.tokens),
+                   tokens_at = CASE WHEN l.tokens_now IS NULL THEN k.tokens_at ELSE now() END
+              FROM lanes AS l,
+                   (SELECT claimed.queue, claimed.concurrency_key, count(*) AS n
+                      FROM claimed
+                     WHERE claimed.concurrency_key IS NOT NULL
+                     GROUP BY claimed.queue, claimed.concurrency_key) AS c
+             WHERE k.queue = l.queue
+               AND k.key = l.key
+               AND c.queue = l.queue
+               AND c.concurrency_key = l.key
+        ),
+        appended AS (
+            -- One call once every claimed row is updated (the aggregate reads them all first).
+            SELECT laneway.append_events(
+                       p_events_lock_key, array_agg(c.instance_id), array_agg(c.name),
+                       array_agg('started'::text), array_agg(c.status), array_agg(c.attempts),
+                       NULL, NULL, NULL) AS last_event_id
+              FROM claimed AS c
+            HAVING count(*) > 0
+        )
+        SELECT claimed.*
+          FROM claimed
+         WHERE (SELECT count(appended.last_event_id) FROM appended) >= 0
+         ORDER BY claimed.priority DESC, claimed.run_after, claimed.seq;
     END IF;
 
     -- The front of each queue's turn order, after this claim: every key before the first one
