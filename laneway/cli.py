@@ -192,11 +192,10 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(f"not an instance id: {args.instance_id!r}")
     async with open_services(settings, role="cli") as services:
         record = await services.engine.get(instance_id)
-        reasons = await services.store.waiting_reasons([instance_id]) if record else {}
+        reason = await services.engine.waiting_reason(instance_id) if record else None
     if record is None:
         return _fail(f"no instance {instance_id}", EXIT_FAILED)
     shape = graphql_shape(WorkflowInstanceStatus.from_record(record))
-    reason = reasons.get(instance_id)
     shape["waitingReason"] = (
         graphql_shape(WaitingReason.from_record(reason)) if reason is not None else None
     )

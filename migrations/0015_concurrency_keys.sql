@@ -254,6 +254,7 @@ AS $$
 DECLARE
     locked text[];
     keyed boolean;
+    unkeyed_queues text[];  -- the locked queues with unkeyed work due
     front_queue text;
     front record;
     front_held boolean;
@@ -266,8 +267,10 @@ DECLARE
 BEGIN
     -- A queue another process is claiming from is skipped this round. NO KEY UPDATE: claimers
     -- exclude each other; enqueues never lock the queue row (no foreign key since 0007).
-    SELECT array_agg(q.name ORDER BY q.name), bool_or(q.keyed) INTO locked, keyed
-      FROM (SELECT q.name, due.keyed
+    SELECT array_agg(q.name ORDER BY q.name), bool_or(q.keyed),
+           array_agg(q.name) FILTER (WHERE q.unkeyed)
+      INTO locked, keyed, unkeyed_queues
+      FROM (SELECT q.name, due.keyed, due.unkeyed
               FROM laneway.queues AS q
              CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
              WHERE NOT q.paused
@@ -340,12 +343,12 @@ BEGIN
         RETURN QUERY
         WITH allowance AS (
             SELECT q.name, q.rate_per_minute, q.key_concurrency, q.key_rate_per_minute,
-                   q.unkeyed_served_at, room.tokens_now, due.unkeyed AS unkeyed_due,
+                   q.unkeyed_served_at, room.tokens_now,
+                   q.name = ANY(unkeyed_queues) AS unkeyed_due,  -- as the lock found it
                    GREATEST(LEAST(room.slots, p_limit), 0) AS slots
               FROM laneway.queues AS q
              CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
                                                    q.tokens, q.tokens_at) AS room
-             CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
              WHERE q.name = ANY(locked)
         ),
         lanes AS (

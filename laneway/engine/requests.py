@@ -19,6 +19,8 @@ from laneway.model import JSONValue, NewInstance, ScheduleRecord
 MAX_KEY_CHARS = 255
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000.0
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
+MAX_CONCURRENCY = 1_000_000  # a queue's or a key's cap
+MAX_RATE_PER_MINUTE = 1e9
 
 
 def new_instance_id() -> UUID:
@@ -57,14 +59,14 @@ def check_key(value: str | None, what: str) -> str | None:
 
 
 def check_cap(value: object, what: str) -> None:
-    """Refuses a cap (a concurrency) that is not an integer from 1 to 1,000,000."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
-        raise InvalidInputError(f"{what} must be an integer from 1 to 1000000")
+    """Refuses a cap (a concurrency) that is not an integer from 1 to MAX_CONCURRENCY."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
+        raise InvalidInputError(f"{what} must be an integer from 1 to {MAX_CONCURRENCY}")
 
 
 def check_rate(value: float | None, what: str) -> None:
     """Refuses a rate per minute that is not positive (None: no limit)."""
-    if value is not None and not 0 < value <= 1e9:  # also refuses NaN
+    if value is not None and not 0 < value <= MAX_RATE_PER_MINUTE:  # also refuses NaN
         raise InvalidInputError(f"{what} must be positive (or null for no limit)")
 
 

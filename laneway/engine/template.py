@@ -16,6 +16,7 @@ from uuid import UUID
 from laneway.engine.backoff import retry_delay_ms
 from laneway.engine.context import Next, Pause
 from laneway.engine.handler_map import RetryPolicy, Validator, check_name
+from laneway.engine.requests import check_cap, check_rate
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, OperationRecord
 
@@ -119,10 +120,8 @@ class QueueSettings:
     rate_per_minute: float | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.concurrency <= 1_000_000:
-            raise InvalidInputError("queue concurrency must be from 1 to 1000000")
-        if self.rate_per_minute is not None and not 0 < self.rate_per_minute <= 1e9:
-            raise InvalidInputError("queue rate_per_minute must be positive (or None)")
+        check_cap(self.concurrency, "queue concurrency")
+        check_rate(self.rate_per_minute, "queue rate_per_minute")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

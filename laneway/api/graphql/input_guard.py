@@ -55,13 +55,17 @@ from laneway.api.graphql.arguments import parse_event_id
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
 from laneway.engine.engine import MAX_HISTORY_MINUTES, MAX_LIST_LIMIT
-from laneway.engine.requests import MAX_DELAY_MS, MAX_KEY_CHARS, PRIORITY_RANGE
+from laneway.engine.requests import (
+    MAX_CONCURRENCY,
+    MAX_DELAY_MS,
+    MAX_KEY_CHARS,
+    MAX_RATE_PER_MINUTE,
+    PRIORITY_RANGE,
+)
 from laneway.errors import InvalidInputError
 
 MAX_ARGUMENT_CHARS = 1000  # any String or ID argument RULES does not name
 MAX_NAME_CHARS = 64  # workflow, queue, schedule and entity-type names (handler_map.NAME_PATTERN)
-MAX_CONCURRENCY = 1_000_000  # as Engine.configure_queue
-MAX_RATE_PER_MINUTE = 1e9  # as Engine.configure_queue
 MAX_GRAPHQL_INT = 2**31 - 1
 _TEXT_SCALARS = frozenset({"String", "ID"})
 _NUMBER_SCALARS = frozenset({"Int", "Float"})

@@ -46,7 +46,8 @@ def millis(moment: datetime) -> float:
     return moment.timestamp() * 1000.0
 
 
-WAITING_STATUSES = frozenset({Status.PENDING, Status.PAUSED})  # the others have no reason
+# The statuses that have a waiting reason (`status` values); the others have none.
+WAITING_STATUSES = frozenset({Status.PENDING.value, Status.PAUSED.value})
 
 
 @strawberry.type
@@ -156,7 +157,6 @@ class WorkflowInstanceStatus:
     message: str | None
     concurrency_key: str | None
     uuid: strawberry.Private[UUID]
-    status_value: strawberry.Private[Status]
 
     @classmethod
     def from_record(cls, record: InstanceRecord) -> Self:
@@ -180,13 +180,12 @@ class WorkflowInstanceStatus:
             message=record.message,
             concurrency_key=record.concurrency_key,
             uuid=record.instance_id,
-            status_value=record.status,
         )
 
     @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
     async def waiting_reason(self, info: Info[Any, Any]) -> WaitingReason | None:
         """Why it is not running yet: null while running and once terminal."""
-        if self.status_value not in WAITING_STATUSES:
+        if self.status not in WAITING_STATUSES:
             return None
         found = await laneway_of(info.context).waiting_reasons.load(self.uuid)
         return WaitingReason.from_record(found) if found is not None else None
