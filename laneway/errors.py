@@ -3,6 +3,7 @@
 LanewayError
 ├── NotFoundError        unknown instance, schedule, queue or workflow
 ├── InvalidInputError    params rejected, bad interval or cron, limit out of range
+│   └── InputRejectedError  a resume's input failed its checkpoint's input schema
 ├── ConflictError        action not allowed in the instance's current status
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
 └── MigrationsMissingError  the installation carries no migration files (internal)
@@ -19,6 +20,10 @@ class LanewayError(Exception):
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or self.__doc__)
 
+    def details(self) -> dict[str, object]:
+        """What an API adds to the error's code (GraphQL `extensions`): nothing by default."""
+        return {}
+
 
 class NotFoundError(LanewayError):
     """Nothing by that name or id exists."""
@@ -26,6 +31,21 @@ class NotFoundError(LanewayError):
 
 class InvalidInputError(LanewayError):
     """The input was rejected."""
+
+
+class InputRejectedError(InvalidInputError):
+    """The input does not match the input schema; `problems` holds (JSON path, message) pairs,
+    the most relevant first."""
+
+    def __init__(self, message: str, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__(message)
+
+    def details(self) -> dict[str, object]:
+        return {
+            "path": self.problems[0][0],
+            "problems": [{"path": path, "message": message} for path, message in self.problems],
+        }
 
 
 class ConflictError(LanewayError):

@@ -20,6 +20,7 @@ class Status(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     PAUSED = "paused"
+    WAITING = "waiting"  # sleeping or waiting for a signal: no lease, no slot
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -39,6 +40,8 @@ class EventType(StrEnum):
     RETRYING = "retrying"
     PAUSED = "paused"
     RESUMED = "resumed"
+    WAITING = "waiting"
+    SIGNALLED = "signalled"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -76,6 +79,16 @@ class InstanceRecord:
     progress: float | None
     message: str | None
     concurrency_key: str | None = None
+    wake_at: datetime | None = None  # when a waiting or paused instance wakes (None: never)
+    wait_signal: str | None = None  # the signal a waiting instance waits for
+    wait: dict[str, JSONValue] | None = None  # the wait as its handler asked (engine/waits.py)
+
+    @property
+    def checkpoint_input_schema(self) -> JSONValue:
+        """The JSON Schema a resume's input must match, while paused at a checkpoint with one."""
+        if self.status != Status.PAUSED or not self.wait:
+            return None
+        return self.wait.get("input_schema")
 
     @property
     def is_terminal(self) -> bool:
@@ -87,7 +100,8 @@ class WaitingReason:
     """Why an instance that is pending or paused is not running (store.waiting_reasons).
 
     `code` is one of READY, DELAYED, RETRY_BACKOFF, QUEUE_FULL, RATE_LIMITED, KEY_FULL,
-    KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER, AWAITING_REVIEW; `message` says it in one line
+    KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER, AWAITING_REVIEW, SLEEPING, AWAITING_SIGNAL;
+    `message` says it in one line
     for a person; `until` is when it may next become claimable, where known.
     """
 
@@ -110,6 +124,7 @@ class EventRecord:
     error: str | None = None
     stage: str | None = None
     checkpoint: str | None = None
+    signal: str | None = None  # the signal's name, for `waiting` and `signalled` events
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +139,7 @@ class NewEvent:
     error: str | None = None
     stage: str | None = None
     checkpoint: str | None = None
+    signal: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +176,16 @@ class EnqueueResult:
     @property
     def instance_id(self) -> UUID:
         return self.instance.instance_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalResult:
+    """What sending a signal returns: its id, whether this call sent it (False: its idempotency
+    key named an earlier one, whose id this is), and the instance after it."""
+
+    signal_id: UUID
+    accepted: bool
+    instance: InstanceRecord
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -264,7 +290,9 @@ class NewInstance:
 class CheckpointWrite:
     """A runner's checkpoint: the state after a handler, and the next action.
 
-    With `pause_label` the instance also pauses there (status paused, no lease) until resumed.
+    With `pause_label` the instance also pauses there (status paused, no lease) until resumed;
+    with `wait_json` (engine/waits.py) it waits instead (status waiting), or its pause carries
+    an input schema and an expiry.
     """
 
     instance_id: UUID
@@ -277,6 +305,7 @@ class CheckpointWrite:
     message: str | None = None
     stage: str | None = None
     pause_label: str | None = None
+    wait_json: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -310,11 +339,13 @@ RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DueWork:
-    """What an idle poll found: expired leases, due schedules, claimable instances."""
+    """What an idle poll found: expired leases, due schedules, claimable instances, and the
+    seconds until the next wake-up of a waiting or paused instance (None: none will wake)."""
 
     expired_leases: bool
     due_schedules: bool
     claimable: bool
+    next_wake_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,16 @@
 """The engine: workflow definitions, claims, leases, runs, retries and schedules."""
 
-from laneway.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure, Step
+from laneway.engine.context import (
+    Done,
+    HandlerContext,
+    Next,
+    OnExpiry,
+    Pause,
+    PermanentFailure,
+    Sleep,
+    Step,
+    WaitForSignal,
+)
 from laneway.engine.engine import Engine, EnqueueRequest
 from laneway.engine.handler_map import RetryPolicy, Workflow
 from laneway.engine.locks import EntityLocks, LockUnavailableError
@@ -30,6 +40,7 @@ __all__ = [
     "HandlerContext",
     "LockUnavailableError",
     "Next",
+    "OnExpiry",
     "Operation",
     "OperationContext",
     "OperationRegistry",
@@ -38,10 +49,12 @@ __all__ = [
     "PermanentFailure",
     "QueueSettings",
     "RetryPolicy",
+    "Sleep",
     "Stage",
     "Step",
     "Template",
     "TemplateWorkflow",
+    "WaitForSignal",
     "Workflow",
     "WorkflowRegistry",
     "check_workflows",

@@ -1,9 +1,10 @@
 """ClaimLoop: the claim loop that starts runners for due instances, within queue caps.
 
-Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules and
-wake-ups, this process's row in the live workers registry (written at start and at every
-heartbeat, removed at a clean stop), and the once-a-minute queue history roll-up. Does not
-run user code itself (runner.py) and writes no SQL (store).
+Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules, the
+wake-up of waiting instances whose wake time came, this process's row in the live workers
+registry (written at start and at every heartbeat, removed at a clean stop), and the
+once-a-minute queue history roll-up. Does not run user code itself (runner.py) and writes no
+SQL (store).
 """
 
 import asyncio
@@ -35,6 +36,8 @@ UNREGISTERED_CHECK_SECONDS = 60.0
 PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
 ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
+WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
+WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are
 
 
 class ClaimLoop:
@@ -78,6 +81,7 @@ class ClaimLoop:
         self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
         self._wake = asyncio.Event()
         self._next_wake: float | None = None  # monotonic deadline set by wake_in
+        self._next_wakeup: float | None = None  # when waiting instances are next due to wake
         self._last_poll = -float("inf")
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
@@ -106,6 +110,13 @@ class ClaimLoop:
         if self._next_wake is None or deadline < self._next_wake:
             self._next_wake = deadline
 
+    def wake_waiters_in(self, seconds: float) -> None:
+        """Wake waiting instances after `seconds` (a wait's wake time this process knows of),
+        sooner than the next poll would find it."""
+        deadline = time.monotonic() + max(seconds, 0.0) + WAKE_MARGIN_SECONDS
+        if self._next_wakeup is None or deadline < self._next_wakeup:
+            self._next_wakeup = deadline
+
     def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
         """Cancel the handler task of an instance running here; False if it is not here."""
         run = self._runs.get(instance_id)
@@ -122,6 +133,7 @@ class ClaimLoop:
     async def maintain(self) -> None:
         """Recover expired leases, fire due schedules, and report unrunnable instances."""
         await self._recover()
+        await self._wake_waiters()
         if len(self._registry):
             await self._store.fire_due_schedules(self._plan_schedule)
             if faults.ARMED:
@@ -139,6 +151,12 @@ class ClaimLoop:
         due = await self._store.due_work(self._registry.names())
         if due.expired_leases:
             await self._recover()
+        woke = False
+        if due.next_wake_in is not None:
+            if due.next_wake_in <= 0:
+                woke = await self._wake_waiters()
+            else:
+                self.wake_waiters_in(due.next_wake_in)
         if due.due_schedules and len(self._registry):
             await self._store.fire_due_schedules(self._plan_schedule)
             if faults.ARMED:
@@ -146,7 +164,30 @@ class ClaimLoop:
         await self._report_unregistered()
         await self._prune()
         await self._roll_up_history()
-        return due.claimable
+        return due.claimable or woke
+
+    async def _wake_waiters(self) -> bool:
+        """Wake the waiting and paused instances whose wake time came, in batches (another
+        process's batch is skipped, so processes share a crowd of wake-ups); then look up the
+        next wake time. Returns whether any instance became pending."""
+        self._next_wakeup = None
+        woke = False
+        for _ in range(WAKE_MAX_ROUNDS):
+            transitions, more = await self._store.wake_due()
+            for transition in transitions:
+                if transition.status.is_terminal:
+                    await self._on_terminal(transition)
+                else:
+                    woke = True
+            if not more:
+                break
+        else:
+            self.wake_waiters_in(0.0)  # more are due: the next round goes on
+            return woke
+        next_in = await self._store.next_wake_in()
+        if next_in is not None:
+            self.wake_waiters_in(next_in)
+        return woke
 
     async def _prune(self) -> None:
         """Every few minutes, delete finished instances older than the retention period."""
@@ -255,6 +296,8 @@ class ClaimLoop:
                 claimable = woken
                 if time.monotonic() - self._last_poll >= self.poll_interval_seconds:
                     claimable = await self._poll() or woken
+                elif self._next_wakeup is not None and time.monotonic() >= self._next_wakeup:
+                    claimable = await self._wake_waiters() or woken
                 limit = min(self._cohort, self.concurrency - len(self._runs))
                 claimed = await self.claim(limit) if claimable and limit > 0 else []
                 failures = 0
@@ -314,11 +357,14 @@ class ClaimLoop:
             self._token_misses = min(self._token_misses + 1, 16)
 
     def _idle_seconds(self) -> float:
-        """How long the loop may sleep: until the next poll, or a known due time before it."""
-        until_poll = max(self._last_poll + self.poll_interval_seconds - time.monotonic(), 0.0)
-        if self._next_wake is None:
-            return until_poll
-        return max(min(until_poll, self._next_wake - time.monotonic()), 0.0)
+        """How long the loop may sleep: until the next poll, or a known due time or wake-up
+        before it."""
+        now = time.monotonic()
+        until = self._last_poll + self.poll_interval_seconds
+        for deadline in (self._next_wake, self._next_wakeup):
+            if deadline is not None:
+                until = min(until, deadline)
+        return max(until - now, 0.0)
 
     def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
         run = Run(record=record)
@@ -329,9 +375,11 @@ class ClaimLoop:
         try:
             workflow = self._registry.get(run.record.name)
             tools = RunnerTools(self._store, self.owner_id, run.record, self._spawn)
-            due_in = await run_instance(run, workflow, self._committer, self._on_terminal, tools)
-            if due_in is not None:
-                self.wake_in(due_in)
+            due = await run_instance(run, workflow, self._committer, self._on_terminal, tools)
+            if due is not None and due.waking:
+                self.wake_waiters_in(due.seconds)
+            elif due is not None:
+                self.wake_in(due.seconds)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -9,6 +9,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from uuid import UUID
 
+from laneway.engine.names import check_name
+from laneway.engine.waits import (
+    ExpiryAction,
+    check_expiry,
+    check_input_schema,
+    check_wait_seconds,
+    checkpoint_wait,
+    signal_wait,
+    sleep_wait,
+)
+from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, LockRecord, OperationRecord
 
 
@@ -28,16 +39,90 @@ class Done:
 
 
 @dataclass(frozen=True, slots=True)
+class OnExpiry:
+    """What a review checkpoint's expiry does: `"resume"` with `input` (which must match the
+    checkpoint's input schema), `"cancel"` or `"fail"` the instance."""
+
+    then: ExpiryAction
+    input: JSONValue = None
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     """Checkpoint, then pause with the checkpoint `label` until the instance is resumed;
-    on resume, `action` runs with `params`."""
+    on resume, `action` runs with `params`, or with the resume's input when one is given.
+
+    With an `input_schema` (JSON Schema), a resume must bring an input that matches it. With
+    `timeout_seconds`, the checkpoint expires after that long and `on_expiry` happens (by
+    default the instance fails).
+    """
 
     label: str
     action: str
     params: JSONValue = None
+    input_schema: JSONValue = None
+    timeout_seconds: float | None = None
+    on_expiry: OnExpiry | None = None
+
+    def __post_init__(self) -> None:
+        where = f"checkpoint {self.label!r}"
+        if self.input_schema is not None:
+            check_input_schema(self.input_schema, where)
+        check_wait_seconds(self.timeout_seconds, f"{where}: timeout_seconds", optional=True)
+        if self.on_expiry is not None:
+            if self.timeout_seconds is None:
+                raise InvalidInputError(f"{where}: on_expiry needs timeout_seconds")
+            check_expiry(self.on_expiry.then, self.on_expiry.input, self.input_schema, where)
+
+    def wait(self) -> dict[str, JSONValue] | None:
+        expiry = self.on_expiry
+        return checkpoint_wait(
+            self.input_schema,
+            self.timeout_seconds,
+            expiry.then if expiry else None,
+            expiry.input if expiry else None,
+        )
 
 
-Step = Next | Done | Pause
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Checkpoint, then sleep `seconds` on the database clock, holding no lease and no slot;
+    then `then` runs with `params`. Survives any process dying; cancel works meanwhile."""
+
+    seconds: float
+    then: str
+    params: JSONValue = None
+
+    def __post_init__(self) -> None:
+        check_wait_seconds(self.seconds, "Sleep seconds")
+
+    def wait(self) -> dict[str, JSONValue]:
+        return sleep_wait(self.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForSignal:
+    """Checkpoint, then wait for the signal `name` (holding no lease and no slot): when it
+    comes, `then` runs with its payload as params. A signal sent earlier is kept and taken by
+    the first wait of its name, oldest first. After `timeout_seconds` (None: no timeout) with
+    no signal, `on_timeout` runs (with no params), or without one the instance fails."""
+
+    name: str
+    timeout_seconds: float | None
+    then: str
+    on_timeout: str | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "signal name")
+        check_wait_seconds(self.timeout_seconds, "WaitForSignal timeout_seconds", optional=True)
+        if self.on_timeout is not None and self.timeout_seconds is None:
+            raise InvalidInputError("WaitForSignal: on_timeout needs timeout_seconds")
+
+    def wait(self) -> dict[str, JSONValue]:
+        return signal_wait(self.name, self.timeout_seconds, self.on_timeout)
+
+
+Step = Next | Done | Pause | Sleep | WaitForSignal
 
 
 class InstanceTools(Protocol):

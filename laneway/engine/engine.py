@@ -1,9 +1,9 @@
-"""Engine: the Python API of Laneway — enqueue, cancel, resume, retry, queues, schedules, run.
+"""Engine: the Python API of Laneway — enqueue, cancel, resume, retry, signal, queues, run.
 
 Owns workflow semantics at the edges: validating input, choosing queue and attempts, turning
 an action into the store call that performs it. An enqueue's input is checked in requests.py;
-the claim loop is claim_loop.py's; the step loop is runner.py's. Usable as a plain library,
-with no GraphQL.
+the claim loop is claim_loop.py's; the step loop is runner.py's; schedules are
+schedule_calls.py's. Usable as a plain library, with no GraphQL.
 """
 
 import asyncio
@@ -22,8 +22,9 @@ from laneway.engine.locks import EntityLocks
 from laneway.engine.payloads import encode_json
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import check_cap, check_rate, new_instance, planned_fire
-from laneway.engine.schedules import parse_recurrence
+from laneway.engine.requests import check_cap, check_key, check_rate, new_instance, planned_fire
+from laneway.engine.schedule_calls import ScheduleCalls
+from laneway.engine.waits import validate_input
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
 from laneway.model import (
     EnqueueResult,
@@ -36,7 +37,7 @@ from laneway.model import (
     OperationRecord,
     QueueRecord,
     QueueSample,
-    ScheduleRecord,
+    SignalResult,
     Status,
     Transition,
     WaitingReason,
@@ -62,7 +63,7 @@ def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Engine:
+class Engine(ScheduleCalls):
     """Laneway's engine: one per process, sharing the database with any number of others."""
 
     def __init__(
@@ -300,19 +301,63 @@ class Engine:
             await self._run_hook(record)
         return record
 
-    async def resume(self, instance_id: UUID) -> InstanceRecord:
-        """Put a paused instance back to pending.
+    async def resume(self, instance_id: UUID, input: JSONValue = None) -> InstanceRecord:
+        """Put a paused instance back to pending, with the reviewer's `input` if given.
+
+        The input must match the checkpoint's input schema, if it has one. It reaches the
+        workflow as the params of the action after the pause (a handler map), or in the
+        context under the checkpoint's label (a template).
 
         Raises:
             NotFoundError: no such instance.
             ConflictError: it is not paused.
+            InvalidInputError: the input is not JSON within the params limits, or does not
+                match the schema (InputRejectedError, naming the failing paths); the instance
+                stays paused.
         """
-        record = await self.store.resume_instance(instance_id)
-        if record is None:
+        current = await self._require(instance_id)
+        if current.status != Status.PAUSED:
+            raise ConflictError(instance_id, current.status, "resume")
+        validate_input(current.checkpoint_input_schema, input, label=current.checkpoint)
+        input_json = None if input is None else encode_json(input, what="input")
+        record = await self.store.resume_instance(instance_id, input_json, current.checkpoint)
+        if record is None:  # resumed (or paused elsewhere) since it was read
             current = await self._require(instance_id)
             raise ConflictError(instance_id, current.status, "resume")
         self.claim_loop.wake()
         return record
+
+    async def signal(
+        self,
+        instance_id: UUID,
+        name: str,
+        payload: JSONValue = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> SignalResult:
+        """Send the signal `name` to an instance: a wait for it goes on with `payload` as its
+        params; with no wait for it yet, the signal is kept for the next wait of its name
+        (signals of one name are taken oldest first, each once). A repeated `idempotency_key`
+        (per instance) sends nothing: the result names the first signal, accepted False.
+
+        Raises:
+            NotFoundError: no such instance.
+            ConflictError: the instance has ended.
+            InvalidInputError: a bad name or key, or a payload that is not JSON within the
+                params limits.
+        """
+        check_name(name, "signal name")
+        check_key(idempotency_key, "idempotencyKey")
+        result = await self.store.send_signal(
+            signal_id=uuid.uuid4(),
+            instance_id=instance_id,
+            name=name,
+            payload_json=encode_json(payload, what="payload"),
+            idempotency_key=idempotency_key,
+        )
+        if result.instance.status == Status.PENDING:
+            self.claim_loop.wake()
+        return result
 
     async def retry(self, instance_id: UUID) -> InstanceRecord:
         """Run a failed instance again from its last checkpoint, with fresh attempts.
@@ -374,60 +419,6 @@ class Engine:
                     return record
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.2)
-
-    # -- schedules -------------------------------------------------------------------------------
-
-    async def create_schedule(
-        self,
-        name: str,
-        workflow_name: str,
-        params: JSONValue = None,
-        *,
-        every: str | None = None,
-        cron: str | None = None,
-        timezone: str = "UTC",
-    ) -> ScheduleRecord:
-        """Create (or replace) a schedule that enqueues `workflow_name` at every fire.
-
-        Raises:
-            InvalidInputError: unknown workflow, bad name, interval, cron or timezone.
-        """
-        check_name(name, "schedule name")
-        workflow = self._workflow(workflow_name)
-        recurrence = parse_recurrence(every=every, cron=cron, timezone=timezone)
-        params_json = encode_json(workflow.validate_params(params), what="params")
-        next_run_at = recurrence.next_fire_after(await self.store.now())
-        return await self.store.upsert_schedule(
-            name=name,
-            workflow_name=workflow.name,
-            params_json=params_json,
-            every=every.strip() if every else None,
-            cron=cron.strip() if cron else None,
-            timezone=recurrence.timezone,
-            next_run_at=next_run_at,
-        )
-
-    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleRecord:
-        """Enable or disable a schedule; re-enabling does not fire the missed backlog.
-
-        Raises:
-            NotFoundError: no such schedule.
-        """
-        schedule = await self.store.get_schedule(name)
-        if schedule is None:
-            raise NotFoundError(f"no schedule named {name!r}")
-        recurrence = parse_recurrence(
-            every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
-        )
-        next_run_at = recurrence.next_fire_after(await self.store.now())
-        return await self.store.set_schedule_enabled(name, enabled, next_run_at)
-
-    async def delete_schedule(self, name: str) -> bool:
-        """Delete a schedule; False when there was none by that name."""
-        return await self.store.delete_schedule(name)
-
-    async def schedules(self) -> list[ScheduleRecord]:
-        return await self.store.schedules()
 
     # -- running ---------------------------------------------------------------------------------
 

@@ -4,20 +4,18 @@ Owns the authoring API: Workflow, RetryPolicy and the handler and hook signature
 instance is run lives in runner.py.
 """
 
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from laneway.engine.backoff import BackoffKind, retry_delay_ms
 from laneway.engine.context import HandlerContext, Step
+from laneway.engine.names import check_name as check_name
 from laneway.errors import InvalidInputError
 from laneway.model import InstanceRecord, JSONValue
 
 Handler = Callable[[HandlerContext, JSONValue], Awaitable[Step]]
 TerminalHook = Callable[[InstanceRecord], Awaitable[None]]
-
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 class PydanticLikeModel(Protocol):
@@ -28,13 +26,6 @@ class PydanticLikeModel(Protocol):
 
 
 Validator = Callable[[JSONValue], JSONValue] | type[PydanticLikeModel]
-
-
-def check_name(value: str, what: str) -> str:
-    """Names of workflows, queues and actions: 1-64 of letters, digits and `_ . : -`."""
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
-        raise InvalidInputError(f"{what} must be 1-64 letters, digits or _ . : - (got {value!r})")
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

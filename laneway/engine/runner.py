@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from laneway.engine import faults
-from laneway.engine.context import Done, HandlerContext, Next, Pause, PermanentFailure
+from laneway.engine.context import (
+    Done,
+    HandlerContext,
+    Next,
+    Pause,
+    PermanentFailure,
+    Sleep,
+    WaitForSignal,
+)
 from laneway.engine.handler_map import Workflow
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from laneway.errors import InvalidInputError, LeaseLostError
@@ -145,6 +153,15 @@ class Run:
     settled: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class DueAgain:
+    """When the instance a run left is due again: after a failed attempt's backoff (claimable
+    then), or at a wait's wake time (`waking`: a wake-up makes it claimable)."""
+
+    seconds: float
+    waking: bool = False
+
+
 def _error_text(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text[:MAX_ERROR_CHARS]
@@ -156,11 +173,12 @@ async def run_instance(
     committer: Committer,
     on_terminal: Callable[[Transition], Awaitable[None]],
     tools: RunnerTools,
-) -> float | None:
-    """Drive one claimed instance until it ends, pauses, fails an attempt, or loses its lease.
+) -> DueAgain | None:
+    """Drive one claimed instance until it ends, pauses, waits, fails an attempt, or loses its
+    lease.
 
-    Returns the seconds until the instance is due again when a failed attempt left it
-    pending (its retry backoff), else None.
+    Returns when the instance is due again where that is known: a failed attempt left it
+    pending (its retry backoff), or it waits with a wake time (a sleep, a timeout, an expiry).
     """
     record = run.record
     state: dict[str, object] = dict(record.state)
@@ -187,7 +205,10 @@ async def run_instance(
             write = await _call_handler(ctx, workflow, action, record.lease_epoch)
         except LeaseLostError:
             return None
-        if faults.ARMED and isinstance(write, CheckpointWrite) and write.pause_label:
+        parked = isinstance(write, CheckpointWrite) and (
+            write.pause_label is not None or write.wait_json is not None
+        )
+        if faults.ARMED and parked:
             await faults.hit("pause_transition")
         try:
             transition = await committer.write(write)
@@ -198,12 +219,12 @@ async def run_instance(
             return None
         if isinstance(write, FailWrite) and transition.status == Status.PENDING:
             run.settled = True
-            return write.delay_ms / 1000.0
-        if not isinstance(write, CheckpointWrite) or write.pause_label is not None:
+            return DueAgain(write.delay_ms / 1000.0)
+        if not isinstance(write, CheckpointWrite) or parked:
             run.settled = True
             if transition.status.is_terminal:
                 await on_terminal(transition)
-            return None
+            return _wake_of(write)
         if run.draining:
             # Shutting down: the step is recorded, the next one is another process's.
             run.handed_back = True
@@ -212,6 +233,32 @@ async def run_instance(
         # The next handler gets exactly what was checkpointed, so an uninterrupted instance
         # and one resumed after a crash see the same params.
         action, params, attempt = write.next_action, json.loads(write.next_params_json), 1
+
+
+def _wake_of(write: RunnerWrite) -> DueAgain | None:
+    """The wake time of the wait a write parked its instance in, if it has one."""
+    if not isinstance(write, CheckpointWrite) or write.wait_json is None:
+        return None
+    seconds = json.loads(write.wait_json).get("seconds")
+    return None if seconds is None else DueAgain(float(seconds), waking=True)
+
+
+def _continuation(
+    step: Next | Pause | Sleep | WaitForSignal,
+) -> tuple[str, JSONValue, str | None]:
+    """The action a step goes on with, its params (a signal's payload replaces them), and the
+    action that runs on a timeout."""
+    if isinstance(step, Next | Pause):
+        return step.action, step.params, None
+    if isinstance(step, Sleep):
+        return step.then, step.params, None
+    return step.then, None, step.on_timeout
+
+
+def _check_actions(workflow: Workflow, action: str, *names: str | None) -> None:
+    for name in names:
+        if name is not None and name not in workflow.handlers:
+            raise InvalidInputError(f"handler {action!r} returned unknown action {name!r}")
 
 
 async def _call_handler(
@@ -223,22 +270,22 @@ async def _call_handler(
         if handler is None:
             raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
         step = await handler(ctx, ctx.params)
-        if isinstance(step, Next | Pause):
-            if step.action not in workflow.handlers:
-                raise InvalidInputError(
-                    f"handler {action!r} returned unknown action {step.action!r}"
-                )
+        if isinstance(step, Next | Pause | Sleep | WaitForSignal):
+            next_action, next_params, on_timeout = _continuation(step)
+            _check_actions(workflow, action, next_action, on_timeout)
+            wait = None if isinstance(step, Next) else step.wait()
             return CheckpointWrite(
                 instance_id=ctx.instance_id,
                 attempt=ctx.attempt,
                 epoch=epoch,
                 state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
-                next_action=step.action,
-                next_params_json=encode_json(step.params, what="action params"),
+                next_action=next_action,
+                next_params_json=encode_json(next_params, what="action params"),
                 progress=ctx.progress,
                 message=ctx.message,
                 stage=ctx.stage,
                 pause_label=step.label if isinstance(step, Pause) else None,
+                wait_json=None if wait is None else encode_json(wait, what="wait"),
             )
         if isinstance(step, Done):
             return CompleteWrite(
@@ -250,7 +297,7 @@ async def _call_handler(
             )
         raise InvalidInputError(
             f"handler {action!r} returned {type(step).__name__}; "
-            "expected Next(...), Pause(...) or Done(...)"
+            "expected Next(...), Pause(...), Sleep(...), WaitForSignal(...) or Done(...)"
         )
     except asyncio.CancelledError:
         raise

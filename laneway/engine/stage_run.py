@@ -14,7 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from laneway.engine.context import Done, HandlerContext, InstanceTools, PermanentFailure, Step
+from laneway.engine.context import (
+    Done,
+    HandlerContext,
+    InstanceTools,
+    Pause,
+    PermanentFailure,
+    Step,
+)
 from laneway.engine.handler_map import Handler
 from laneway.engine.payloads import encode_json
 from laneway.engine.template import (
@@ -95,6 +102,10 @@ class _StageRun:
         if "initial_context" in state:
             initial = dict(state["initial_context"])
             context = dict(state["context"])
+            paused_at = state.pop("paused_at", None)
+            if paused_at is not None and params is not None:
+                # Resumed with a reviewer's input: it joins the context under the label.
+                context[str(paused_at)] = params
         else:  # the first stage of a new instance: its params are the initial context
             initial = dict(params) if isinstance(params, dict) else {}
             context = dict(initial)
@@ -122,7 +133,10 @@ class _StageRun:
             progress=(self._index + 1) / len(self._template.stages),
             message=self._message() if ran else f"{stage.name}: skipped (condition is false)",
         )
-        return step_after_stage(self._template, self._index, context, ran=ran)
+        step = step_after_stage(self._template, self._index, context, ran=ran)
+        if isinstance(step, Pause):
+            state["paused_at"] = step.label  # the next stage merges the resume's input
+        return step
 
     async def _finish(self, context: dict[str, JSONValue]) -> Done:
         result: dict[str, JSONValue] = {"context": context}

@@ -14,7 +14,7 @@ from typing import Literal
 from uuid import UUID
 
 from laneway.engine.backoff import retry_delay_ms
-from laneway.engine.context import Next, Pause
+from laneway.engine.context import Next, OnExpiry, Pause
 from laneway.engine.handler_map import RetryPolicy, Validator, check_name
 from laneway.engine.requests import check_cap, check_rate
 from laneway.errors import InvalidInputError
@@ -102,14 +102,33 @@ class Stage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Checkpoint:
-    """Pause with `label` after stage `after_stage` when `condition` (default: always) holds."""
+    """Pause with `label` after stage `after_stage` when `condition` (default: always) holds.
+
+    With an `input_schema` (JSON Schema), a resume must bring an input that matches it; the
+    input is merged into the context under the label. With `timeout_seconds`, the checkpoint
+    expires after that long and `on_expiry` happens (by default the instance fails).
+    """
 
     after_stage: str
     label: str
     condition: Condition | None = None
+    input_schema: JSONValue = None
+    timeout_seconds: float | None = None
+    on_expiry: OnExpiry | None = None
 
     def __post_init__(self) -> None:
         check_name(self.label, "checkpoint label")
+        self.pause(self.after_stage)  # the same checks as a handler's Pause
+
+    def pause(self, following: str) -> Pause:
+        """The pause of this checkpoint, going on with stage `following` once resumed."""
+        return Pause(
+            self.label,
+            following,
+            input_schema=self.input_schema,
+            timeout_seconds=self.timeout_seconds,
+            on_expiry=self.on_expiry,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,7 +317,7 @@ def step_after_stage(
             if checkpoint.after_stage == stages[index].name and (
                 checkpoint.condition is None or checkpoint.condition(view)
             ):
-                return Pause(checkpoint.label, following)
+                return checkpoint.pause(following)
     return Next(following)
 
 

@@ -1,7 +1,8 @@
 """The part of the Store every area shares: the pool, the event append, the clock.
 
 Owns how a Store method gets its connection (a bounded wait on the pool), the one Python call
-of the event append (queries.APPEND_EVENTS, which calls laneway.append_events), and the
+of the event append (queries.APPEND_EVENTS, which calls laneway.append_events), the hand-over
+of kept signals that both a sender and the group commit make (queries.CONSUME_SIGNALS), and the
 administrative connection for diagnostics. The areas' methods live in instances.py, leases.py,
 history.py, schedules.py, workers.py and queue_history.py; store.py composes them into Store.
 """
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from uuid import UUID
 
-from laneway.model import NewEvent
+from laneway.model import EventType, NewEvent, Status
 from laneway.store import queries
 from laneway.store.pool import ConnectionPool, Loan
 from laneway.store.rows import Conn
@@ -58,8 +59,30 @@ class StoreBase:
             [e.stage for e in events],
             [e.checkpoint for e in events],
             str(cancelled_id) if cancelled_id else None,
+            [e.signal for e in events],
         )
         return last_id
+
+    async def _consume_signals(self, conn: Conn, instance_ids: Sequence[UUID]) -> int:
+        """Hand the oldest kept signal to each of these instances that waits for one of its
+        name, with its `signalled` event, inside the caller's transaction (the sender's and the
+        group commit's: queries.CONSUME_SIGNALS); how many went on."""
+        rows = await conn.fetch(queries.CONSUME_SIGNALS, list(instance_ids))
+        await self._append_events(
+            conn,
+            [
+                NewEvent(
+                    instance_id=row["instance_id"],
+                    name=row["name"],
+                    type=EventType.SIGNALLED,
+                    status=Status(row["status"]),
+                    attempt=row["attempts"],
+                    signal=row["signal"],
+                )
+                for row in rows
+            ],
+        )
+        return len(rows)
 
     async def ping(self) -> None:
         """Raise if the database cannot answer."""

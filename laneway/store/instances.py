@@ -250,10 +250,13 @@ class InstanceStore(StoreBase):
             )
             return record, True
 
-    async def resume_instance(self, instance_id: UUID) -> InstanceRecord | None:
-        """Put a paused instance back to pending; None when it is not paused."""
+    async def resume_instance(
+        self, instance_id: UUID, input_json: str | None = None, checkpoint: str | None = None
+    ) -> InstanceRecord | None:
+        """Put an instance paused at `checkpoint` back to pending, its input (if any) the next
+        action's params; None when it is not paused there."""
         async with self._acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(queries.RESUME_INSTANCE, instance_id)
+            row = await conn.fetchrow(queries.RESUME_INSTANCE, instance_id, input_json, checkpoint)
             if row is None:
                 await self._existing(conn, instance_id)
                 return None

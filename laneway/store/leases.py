@@ -5,6 +5,8 @@ renewal, release and recovery, the group commit of runner writes, and the entity
 template operations take with fencing tokens.
 """
 
+import contextlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
@@ -68,6 +70,7 @@ class LeaseStore(StoreBase):
             expired_leases=row["expired_leases"],
             due_schedules=row["due_schedules"],
             claimable=row["claimable"],
+            next_wake_in=row["next_wake_in"],
         )
 
     async def next_token_due(self, workflow_names: Sequence[str]) -> NextToken:
@@ -149,7 +152,8 @@ class LeaseStore(StoreBase):
         checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
         completions = [w for w in writes if isinstance(w, CompleteWrite)]
         failures = [w for w in writes if isinstance(w, FailWrite)]
-        async with self._acquire() as conn:
+        signal_waits = [w.instance_id for w in checkpoints if _waits_for_signal(w)]
+        async with self._acquire() as conn, _transaction_if(conn, bool(signal_waits)):
             rows = await conn.fetch(
                 queries.WRITE_RUNNER_BATCH,
                 owner_id,
@@ -174,7 +178,12 @@ class LeaseStore(StoreBase):
                 [w.delay_ms for w in failures],
                 [w.final for w in failures],
                 [w.epoch for w in failures],
+                [w.wait_json for w in checkpoints],
             )
+            if signal_waits:
+                # A signal kept before its wait, or sent while the wait was being written, is
+                # seen by this statement's snapshot, which comes after the waits' row locks.
+                await self._consume_signals(conn, signal_waits)
         return [transition_from_row(row) for row in rows]
 
     async def _release_locks_of_terminal(
@@ -208,6 +217,15 @@ class LeaseStore(StoreBase):
         async with self._acquire() as conn:
             row = await conn.fetchrow(queries.GET_LOCK, entity_type, entity_id)
         return lock_from_row(row) if row else None
+
+
+def _waits_for_signal(write: CheckpointWrite) -> bool:
+    return write.wait_json is not None and json.loads(write.wait_json).get("kind") == "signal"
+
+
+def _transaction_if(conn: Conn, needed: bool) -> contextlib.AbstractAsyncContextManager[object]:
+    """A transaction around several statements; one statement is its own."""
+    return conn.transaction() if needed else contextlib.nullcontext()
 
 
 def _recovery_event(t: Transition) -> NewEvent:

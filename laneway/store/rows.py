@@ -115,6 +115,7 @@ def event_from_row(row: Row) -> EventRecord:
         error=row["error"],
         stage=row["stage"],
         checkpoint=row["checkpoint"],
+        signal=row["signal"],
     )
 
 
@@ -242,9 +243,17 @@ _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
         f"{_key(row)} is rate-limited to {row['key_rate_per_minute']:g}/min: "
         f"the next token is due at {_at(until)}"
     ),
-    "AWAITING_REVIEW": lambda row, _: (
-        f"paused at checkpoint {row['checkpoint']!r}: waiting to be resumed"
-        if row["checkpoint"]
-        else "paused: waiting to be resumed"
+    "AWAITING_REVIEW": lambda row, until: (
+        (
+            f"paused at checkpoint {row['checkpoint']!r}: waiting to be resumed"
+            if row["checkpoint"]
+            else "paused: waiting to be resumed"
+        )
+        + ("" if until is None else f" (it expires at {_at(until)})")
+    ),
+    "SLEEPING": lambda _, until: f"sleeping until {_at(until)}",
+    "AWAITING_SIGNAL": lambda row, until: (
+        f"waiting for signal {row['wait_signal']!r}"
+        + (" (no timeout)" if until is None else f" until {_at(until)}, then it times out")
     ),
 }

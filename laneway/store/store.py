@@ -1,7 +1,7 @@
 """Store: one method per state change, each one transaction with its events and NOTIFY.
 
 Owns `open_store` and the Store class, composed of one part per area (instances.py,
-leases.py, history.py, schedules.py, workers.py, queue_history.py, on base.py); rows.py
+leases.py, history.py, schedules.py, workers.py, queue_history.py, waits.py, on base.py); rows.py
 decodes rows into records.
 Decides nothing about workflows: the engine says what to write, the store writes it
 atomically and reports what changed. Runner writes are fenced by owner id.
@@ -25,6 +25,7 @@ from laneway.store.pool import (
 )
 from laneway.store.queue_history import QueueHistoryStore
 from laneway.store.schedules import ScheduleStore
+from laneway.store.waits import WaitStore
 from laneway.store.workers import WorkerStore
 
 
@@ -53,5 +54,5 @@ async def open_store(
         await pool.close()
 
 
-class Store(ScheduleStore, LeaseStore, HistoryStore, WorkerStore, QueueHistoryStore):
+class Store(ScheduleStore, LeaseStore, HistoryStore, WorkerStore, QueueHistoryStore, WaitStore):
     """Laneway's tables, behind one method per verb."""

@@ -153,7 +153,9 @@ async def test_handler_progress_and_message_are_saved_with_the_checkpoint(store:
     assert record.progress == 0.5
     assert record.message == "half way"
     assert record.last_error is not None
-    assert "expected Next(...), Pause(...) or Done(...)" in record.last_error
+    assert "expected Next(...), Pause(...), Sleep(...), WaitForSignal(...) or Done(...)" in (
+        record.last_error
+    )
 
 
 async def test_unknown_next_action_fails_the_attempt(store: Store) -> None:

@@ -90,7 +90,9 @@ class CodedError(GraphQLError):
     """A mapped LanewayError, raised by a field with its code attached."""
 
     def __init__(self, error: LanewayError, code: str) -> None:
-        super().__init__(str(error), extensions={"code": code}, original_error=error)
+        super().__init__(
+            str(error), extensions={"code": code, **error.details()}, original_error=error
+        )
 
 
 def coded(error: Exception) -> Exception:

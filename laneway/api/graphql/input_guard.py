@@ -65,7 +65,7 @@ from laneway.engine.requests import (
 from laneway.errors import InvalidInputError
 
 MAX_ARGUMENT_CHARS = 1000  # any String or ID argument RULES does not name
-MAX_NAME_CHARS = 64  # workflow, queue, schedule and entity-type names (handler_map.NAME_PATTERN)
+MAX_NAME_CHARS = 64  # workflow, queue, schedule and entity-type names (names.NAME_PATTERN)
 MAX_GRAPHQL_INT = 2**31 - 1
 _TEXT_SCALARS = frozenset({"String", "ID"})
 _NUMBER_SCALARS = frozenset({"Int", "Float"})

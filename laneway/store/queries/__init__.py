@@ -8,7 +8,8 @@ codec registered in pool.py. SQL is never built from input. The functions some s
 The areas: schema (the migration runner, the clock), queues, instances (reads and the API
 side's writes), leases (claims, leases, runner writes, retention), operations (template
 operations and entity locks), events, schedules, workers (the live process registry),
-history_rollup (the per-minute queue history), waiting (why instances are not running).
+history_rollup (the per-minute queue history), waiting (why instances are not running), waits
+(signals and the wake-up of waits).
 """
 
 from laneway.store.queries.events import (
@@ -81,6 +82,14 @@ from laneway.store.queries.schema import (
     UNLOCK_MIGRATIONS,
 )
 from laneway.store.queries.waiting import WAITING_REASONS
+from laneway.store.queries.waits import (
+    CONSUME_SIGNALS,
+    FIND_SIGNAL,
+    INSERT_SIGNAL,
+    LOCK_INSTANCE,
+    NEXT_WAKE_IN,
+    WAKE_DUE,
+)
 from laneway.store.queries.workers import (
     HEARTBEAT_WORKER,
     LIVE_WORKERS,
@@ -96,6 +105,7 @@ __all__ = [
     "CANCEL_INSTANCE",
     "CLAIM",
     "CONFIGURE_QUEUE",
+    "CONSUME_SIGNALS",
     "CREATE_MIGRATIONS_TABLE",
     "DB_NOW",
     "DELETE_SCHEDULE",
@@ -107,10 +117,12 @@ __all__ = [
     "EVENTS_AFTER",
     "FIND_ACTIVE_SINGLETON",
     "FIND_BY_IDEMPOTENCY_KEY",
+    "FIND_SIGNAL",
     "GET_INSTANCE",
     "GET_LOCK",
     "GET_SCHEDULE",
     "HEARTBEAT_WORKER",
+    "INSERT_SIGNAL",
     "INSTANCE_COLUMNS",
     "INSTANCE_EVENTS_AFTER",
     "LATEST_EVENT_ID",
@@ -122,8 +134,10 @@ __all__ = [
     "LIST_SCHEDULES",
     "LIVE_WORKERS",
     "LOCK_DUE_SCHEDULES",
+    "LOCK_INSTANCE",
     "LOCK_MIGRATIONS",
     "NEXT_TOKEN_DUE",
+    "NEXT_WAKE_IN",
     "PRUNE_FINISHED",
     "QUEUE_HISTORY",
     "QUEUE_STATS",
@@ -144,5 +158,6 @@ __all__ = [
     "UNREGISTERED_PENDING",
     "UPSERT_SCHEDULE",
     "WAITING_REASONS",
+    "WAKE_DUE",
     "WRITE_RUNNER_BATCH",
 ]

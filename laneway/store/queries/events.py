@@ -6,20 +6,26 @@ See laneway/store/queries/__init__.py for how statements are written.
 # ---------------------------------------------------------------------------------------------
 # events
 
+# The columns every event read returns (rows.event_from_row reads them).
+EVENT_COLUMNS = (
+    "event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint, signal"
+)
+
 # $1 advisory lock key, $2 instance ids, $3 workflow names, $4 types, $5 statuses, $6 attempts,
-# $7 errors, $8 stages, $9 checkpoints, $10 id of an instance cancelled here (NULL: none)
+# $7 errors, $8 stages, $9 checkpoints, $10 id of an instance cancelled here (NULL: none),
+# $11 signal names
 # Every event is appended by laneway.append_events (laneway/store/sql/functions.sql), here and
 # inside the enqueue, claim and group-commit statements: under the append lock, so event ids
 # become visible in id order, stamped with the moment of the append, then the doorbell (ids
 # only). Returns the last id.
 APPEND_EVENTS = """
 SELECT laneway.append_events($1, $2::uuid[], $3::text[], $4::text[], $5::text[], $6::integer[],
-                             $7::text[], $8::text[], $9::text[], $10::text)
+                             $7::text[], $8::text[], $9::text[], $10::text, $11::text[])
 """
 
 # $1 after event id, $2 limit
-EVENTS_AFTER = """
-SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
+EVENTS_AFTER = f"""
+SELECT {EVENT_COLUMNS}
   FROM laneway.events
  WHERE event_id > $1
  ORDER BY event_id
@@ -27,8 +33,8 @@ SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, che
 """
 
 # $1 instance id, $2 after event id, $3 limit
-INSTANCE_EVENTS_AFTER = """
-SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
+INSTANCE_EVENTS_AFTER = f"""
+SELECT {EVENT_COLUMNS}
   FROM laneway.events
  WHERE instance_id = $1
    AND event_id > $2
@@ -37,9 +43,9 @@ SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, che
 """
 
 # $1 instance id, $2 limit: the newest events of one instance, oldest first
-LATEST_INSTANCE_EVENTS = """
-SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
-  FROM (SELECT event_id, instance_id, name, type, status, at, attempt, error, stage, checkpoint
+LATEST_INSTANCE_EVENTS = f"""
+SELECT {EVENT_COLUMNS}
+  FROM (SELECT {EVENT_COLUMNS}
           FROM laneway.events
          WHERE instance_id = $1
          ORDER BY event_id DESC

@@ -12,9 +12,16 @@ _COLUMN_NAMES = (
     "created_at", "updated_at", "params", "state", "next_action", "next_params", "result",
     "last_error", "idempotency_key", "singleton_key", "owner_id", "lease_expires_at",
     "lease_epoch", "recoveries", "parent_id", "stage", "checkpoint", "progress", "message",
-    "concurrency_key",
+    "concurrency_key", "wake_at", "wait_signal", "wait",
 )  # fmt: skip
 INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
+
+
+def instance_columns_of(alias: str) -> str:
+    """INSTANCE_COLUMNS qualified by a table alias, for statements that join other rows."""
+    return ", ".join(f"{alias}.{name}" for name in _COLUMN_NAMES)
+
+
 # The same columns for a summary (a page the API lists): `state` and `next_params` come back
 # NULL, so the server neither reads (detoasts) nor sends, and the pool's codec never decodes,
 # up to 8 MiB per row that the API never shows; instance_from_row makes them {} and None.
@@ -63,7 +70,7 @@ SELECT {INSTANCE_COLUMNS}
   FROM laneway.instances
  WHERE name = $1
    AND singleton_key = $2
-   AND status IN ('pending', 'running', 'paused')
+   AND status IN ('pending', 'running', 'paused', 'waiting')
 """
 
 # $1 registered workflow names (text[])
@@ -163,19 +170,25 @@ WITH inserted AS ({_INSERT_INSTANCE}
 # $1 instance id
 CANCEL_INSTANCE = f"""
 UPDATE laneway.instances
-   SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL,
+   SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL, wake_at = NULL,
        updated_at = now(), finished_at = now()
  WHERE instance_id = $1
    AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING {INSTANCE_COLUMNS}
 """
 
-# $1 instance id
+# $1 instance id, $2 the resume's input (json text; NULL: none, the pause's params stay the
+# next action's), $3 the checkpoint label the input was checked against
+# An input replaces the next action's params. The label guards against a resume checked
+# against another pause of the same instance: it must still be paused where it was read.
 RESUME_INSTANCE = f"""
 UPDATE laneway.instances
-   SET status = 'pending', checkpoint = NULL, run_after = now(), updated_at = now()
+   SET status = 'pending', checkpoint = NULL, wait = NULL, wake_at = NULL,
+       next_params = CASE WHEN $2::text IS NULL THEN next_params ELSE $2::jsonb END,
+       run_after = now(), updated_at = now()
  WHERE instance_id = $1
    AND status = 'paused'
+   AND checkpoint IS NOT DISTINCT FROM $3::text
 RETURNING {INSTANCE_COLUMNS}
 """
 

@@ -5,6 +5,12 @@ See laneway/store/queries/__init__.py for how statements are written.
 """
 
 from laneway.store.queries.instances import INSTANCE_COLUMNS
+from laneway.store.queries.waits import NEXT_WAKE_IN
+
+
+def _indented(statement: str) -> str:
+    return statement.strip().replace("\n", "\n        ")
+
 
 # ---------------------------------------------------------------------------------------------
 # claims and leases
@@ -12,8 +18,9 @@ from laneway.store.queries.instances import INSTANCE_COLUMNS
 # $1 registered workflow names (text[])
 # The idle poll: one cheap look at whether anything needs doing, so an idle process sends one
 # statement per poll instead of a transaction per kind of work. Due work is the claim's own
-# probe (laneway.queue_due), one per queue, not a scan of the backlog.
-DUE_WORK = """
+# probe (laneway.queue_due), one per queue, not a scan of the backlog; the next wake-up of a
+# waiting or paused instance is the first row of instances_wake, never the waiting rows.
+DUE_WORK = f"""
 SELECT EXISTS (SELECT 1
                  FROM laneway.instances
                 WHERE status = 'running'
@@ -26,7 +33,8 @@ SELECT EXISTS (SELECT 1
                  FROM laneway.queues AS q
                 CROSS JOIN LATERAL laneway.queue_due(q.name, $1::text[]) AS due
                 WHERE NOT q.paused
-                  AND (due.unkeyed OR due.keyed)) AS claimable
+                  AND (due.unkeyed OR due.keyed)) AS claimable,
+       ({_indented(NEXT_WAKE_IN)}) AS next_wake_in
 """
 
 # $1 registered workflow names (text[])
@@ -169,7 +177,8 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 # completions: $14 instance ids, $15 results (json text[]), $16 states (json text[]),
 #   $17 lease epochs;
 # failed attempts: $18 instance ids, $19 errors, $20 retry delays in ms, $21 final flags,
-#   $22 lease epochs.
+#   $22 lease epochs;
+# $23 the checkpoints' waits (json text[], NULL: none).
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
@@ -177,13 +186,13 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 WRITE_RUNNER_BATCH = """
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
   FROM laneway.write_runner_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                                  $15, $16, $17, $18, $19, $20, $21, $22)
+                                  $15, $16, $17, $18, $19, $20, $21, $22, $23)
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances
-# Retention: instances that ended longer ago than the retention period go, with their events
-# and operation rows (their locks went when they ended). Oldest first, a bounded batch per
-# sweep; rows another sweep is deleting are skipped.
+# Retention: instances that ended longer ago than the retention period go, with their events,
+# operation rows and signals (their locks went when they ended). Oldest first, a bounded batch
+# per sweep; rows another sweep is deleting are skipped.
 PRUNE_FINISHED = """
 WITH doomed AS (
     SELECT instance_id
@@ -200,6 +209,10 @@ events_gone AS (
 ),
 operations_gone AS (
     DELETE FROM laneway.operations
+     WHERE instance_id IN (SELECT instance_id FROM doomed)
+),
+signals_gone AS (
+    DELETE FROM laneway.signals
      WHERE instance_id IN (SELECT instance_id FROM doomed)
 )
 DELETE FROM laneway.instances

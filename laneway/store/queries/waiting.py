@@ -8,15 +8,17 @@ decides with (laneway/store/sql/functions.sql), so a reason cannot disagree with
 from laneway.store.queries.workers import LIVE
 
 # $1 instance ids (uuid[])
-# One row per instance of $1 that is pending or paused; the first reason that holds, in the
-# order a claim would meet them: paused at a checkpoint, not due yet (a retry's backoff, or a
+# One row per instance of $1 that is pending, paused or waiting; the first reason that holds, in
+# the order a claim would meet them: paused at a checkpoint, sleeping, waiting for a signal,
+# not due yet (a retry's backoff, or a
 # delay), no live process has its workflow, its queue paused, full or out of tokens, its key
 # full or out of tokens; else it is ready. `until` is when it may next become claimable, where
 # known. The facts behind the reason come along for its message.
 WAITING_REASONS = f"""
 SELECT i.instance_id, i.name, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
-       r.code,
-       CASE WHEN r.code IN ('DELAYED', 'RETRY_BACKOFF') THEN i.run_after
+       i.wait_signal, r.code,
+       CASE WHEN r.code IN ('AWAITING_REVIEW', 'SLEEPING', 'AWAITING_SIGNAL') THEN i.wake_at
+            WHEN r.code IN ('DELAYED', 'RETRY_BACKOFF') THEN i.run_after
             WHEN r.code = 'RATE_LIMITED'
             THEN now() + room.token_in * interval '1 second'
             WHEN r.code = 'KEY_RATE_LIMITED'
@@ -35,6 +37,8 @@ SELECT i.instance_id, i.name, i.queue, i.concurrency_key, i.checkpoint, i.attemp
          ON i.concurrency_key IS NOT NULL
  CROSS JOIN LATERAL (
     SELECT CASE WHEN i.status = 'paused' THEN 'AWAITING_REVIEW'
+                WHEN i.status = 'waiting' AND i.wait_signal IS NULL THEN 'SLEEPING'
+                WHEN i.status = 'waiting' THEN 'AWAITING_SIGNAL'
                 WHEN i.run_after > now() AND i.attempts > 0 THEN 'RETRY_BACKOFF'
                 WHEN i.run_after > now() THEN 'DELAYED'
                 WHEN NOT EXISTS (SELECT 1
@@ -49,5 +53,5 @@ SELECT i.instance_id, i.name, i.queue, i.concurrency_key, i.checkpoint, i.attemp
                 ELSE 'READY'
            END AS code) AS r
  WHERE i.instance_id = ANY($1::uuid[])
-   AND i.status IN ('pending', 'paused')
+   AND i.status IN ('pending', 'paused', 'waiting')
 """

@@ -7,12 +7,13 @@
 -- nothing is missing either way). A migration that changes a function changes this file too.
 -- Nothing runs this file; the migrations build the schema.
 
--- laneway.append_events(): the one event append (0011). The claim, the group commit and the
+-- laneway.append_events(): the one event append (0011; signals 0016). The claim, the group commit and the
 -- store's statements all call it, once per statement, with their batch's events as arrays.
 -- It takes the append lock before any event id is drawn and holds it to commit, so ids become
 -- visible in id order (docs/event-ordering.md); callers call it only once their own rows are
 -- written, so nobody waits on a row while holding that lock. Each row's `at` is the moment of
--- the append. The NOTIFY is a doorbell: the last id, and the id of an instance cancelled here.
+-- the append; `p_signals` names the signal of a `waiting` or `signalled` event. The NOTIFY is
+-- a doorbell: the last id, and the id of an instance cancelled here.
 -- An empty batch appends nothing, takes no lock and rings nothing. Returns the last id.
 
 CREATE OR REPLACE FUNCTION laneway.append_events(
@@ -25,7 +26,8 @@ CREATE OR REPLACE FUNCTION laneway.append_events(
     p_errors text[],
     p_stages text[],
     p_checkpoints text[],
-    p_cancelled_id text DEFAULT NULL
+    p_cancelled_id text DEFAULT NULL,
+    p_signals text[] DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -38,12 +40,12 @@ BEGIN
     PERFORM pg_advisory_xact_lock(p_lock_key);
     WITH appended AS (
         INSERT INTO laneway.events
-               (instance_id, name, type, status, at, attempt, error, stage, checkpoint)
+               (instance_id, name, type, status, at, attempt, error, stage, checkpoint, signal)
         SELECT u.instance_id, u.name, u.type, u.status, clock_timestamp(), u.attempt, u.error,
-               u.stage, u.checkpoint
+               u.stage, u.checkpoint, u.signal
           FROM unnest(p_instance_ids, p_names, p_types, p_statuses, p_attempts, p_errors,
-                      p_stages, p_checkpoints)
-               AS u (instance_id, name, type, status, attempt, error, stage, checkpoint)
+                      p_stages, p_checkpoints, p_signals)
+               AS u (instance_id, name, type, status, attempt, error, stage, checkpoint, signal)
         RETURNING event_id
     )
     SELECT max(a.event_id) INTO last_id FROM appended AS a;
@@ -524,8 +526,8 @@ AS $$
              LIMIT 1) IS NOT NULL
 $$;
 
--- laneway.key_held(): whether some instance still needs a key's queue_keys row (0015): one
--- pending, running or paused with the key. The claim deletes only keys no instance holds.
+-- laneway.key_held(): whether some instance still needs a key's queue_keys row (0015; waiting
+-- 0016): one pending, running, paused or waiting with the key. The claim deletes only keys no instance holds.
 -- Inlined where it is called.
 
 CREATE OR REPLACE FUNCTION laneway.key_held(
@@ -549,7 +551,7 @@ AS $$
                      FROM laneway.instances AS i
                     WHERE i.queue = p_queue
                       AND i.concurrency_key = p_key
-                      AND i.status = 'paused')
+                      AND i.status IN ('paused', 'waiting'))
 $$;
 
 -- laneway.hold_key(): makes or holds the queue_keys row of a key that is getting a pending
@@ -583,15 +585,20 @@ BEGIN
 END;
 $$;
 
--- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011).
+-- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
+-- waits 0016).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
 -- $14..$17 (ids, results, states, lease epochs); failed attempts $18..$22 (ids, errors, retry
--- delays in ms, final flags, lease epochs).
+-- delays in ms, final flags, lease epochs); $23 the checkpoints' waits (json text[], NULL: none).
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
--- A checkpoint saves state and the next action and renews the lease, or with a pause label
--- parks the instance (paused, no owner, no lease). A failed attempt with attempts left (and
+-- A checkpoint saves state and the next action and renews the lease, or parks the instance
+-- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
+-- signal). A wait's json (engine/waits.py writes it) gives `seconds` until its wake time
+-- (wake_at), the `signal` it waits for (wait_signal) and what happens then; the instance keeps
+-- it as `wait`, which a paused one has too when its checkpoint has an input schema or expires.
+-- A failed attempt with attempts left (and
 -- not final) waits out its backoff as pending; otherwise the instance ends failed. Instances
 -- that ended give up their entity locks; the events are appended once every row is written
 -- and every lock row deleted. One row per applied write.
@@ -621,7 +628,8 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_failure_errors text[],
     p_failure_delays_ms double precision[],
     p_failure_final boolean[],
-    p_failure_epochs bigint[]
+    p_failure_epochs bigint[],
+    p_checkpoint_waits text[]
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -646,24 +654,30 @@ BEGIN
                progress = COALESCE(u.progress, i.progress),
                message = COALESCE(u.message, i.message),
                stage = COALESCE(u.stage, i.stage),
-               status = CASE WHEN u.pause_label IS NULL THEN 'running' ELSE 'paused' END,
+               status = CASE WHEN u.pause_label IS NOT NULL THEN 'paused'
+                             WHEN u.wait IS NOT NULL THEN 'waiting'
+                             ELSE 'running' END,
                checkpoint = u.pause_label,
-               attempts = CASE WHEN u.pause_label IS NULL THEN 1 ELSE 0 END,
-               owner_id = CASE WHEN u.pause_label IS NULL THEN i.owner_id END,
-               lease_expires_at = CASE WHEN u.pause_label IS NULL
+               wait = u.wait,
+               wait_signal = u.wait ->> 'signal',
+               wake_at = now() + (u.wait ->> 'seconds')::double precision * interval '1 second',
+               attempts = CASE WHEN u.parked THEN 0 ELSE 1 END,
+               owner_id = CASE WHEN NOT u.parked THEN i.owner_id END,
+               lease_expires_at = CASE WHEN NOT u.parked
                                        THEN now() + $2 * interval '1 second' END,
                lease_renewed_at = now(), updated_at = now()
-          FROM (SELECT u.*, $1 AS owner
-                  FROM unnest($4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+          FROM (SELECT u.*, $1 AS owner, u.wait_json::jsonb AS wait,
+                       u.pause_label IS NOT NULL OR u.wait_json IS NOT NULL AS parked
+                  FROM unnest($4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $23)
                        AS u (instance_id, state, next_action, next_params, progress, message,
-                             stage, pause_label, epoch, attempt)
+                             stage, pause_label, epoch, attempt, wait_json)
                 OFFSET 0) AS u
          WHERE i.instance_id = ANY($4)
            AND i.instance_id = u.instance_id
            AND i.owner_id = u.owner
            AND i.lease_epoch = u.epoch
         RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage, i.checkpoint,
-                  u.attempt AS event_attempt
+                  i.wait_signal, u.attempt AS event_attempt
     ),
     completed AS (
         UPDATE laneway.instances AS i
@@ -703,16 +717,17 @@ BEGIN
     written AS (
         SELECT c.instance_id, c.name, c.queue, c.status, c.attempts, NULL::text AS last_error,
                c.stage, c.checkpoint,
-               CASE WHEN c.status = 'paused' THEN 'paused' ELSE 'checkpoint' END AS event_type,
-               c.event_attempt
+               CASE WHEN c.status IN ('paused', 'waiting') THEN c.status
+                    ELSE 'checkpoint' END AS event_type,
+               c.event_attempt, c.wait_signal AS signal
           FROM checkpointed AS c
         UNION ALL
         SELECT d.instance_id, d.name, d.queue, d.status, d.attempts, NULL, NULL, NULL,
-               'completed', d.attempts
+               'completed', d.attempts, NULL
           FROM completed AS d
         UNION ALL
         SELECT f.instance_id, f.name, f.queue, f.status, f.attempts, f.last_error, NULL, NULL,
-               CASE WHEN f.status = 'pending' THEN 'retrying' ELSE 'failed' END, f.attempts
+               CASE WHEN f.status = 'pending' THEN 'retrying' ELSE 'failed' END, f.attempts, NULL
           FROM failed AS f
     ),
     unlocked AS (
@@ -727,7 +742,8 @@ BEGIN
         SELECT laneway.append_events(
                    $3, array_agg(w.instance_id), array_agg(w.name), array_agg(w.event_type),
                    array_agg(w.status), array_agg(w.event_attempt), array_agg(w.last_error),
-                   array_agg(w.stage), array_agg(w.checkpoint)) AS last_event_id
+                   array_agg(w.stage), array_agg(w.checkpoint), NULL,
+                   array_agg(w.signal)) AS last_event_id
           FROM written AS w
          WHERE (SELECT count(*) FROM unlocked) >= 0
         HAVING count(*) > 0

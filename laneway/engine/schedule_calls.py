@@ -1,0 +1,73 @@
+"""The Engine's schedule calls: create, enable, delete and list recurring enqueues.
+
+A part of Engine (engine.py), kept apart so that each file reads as one area; the recurrence
+rules are schedules.py's, the firing is the claim loop's.
+"""
+
+from laneway.engine.handler_map import Workflow, check_name
+from laneway.engine.payloads import encode_json
+from laneway.engine.schedules import parse_recurrence
+from laneway.errors import NotFoundError
+from laneway.model import JSONValue, ScheduleRecord
+from laneway.store import Store
+
+
+class ScheduleCalls:
+    """Schedules, on the Engine's store and registry."""
+
+    store: Store
+
+    def _workflow(self, name: str) -> Workflow:
+        raise NotImplementedError  # Engine's
+
+    async def create_schedule(
+        self,
+        name: str,
+        workflow_name: str,
+        params: JSONValue = None,
+        *,
+        every: str | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+    ) -> ScheduleRecord:
+        """Create (or replace) a schedule that enqueues `workflow_name` at every fire.
+
+        Raises:
+            InvalidInputError: unknown workflow, bad name, interval, cron or timezone.
+        """
+        check_name(name, "schedule name")
+        workflow = self._workflow(workflow_name)
+        recurrence = parse_recurrence(every=every, cron=cron, timezone=timezone)
+        params_json = encode_json(workflow.validate_params(params), what="params")
+        next_run_at = recurrence.next_fire_after(await self.store.now())
+        return await self.store.upsert_schedule(
+            name=name,
+            workflow_name=workflow.name,
+            params_json=params_json,
+            every=every.strip() if every else None,
+            cron=cron.strip() if cron else None,
+            timezone=recurrence.timezone,
+            next_run_at=next_run_at,
+        )
+
+    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleRecord:
+        """Enable or disable a schedule; re-enabling does not fire the missed backlog.
+
+        Raises:
+            NotFoundError: no such schedule.
+        """
+        schedule = await self.store.get_schedule(name)
+        if schedule is None:
+            raise NotFoundError(f"no schedule named {name!r}")
+        recurrence = parse_recurrence(
+            every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
+        )
+        next_run_at = recurrence.next_fire_after(await self.store.now())
+        return await self.store.set_schedule_enabled(name, enabled, next_run_at)
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete a schedule; False when there was none by that name."""
+        return await self.store.delete_schedule(name)
+
+    async def schedules(self) -> list[ScheduleRecord]:
+        return await self.store.schedules()

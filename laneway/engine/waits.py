@@ -1,0 +1,125 @@
+"""Waits and review input: how long a wait may be, input schemas, and a wait's stored form.
+
+Owns the checks of what a handler may ask to wait for (a sleep, a signal, a review checkpoint
+with an input schema and an expiry), the validation of a resume's input against its schema
+(with the `jsonschema` library, Draft 2020-12 unless the schema names another), and the JSON
+that the group commit stores as the instance's `wait` (migrations/0016_waits.sql reads
+`seconds` and `signal` from it; the wake-up reads `on_timeout` and `expiry`). No I/O.
+"""
+
+import json
+from typing import Literal
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+
+from laneway.errors import InputRejectedError, InvalidInputError
+from laneway.model import JSONValue
+
+MAX_WAIT_SECONDS = 10 * 366 * 86_400.0  # about ten years: a timer, not a forever
+MAX_REPORTED_PROBLEMS = 10  # a rejected input names at most this many failing paths
+MAX_SCHEMA_BYTES = 64 * 1024
+
+ExpiryAction = Literal["resume", "cancel", "fail"]
+EXPIRY_ACTIONS: tuple[ExpiryAction, ...] = ("resume", "cancel", "fail")
+
+
+def check_wait_seconds(seconds: float | None, what: str, *, optional: bool = False) -> None:
+    """A wait's length: a number of seconds from 0 to about ten years (None where optional)."""
+    if seconds is None and optional:
+        return
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds <= MAX_WAIT_SECONDS
+    ):
+        raise InvalidInputError(
+            f"{what} must be a number of seconds from 0 to {MAX_WAIT_SECONDS:.0f} (got {seconds!r})"
+        )
+
+
+def check_input_schema(schema: JSONValue, where: str) -> None:
+    """A checkpoint's input schema: a JSON Schema object that is itself valid."""
+    if not isinstance(schema, dict):
+        raise InvalidInputError(f"{where}: input_schema must be a JSON Schema object")
+    try:
+        encoded = json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{where}: input_schema is not JSON: {exc}") from None
+    if len(encoded.encode()) > MAX_SCHEMA_BYTES:
+        raise InvalidInputError(f"{where}: input_schema is over {MAX_SCHEMA_BYTES} bytes")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidInputError(
+            f"{where}: input_schema is not a valid JSON Schema: {exc.message}"
+        ) from None
+
+
+def validate_input(schema: JSONValue, value: JSONValue, *, label: str | None) -> None:
+    """Check a resume's input against the checkpoint's schema (None: any input goes).
+
+    Raises:
+        InputRejectedError: the input does not match; names every failing path (at most ten),
+            the most relevant first.
+    """
+    if schema is None:
+        return
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = sorted(validator.iter_errors(value), key=jsonschema.exceptions.relevance)
+    if not errors:
+        return
+    problems = [(error.json_path, error.message) for error in errors[:MAX_REPORTED_PROBLEMS]]
+    where = f"checkpoint {label!r}" if label else "the checkpoint"
+    path, message = problems[0]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    raise InputRejectedError(
+        f"input rejected by the input schema of {where} at {path}: {message}{more}", problems
+    )
+
+
+def check_expiry(then: str, default_input: JSONValue, schema: JSONValue, where: str) -> None:
+    """What a checkpoint's expiry does: resume (with an input its schema accepts), cancel, fail."""
+    if then not in EXPIRY_ACTIONS:
+        raise InvalidInputError(f"{where}: on_expiry must be one of {', '.join(EXPIRY_ACTIONS)}")
+    if then == "resume":
+        try:
+            validate_input(schema, default_input, label=None)
+        except InputRejectedError as exc:
+            raise InvalidInputError(f"{where}: the expiry's default input is {exc}") from None
+    elif default_input is not None:
+        raise InvalidInputError(f"{where}: only an expiry that resumes takes an input")
+
+
+def sleep_wait(seconds: float) -> dict[str, JSONValue]:
+    return {"kind": "sleep", "seconds": float(seconds)}
+
+
+def signal_wait(
+    signal: str, timeout_seconds: float | None, on_timeout: str | None
+) -> dict[str, JSONValue]:
+    return {
+        "kind": "signal",
+        "signal": signal,
+        "seconds": None if timeout_seconds is None else float(timeout_seconds),
+        "on_timeout": on_timeout,
+    }
+
+
+def checkpoint_wait(
+    input_schema: JSONValue,
+    timeout_seconds: float | None,
+    then: str | None,
+    default_input: JSONValue,
+) -> dict[str, JSONValue] | None:
+    """A pause's wait: its input schema and expiry; None for a plain pause (nothing to keep)."""
+    if input_schema is None and timeout_seconds is None:
+        return None
+    return {
+        "kind": "checkpoint",
+        "input_schema": input_schema,
+        "seconds": None if timeout_seconds is None else float(timeout_seconds),
+        "expiry": None
+        if timeout_seconds is None
+        else {"then": then or "fail", "input": default_input},
+    }

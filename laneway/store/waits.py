@@ -1,0 +1,122 @@
+"""The Store's wait area: signals sent to instances, and the wake-up of waits whose time came.
+
+Owns laneway.signals (a signal is kept until a wait of its name consumes it, once) and the
+batched wake-up of sleeping, waiting and expiring paused instances, each one transaction with
+its events. migrations/0016_waits.sql says why every consumer holds the instance's row lock.
+"""
+
+from uuid import UUID
+
+from laneway.errors import ConflictError, NotFoundError
+from laneway.model import (
+    EventType,
+    InstanceRecord,
+    NewEvent,
+    SignalResult,
+    Status,
+    Transition,
+)
+from laneway.store import queries
+from laneway.store.base import StoreBase
+from laneway.store.rows import Conn, instance_from_row
+
+WAKE_BATCH = 1000  # instances woken per statement; a wake-up repeats while batches come back full
+
+_WAKE_EVENTS = {
+    Status.PENDING: EventType.RESUMED,
+    Status.FAILED: EventType.FAILED,
+    Status.CANCELLED: EventType.CANCELLED,
+}
+
+
+class WaitStore(StoreBase):
+    """Signals, and the wake-up of instances whose wake time came."""
+
+    async def send_signal(
+        self,
+        *,
+        signal_id: UUID,
+        instance_id: UUID,
+        name: str,
+        payload_json: str,
+        idempotency_key: str | None,
+    ) -> SignalResult:
+        """Keep a signal for an instance, and hand it over at once if it waits for it.
+
+        A second signal with the same idempotency key (per instance) is not kept: the result
+        names the first one, with accepted False.
+
+        Raises:
+            NotFoundError: no such instance.
+            ConflictError: the instance has ended.
+        """
+        async with self._acquire() as conn, conn.transaction():
+            status = await conn.fetchval(queries.LOCK_INSTANCE, instance_id)
+            if status is None:
+                raise NotFoundError(f"no instance {instance_id}")
+            if Status(status).is_terminal:
+                raise ConflictError(instance_id, status, "signal")
+            if idempotency_key is not None:
+                earlier = await conn.fetchval(queries.FIND_SIGNAL, instance_id, idempotency_key)
+                if earlier is not None:
+                    record = await self._instance(conn, instance_id)
+                    return SignalResult(signal_id=earlier, accepted=False, instance=record)
+            await conn.execute(
+                queries.INSERT_SIGNAL, signal_id, instance_id, name, payload_json, idempotency_key
+            )
+            await self._consume_signals(conn, [instance_id])
+            record = await self._instance(conn, instance_id)
+        return SignalResult(signal_id=signal_id, accepted=True, instance=record)
+
+    async def wake_due(self, limit: int = WAKE_BATCH) -> tuple[list[Transition], bool]:
+        """Wake up to `limit` instances whose wake time came, in one transaction.
+
+        Returns what each became (terminal ones for their hooks), and whether the batch was
+        full (more may be due).
+        """
+        async with self._acquire() as conn, conn.transaction():
+            rows = await conn.fetch(queries.WAKE_DUE, limit)
+            woken = [(instance_from_row(row), row["reason"]) for row in rows if row["woken"]]
+            ended = [record.instance_id for record, _ in woken if record.is_terminal]
+            if ended:
+                await conn.execute(queries.RELEASE_INSTANCE_LOCKS, ended)
+            await self._append_events(
+                conn,
+                [
+                    NewEvent(
+                        instance_id=record.instance_id,
+                        name=record.name,
+                        type=_WAKE_EVENTS[record.status],
+                        status=record.status,
+                        attempt=record.attempts,
+                        error=reason if record.status == Status.FAILED else None,
+                        stage=record.stage,
+                    )
+                    for record, reason in woken
+                ],
+            )
+        transitions = [
+            Transition(
+                instance_id=record.instance_id,
+                name=record.name,
+                queue=record.queue,
+                status=record.status,
+                attempts=record.attempts,
+                error=record.last_error,
+                stage=record.stage,
+            )
+            for record, _ in woken
+        ]
+        return transitions, len(rows) >= limit
+
+    async def next_wake_in(self) -> float | None:
+        """Seconds until the next wake-up of a waiting or paused instance (<= 0: due now;
+        None: nothing will wake)."""
+        async with self._acquire() as conn:
+            seconds: float | None = await conn.fetchval(queries.NEXT_WAKE_IN)
+        return seconds
+
+    async def _instance(self, conn: Conn, instance_id: UUID) -> InstanceRecord:
+        row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
+        assert row is not None  # locked by this transaction
+        return instance_from_row(row)
