@@ -1,4 +1,4 @@
-"""Mutation resolvers: enqueue, cancel, resume, retry, schedules and queue caps.
+"""Mutation resolvers: enqueue, cancel, resume, retry, signal, schedules and queue caps.
 
 Owns LanewayMutation, the root fields a host's Mutation inherits (or uses as it is), and one
 engine call per field. Every field needs write access (permissions.CanWrite); the engine
@@ -19,6 +19,7 @@ from laneway.api.graphql.types import (
     EnqueueResult,
     QueueStats,
     Schedule,
+    SignalResult,
     WorkflowInstanceStatus,
 )
 
@@ -58,11 +59,38 @@ async def resolve_cancel_workflow(
 
 
 async def resolve_resume_workflow(
-    info: Info[Any, Any], instance_id: InstanceID
+    info: Info[Any, Any], instance_id: InstanceID, input: JSON | None = UNSET
 ) -> WorkflowInstanceStatus:
-    """Put a paused instance back to pending (CONFLICT unless it is paused)."""
-    record = await laneway_of(info.context).services.engine.resume(parse_instance_id(instance_id))
+    """Put a paused instance back to pending (CONFLICT unless it is paused), with the
+    reviewer's input: it must match checkpointInputSchema where there is one (else
+    BAD_USER_INPUT naming the failing path in extensions.path, every one in
+    extensions.problems, and the instance stays paused). The input becomes the params of the
+    next action (a handler map) or joins the context under the checkpoint's label (a
+    template)."""
+    record = await laneway_of(info.context).services.engine.resume(
+        parse_instance_id(instance_id), given(input)
+    )
     return WorkflowInstanceStatus.from_record(record)
+
+
+async def resolve_signal_workflow(
+    info: Info[Any, Any],
+    instance_id: InstanceID,
+    name: str,
+    payload: JSON | None = UNSET,
+    idempotency_key: str | None = UNSET,
+) -> SignalResult:
+    """Send a signal to an instance. A wait for it goes on with the payload as its params;
+    otherwise the signal is kept for the next wait of its name (oldest first, each once). A
+    repeated idempotencyKey (per instance) is not a second signal: accepted false. NOT_FOUND
+    for an unknown instance, CONFLICT for one that has ended."""
+    result = await laneway_of(info.context).services.engine.signal(
+        parse_instance_id(instance_id),
+        name,
+        given(payload),
+        idempotency_key=given(idempotency_key),
+    )
+    return SignalResult.from_record(result)
 
 
 async def resolve_retry_workflow(
@@ -133,6 +161,7 @@ class LanewayMutation:
     cancel_workflow: WorkflowInstanceStatus = fields.mutation(resolve_cancel_workflow)
     resume_workflow: WorkflowInstanceStatus = fields.mutation(resolve_resume_workflow)
     retry_workflow: WorkflowInstanceStatus = fields.mutation(resolve_retry_workflow)
+    signal_workflow: SignalResult = fields.mutation(resolve_signal_workflow)
     create_schedule: Schedule = fields.mutation(resolve_create_schedule)
     set_schedule_enabled: Schedule = fields.mutation(resolve_set_schedule_enabled)
     delete_schedule: bool = fields.mutation(resolve_delete_schedule)

@@ -35,6 +35,9 @@ from laneway.model import (
     QueueSample as QueueSampleRecord,
 )
 from laneway.model import (
+    SignalResult as SignalRecord,
+)
+from laneway.model import (
     WaitingReason as WaitingReasonRecord,
 )
 
@@ -47,7 +50,7 @@ def millis(moment: datetime) -> float:
 
 
 # The statuses that have a waiting reason (`status` values); the others have none.
-WAITING_STATUSES = frozenset({Status.PENDING.value, Status.PAUSED.value})
+WAITING_STATUSES = frozenset({Status.PENDING.value, Status.PAUSED.value, Status.WAITING.value})
 
 
 @strawberry.type
@@ -59,7 +62,9 @@ class WaitingReason:
             "READY (claimable now), DELAYED (delayMs or a schedule's time ahead), "
             "RETRY_BACKOFF (waiting out a retry's backoff), QUEUE_FULL, RATE_LIMITED, "
             "KEY_FULL, KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER (no live process has its "
-            "workflow registered) or AWAITING_REVIEW (paused at a checkpoint)."
+            "workflow registered), AWAITING_REVIEW (paused at a checkpoint; until: when it "
+            "expires), SLEEPING (a durable sleep; until: its wake time) or AWAITING_SIGNAL "
+            "(waiting for the signal the message names; until: its timeout)."
         )
     )
     message: str = strawberry.field(description="The reason in one line, for a person.")
@@ -90,6 +95,9 @@ class WorkflowEvent:
     error: str | None
     stage: str | None
     checkpoint: str | None
+    signal: str | None = strawberry.field(
+        description="The signal's name, for waiting and signalled events (never its payload)."
+    )
 
     @classmethod
     def from_record(cls, record: EventRecord) -> Self:
@@ -104,6 +112,7 @@ class WorkflowEvent:
             error=record.error,
             stage=record.stage,
             checkpoint=record.checkpoint,
+            signal=record.signal,
         )
 
 
@@ -156,6 +165,12 @@ class WorkflowInstanceStatus:
     progress: float | None
     message: str | None
     concurrency_key: str | None
+    checkpoint_input_schema: JSON | None = strawberry.field(
+        description=(
+            "While paused at a checkpoint with an input schema: that JSON Schema, which "
+            "resumeWorkflow's input must match."
+        )
+    )
     uuid: strawberry.Private[UUID]
 
     @classmethod
@@ -179,6 +194,7 @@ class WorkflowInstanceStatus:
             progress=record.progress,
             message=record.message,
             concurrency_key=record.concurrency_key,
+            checkpoint_input_schema=record.checkpoint_input_schema,
             uuid=record.instance_id,
         )
 
@@ -218,6 +234,24 @@ class EnqueueResult:
         return cls(
             instance_id=strawberry.ID(str(record.instance_id)),
             created=record.created,
+            instance=WorkflowInstanceStatus.from_record(record.instance),
+        )
+
+
+@strawberry.type
+class SignalResult:
+    """A signal sent to an instance: its id, whether this call sent it (false: its idempotency
+    key named an earlier signal, whose id this is), and the instance after it."""
+
+    signal_id: strawberry.ID = strawberry.field(name="signalID")
+    accepted: bool
+    instance: WorkflowInstanceStatus
+
+    @classmethod
+    def from_record(cls, record: SignalRecord) -> Self:
+        return cls(
+            signal_id=strawberry.ID(str(record.signal_id)),
+            accepted=record.accepted,
             instance=WorkflowInstanceStatus.from_record(record.instance),
         )
 
@@ -271,6 +305,7 @@ class StatusCounts:
     pending: int
     running: int
     paused: int
+    waiting: int
     completed: int
     failed: int
     cancelled: int
@@ -316,6 +351,7 @@ class QueueStats:
                 pending=count(Status.PENDING, 0),
                 running=count(Status.RUNNING, 0),
                 paused=count(Status.PAUSED, 0),
+                waiting=count(Status.WAITING, 0),
                 completed=count(Status.COMPLETED, 0),
                 failed=count(Status.FAILED, 0),
                 cancelled=count(Status.CANCELLED, 0),
