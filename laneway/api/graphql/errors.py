@@ -30,7 +30,13 @@ from strawberry.types import Info
 from laneway.api.http.asgi import Send
 from laneway.api.request_trace import current_trace
 from laneway.engine import LockUnavailableError
-from laneway.errors import ConflictError, InvalidInputError, LanewayError, NotFoundError
+from laneway.errors import (
+    ConflictError,
+    InputRejectedError,
+    InvalidInputError,
+    LanewayError,
+    NotFoundError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +66,7 @@ _SUGGESTION = re.compile(r"\s*Did you mean .*$", re.DOTALL)
 ERROR_CODES: dict[type[LanewayError], str] = {
     NotFoundError: "NOT_FOUND",
     InvalidInputError: "BAD_USER_INPUT",
+    InputRejectedError: "BAD_USER_INPUT",
     ConflictError: "CONFLICT",
     LockUnavailableError: "CONFLICT",
 }
