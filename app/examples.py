@@ -1,4 +1,5 @@
-"""The example workflows of the contract: `hello`, `countdown`, `flaky` and the `report` template.
+"""The example workflows of the contract: `hello`, `countdown`, `flaky`, the `report` template, and
+the waits `nap`, `approval` and `review`.
 
 Registered by `make run` (app/main.py) and by `make worker` (LANEWAY_WORKFLOWS=app.examples). Their
 names, params and results are part of the GraphQL contract; change them only through an issue.
@@ -16,9 +17,12 @@ from laneway.engine import (
     OperationContext,
     OperationRegistry,
     OperationResult,
+    Pause,
     RetryPolicy,
+    Sleep,
     Stage,
     Template,
+    WaitForSignal,
     Workflow,
     compile_template,
     completed,
@@ -221,4 +225,102 @@ report = compile_template(
         validator=check_report,
     ),
     report_operations,
+)
+
+
+# -- waits: a durable sleep, a signal with a timeout, a review decision with an input schema --
+
+MAX_WAIT_EXAMPLE_SECONDS = 30 * 86_400  # a month
+
+
+def _seconds(params: JSONValue, key: str) -> float:
+    value = _object(params).get(key)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_WAIT_EXAMPLE_SECONDS
+    ):
+        raise ValueError(f"{key} must be a number of seconds from 0 to {MAX_WAIT_EXAMPLE_SECONDS}")
+    return value
+
+
+def check_nap(params: JSONValue) -> JSONValue:
+    """`{"seconds": number}`, 0 to a month."""
+    return {"seconds": _seconds(params, "seconds")}
+
+
+async def _nap(ctx: HandlerContext, params: JSONValue) -> Sleep:
+    seconds = _object(params)["seconds"]
+    assert isinstance(seconds, int | float)
+    return Sleep(seconds, "woke", {"slept": seconds})
+
+
+async def _woke(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done(params)
+
+
+nap = Workflow(
+    "nap",
+    handlers={"nap": _nap, "woke": _woke},
+    initial="nap",
+    validator=check_nap,
+    description="Sleeps `seconds` durably (no lease, no slot), then completes with `slept`.",
+)
+
+
+def check_approval(params: JSONValue) -> JSONValue:
+    """`{"timeoutSeconds": number}`, 0 to a month."""
+    return {"timeoutSeconds": _seconds(params, "timeoutSeconds")}
+
+
+async def _await_approval(ctx: HandlerContext, params: JSONValue) -> WaitForSignal:
+    timeout = _object(params)["timeoutSeconds"]
+    assert isinstance(timeout, int | float)
+    return WaitForSignal("approve", timeout, "approved", on_timeout="timed_out")
+
+
+async def _approved(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done({"approved": True, "payload": params})
+
+
+async def _timed_out(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done({"approved": False, "timedOut": True})
+
+
+approval = Workflow(
+    "approval",
+    handlers={"wait": _await_approval, "approved": _approved, "timed_out": _timed_out},
+    initial="wait",
+    validator=check_approval,
+    description="Waits up to `timeoutSeconds` for the signal `approve`; completes with its "
+    "payload, or as timed out.",
+)
+
+REVIEW_INPUT_SCHEMA: dict[str, JSONValue] = {
+    "type": "object",
+    "required": ["decision"],
+    "properties": {
+        "decision": {"enum": ["approve", "reject"]},
+        "comment": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
+
+async def _ask_for_review(ctx: HandlerContext, params: JSONValue) -> Pause:
+    ctx.report(message="waiting for a decision")
+    return Pause("decide", "decided", input_schema=REVIEW_INPUT_SCHEMA)
+
+
+async def _decided(ctx: HandlerContext, params: JSONValue) -> Done:
+    decision = _object(params)
+    return Done({"decision": decision["decision"], "comment": decision.get("comment")})
+
+
+review = Workflow(
+    "review",
+    handlers={"ask": _ask_for_review, "decided": _decided},
+    initial="ask",
+    description="Pauses at `decide` for a decision (approve or reject, with a comment) "
+    "checked against its input schema, then completes with it.",
 )
