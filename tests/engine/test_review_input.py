@@ -1,0 +1,221 @@
+"""Review decisions: a checkpoint's input schema, the input reaching the workflow, expiry."""
+
+import pytest
+
+from laneway.engine import (
+    Checkpoint,
+    Done,
+    HandlerContext,
+    OnExpiry,
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
+    Pause,
+    Stage,
+    Template,
+    Workflow,
+    compile_template,
+    completed,
+)
+from laneway.errors import ConflictError, InputRejectedError, InvalidInputError
+from laneway.model import EventType, InstanceRecord, JSONValue, Status
+from laneway.store import Store
+from tests.engine.helpers import eventually, make_engine, types_of
+
+SCHEMA: dict[str, JSONValue] = {
+    "type": "object",
+    "required": ["decision"],
+    "properties": {
+        "decision": {"enum": ["approve", "reject"]},
+        "comment": {"type": "string"},
+    },
+    "additionalProperties": False,
+}
+
+
+def _decider(name: str, **pause: object) -> Workflow:
+    async def ask(ctx: HandlerContext, params: JSONValue) -> Pause:
+        return Pause("decide", "decided", {"untouched": True}, **pause)  # type: ignore[arg-type]
+
+    async def decided(ctx: HandlerContext, params: JSONValue) -> Done:
+        return Done({"params": params})
+
+    return Workflow(name, handlers={"ask": ask, "decided": decided}, initial="ask")
+
+
+decider = _decider("decider", input_schema=SCHEMA)
+
+
+async def _until(store: Store, instance_id: object, status: Status) -> InstanceRecord:
+    async def probe() -> InstanceRecord | None:
+        return await store.get_instance(instance_id)  # type: ignore[arg-type]
+
+    found = await eventually(probe, lambda r: r is not None and r.status == status)
+    assert found is not None
+    return found
+
+
+async def test_valid_input_becomes_the_next_actions_params(store: Store) -> None:
+    engine = make_engine(store, decider)
+    enqueued = await engine.enqueue("decider")
+    await engine.tick()
+    paused = await engine.get(enqueued.instance_id)
+    assert paused is not None
+    assert paused.status == Status.PAUSED
+    assert paused.checkpoint_input_schema == SCHEMA
+    resumed = await engine.resume(enqueued.instance_id, {"decision": "approve", "comment": "ok"})
+    assert resumed.status == Status.PENDING
+    assert resumed.checkpoint_input_schema is None
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.result == {"params": {"decision": "approve", "comment": "ok"}}
+
+
+@pytest.mark.parametrize(
+    ("bad", "path"),
+    [
+        ({"decision": "maybe"}, "$.decision"),
+        ({"comment": "no decision"}, "$"),
+        ({"decision": "approve", "extra": 1}, "$"),
+        (None, "$"),
+        ({"decision": "reject", "comment": 5}, "$.comment"),
+    ],
+)
+async def test_invalid_input_is_refused_naming_the_path_and_stays_paused(
+    store: Store, bad: JSONValue, path: str
+) -> None:
+    engine = make_engine(store, decider)
+    enqueued = await engine.enqueue("decider")
+    await engine.tick()
+    with pytest.raises(InputRejectedError) as refused:
+        await engine.resume(enqueued.instance_id, bad)
+    assert refused.value.problems[0][0] == path
+    assert path in str(refused.value)
+    assert "'decide'" in str(refused.value)
+    still = await engine.get(enqueued.instance_id)
+    assert still is not None
+    assert still.status == Status.PAUSED
+    assert still.checkpoint == "decide"
+    assert EventType.RESUMED not in await types_of(store, enqueued.instance_id)
+
+
+async def test_without_a_schema_any_input_goes_and_none_keeps_the_pause_params(
+    store: Store,
+) -> None:
+    plain = _decider("plain")
+    engine = make_engine(store, plain)
+    with_input = await engine.enqueue("plain")
+    without = await engine.enqueue("plain")
+    await engine.tick()
+    await engine.resume(with_input.instance_id, [1, 2])
+    await engine.resume(without.instance_id)
+    await engine.tick()
+    first = await engine.get(with_input.instance_id)
+    second = await engine.get(without.instance_id)
+    assert first is not None
+    assert second is not None
+    assert first.result == {"params": [1, 2]}
+    assert second.result == {"params": {"untouched": True}}
+
+
+@pytest.mark.parametrize(
+    ("expiry", "status", "result", "error"),
+    [
+        (
+            OnExpiry("resume", {"decision": "reject"}),
+            Status.COMPLETED,
+            {"decision": "reject"},
+            None,
+        ),
+        (OnExpiry("cancel"), Status.CANCELLED, None, None),
+        (None, Status.FAILED, None, "checkpoint 'decide' expired after 0.2 s"),
+    ],
+)
+async def test_an_expiring_checkpoint_runs_its_action(
+    store: Store,
+    expiry: OnExpiry | None,
+    status: Status,
+    result: JSONValue,
+    error: str | None,
+) -> None:
+    expiring = _decider("expiring", input_schema=SCHEMA, timeout_seconds=0.2, on_expiry=expiry)
+    engine = make_engine(store, expiring)
+    enqueued = await engine.enqueue("expiring")
+    await engine.tick()
+    reason = await engine.waiting_reason(enqueued.instance_id)
+    assert reason is not None
+    assert reason.code == "AWAITING_REVIEW"
+    assert reason.until is not None
+    assert "expires at" in reason.message
+    async with engine.running():
+        ended = await _until(store, enqueued.instance_id, status)
+    assert ended.result == (None if result is None else {"params": result})
+    assert ended.last_error == error
+    with pytest.raises(ConflictError):
+        await engine.resume(enqueued.instance_id, {"decision": "approve"})
+
+
+def test_bad_schemas_and_expiries_are_refused_where_they_are_made() -> None:
+    with pytest.raises(InvalidInputError, match="not a valid JSON Schema"):
+        Pause("decide", "next", input_schema={"type": "no-such-type"})
+    with pytest.raises(InvalidInputError, match="must be a JSON Schema object"):
+        Pause("decide", "next", input_schema=["not", "a", "schema"])
+    with pytest.raises(InvalidInputError, match="default input"):
+        Pause(
+            "decide", "next", input_schema=SCHEMA, timeout_seconds=5, on_expiry=OnExpiry("resume")
+        )
+    with pytest.raises(InvalidInputError, match="needs timeout_seconds"):
+        Pause("decide", "next", on_expiry=OnExpiry("cancel"))
+    with pytest.raises(InvalidInputError, match="only an expiry that resumes"):
+        Pause("decide", "next", timeout_seconds=5, on_expiry=OnExpiry("fail", {"x": 1}))
+    with pytest.raises(InvalidInputError, match="not a valid JSON Schema"):
+        Checkpoint(after_stage="a", label="decide", input_schema={"required": "decision"})
+
+
+async def _draft(ctx: OperationContext) -> OperationResult:
+    return completed({"draft": "v1"})
+
+
+async def _publish(ctx: OperationContext) -> OperationResult:
+    decision = ctx.context.get("approve_draft")
+    assert isinstance(decision, dict)
+    return completed(
+        {"published": decision["decision"] == "approve", "note": decision.get("comment")}
+    )
+
+
+reviewed_template = compile_template(
+    Template(
+        type="reviewed_doc",
+        stages=[
+            Stage(name="draft", operations=[Operation(type="draft")]),
+            Stage(name="publish", operations=[Operation(type="publish")]),
+        ],
+        checkpoints=[Checkpoint(after_stage="draft", label="approve_draft", input_schema=SCHEMA)],
+    ),
+    OperationRegistry({"draft": _draft, "publish": _publish}),
+)
+
+
+async def test_a_templates_input_joins_the_context_under_the_label(store: Store) -> None:
+    engine = make_engine(store, reviewed_template)
+    enqueued = await engine.enqueue("reviewed_doc", {})
+    await engine.tick()
+    paused = await engine.get(enqueued.instance_id)
+    assert paused is not None
+    assert paused.checkpoint == "approve_draft"
+    assert paused.checkpoint_input_schema == SCHEMA
+    with pytest.raises(InputRejectedError, match=r"\$\.decision"):
+        await engine.resume(enqueued.instance_id, {"decision": "sure"})
+    await engine.resume(enqueued.instance_id, {"decision": "approve", "comment": "ship it"})
+    for _ in range(3):
+        await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    context = done.result["context"]
+    assert context["approve_draft"] == {"decision": "approve", "comment": "ship it"}
+    assert context["published"] is True
+    assert context["note"] == "ship it"
