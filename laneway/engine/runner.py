@@ -24,6 +24,7 @@ from laneway.engine.context import (
 )
 from laneway.engine.handler_map import Workflow
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
+from laneway.engine.waits import with_retry
 from laneway.errors import InvalidInputError, LeaseLostError
 from laneway.model import (
     CheckpointWrite,
@@ -274,6 +275,8 @@ async def _call_handler(
             next_action, next_params, on_timeout = _continuation(step)
             _check_actions(workflow, action, next_action, on_timeout)
             wait = None if isinstance(step, Next) else step.wait()
+            if wait is not None:
+                wait = with_retry(wait, action, ctx.params)
             return CheckpointWrite(
                 instance_id=ctx.instance_id,
                 attempt=ctx.attempt,

@@ -4,7 +4,7 @@ Owns the checks of what a handler may ask to wait for (a sleep, a signal, a revi
 with an input schema and an expiry), the validation of a resume's input against its schema
 (with the `jsonschema` library, Draft 2020-12 unless the schema names another), and the JSON
 that the group commit stores as the instance's `wait` (migrations/0016_waits.sql reads
-`seconds` and `signal` from it; the wake-up reads `on_timeout` and `expiry`). No I/O.
+`seconds` and `signal` from it; the wake-up reads `on_timeout`, `expiry` and `retry`). No I/O.
 """
 
 import json
@@ -89,6 +89,20 @@ def check_expiry(then: str, default_input: JSONValue, schema: JSONValue, where: 
             raise InvalidInputError(f"{where}: the expiry's default input is {exc}") from None
     elif default_input is not None:
         raise InvalidInputError(f"{where}: only an expiry that resumes takes an input")
+
+
+def with_retry(wait: dict[str, JSONValue], action: str, params: JSONValue) -> dict[str, JSONValue]:
+    """A wait that can fail the instance when its time comes (a signal wait with a timeout and
+    no on_timeout, a checkpoint whose expiry fails) keeps the handler that asked for it and its
+    params, so that retryWorkflow runs that handler again, which waits again, instead of going
+    on as if the signal or the review had come."""
+    expiry = wait.get("expiry")
+    fails = (
+        wait.get("kind") == "signal"
+        and wait.get("seconds") is not None
+        and wait.get("on_timeout") is None
+    ) or (isinstance(expiry, dict) and expiry.get("then") == "fail")
+    return {**wait, "retry": {"action": action, "params": params}} if fails else wait
 
 
 def sleep_wait(seconds: float) -> dict[str, JSONValue]:

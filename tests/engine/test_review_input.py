@@ -219,3 +219,35 @@ async def test_a_templates_input_joins_the_context_under_the_label(store: Store)
     assert context["approve_draft"] == {"decision": "approve", "comment": "ship it"}
     assert context["published"] is True
     assert context["note"] == "ship it"
+
+
+async def _ask_twice(ctx: HandlerContext, params: JSONValue) -> Pause:
+    asked = int(ctx.state.get("asked") or 0) + 1
+    ctx.state["asked"] = asked
+    # The first pause expires at once; the one a retry makes waits long enough to be resumed.
+    return Pause(
+        "decide", "decided", input_schema=SCHEMA, timeout_seconds=0.2 if asked == 1 else 600
+    )
+
+
+async def _decided(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done({"params": params, "asked": ctx.state["asked"]})
+
+
+async def test_a_retried_expired_checkpoint_pauses_again(store: Store) -> None:
+    expiring = Workflow(
+        "expiring_fail", handlers={"ask": _ask_twice, "decided": _decided}, initial="ask"
+    )
+    engine = make_engine(store, expiring)
+    enqueued = await engine.enqueue("expiring_fail")
+    async with engine.running():
+        await _until(store, enqueued.instance_id, Status.FAILED)
+        await engine.retry(enqueued.instance_id)
+        again = await _until(store, enqueued.instance_id, Status.PAUSED)
+    assert again.checkpoint == "decide"
+    assert again.checkpoint_input_schema == SCHEMA
+    await engine.resume(enqueued.instance_id, {"decision": "approve"})
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.result == {"params": {"decision": "approve"}, "asked": 2}

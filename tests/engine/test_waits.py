@@ -274,3 +274,53 @@ def test_bad_waits_are_refused_where_they_are_made() -> None:
         WaitForSignal("", 10, "then")
     with pytest.raises(InvalidInputError, match="on_timeout needs timeout_seconds"):
         WaitForSignal("approve", None, "then", "late")
+
+
+async def _ask_again(ctx: HandlerContext, params: object) -> WaitForSignal:
+    asked = int(ctx.state.get("asked") or 0) + 1
+    ctx.state["asked"] = asked
+    # The first wait times out at once; the one a retry makes waits long enough for a signal.
+    return WaitForSignal("approve", 0.2 if asked == 1 else 600, "approved")
+
+
+patient = Workflow("patient", handlers={"ask": _ask_again, "approved": _approved}, initial="ask")
+
+
+async def test_a_retried_timeout_waits_again_and_takes_its_signal(store: Store) -> None:
+    engine = make_engine(store, patient)
+    enqueued = await engine.enqueue("patient")
+    async with engine.running():
+        await _until(store, enqueued.instance_id, Status.FAILED)
+        await engine.retry(enqueued.instance_id)
+        waiting = await _until(store, enqueued.instance_id, Status.WAITING)
+        assert waiting.wait_signal == "approve"
+        await engine.signal(enqueued.instance_id, "approve", "second chance")
+        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+    assert done.result == {"approved": True, "payload": "second chance"}
+
+
+async def test_a_waiting_keyed_instance_keeps_its_key_and_runs_after_waking(
+    store: Store,
+) -> None:
+    engine = make_engine(store, napper)
+    await engine.configure_queue("naps", concurrency=5, key_concurrency=1)
+    sleeper = await engine.enqueue("napper", {"seconds": 0.3}, concurrency_key="tenant")
+    await engine.tick()
+    other = await engine.enqueue("napper", {"seconds": 0.0}, concurrency_key="other")
+    await engine.tick()  # the claim clears idle keys at the front of the turn order
+    async with store.connection() as conn:
+        keys = await conn.fetch("SELECT key FROM laneway.queue_keys ORDER BY key")
+    assert "tenant" in [row["key"] for row in keys]
+    async with engine.running():
+        done = await _until(store, sleeper.instance_id, Status.COMPLETED)
+        await _until(store, other.instance_id, Status.COMPLETED)
+    assert done.result == {"slept": 0.3}
+
+
+async def test_a_waiting_singleton_is_still_the_active_one(store: Store) -> None:
+    engine = make_engine(store, napper)
+    first = await engine.enqueue("napper", {"seconds": 3600}, singleton_key="one")
+    await engine.tick()
+    again = await engine.enqueue("napper", {"seconds": 1}, singleton_key="one")
+    assert not again.created
+    assert again.instance_id == first.instance_id

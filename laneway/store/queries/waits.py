@@ -87,7 +87,8 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, k.name AS signal
 # Instances whose wake time came, oldest first, in one batch (rows another process is waking
 # are skipped): a sleep ends (pending, its action next); a signal wait times out (pending with
 # its on_timeout action and no params, or failed without one); a checkpoint expires (pending
-# with its default input as the next params, cancelled, or failed). A woken instance is due
+# with its default input as the next params, cancelled, or failed; a failed one's next action is
+# the handler that asked for the wait, so that a retry waits again). A woken instance is due
 # from its wake time, so wake-ups keep their order in the claim. A wake time left on an
 # instance that no longer waits (none should be) is cleared, so the next look does not see it.
 # One row per instance, with the event it gets (NULL: none) and its error.
@@ -125,10 +126,15 @@ judged AS (
 UPDATE laneway.instances AS i
    SET status = COALESCE(j.new_status, i.status),
        next_action = CASE WHEN j.new_status = 'pending' AND i.wait_signal IS NOT NULL
-                          THEN i.wait ->> 'on_timeout' ELSE i.next_action END,
+                          THEN i.wait ->> 'on_timeout'
+                          WHEN j.new_status = 'failed' AND i.wait ? 'retry'
+                          THEN i.wait -> 'retry' ->> 'action'
+                          ELSE i.next_action END,
        next_params = CASE WHEN j.new_status = 'pending' AND i.wait_signal IS NOT NULL THEN NULL
                           WHEN j.new_status = 'pending' AND i.status = 'paused'
                           THEN i.wait -> 'expiry' -> 'input'
+                          WHEN j.new_status = 'failed' AND i.wait ? 'retry'
+                          THEN i.wait -> 'retry' -> 'params'
                           ELSE i.next_params END,
        last_error = CASE WHEN j.new_status = 'failed' THEN j.reason ELSE i.last_error END,
        run_after = CASE WHEN j.new_status = 'pending' THEN i.wake_at ELSE i.run_after END,
