@@ -1,4 +1,5 @@
-"""The `laneway` command: serve, worker, migrate, export-schema, enqueue, status, watch.
+"""The `laneway` command: serve, worker, migrate, export-schema, enqueue, status, signal,
+resume, watch.
 
 Owns argument parsing, logging setup, `asyncio.run` and exit codes (0 ok, 1 not found or
 failed, 2 bad input or refused configuration). Each subcommand is a small async function;
@@ -157,14 +158,25 @@ async def export(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
-    """Enqueue one instance and print `{"instanceID", "created"}`."""
+def _json_option(text: str | None, option: str) -> object:
+    """The JSON of an option (None when it is not given).
+
+    Raises:
+        InvalidInputError: it is not strict JSON (exit 2, naming the option).
+    """
     from laneway.api.http.strict_json import strict_json_loads
 
+    if text is None:
+        return None
     try:
-        params = strict_json_loads(args.params)
+        return strict_json_loads(text)
     except ValueError as exc:
-        return _fail(f"--params is not valid JSON: {exc}")
+        raise InvalidInputError(f"{option} is not valid JSON: {exc}") from None
+
+
+async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    """Enqueue one instance and print `{"instanceID", "created"}`."""
+    params = _json_option(args.params, "--params")
     async with open_services(settings, role="cli") as services:
         result = await services.engine.enqueue(
             args.name,
@@ -200,6 +212,44 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         graphql_shape(WaitingReason.from_record(reason)) if reason is not None else None
     )
     _print_json(shape)
+    return EXIT_OK
+
+
+def _instance_id(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError:
+        raise InvalidInputError(f"not an instance id: {text!r}") from None
+
+
+async def send_signal(args: argparse.Namespace, settings: Settings) -> int:
+    """Send a signal and print `{"signalID", "accepted", "status"}` (the instance's status
+    after it); 1 when the instance is unknown or has ended, 2 for a bad name or payload."""
+    instance_id = _instance_id(args.instance_id)
+    payload = _json_option(args.payload, "--payload")
+    async with open_services(settings, role="cli") as services:
+        result = await services.engine.signal(
+            instance_id, args.name, payload, idempotency_key=args.idempotency_key
+        )
+    _print_json(
+        {
+            "signalID": str(result.signal_id),
+            "accepted": result.accepted,
+            "status": result.instance.status.value,
+        }
+    )
+    return EXIT_OK
+
+
+async def resume(args: argparse.Namespace, settings: Settings) -> int:
+    """Resume a paused instance, with `--input` for its checkpoint's input schema; print
+    `{"instanceID", "status"}`. 1 when unknown or not paused; 2 when the input is refused (the
+    message names the failing path), and the instance stays paused."""
+    instance_id = _instance_id(args.instance_id)
+    given = _json_option(args.input, "--input")
+    async with open_services(settings, role="cli") as services:
+        record = await services.engine.resume(instance_id, given)
+    _print_json({"instanceID": str(record.instance_id), "status": record.status.value})
     return EXIT_OK
 
 
@@ -257,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("enqueue", help="enqueue an instance of workflow NAME")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--params", default="null", help="params as JSON (default: null)")
+    p.add_argument("--params", help="params as JSON (default: null)")
     p.add_argument("--queue")
     p.add_argument("--priority", type=int, default=0)
     p.add_argument("--delay-ms", type=float, default=0.0)
@@ -269,6 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("status", help="print an instance as JSON")
     p.add_argument("instance_id", metavar="ID")
     p.set_defaults(run=status)
+
+    p = commands.add_parser("signal", help="send the signal NAME to instance ID")
+    p.add_argument("instance_id", metavar="ID")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--payload", help="the signal's payload as JSON (default: null)")
+    p.add_argument("--idempotency-key", help="a repeated key (per instance) sends nothing")
+    p.set_defaults(run=send_signal)
+
+    p = commands.add_parser("resume", help="resume paused instance ID")
+    p.add_argument("instance_id", metavar="ID")
+    p.add_argument("--input", help="the reviewer's input as JSON (checked by the input schema)")
+    p.set_defaults(run=resume)
 
     p = commands.add_parser("watch", help="print events as JSON lines until Ctrl-C")
     p.add_argument("--instance", metavar="ID", help="only this instance's events")

@@ -44,7 +44,7 @@ class WaitStore(StoreBase):
         """Keep a signal for an instance, and hand it over at once if it waits for it.
 
         A second signal with the same idempotency key (per instance) is not kept: the result
-        names the first one, with accepted False.
+        names the first one, with accepted False (also once the instance has ended).
 
         Raises:
             NotFoundError: no such instance.
@@ -54,13 +54,14 @@ class WaitStore(StoreBase):
             status = await conn.fetchval(queries.LOCK_INSTANCE, instance_id)
             if status is None:
                 raise NotFoundError(f"no instance {instance_id}")
-            if Status(status).is_terminal:
-                raise ConflictError(instance_id, status, "signal")
             if idempotency_key is not None:
+                # A repeat is answered as the first was, even once the instance has ended.
                 earlier = await conn.fetchval(queries.FIND_SIGNAL, instance_id, idempotency_key)
                 if earlier is not None:
                     record = await self._instance(conn, instance_id)
                     return SignalResult(signal_id=earlier, accepted=False, instance=record)
+            if Status(status).is_terminal:
+                raise ConflictError(instance_id, status, "signal")
             await conn.execute(
                 queries.INSERT_SIGNAL, signal_id, instance_id, name, payload_json, idempotency_key
             )

@@ -1,0 +1,86 @@
+"""`laneway signal` and `laneway resume --input` as a user runs them: subprocesses against the
+per-test database, with an engine running the examples in this process.
+
+Exit codes: 0 ok, 1 unknown or in the wrong status, 2 bad input (the instance unchanged).
+"""
+
+import json
+from uuid import UUID
+
+from app.examples import approval, review
+from laneway.model import InstanceRecord, Status
+from laneway.store import Store
+from tests.engine.helpers import eventually, make_engine
+from tests.test_cli import environment, laneway
+
+
+async def _until(store: Store, instance_id: UUID, status: Status) -> InstanceRecord:
+    async def probe() -> InstanceRecord | None:
+        return await store.get_instance(instance_id)
+
+    found = await eventually(probe, lambda r: r is not None and r.status == status, timeout=30)
+    assert found is not None
+    return found
+
+
+async def test_signal_wakes_a_wait_and_refuses_what_it_must(
+    database_url: str, store: Store
+) -> None:
+    env = environment(database_url)
+    engine = make_engine(store, approval, poll_interval_seconds=0.05)
+    enqueued = await engine.enqueue("approval", {"timeoutSeconds": 600})
+    instance_id = str(enqueued.instance_id)
+    async with engine.running():
+        await _until(store, enqueued.instance_id, Status.WAITING)
+        code, _, err = await laneway("signal", instance_id, "approve", "--payload", "{x}", env=env)
+        assert code == 2
+        assert "--payload is not valid JSON" in err
+        code, out, err = await laneway(
+            "signal", instance_id, "approve", "--payload", '{"by": "cli"}',
+            "--idempotency-key", "once", env=env,
+        )  # fmt: skip
+        assert code == 0, err
+        sent = json.loads(out)
+        assert sent["accepted"] is True
+        assert sent["status"] == "pending"
+        code, out, _ = await laneway(
+            "signal", instance_id, "approve", "--idempotency-key", "once", env=env
+        )
+        assert code == 0
+        assert json.loads(out)["signalID"] == sent["signalID"]
+        assert json.loads(out)["accepted"] is False
+        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+    assert done.result == {"approved": True, "payload": {"by": "cli"}}
+    code, _, err = await laneway("signal", instance_id, "approve", env=env)
+    assert code == 1
+    assert "while it is completed" in err
+    code, _, err = await laneway("signal", "00000000-0000-4000-8000-000000000000", "x", env=env)
+    assert code == 1
+    assert "no instance" in err
+    code, _, err = await laneway("signal", "not-an-id", "approve", env=env)
+    assert code == 2
+
+
+async def test_resume_with_input_is_checked_by_the_schema(database_url: str, store: Store) -> None:
+    env = environment(database_url)
+    engine = make_engine(store, review, poll_interval_seconds=0.05)
+    enqueued = await engine.enqueue("review")
+    instance_id = str(enqueued.instance_id)
+    async with engine.running():
+        await _until(store, enqueued.instance_id, Status.PAUSED)
+        code, _, err = await laneway("resume", instance_id, "--input", '{"decision": "?"}', env=env)
+        assert code == 2
+        assert "$.decision" in err
+        still = await store.get_instance(enqueued.instance_id)
+        assert still is not None
+        assert still.status == Status.PAUSED
+        code, out, err = await laneway(
+            "resume", instance_id, "--input", '{"decision": "approve", "comment": "cli"}', env=env
+        )
+        assert code == 0, err
+        assert json.loads(out) == {"instanceID": instance_id, "status": "pending"}
+        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+    assert done.result == {"decision": "approve", "comment": "cli"}
+    code, _, err = await laneway("resume", instance_id, env=env)
+    assert code == 1
+    assert "while it is completed" in err
