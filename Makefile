@@ -51,6 +51,8 @@ bench-service: install                  ## service-level figures: websocket late
 	$(PY) bench/service_bench.py
 bench-claim-keys: install               ## cost of one claim: 100,000 pending, no keys vs 1,000 keys (BENCH_ARGS=--markdown)
 	$(PY) bench/claim_keys.py $(BENCH_ARGS)
+bench-wakeups: install                  ## wake-up lag of 10,000 sleeps due within a second; what 100,000 waiting cost (BENCH_ARGS=--markdown)
+	$(PY) bench/wakeups.py $(BENCH_ARGS)
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
-.PHONY: install run worker test chaos soak lint check fmt schema bench bench-peers bench-engine bench-service bench-claim-keys help
+.PHONY: install run worker test chaos soak lint check fmt schema bench bench-peers bench-engine bench-service bench-claim-keys bench-wakeups help
