@@ -4,14 +4,17 @@ per-test database, with an engine running the examples in this process.
 Exit codes: 0 ok, 1 unknown or in the wrong status, 2 bad input (the instance unchanged).
 """
 
+import asyncio
 import json
+import signal
+import sys
 from uuid import UUID
 
 from app.examples import approval, review
 from laneway.model import InstanceRecord, Status
 from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine
-from tests.test_cli import environment, laneway
+from tests.test_cli import ROOT, environment, laneway
 
 
 async def _until(store: Store, instance_id: UUID, status: Status) -> InstanceRecord:
@@ -84,3 +87,48 @@ async def test_resume_with_input_is_checked_by_the_schema(database_url: str, sto
     code, _, err = await laneway("resume", instance_id, env=env)
     assert code == 1
     assert "while it is completed" in err
+
+
+async def _start_worker(env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laneway", "worker", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def test_a_sleep_survives_kill_9_and_wakes_on_time_in_another_process(
+    database_url: str, store: Store
+) -> None:
+    env = environment(database_url)
+    first = await _start_worker(env)
+    second = None
+    try:
+        code, out, err = await laneway("enqueue", "nap", "--params", '{"seconds": 3}', env=env)
+        assert code == 0, err
+        instance_id = UUID(json.loads(out)["instanceID"])
+        asleep = await _until(store, instance_id, Status.WAITING)
+        assert asleep.owner_id is None  # nothing of the first process is needed to wake it
+        assert asleep.wake_at is not None
+        first.kill()  # SIGKILL: no drain, no hand-back, no goodbye
+        await first.wait()
+        second = await _start_worker(env)
+        done = await _until(store, instance_id, Status.COMPLETED)
+        assert done.result == {"slept": 3}
+        async with store.connection() as conn:
+            woke = await conn.fetchval(
+                "SELECT at FROM laneway.events WHERE instance_id = $1 AND type = 'resumed'",
+                instance_id,
+            )
+            started = await conn.fetchval(
+                "SELECT max(started_at) FROM laneway.workers"  # the second process's row
+            )
+        assert woke >= asleep.wake_at  # never early, on the database clock
+        # On time: within a second of its wake time, or of the second process's start if
+        # that came later (it knows the wake time from its first poll).
+        assert (woke - max(asleep.wake_at, started)).total_seconds() < 1.0
+    finally:
+        for process in (first, second):
+            if process is not None and process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(30):
+                    await process.wait()
