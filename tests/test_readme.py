@@ -250,6 +250,21 @@ async def test_pipeline_prints_its_result(project: Path, database_url: str) -> N
     assert out == "completed 6\n"
 
 
+async def test_waits_print_their_results(project: Path, database_url: str) -> None:
+    code, out, err = await run(
+        [str(PYTHON), "waits.py"], cwd=project, env=user_environment(database_url)
+    )
+    assert code == 0, err
+    assert out.splitlines() == [
+        "{'reminded': 'ada@example.com'}",
+        "{'amount': 42, 'shipped': True}",
+        "{'shipped': False}",
+        "paused decide",
+        "$.decision",
+        "{'note': 'ship it', 'published': True}",
+    ]
+
+
 async def test_testing_example_passes(project: Path, server_url: str) -> None:
     (line,) = commands_of(shell_block("python -m pytest"))
     env = user_environment(None, LANEWAY_TEST_DATABASE_URL=server_url)
