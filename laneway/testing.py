@@ -19,7 +19,16 @@ from uuid import UUID
 import pytest
 import pytest_asyncio
 
-from laneway.engine.context import Done, HandlerContext, InstanceTools, Next, Pause, Step
+from laneway.engine.context import (
+    Done,
+    HandlerContext,
+    InstanceTools,
+    Next,
+    Pause,
+    Sleep,
+    Step,
+    WaitForSignal,
+)
 from laneway.engine.engine import Engine
 from laneway.engine.handler_map import Handler, Workflow
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
@@ -183,7 +192,8 @@ async def run_handler(
 
     Raises:
         InvalidInputError: params, state or the step's payload is not storable JSON.
-        TypeError: the handler returned something other than Next, Pause or Done.
+        TypeError: the handler returned something other than Next, Pause, Sleep,
+            WaitForSignal or Done.
     """
     instance_id = instance_id or uuid.uuid4()
     fake = tools if tools is not None else FakeTools(instance_id)
@@ -199,13 +209,14 @@ async def run_handler(
         tools=fake,
     )
     step = await handler(ctx, ctx.params)
-    if isinstance(step, Next | Pause):
+    if isinstance(step, Next | Pause | Sleep):
         encode_json(step.params, what="action params")
     elif isinstance(step, Done):
         encode_json(step.result, what="result", max_bytes=MAX_PAYLOAD_BYTES)
-    else:
+    elif not isinstance(step, WaitForSignal):
         raise TypeError(
-            f"handler returned {type(step).__name__}; expected Next(...), Pause(...) or Done(...)"
+            f"handler returned {type(step).__name__}; expected Next(...), Pause(...), "
+            "Sleep(...), WaitForSignal(...) or Done(...)"
         )
     encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES)
     return HandlerRun(step=step, context=ctx, tools=fake)

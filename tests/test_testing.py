@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Workflow
+from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Sleep, WaitForSignal, Workflow
 from laneway.engine.decorators import with_error_boundary
 from laneway.engine.template_interpreter import (
     OperationContext,
@@ -108,6 +108,19 @@ async def test_run_handler_refuses_a_return_value_when_it_is_not_a_step() -> Non
 
     with pytest.raises(TypeError, match="expected Next"):
         await run_handler(handler)
+
+
+async def test_run_handler_returns_the_waits_a_handler_asks_for() -> None:
+    async def nap(ctx: HandlerContext, params: JSONValue) -> Sleep:
+        return Sleep(5, "woke", {"from": params})
+
+    async def ask(ctx: HandlerContext, params: JSONValue) -> WaitForSignal:
+        return WaitForSignal("approve", 60, "approved", on_timeout="timed_out")
+
+    napped = await run_handler(nap, (1, 2))
+    assert napped.step == Sleep(5, "woke", {"from": [1, 2]})  # params went through JSON
+    waited = await run_handler(ask)
+    assert waited.step == WaitForSignal("approve", 60, "approved", on_timeout="timed_out")
 
 
 async def test_run_handler_shows_what_an_error_boundary_returns() -> None:
