@@ -30,7 +30,7 @@ async def _enqueue(server: LiveServer, params: dict[str, str]) -> str:
 
 
 async def _set(admin: asyncpg.Connection, column: str, value: str, instance_id: str) -> None:
-    assert column in {"state", "next_params"}  # a column name, never input
+    assert column in {"state", "next_params", "wait"}  # a column name, never input
     await admin.execute(
         f"UPDATE laneway.instances SET {column} = $1::jsonb WHERE instance_id = $2",  # noqa: S608
         value,
@@ -75,6 +75,15 @@ async def test_instance_page_answers_without_decoding_state_or_next_params(
         }
 
 
+WAIT = {
+    "kind": "checkpoint",
+    "input_schema": {"type": "object"},
+    "seconds": None,
+    "expiry": None,
+    "retry": {"action": "ask", "params": {"big": "x" * 10_000}},
+}
+
+
 async def test_summaries_leave_out_state_and_next_params_that_get_returns(
     database_url: str, admin: asyncpg.Connection
 ) -> None:
@@ -85,6 +94,7 @@ async def test_summaries_leave_out_state_and_next_params_that_get_returns(
         instance_id = str(enqueued.instance_id)
         await _set(admin, "state", json.dumps(LARGE_STATE), instance_id)
         await _set(admin, "next_params", json.dumps({"name": "next"}), instance_id)
+        await _set(admin, "wait", json.dumps(WAIT), instance_id)
 
         [summary] = await services.engine.list_instances(summaries=True)
         [full] = await services.engine.list_instances()
@@ -94,4 +104,7 @@ async def test_summaries_leave_out_state_and_next_params_that_get_returns(
     assert got is not None
     assert (got.state, got.next_params) == (LARGE_STATE, {"name": "next"})
     assert full == got  # the Python API lists full records by default
-    assert summary == dataclasses.replace(got, state={}, next_params=None)
+    assert got.wait == WAIT
+    # A summary keeps what the API shows of a wait (its input schema), not the retry params.
+    shown = {key: value for key, value in WAIT.items() if key != "retry"}
+    assert summary == dataclasses.replace(got, state={}, next_params=None, wait=shown)

@@ -25,9 +25,14 @@ def instance_columns_of(alias: str) -> str:
 # The same columns for a summary (a page the API lists): `state` and `next_params` come back
 # NULL, so the server neither reads (detoasts) nor sends, and the pool's codec never decodes,
 # up to 8 MiB per row that the API never shows; instance_from_row makes them {} and None.
+# `wait` comes without its `retry` (a failing wait's handler params, up to 256 KiB), keeping
+# what the API shows of it (the input schema).
 _NOT_IN_SUMMARIES = frozenset({"state", "next_params"})
 _SUMMARY_COLUMNS = ", ".join(
-    f"NULL::jsonb AS {name}" if name in _NOT_IN_SUMMARIES else name for name in _COLUMN_NAMES
+    f"NULL::jsonb AS {name}"
+    if name in _NOT_IN_SUMMARIES
+    else ("wait - 'retry' AS wait" if name == "wait" else name)
+    for name in _COLUMN_NAMES
 )
 
 # ---------------------------------------------------------------------------------------------
