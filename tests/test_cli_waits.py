@@ -11,19 +11,10 @@ import sys
 from uuid import UUID
 
 from app.examples import approval, review
-from laneway.model import InstanceRecord, Status
+from laneway.model import Status
 from laneway.store import Store
-from tests.engine.helpers import eventually, make_engine
+from tests.engine.helpers import make_engine, until_status
 from tests.test_cli import ROOT, environment, laneway
-
-
-async def _until(store: Store, instance_id: UUID, status: Status) -> InstanceRecord:
-    async def probe() -> InstanceRecord | None:
-        return await store.get_instance(instance_id)
-
-    found = await eventually(probe, lambda r: r is not None and r.status == status, timeout=30)
-    assert found is not None
-    return found
 
 
 async def test_signal_wakes_a_wait_and_refuses_what_it_must(
@@ -34,7 +25,7 @@ async def test_signal_wakes_a_wait_and_refuses_what_it_must(
     enqueued = await engine.enqueue("approval", {"timeoutSeconds": 600})
     instance_id = str(enqueued.instance_id)
     async with engine.running():
-        await _until(store, enqueued.instance_id, Status.WAITING)
+        await until_status(store, enqueued.instance_id, Status.WAITING, timeout=30)
         code, _, err = await laneway("signal", instance_id, "approve", "--payload", "{x}", env=env)
         assert code == 2
         assert "--payload is not valid JSON" in err
@@ -52,7 +43,7 @@ async def test_signal_wakes_a_wait_and_refuses_what_it_must(
         assert code == 0
         assert json.loads(out)["signalID"] == sent["signalID"]
         assert json.loads(out)["accepted"] is False
-        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+        done = await until_status(store, enqueued.instance_id, Status.COMPLETED, timeout=30)
     assert done.result == {"approved": True, "payload": {"by": "cli"}}
     code, _, err = await laneway("signal", instance_id, "approve", env=env)
     assert code == 1
@@ -70,7 +61,7 @@ async def test_resume_with_input_is_checked_by_the_schema(database_url: str, sto
     enqueued = await engine.enqueue("review")
     instance_id = str(enqueued.instance_id)
     async with engine.running():
-        await _until(store, enqueued.instance_id, Status.PAUSED)
+        await until_status(store, enqueued.instance_id, Status.PAUSED, timeout=30)
         code, _, err = await laneway("resume", instance_id, "--input", '{"decision": "?"}', env=env)
         assert code == 2
         assert "$.decision" in err
@@ -82,7 +73,7 @@ async def test_resume_with_input_is_checked_by_the_schema(database_url: str, sto
         )
         assert code == 0, err
         assert json.loads(out) == {"instanceID": instance_id, "status": "pending"}
-        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+        done = await until_status(store, enqueued.instance_id, Status.COMPLETED, timeout=30)
     assert done.result == {"decision": "approve", "comment": "cli"}
     code, _, err = await laneway("resume", instance_id, env=env)
     assert code == 1
@@ -106,13 +97,13 @@ async def test_a_sleep_survives_kill_9_and_wakes_on_time_in_another_process(
         code, out, err = await laneway("enqueue", "nap", "--params", '{"seconds": 3}', env=env)
         assert code == 0, err
         instance_id = UUID(json.loads(out)["instanceID"])
-        asleep = await _until(store, instance_id, Status.WAITING)
+        asleep = await until_status(store, instance_id, Status.WAITING, timeout=30)
         assert asleep.owner_id is None  # nothing of the first process is needed to wake it
         assert asleep.wake_at is not None
         first.kill()  # SIGKILL: no drain, no hand-back, no goodbye
         await first.wait()
         second = await _start_worker(env)
-        done = await _until(store, instance_id, Status.COMPLETED)
+        done = await until_status(store, instance_id, Status.COMPLETED, timeout=30)
         assert done.result == {"slept": 3}
         async with store.connection() as conn:
             woke = await conn.fetchval(

@@ -8,7 +8,8 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -21,6 +22,9 @@ from laneway.api.graphql.context import LanewayContext
 from laneway.api.graphql.schema import schema
 from laneway.config import Settings
 from laneway.services import Services, open_services
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser
 
 WORKFLOW_MODULES = ("app.examples", "tests.workflows")
 FORBIDDEN_TEXT = ("Traceback", "asyncpg", "SELECT", "password")
@@ -187,3 +191,32 @@ async def live_server(
 async def server(settings: Settings) -> AsyncIterator[LiveServer]:
     async with live_server(settings) as live:
         yield live
+
+
+# The dashboard's browser tests drive Debian's Chromium, never a downloaded browser.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+async def browser() -> "AsyncIterator[Browser]":
+    """A headless Chromium for one test (Playwright is imported only by the tests that use it)."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()

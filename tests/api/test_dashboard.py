@@ -15,16 +15,16 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, Locator, Page, expect
 
 from app import host
 from laneway.services import open_services
 from tests.api.conftest import (
+    CHROMIUM,
     TOKEN,
     LiveServer,
     live_server,
@@ -33,17 +33,6 @@ from tests.api.conftest import (
     wait_until,
 )
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TIMEOUT_MS = 20_000
 INSTANCE_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 ENQUEUE_HELLO = """mutation ($name: String!) {
@@ -75,18 +64,6 @@ pytestmark = pytest.mark.skipif(
     reason=f"{CHROMIUM} is missing: `apt-get install chromium` to run the dashboard's browser "
     "tests (.ci/run installs it)",
 )
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @dataclass

@@ -7,20 +7,14 @@ given one from the page. Waits are Playwright expectations or GraphQL polls with
 
 import json
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, Route, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, expect
 
-from tests.api.conftest import LiveServer, wait_until
-from tests.api.test_dashboard import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    TIMEOUT_MS,
-    open_dashboard,
-    waiting_message,
-)
+from tests.api.conftest import CHROMIUM, LiveServer
+from tests.api.test_dashboard import TIMEOUT_MS, open_dashboard, waiting_message
+from tests.api.test_waits_api import instance, until_status
 
 expect.set_options(timeout=TIMEOUT_MS)
 
@@ -31,21 +25,6 @@ pytestmark = pytest.mark.skipif(
 ENQUEUE = """mutation ($name: String!, $params: JSON) {
   enqueueWorkflow(name: $name, params: $params) { instanceID instance { queue } }
 }"""
-INSTANCE = """query ($id: ID!) {
-  workflowInstance(instanceID: $id) { status result checkpoint }
-}"""
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 async def enqueue(server: LiveServer, name: str, params: dict[str, Any]) -> tuple[str, str]:
@@ -53,20 +32,6 @@ async def enqueue(server: LiveServer, name: str, params: dict[str, Any]) -> tupl
     body = await server.graphql(ENQUEUE, name=name, params=params)
     enqueued = body["data"]["enqueueWorkflow"]
     return enqueued["instanceID"], enqueued["instance"]["queue"]
-
-
-async def instance(server: LiveServer, instance_id: str) -> dict[str, Any]:
-    body = await server.graphql(INSTANCE, id=instance_id)
-    found: dict[str, Any] = body["data"]["workflowInstance"]
-    return found
-
-
-async def wait_for_status(server: LiveServer, instance_id: str, status: str) -> dict[str, Any]:
-    async def reached() -> bool:
-        return bool((await instance(server, instance_id))["status"] == status)
-
-    await wait_until(reached)
-    return await instance(server, instance_id)
 
 
 async def tag_of(page: Page, testid: str) -> str:
@@ -126,7 +91,7 @@ async def test_review_input_is_checked_inline_then_resumes_the_instance(
 
         await comment.fill("Looks good")
         await page.get_by_test_id("resume-input-submit").click()
-        finished = await wait_for_status(server, instance_id, "completed")
+        finished = await until_status(server, instance_id, "completed")
         assert finished["result"] == {"decision": "approve", "comment": "Looks good"}
         await expect(dashboard.panel).to_have_attribute("data-status", "completed")
         await expect(form).to_be_hidden()
@@ -146,7 +111,7 @@ async def test_review_resumed_without_a_comment_leaves_it_out(
         await dashboard.open_instance(instance_id)
         await page.get_by_test_id("input-field-decision").select_option("reject")
         await page.get_by_test_id("resume-input-submit").click()
-        finished = await wait_for_status(server, instance_id, "completed")
+        finished = await until_status(server, instance_id, "completed")
         assert finished["result"] == {"decision": "reject", "comment": None}
         assert dashboard.problems == []
 
@@ -155,7 +120,7 @@ async def test_a_sleeping_instance_is_waiting_with_its_colour_and_reason(
     server: LiveServer, browser: Browser
 ) -> None:
     instance_id, queue = await enqueue(server, "nap", {"seconds": 3600})
-    await wait_for_status(server, instance_id, "waiting")
+    await until_status(server, instance_id, "waiting")
     async with open_dashboard(browser, server) as dashboard:
         page = dashboard.page
         row = dashboard.row(instance_id)
@@ -221,7 +186,7 @@ async def test_a_wait_for_a_signal_is_signalled_from_the_page(
     server: LiveServer, browser: Browser
 ) -> None:
     instance_id, _ = await enqueue(server, "approval", {"timeoutSeconds": 3600})
-    await wait_for_status(server, instance_id, "waiting")
+    await until_status(server, instance_id, "waiting")
     async with open_dashboard(browser, server) as dashboard:
         page = dashboard.page
         await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "waiting")
@@ -241,7 +206,7 @@ async def test_a_wait_for_a_signal_is_signalled_from_the_page(
 
         await page.get_by_test_id("signal-payload").fill('{"by": "the browser"}')
         await page.get_by_test_id("signal-submit").click()
-        finished = await wait_for_status(server, instance_id, "completed")
+        finished = await until_status(server, instance_id, "completed")
         assert finished["result"] == {"approved": True, "payload": {"by": "the browser"}}
         await expect(dashboard.panel).to_have_attribute("data-status", "completed")
         signalled = page.locator('[data-testid="timeline-event"][data-type="signalled"]')

@@ -6,7 +6,7 @@ from typing import TypeVar
 from uuid import UUID
 
 from laneway.engine import Engine, Workflow, WorkflowRegistry
-from laneway.model import EventRecord, EventType
+from laneway.model import EventRecord, EventType, InstanceRecord, Status
 from laneway.store import Store
 
 T = TypeVar("T")
@@ -36,3 +36,16 @@ async def events_of(store: Store, instance_id: UUID) -> list[EventRecord]:
 
 async def types_of(store: Store, instance_id: UUID) -> list[EventType]:
     return [e.type for e in await events_of(store, instance_id)]
+
+
+async def until_status(
+    store: Store, instance_id: UUID, *statuses: Status, timeout: float = 10.0
+) -> InstanceRecord:
+    """Poll the instance until it is in one of `statuses`, or fail at the deadline."""
+
+    async def probe() -> InstanceRecord | None:
+        return await store.get_instance(instance_id)
+
+    found = await eventually(probe, lambda r: r is not None and r.status in statuses, timeout)
+    assert found is not None
+    return found

@@ -2,6 +2,7 @@
 
 import pytest
 
+from app.examples import REVIEW_INPUT_SCHEMA
 from laneway.engine import (
     Checkpoint,
     Done,
@@ -19,19 +20,11 @@ from laneway.engine import (
     completed,
 )
 from laneway.errors import ConflictError, InputRejectedError, InvalidInputError
-from laneway.model import EventType, InstanceRecord, JSONValue, Status
+from laneway.model import EventType, JSONValue, Status
 from laneway.store import Store
-from tests.engine.helpers import eventually, make_engine, types_of
+from tests.engine.helpers import make_engine, types_of, until_status
 
-SCHEMA: dict[str, JSONValue] = {
-    "type": "object",
-    "required": ["decision"],
-    "properties": {
-        "decision": {"enum": ["approve", "reject"]},
-        "comment": {"type": "string"},
-    },
-    "additionalProperties": False,
-}
+SCHEMA = REVIEW_INPUT_SCHEMA  # the `review` example's
 
 
 def _decider(name: str, **pause: object) -> Workflow:
@@ -45,15 +38,6 @@ def _decider(name: str, **pause: object) -> Workflow:
 
 
 decider = _decider("decider", input_schema=SCHEMA)
-
-
-async def _until(store: Store, instance_id: object, status: Status) -> InstanceRecord:
-    async def probe() -> InstanceRecord | None:
-        return await store.get_instance(instance_id)  # type: ignore[arg-type]
-
-    found = await eventually(probe, lambda r: r is not None and r.status == status)
-    assert found is not None
-    return found
 
 
 async def test_valid_input_becomes_the_next_actions_params(store: Store) -> None:
@@ -150,7 +134,7 @@ async def test_an_expiring_checkpoint_runs_its_action(
     assert reason.until is not None
     assert "expires at" in reason.message
     async with engine.running():
-        ended = await _until(store, enqueued.instance_id, status)
+        ended = await until_status(store, enqueued.instance_id, status)
     assert ended.result == (None if result is None else {"params": result})
     assert ended.last_error == error
     with pytest.raises(ConflictError):
@@ -241,9 +225,9 @@ async def test_a_retried_expired_checkpoint_pauses_again(store: Store) -> None:
     engine = make_engine(store, expiring)
     enqueued = await engine.enqueue("expiring_fail")
     async with engine.running():
-        await _until(store, enqueued.instance_id, Status.FAILED)
+        await until_status(store, enqueued.instance_id, Status.FAILED)
         await engine.retry(enqueued.instance_id)
-        again = await _until(store, enqueued.instance_id, Status.PAUSED)
+        again = await until_status(store, enqueued.instance_id, Status.PAUSED)
     assert again.checkpoint == "decide"
     assert again.checkpoint_input_schema == SCHEMA
     await engine.resume(enqueued.instance_id, {"decision": "approve"})

@@ -7,9 +7,9 @@ import pytest
 
 from laneway.engine import Done, HandlerContext, Next, Sleep, WaitForSignal, Workflow
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
-from laneway.model import EventType, InstanceRecord, Status
+from laneway.model import EventType, Status
 from laneway.store import Store
-from tests.engine.helpers import events_of, eventually, make_engine, types_of
+from tests.engine.helpers import events_of, make_engine, types_of, until_status
 
 
 async def _nap(ctx: HandlerContext, params: object) -> Sleep:
@@ -69,15 +69,6 @@ collector = Workflow(
 )
 
 
-async def _until(store: Store, instance_id: UUID, *statuses: Status) -> InstanceRecord:
-    async def probe() -> InstanceRecord | None:
-        return await store.get_instance(instance_id)
-
-    found = await eventually(probe, lambda r: r is not None and r.status in statuses)
-    assert found is not None
-    return found
-
-
 async def test_a_sleep_holds_nothing_then_wakes_at_its_action(store: Store) -> None:
     engine = make_engine(store, napper, poll_interval_seconds=5.0)
     enqueued = await engine.enqueue("napper", {"seconds": 0.3})
@@ -95,7 +86,7 @@ async def test_a_sleep_holds_nothing_then_wakes_at_its_action(store: Store) -> N
     assert reason.until == asleep.wake_at
     assert await engine.tick() == 0  # not due: nothing to claim, nothing woken
     async with engine.running():
-        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+        done = await until_status(store, enqueued.instance_id, Status.COMPLETED)
     assert done.result == {"slept": 0.3}
     events = await events_of(store, enqueued.instance_id)
     assert [e.type for e in events] == [
@@ -178,7 +169,7 @@ async def test_two_signals_two_waits_in_order(store: Store) -> None:
     await engine.signal(enqueued.instance_id, "item", 1)
     await engine.signal(enqueued.instance_id, "item", 2)
     async with engine.running():
-        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+        done = await until_status(store, enqueued.instance_id, Status.COMPLETED)
     assert done.result == {"got": [1, 2]}
 
 
@@ -192,7 +183,7 @@ async def test_a_repeated_idempotency_key_is_not_a_second_signal(store: Store) -
     assert again.signal_id == first.signal_id
     await engine.signal(enqueued.instance_id, "item", 2, idempotency_key="delivery-2")
     async with engine.running():
-        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+        done = await until_status(store, enqueued.instance_id, Status.COMPLETED)
     assert done.result == {"got": [1, 2]}
 
 
@@ -217,8 +208,8 @@ async def test_a_timeout_runs_on_timeout_or_fails_without_it(store: Store) -> No
     recovering = await engine.enqueue("asker", {"timeout": 0.2, "recover": True})
     failing = await engine.enqueue("asker", {"timeout": 0.2})
     async with engine.running():
-        recovered = await _until(store, recovering.instance_id, Status.COMPLETED)
-        failed = await _until(store, failing.instance_id, Status.FAILED)
+        recovered = await until_status(store, recovering.instance_id, Status.COMPLETED)
+        failed = await until_status(store, failing.instance_id, Status.FAILED)
     assert recovered.result == {"approved": False, "params": None}
     assert failed.last_error == "timed out after 0.2 s waiting for signal 'approve'"
     assert (await types_of(store, failing.instance_id))[-1] == EventType.FAILED
@@ -261,7 +252,7 @@ async def test_two_workers_racing_consume_each_signal_once(store: Store) -> None
             await first.signal(enqueued.instance_id, "item", "a")
         for enqueued in instances:
             await second.signal(enqueued.instance_id, "item", "b")
-        done = [await _until(store, e.instance_id, Status.COMPLETED) for e in instances]
+        done = [await until_status(store, e.instance_id, Status.COMPLETED) for e in instances]
     assert all(record.result == {"got": ["a", "b"]} for record in done)
     for enqueued in instances:
         assert (await types_of(store, enqueued.instance_id)).count(EventType.SIGNALLED) == 2
@@ -290,12 +281,12 @@ async def test_a_retried_timeout_waits_again_and_takes_its_signal(store: Store) 
     engine = make_engine(store, patient)
     enqueued = await engine.enqueue("patient")
     async with engine.running():
-        await _until(store, enqueued.instance_id, Status.FAILED)
+        await until_status(store, enqueued.instance_id, Status.FAILED)
         await engine.retry(enqueued.instance_id)
-        waiting = await _until(store, enqueued.instance_id, Status.WAITING)
+        waiting = await until_status(store, enqueued.instance_id, Status.WAITING)
         assert waiting.wait_signal == "approve"
         await engine.signal(enqueued.instance_id, "approve", "second chance")
-        done = await _until(store, enqueued.instance_id, Status.COMPLETED)
+        done = await until_status(store, enqueued.instance_id, Status.COMPLETED)
     assert done.result == {"approved": True, "payload": "second chance"}
 
 
@@ -312,8 +303,8 @@ async def test_a_waiting_keyed_instance_keeps_its_key_and_runs_after_waking(
         keys = await conn.fetch("SELECT key FROM laneway.queue_keys ORDER BY key")
     assert "tenant" in [row["key"] for row in keys]
     async with engine.running():
-        done = await _until(store, sleeper.instance_id, Status.COMPLETED)
-        await _until(store, other.instance_id, Status.COMPLETED)
+        done = await until_status(store, sleeper.instance_id, Status.COMPLETED)
+        await until_status(store, other.instance_id, Status.COMPLETED)
     assert done.result == {"slept": 0.3}
 
 
