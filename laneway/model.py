@@ -82,6 +82,14 @@ class InstanceRecord:
     wake_at: datetime | None = None  # when a waiting or paused instance wakes (None: never)
     wait_signal: str | None = None  # the signal a waiting instance waits for
     wait: dict[str, JSONValue] | None = None  # the wait as its handler asked (engine/waits.py)
+    # The attempts before the current step's budget began: the step's attempt number is
+    # attempts - attempt_base (`attempts` counts every attempt and never goes back).
+    attempt_base: int = 0
+
+    @property
+    def step_attempt(self) -> int:
+        """The attempt number of the current step (1 for its first), as a handler sees it."""
+        return self.attempts - self.attempt_base
 
     @property
     def checkpoint_input_schema(self) -> JSONValue:
@@ -176,6 +184,20 @@ class EnqueueResult:
     @property
     def instance_id(self) -> UUID:
         return self.instance.instance_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureRecord:
+    """One failed attempt of an instance (laneway.failures): its exception and when."""
+
+    instance_id: UUID
+    attempt: int
+    at: datetime
+    type: str
+    message: str
+    traceback: str | None
+    stage: str | None
+    operation: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -323,7 +345,8 @@ class CompleteWrite:
 class FailWrite:
     """A failed attempt: retried after `delay_ms` while attempts are left, else final.
 
-    `final` ends the instance failed whatever attempts are left.
+    `final` ends the instance failed whatever attempts are left. `error` is lastError's text
+    (`Type: message`); the rest is what laneway.failures keeps of the exception.
     """
 
     instance_id: UUID
@@ -332,6 +355,11 @@ class FailWrite:
     error: str
     delay_ms: float
     final: bool = False
+    type: str = "Exception"
+    message: str = ""
+    traceback: str | None = None
+    stage: str | None = None
+    operation: str | None = None
 
 
 RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite

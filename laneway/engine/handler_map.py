@@ -56,7 +56,9 @@ class Workflow:
 
     A handler gets the context and the params of its action, and returns `Next(action,
     params)` or `Done(result)`. After every handler the engine checkpoints the state and
-    the next action, so a crash resumes from there.
+    the next action, so a crash resumes from there. A `state_validator` (a pydantic model or
+    a callable, like `validator` for the params) checks the state each handler leaves before
+    it is checkpointed: a state it refuses fails that attempt, and is never checkpointed.
     """
 
     name: str
@@ -67,6 +69,7 @@ class Workflow:
     validator: Validator | None = None
     on_terminal: TerminalHook | None = None
     description: str = ""
+    state_validator: Validator | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, "workflow name")
@@ -106,14 +109,42 @@ class Workflow:
         """
         if self.validator is None:
             return params
-        model_validate = getattr(self.validator, "model_validate", None)
+        return _validated(self.validator, params, f"params rejected by {self.name!r}")
+
+    def check_state(self, state: JSONValue) -> None:
+        """Run the state validator over the state a handler left, before it is checkpointed
+        (the state stays as the handler left it).
+
+        Raises:
+            InvalidStateError: the validator rejected it; the message names what (a pydantic
+                model's error names each field). The attempt fails.
+        """
+        if self.state_validator is None:
+            return
         try:
-            if model_validate is not None:
-                validated = model_validate(params)
-                dump = getattr(validated, "model_dump", None)
-                return dump(mode="json") if dump is not None else validated
-            return cast(Callable[[JSONValue], JSONValue], self.validator)(params)
-        except InvalidInputError:
-            raise
-        except Exception as exc:  # the validator's own error is the message
-            raise InvalidInputError(f"params rejected by {self.name!r}: {exc}") from None
+            _validated(self.state_validator, state, f"state rejected by {self.name!r}")
+        except InvalidInputError as exc:
+            raise InvalidStateError(str(exc)) from None
+
+
+class InvalidStateError(Exception):
+    """The state a handler left failed its workflow's state validator: a failed attempt."""
+
+
+def _validated(validator: Validator, value: JSONValue, what: str) -> JSONValue:
+    """What a validator (a pydantic model or a callable) makes of `value`.
+
+    Raises:
+        InvalidInputError: it refused the value (`what`, then its own message).
+    """
+    model_validate = getattr(validator, "model_validate", None)
+    try:
+        if model_validate is not None:
+            validated = model_validate(value)
+            dump = getattr(validated, "model_dump", None)
+            return dump(mode="json") if dump is not None else validated
+        return cast(Callable[[JSONValue], JSONValue], validator)(value)
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # the validator's own error is the message
+        raise InvalidInputError(f"{what}: {exc}") from None

@@ -22,6 +22,7 @@ from laneway.engine.context import (
     Sleep,
     WaitForSignal,
 )
+from laneway.engine.failures import failure_of
 from laneway.engine.handler_map import Workflow
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from laneway.engine.waits import with_retry
@@ -41,8 +42,6 @@ from laneway.model import (
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
-
-MAX_ERROR_CHARS = 4000
 
 
 class Committer:
@@ -163,11 +162,6 @@ class DueAgain:
     waking: bool = False
 
 
-def _error_text(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:MAX_ERROR_CHARS]
-
-
 async def run_instance(
     run: Run,
     workflow: Workflow,
@@ -185,7 +179,7 @@ async def run_instance(
     state: dict[str, object] = dict(record.state)
     action = record.next_action or workflow.initial
     params = record.next_params
-    attempt = record.attempts
+    attempt = record.step_attempt
     stage = record.stage
     while True:
         ctx = HandlerContext(
@@ -218,6 +212,8 @@ async def run_instance(
                 "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
             )
             return None
+        if isinstance(write, FailWrite):
+            _log_failure(write, transition, workflow.name, action)
         if isinstance(write, FailWrite) and transition.status == Status.PENDING:
             run.settled = True
             return DueAgain(write.delay_ms / 1000.0)
@@ -271,6 +267,7 @@ async def _call_handler(
         if handler is None:
             raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
         step = await handler(ctx, ctx.params)
+        workflow.check_state(ctx.state)
         if isinstance(step, Next | Pause | Sleep | WaitForSignal):
             next_action, next_params, on_timeout = _continuation(step)
             _check_actions(workflow, action, next_action, on_timeout)
@@ -305,22 +302,37 @@ async def _call_handler(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        # A handler's exception is data: a failed attempt, recorded and retried by policy.
-        logger.info(
-            "attempt failed",
-            extra={
-                "instance_id": str(ctx.instance_id),
-                "workflow": workflow.name,
-                "action": action,
-                "attempt": ctx.attempt,
-                "error": _error_text(exc),
-            },
-        )
+        # A handler's exception is data: a failed attempt, recorded (type, message, traceback)
+        # and retried by policy; logged once its outcome is known (_log_failure).
+        failure = failure_of(exc)
         return FailWrite(
             instance_id=ctx.instance_id,
             attempt=ctx.attempt,
             epoch=epoch,
-            error=_error_text(exc),
+            error=failure.last_error,
             delay_ms=workflow.retry.delay_ms(ctx.attempt),
             final=isinstance(exc, PermanentFailure),
+            type=failure.type,
+            message=failure.message,
+            traceback=failure.traceback,
+            stage=failure.stage or ctx.stage,
+            operation=failure.operation,
         )
+
+
+def _log_failure(write: FailWrite, transition: Transition, workflow: str, action: str) -> None:
+    """A retried attempt at WARNING, the instance's final failure at ERROR: each with the
+    instance, the error and its traceback."""
+    retried = transition.status == Status.PENDING
+    logger.log(
+        logging.WARNING if retried else logging.ERROR,
+        "attempt failed, retrying" if retried else "instance failed",
+        extra={
+            "instance_id": str(write.instance_id),
+            "workflow": workflow,
+            "action": action,
+            "attempt": transition.attempts,
+            "error": write.error,
+            "traceback": write.traceback,
+        },
+    )

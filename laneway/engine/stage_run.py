@@ -57,8 +57,14 @@ class StageFailedError(PermanentFailure):
     """A critical operation of a stage failed after its attempts and any fix cycles.
 
     Final: operations retry themselves, so the instance fails at once; a lost worker is
-    still an ordinary attempt under the template's RetryPolicy.
+    still an ordinary attempt under the template's RetryPolicy. Carries the stage and the
+    operation's type, which the instance's `failures` show.
     """
+
+    def __init__(self, message: str, *, stage: str, operation: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.operation = operation
 
 
 def stage_handler(
@@ -159,13 +165,21 @@ class _StageRun:
         outcome = await self._run_pass(stage.operations, 0, context, initial, rows)
         while outcome.failure is not None:
             if not stage.fix_operations or self._fix_cycle >= stage.max_fix_cycles:
-                raise StageFailedError(self._failure_text(outcome.failure, "operation"))
+                raise StageFailedError(
+                    self._failure_text(outcome.failure, "operation"),
+                    stage=self._stage.name,
+                    operation=outcome.failure.type,
+                )
             self._fix_cycle += 1
             fixed = await self._run_pass(
                 stage.fix_operations, FIX_POSITION_BASE, outcome.context, initial, {}
             )
             if fixed.failure is not None:
-                raise StageFailedError(self._failure_text(fixed.failure, "fix operation"))
+                raise StageFailedError(
+                    self._failure_text(fixed.failure, "fix operation"),
+                    stage=self._stage.name,
+                    operation=fixed.failure.type,
+                )
             # Verify again: every operation of the stage, since the fix may change any result.
             self._settled.clear()
             outcome = await self._run_pass(stage.operations, 0, fixed.context, initial, {})

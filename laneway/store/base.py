@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from uuid import UUID
 
-from laneway.model import EventType, NewEvent, Status
+from laneway.model import EventType, NewEvent, Status, Transition
 from laneway.store import queries
 from laneway.store.pool import ConnectionPool, Loan
 from laneway.store.rows import Conn
@@ -83,6 +83,22 @@ class StoreBase:
             ],
         )
         return len(rows)
+
+    async def _record_failures(self, conn: Conn, transitions: Sequence[Transition]) -> None:
+        """Keep, for `failures`, the failed attempts that were no handler's exception (a lost
+        worker, a wait's timeout): their lastError reads `Type: message`."""
+        failed = [t for t in transitions if t.error]
+        if not failed:
+            return
+        split = [(t.error or "").partition(": ") for t in failed]
+        await conn.execute(
+            queries.RECORD_FAILURES,
+            [t.instance_id for t in failed],
+            [t.attempts for t in failed],
+            [kind for kind, _, _ in split],
+            [message for _, _, message in split],
+            [t.stage for t in failed],
+        )
 
     async def ping(self) -> None:
         """Raise if the database cannot answer."""

@@ -16,6 +16,7 @@ from laneway.model import (
     CompleteWrite,
     DueWork,
     EventType,
+    FailureRecord,
     FailWrite,
     InstanceRecord,
     LockRecord,
@@ -28,6 +29,7 @@ from laneway.store import queries
 from laneway.store.base import EVENTS_LOCK_KEY, StoreBase
 from laneway.store.rows import (
     Conn,
+    failure_from_row,
     instance_from_row,
     lock_from_row,
     transition_from_row,
@@ -92,6 +94,7 @@ class LeaseStore(StoreBase):
             rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit, max_recoveries)
             transitions = [transition_from_row(row) for row in rows]
             await self._release_locks_of_terminal(conn, transitions)
+            await self._record_failures(conn, transitions)
             await self._append_events(conn, [_recovery_event(t) for t in transitions])
         return transitions
 
@@ -179,12 +182,28 @@ class LeaseStore(StoreBase):
                 [w.final for w in failures],
                 [w.epoch for w in failures],
                 [w.wait_json for w in checkpoints],
+                [w.type for w in failures],
+                [w.message for w in failures],
+                [w.traceback for w in failures],
+                [w.stage for w in failures],
+                [w.operation for w in failures],
             )
             if signal_waits:
                 # A signal kept before its wait, or sent while the wait was being written, is
                 # seen by this statement's snapshot, which comes after the waits' row locks.
                 await self._consume_signals(conn, signal_waits)
         return [transition_from_row(row) for row in rows]
+
+    async def failures(
+        self, instance_ids: Sequence[UUID], limit: int
+    ) -> dict[UUID, list[FailureRecord]]:
+        """The newest `limit` failed attempts of each of these instances, newest first."""
+        async with self._acquire() as conn:
+            rows = await conn.fetch(queries.FAILURES_OF, list(instance_ids), limit)
+        found: dict[UUID, list[FailureRecord]] = {instance_id: [] for instance_id in instance_ids}
+        for row in rows:
+            found[row["instance_id"]].append(failure_from_row(row))
+        return found
 
     async def _release_locks_of_terminal(
         self, conn: Conn, transitions: Sequence[Transition]

@@ -14,6 +14,7 @@ import asyncpg
 from laneway.model import (
     EventRecord,
     EventType,
+    FailureRecord,
     InstanceRecord,
     LockRecord,
     NewInstance,
@@ -157,6 +158,19 @@ def transition_from_row(row: Row) -> Transition:
         error=row.get("last_error"),
         stage=row.get("stage"),
         checkpoint=row.get("checkpoint"),
+    )
+
+
+def failure_from_row(row: Row) -> FailureRecord:
+    return FailureRecord(
+        instance_id=row["instance_id"],
+        attempt=row["attempt"],
+        at=row["at"],
+        type=row["type"],
+        message=row["message"],
+        traceback=row["traceback"],
+        stage=row["stage"],
+        operation=row["operation"],
     )
 
 

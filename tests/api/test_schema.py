@@ -229,7 +229,7 @@ async def test_flaky_fails_after_three_attempts_and_retry_puts_it_back(
     assert (ok.status, ok.attempts) == (Status.COMPLETED, 2)
     failed = await finished(services, failing)
     assert failed.status == Status.FAILED
-    assert failed.last_error == "flaky failure 3"
+    assert failed.last_error == "RuntimeError: flaky failure 3"
     result = await run(
         "mutation ($id: ID!) { retryWorkflow(instanceID: $id) { status lastError } }",
         id=failing,

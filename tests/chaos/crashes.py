@@ -336,7 +336,7 @@ async def r06_poison(
     def dead_lettered_or_done(final: FinalInstance, params: object) -> bool:
         if final.instance_id == poison:
             error = final.last_error or ""
-            return final.status == "failed" and error.startswith("dead-lettered:")
+            return final.status == "failed" and error.startswith("DeadLettered:")
         return w3_oracle(final, params)
 
     verdict = check(history, dead_lettered_or_done)
@@ -349,7 +349,7 @@ async def r06_poison(
     collateral = [
         final.instance_id
         for final in history.stored.instances.values()
-        if final.instance_id != poison and (final.last_error or "").startswith("dead-lettered:")
+        if final.instance_id != poison and (final.last_error or "").startswith("DeadLettered:")
     ]
     return run.outcome(
         "R-06 poison pill",

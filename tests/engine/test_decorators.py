@@ -318,6 +318,8 @@ async def test_with_timeout_turns_a_slow_handler_into_a_failed_attempt(store: St
     record = await engine.get(enqueued.instance_id)
     assert record is not None
     assert record.status == Status.FAILED
-    assert record.last_error == "timed out after 0.05s"
+    assert record.last_error == "HandlerTimeoutError: timed out after 0.05s"
     failed = [e for e in await events_of(store, enqueued.instance_id) if e.type == EventType.FAILED]
-    assert [(e.attempt, e.error) for e in failed] == [(1, "timed out after 0.05s")]
+    assert [(e.attempt, e.error) for e in failed] == [
+        (1, "HandlerTimeoutError: timed out after 0.05s")
+    ]

@@ -171,7 +171,7 @@ async def test_unknown_next_action_fails_the_attempt(store: Store) -> None:
     record = await engine.get(enqueued.instance_id)
     assert record is not None
     assert record.status == Status.FAILED
-    assert record.last_error == "handler 'run' returned unknown action 'missing'"
+    assert record.last_error == "InvalidInputError: handler 'run' returned unknown action 'missing'"
 
 
 async def test_instance_of_unregistered_workflow_stays_pending_and_is_logged(

@@ -97,7 +97,7 @@ async def test_attempts_exhausted_ends_failed_with_last_error(store: Store) -> N
     failed = await engine.get(enqueued.instance_id)
     assert failed is not None
     assert failed.status == Status.FAILED
-    assert failed.last_error == "broken on attempt 3"
+    assert failed.last_error == "ValueError: broken on attempt 3"
     assert failed.attempts == 3
     events = await store.instance_events_after(enqueued.instance_id, 0, 100)
     assert [e.type for e in events if e.type in ("retrying", "failed")] == [
@@ -105,7 +105,19 @@ async def test_attempts_exhausted_ends_failed_with_last_error(store: Store) -> N
         EventType.RETRYING,
         EventType.FAILED,
     ]
-    assert events[-1].error == "broken on attempt 3"
+    assert events[-1].error == "ValueError: broken on attempt 3"
+    [failures] = (await store.failures([enqueued.instance_id], 10)).values()
+    assert [(f.attempt, f.type, f.message) for f in failures] == [
+        (3, "ValueError", "broken on attempt 3"),  # newest first
+        (2, "ValueError", "broken on attempt 2"),
+        (1, "ValueError", "broken on attempt 1"),
+    ]
+    traceback = failures[0].traceback
+    assert traceback is not None
+    assert "in broken" in traceback
+    assert 'raise ValueError(f"broken on attempt {ctx.attempt}")' in traceback
+    assert "laneway/engine" not in traceback  # the engine's own frames are left out
+    assert (await store.failures([enqueued.instance_id], 1))[enqueued.instance_id] == failures[:1]
 
 
 async def test_retry_waits_out_an_exponential_backoff(store: Store) -> None:
@@ -144,7 +156,7 @@ async def test_crash_after_last_attempt_ends_failed_not_pending(store: Store) ->
     assert failed is not None
     assert failed.status == Status.FAILED
     assert failed.last_error is not None
-    assert "worker lost" in failed.last_error
+    assert failed.last_error.startswith("WorkerLost: lease expired during attempt 3")
     assert (await types_of(store, enqueued.instance_id))[-1] == EventType.FAILED
 
 
@@ -201,7 +213,7 @@ async def test_permanent_failure_ends_the_instance_without_more_attempts(store: 
     assert failed is not None
     assert failed.status == Status.FAILED
     assert failed.attempts == 1
-    assert failed.last_error == "card declined"
+    assert failed.last_error == "PermanentFailure: card declined"
     assert EventType.RETRYING not in await types_of(store, enqueued.instance_id)
 
 
@@ -295,7 +307,7 @@ async def test_an_instance_that_keeps_losing_its_worker_is_dead_lettered(store: 
     assert dead is not None
     assert dead.recoveries == 3
     assert dead.last_error is not None
-    assert dead.last_error.startswith("dead-lettered: its worker was lost 3 times")
+    assert dead.last_error.startswith("DeadLettered: its worker was lost 3 times")
     events = await store.instance_events_after(enqueued.instance_id, 0, 100)
     assert [e.type for e in events].count(EventType.FAILED) == 1
     assert events[-1].type == EventType.FAILED
@@ -332,7 +344,9 @@ async def test_stopping_lets_the_step_in_flight_finish_and_hands_back_at_its_che
     await asyncio.wait_for(running, timeout=10)
     handed = await engine.get(enqueued.instance_id)
     assert handed is not None
-    assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "second", 0)
+    # The interrupted attempt is given back to the step's budget; the count goes on.
+    assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "second", 1)
+    assert handed.step_attempt == 0
     assert second_ran == []  # the next step is left to whoever claims it next
     assert await types_of(store, enqueued.instance_id) == [
         EventType.ENQUEUED,
@@ -355,7 +369,8 @@ async def test_a_step_still_running_after_the_grace_is_handed_back_unfinished(
     await asyncio.wait_for(running, timeout=10)
     handed = await engine.get(enqueued.instance_id)
     assert handed is not None
-    assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "first", 0)
+    assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "first", 1)
+    assert handed.step_attempt == 0
 
 
 async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(

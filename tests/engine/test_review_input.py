@@ -114,7 +114,7 @@ async def test_without_a_schema_any_input_goes_and_none_keeps_the_pause_params(
             None,
         ),
         (OnExpiry("cancel"), Status.CANCELLED, None, None),
-        (None, Status.FAILED, None, "checkpoint 'decide' expired after 0.2 s"),
+        (None, Status.FAILED, None, "CheckpointExpired: checkpoint 'decide' expired after 0.2 s"),
     ],
 )
 async def test_an_expiring_checkpoint_runs_its_action(

@@ -621,6 +621,7 @@ async def test_critical_failure_fails_the_instance_and_later_stages_never_run(
     assert failed_instance.status == Status.FAILED
     assert failed_instance.attempts == 1  # final at once: the operation already retried
     assert failed_instance.last_error == (
+        "StageFailedError: "
         "stage 'load': operation 'write' (#0) failed after 2 attempt(s): disk full"
     )
     assert counts(calls) == {"write": 2}  # the sequence stops at a critical failure
@@ -727,6 +728,7 @@ async def test_fix_cycles_run_out_and_the_instance_fails(store: Store) -> None:
     assert record is not None
     assert record.status == Status.FAILED
     assert record.last_error == (
+        "StageFailedError: "
         "stage 'test': operation 'check' (#0) failed after 1 attempt(s) and 2 fix cycle(s): "
         "still red"
     )

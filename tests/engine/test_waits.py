@@ -211,7 +211,7 @@ async def test_a_timeout_runs_on_timeout_or_fails_without_it(store: Store) -> No
         recovered = await until_status(store, recovering.instance_id, Status.COMPLETED)
         failed = await until_status(store, failing.instance_id, Status.FAILED)
     assert recovered.result == {"approved": False, "params": None}
-    assert failed.last_error == "timed out after 0.2 s waiting for signal 'approve'"
+    assert failed.last_error == "SignalTimeout: timed out after 0.2 s waiting for signal 'approve'"
     assert (await types_of(store, failing.instance_id))[-1] == EventType.FAILED
     with pytest.raises(ConflictError):  # the timed-out wait takes no late signal
         await engine.signal(failing.instance_id, "approve")

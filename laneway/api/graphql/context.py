@@ -19,7 +19,7 @@ from strawberry.dataloader import DataLoader
 
 from laneway.api.auth import BearerTokens, Permission
 from laneway.config import Settings
-from laneway.model import OperationRecord, WaitingReason
+from laneway.model import FailureRecord, OperationRecord, WaitingReason
 from laneway.services import Services
 
 CONTEXT_KEY = "laneway"
@@ -42,6 +42,9 @@ class LanewayContext:
     connection_params: dict[str, object] | None = None
     _operations: DataLoader[UUID, list[OperationRecord]] | None = field(default=None, init=False)
     _waiting: DataLoader[UUID, WaitingReason | None] | None = field(default=None, init=False)
+    _failures: DataLoader[tuple[UUID, int], list[FailureRecord]] | None = field(
+        default=None, init=False
+    )
 
     @property
     def operations(self) -> DataLoader[UUID, list[OperationRecord]]:
@@ -58,6 +61,14 @@ class LanewayContext:
         if self._waiting is None:
             self._waiting = waiting_reasons_loader(self.services)
         return self._waiting
+
+    @property
+    def failures(self) -> DataLoader[tuple[UUID, int], list[FailureRecord]]:
+        """The failures loader (keys: instance id and limit), built when a response first
+        selects `failures`: a page's failures come from one query per limit. Uncached."""
+        if self._failures is None:
+            self._failures = failures_loader(self.services)
+        return self._failures
 
     @property
     def settings(self) -> Settings:
@@ -85,6 +96,24 @@ def waiting_reasons_loader(services: Services) -> DataLoader[UUID, WaitingReason
     async def load(instance_ids: Sequence[UUID]) -> list[WaitingReason | None]:
         found = await services.store.waiting_reasons(instance_ids)
         return [found.get(instance_id) for instance_id in instance_ids]
+
+    return DataLoader(load_fn=load, cache=False)
+
+
+def failures_loader(services: Services) -> DataLoader[tuple[UUID, int], list[FailureRecord]]:
+    """Batches the `failures` of every instance in one response: one query per distinct
+    limit (a page asks with one)."""
+
+    async def load(keys: Sequence[tuple[UUID, int]]) -> list[list[FailureRecord]]:
+        by_limit: dict[int, list[UUID]] = {}
+        for instance_id, limit in keys:
+            by_limit.setdefault(limit, []).append(instance_id)
+        found = {
+            (instance_id, limit): failures
+            for limit, ids in by_limit.items()
+            for instance_id, failures in (await services.store.failures(ids, limit)).items()
+        }
+        return [found[key] for key in keys]
 
     return DataLoader(load_fn=load, cache=False)
 

@@ -23,6 +23,7 @@ from laneway.model import (
 )
 from laneway.model import (
     EventRecord,
+    FailureRecord,
     InstanceRecord,
     LockRecord,
     OperationRecord,
@@ -144,6 +145,32 @@ class WorkflowOperation:
 
 
 @strawberry.type
+class AttemptFailure:
+    """One failed attempt: its exception's type and message, a bounded traceback (the user's
+    frames; none for a lost worker or a wait's timeout), and where a template was."""
+
+    attempt: int
+    at: float
+    type: str
+    message: str
+    traceback: str | None
+    stage: str | None
+    operation: str | None
+
+    @classmethod
+    def from_record(cls, record: FailureRecord) -> Self:
+        return cls(
+            attempt=record.attempt,
+            at=millis(record.at),
+            type=record.type,
+            message=record.message,
+            traceback=record.traceback,
+            stage=record.stage,
+            operation=record.operation,
+        )
+
+
+@strawberry.type
 class WorkflowInstanceStatus:
     """One instance: where it is, how it went, what it returned."""
 
@@ -205,6 +232,12 @@ class WorkflowInstanceStatus:
             return None
         found = await laneway_of(info.context).waiting_reasons.load(self.uuid)
         return WaitingReason.from_record(found) if found is not None else None
+
+    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
+    async def failures(self, info: Info[Any, Any], limit: int | None = 10) -> list[AttemptFailure]:
+        """Its failed attempts, newest first (`limit` keeps the newest)."""
+        records = await laneway_of(info.context).failures.load((self.uuid, check_limit(limit, 10)))
+        return [AttemptFailure.from_record(record) for record in records]
 
     @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
     async def operations(self, info: Info[Any, Any]) -> list[WorkflowOperation]:

@@ -12,7 +12,7 @@ _COLUMN_NAMES = (
     "created_at", "updated_at", "params", "state", "next_action", "next_params", "result",
     "last_error", "idempotency_key", "singleton_key", "owner_id", "lease_expires_at",
     "lease_epoch", "recoveries", "parent_id", "stage", "checkpoint", "progress", "message",
-    "concurrency_key", "wake_at", "wait_signal", "wait",
+    "concurrency_key", "wake_at", "wait_signal", "wait", "attempt_base",
 )  # fmt: skip
 INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
 
@@ -198,12 +198,12 @@ RETURNING {INSTANCE_COLUMNS}
 """
 
 # $1 instance id
-# A keyed instance's key row is made or held again (laneway.hold_key): it may have gone while
-# the instance was failed.
+# A fresh budget of attempts from the next one, the count going on. A keyed instance's key row
+# is made or held again (laneway.hold_key): it may have gone while the instance was failed.
 RETRY_INSTANCE = f"""
 UPDATE laneway.instances
-   SET status = 'pending', attempts = 0, recoveries = 0, run_after = now(), finished_at = NULL,
-       updated_at = now()
+   SET status = 'pending', attempt_base = attempts, recoveries = 0, run_after = now(),
+       finished_at = NULL, updated_at = now()
  WHERE instance_id = $1
    AND status = 'failed'
    AND (concurrency_key IS NULL OR laneway.hold_key(queue, concurrency_key))

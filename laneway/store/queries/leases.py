@@ -89,7 +89,8 @@ SELECT {INSTANCE_COLUMNS}
 
 # $1 max rows, $2 recovery cap
 # A lease that ran out means its worker is gone: the attempt counts (so an instance that keeps
-# failing ends failed), and the instance goes back to pending from its checkpoint. Recoveries
+# failing ends failed), and the instance goes back to pending from its checkpoint. lastError
+# reads `WorkerLost: …`, or `DeadLettered: …` at the recovery cap. Recoveries
 # are counted apart from attempts (checkpoints reset attempts): an instance whose worker was
 # already lost `$2` times is dead-lettered, so a step that kills its worker cannot take down
 # worker after worker. The first recovery is claimable at once (a crashed worker's instances
@@ -109,11 +110,12 @@ WITH expired AS (
 judged AS (
     SELECT i.instance_id,
            CASE WHEN i.recoveries >= $2::integer
-                THEN 'dead-lettered: its worker was lost ' || (i.recoveries + 1)
+                THEN 'DeadLettered: its worker was lost ' || (i.recoveries + 1)
                      || ' times (recovery cap ' || $2::integer || '), last during attempt ' || i.attempts
-                WHEN i.attempts >= i.max_attempts
-                THEN 'lease expired: worker lost during attempt ' || i.attempts || ' of '
-                     || i.max_attempts
+                WHEN i.attempts - i.attempt_base >= i.max_attempts
+                THEN 'WorkerLost: lease expired during attempt ' || i.attempts || ' ('
+                     || (i.attempts - i.attempt_base) || ' of ' || i.max_attempts
+                     || ' of its step)'
            END AS final_error
       FROM laneway.instances AS i
       JOIN expired USING (instance_id)
@@ -121,7 +123,7 @@ judged AS (
 UPDATE laneway.instances AS i
    SET status = CASE WHEN j.final_error IS NULL THEN 'pending' ELSE 'failed' END,
        last_error = COALESCE(j.final_error,
-                             'lease expired: worker lost during attempt ' || i.attempts),
+                             'WorkerLost: lease expired during attempt ' || i.attempts),
        finished_at = CASE WHEN j.final_error IS NULL THEN NULL ELSE now() END,
        recoveries = i.recoveries + 1,
        run_after = now() + CASE WHEN i.recoveries = 0 THEN interval '0'
@@ -130,7 +132,30 @@ UPDATE laneway.instances AS i
        owner_id = NULL, lease_expires_at = NULL, updated_at = now()
   FROM judged AS j
  WHERE i.instance_id = j.instance_id
-RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error, i.stage
+"""
+
+# $1 instance ids, $2 attempts, $3 types, $4 messages, $5 stages (one element per failure)
+# The failed attempts that were no handler's exception (a lost worker, a wait's timeout), for
+# `failures` beside the group commit's own.
+RECORD_FAILURES = """
+INSERT INTO laneway.failures (instance_id, attempt, type, message, stage)
+SELECT *
+  FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::text[], $5::text[])
+"""
+
+# $1 instance ids (uuid[]), $2 at most this many per instance
+# The newest failed attempts of each instance, newest first, one index walk each.
+FAILURES_OF = """
+SELECT f.instance_id, f.attempt, f.at, f.type, f.message, f.traceback, f.stage, f.operation
+  FROM unnest($1::uuid[]) AS ids (instance_id)
+ CROSS JOIN LATERAL (
+    SELECT *
+      FROM laneway.failures AS f
+     WHERE f.instance_id = ids.instance_id
+     ORDER BY f.seq DESC
+     LIMIT $2) AS f
+ ORDER BY f.instance_id, f.seq DESC
 """
 
 # The instances of a batch that owner $1 still holds: ids $2 (uuid[]) with their lease epochs
@@ -157,11 +182,11 @@ RETURNING i.instance_id
 """
 
 # $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
-# Graceful shutdown: the interrupted attempt does not count, and another process may claim the
-# instance at once instead of after the lease.
+# Graceful shutdown: the interrupted attempt is given back to its step's budget (the count goes
+# on), and another process may claim the instance at once instead of after the lease.
 RELEASE_INSTANCES = f"""
 UPDATE laneway.instances AS i
-   SET status = 'pending', attempts = GREATEST(i.attempts - 1, 0), owner_id = NULL,
+   SET status = 'pending', attempt_base = i.attempt_base + 1, owner_id = NULL,
        lease_expires_at = NULL, run_after = now(), updated_at = now()
 {_STILL_HELD}
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
@@ -186,13 +211,14 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 WRITE_RUNNER_BATCH = """
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
   FROM laneway.write_runner_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                                  $15, $16, $17, $18, $19, $20, $21, $22, $23)
+                                  $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26,
+                                  $27, $28)
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances
 # Retention: instances that ended longer ago than the retention period go, with their events,
-# operation rows and signals (their locks went when they ended). Oldest first, a bounded batch
-# per sweep; rows another sweep is deleting are skipped.
+# operation rows, signals and failures (their locks went when they ended). Oldest first, a
+# bounded batch per sweep; rows another sweep is deleting are skipped.
 PRUNE_FINISHED = """
 WITH doomed AS (
     SELECT instance_id
@@ -213,6 +239,10 @@ operations_gone AS (
 ),
 signals_gone AS (
     DELETE FROM laneway.signals
+     WHERE instance_id IN (SELECT instance_id FROM doomed)
+),
+failures_gone AS (
+    DELETE FROM laneway.failures
      WHERE instance_id IN (SELECT instance_id FROM doomed)
 )
 DELETE FROM laneway.instances

@@ -113,11 +113,12 @@ judged AS (
                 WHEN i.status = 'paused' THEN 'failed'
            END AS new_status,
            CASE WHEN i.status = 'waiting' AND i.wait_signal IS NOT NULL
-                THEN 'timed out after ' || trim_scale((i.wait ->> 'seconds')::numeric)
+                THEN 'SignalTimeout: timed out after '
+                     || trim_scale((i.wait ->> 'seconds')::numeric)
                      || ' s waiting for signal '
                      || quote_literal(i.wait_signal)
                 WHEN i.status = 'paused'
-                THEN 'checkpoint ' || quote_literal(COALESCE(i.checkpoint, ''))
+                THEN 'CheckpointExpired: checkpoint ' || quote_literal(COALESCE(i.checkpoint, ''))
                      || ' expired after ' || trim_scale((i.wait ->> 'seconds')::numeric) || ' s'
            END AS reason
       FROM laneway.instances AS i

@@ -586,19 +586,22 @@ END;
 $$;
 
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
--- waits 0016).
+-- waits 0016; failures and attempt budgets 0017).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
 -- $14..$17 (ids, results, states, lease epochs); failed attempts $18..$22 (ids, errors, retry
--- delays in ms, final flags, lease epochs); $23 the checkpoints' waits (json text[], NULL: none).
+-- delays in ms, final flags, lease epochs); $23 the checkpoints' waits (json text[], NULL: none);
+-- the failed attempts' exception types, messages, tracebacks, stages and operations $24..$28.
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
 -- A checkpoint saves state and the next action and renews the lease, or parks the instance
 -- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
 -- signal). A wait's json (engine/waits.py writes it) gives `seconds` until its wake time
 -- (wake_at), the `signal` it waits for (wait_signal) and what happens then; the instance keeps
 -- it as `wait`, which a paused one has too when its checkpoint has an input schema or expires.
--- A failed attempt with attempts left (and
+-- `attempts` counts every attempt of the instance and never goes back; a step's attempts are
+-- those since `attempt_base`: a checkpoint that goes on starts the next step's budget at this
+-- attempt, one that parks the instance at the next claim. A failed attempt with attempts left (and
 -- not final) waits out its backoff as pending; otherwise the instance ends failed. Instances
 -- that ended give up their entity locks; the events are appended once every row is written
 -- and every lock row deleted. One row per applied write.
@@ -629,7 +632,12 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_failure_delays_ms double precision[],
     p_failure_final boolean[],
     p_failure_epochs bigint[],
-    p_checkpoint_waits text[]
+    p_checkpoint_waits text[],
+    p_failure_types text[],
+    p_failure_messages text[],
+    p_failure_tracebacks text[],
+    p_failure_stages text[],
+    p_failure_operations text[]
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -661,7 +669,7 @@ BEGIN
                wait = u.wait,
                wait_signal = u.wait ->> 'signal',
                wake_at = now() + (u.wait ->> 'seconds')::double precision * interval '1 second',
-               attempts = CASE WHEN u.parked THEN 0 ELSE 1 END,
+               attempt_base = CASE WHEN u.parked THEN i.attempts ELSE i.attempts - 1 END,
                owner_id = CASE WHEN NOT u.parked THEN i.owner_id END,
                lease_expires_at = CASE WHEN NOT u.parked
                                        THEN now() + $2 * interval '1 second' END,
@@ -677,7 +685,7 @@ BEGIN
            AND i.owner_id = u.owner
            AND i.lease_epoch = u.epoch
         RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage, i.checkpoint,
-                  i.wait_signal, u.attempt AS event_attempt
+                  i.wait_signal
     ),
     completed AS (
         UPDATE laneway.instances AS i
@@ -695,38 +703,49 @@ BEGIN
     ),
     failed AS (
         UPDATE laneway.instances AS i
-           SET status = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+           SET status = CASE WHEN i.attempts - i.attempt_base < i.max_attempts AND NOT u.final
                              THEN 'pending' ELSE 'failed' END,
-               run_after = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+               run_after = CASE WHEN i.attempts - i.attempt_base < i.max_attempts AND NOT u.final
                                 THEN now() + u.delay_ms * interval '1 millisecond'
                                 ELSE i.run_after END,
-               finished_at = CASE WHEN i.attempts < i.max_attempts AND NOT u.final
+               finished_at = CASE WHEN i.attempts - i.attempt_base < i.max_attempts
+                                       AND NOT u.final
                                   THEN NULL ELSE now() END,
                last_error = u.error, owner_id = NULL, lease_expires_at = NULL,
                updated_at = now()
           FROM (SELECT u.*, $1 AS owner
-                  FROM unnest($18, $19, $20, $21, $22)
-                       AS u (instance_id, error, delay_ms, final, epoch)
+                  FROM unnest($18, $19, $20, $21, $22, $24, $25, $26, $27, $28)
+                       AS u (instance_id, error, delay_ms, final, epoch, type, message,
+                             traceback, stage, operation)
                 OFFSET 0) AS u
          WHERE i.instance_id = ANY($18)
            AND i.instance_id = u.instance_id
            AND i.owner_id = u.owner
            AND i.lease_epoch = u.epoch
-        RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error
+        RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error, u.type,
+                  u.message, u.traceback, COALESCE(u.stage, i.stage) AS stage, u.operation
+    ),
+    recorded AS (
+        -- Every failed attempt keeps its exception, for `failures` (0017).
+        INSERT INTO laneway.failures
+               (instance_id, attempt, type, message, traceback, stage, operation)
+        SELECT f.instance_id, f.attempts, f.type, f.message, f.traceback, f.stage, f.operation
+          FROM failed AS f
+        RETURNING laneway.failures.instance_id
     ),
     written AS (
         SELECT c.instance_id, c.name, c.queue, c.status, c.attempts, NULL::text AS last_error,
                c.stage, c.checkpoint,
                CASE WHEN c.status IN ('paused', 'waiting') THEN c.status
                     ELSE 'checkpoint' END AS event_type,
-               c.event_attempt, c.wait_signal AS signal
+               c.attempts AS event_attempt, c.wait_signal AS signal
           FROM checkpointed AS c
         UNION ALL
         SELECT d.instance_id, d.name, d.queue, d.status, d.attempts, NULL, NULL, NULL,
                'completed', d.attempts, NULL
           FROM completed AS d
         UNION ALL
-        SELECT f.instance_id, f.name, f.queue, f.status, f.attempts, f.last_error, NULL, NULL,
+        SELECT f.instance_id, f.name, f.queue, f.status, f.attempts, f.last_error, f.stage, NULL,
                CASE WHEN f.status = 'pending' THEN 'retrying' ELSE 'failed' END, f.attempts, NULL
           FROM failed AS f
     ),
@@ -746,6 +765,7 @@ BEGIN
                    array_agg(w.signal)) AS last_event_id
           FROM written AS w
          WHERE (SELECT count(*) FROM unlocked) >= 0
+           AND (SELECT count(*) FROM recorded) >= 0
         HAVING count(*) > 0
     )
     SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,

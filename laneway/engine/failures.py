@@ -1,0 +1,74 @@
+"""Failures you can debug: what a failed attempt keeps of its exception. No I/O.
+
+Owns how an exception becomes a failure: its type (the class's name, qualified by its module
+unless it is a builtin), its message, `lastError`'s text (`Type: message`), and a bounded
+traceback whose frames are the user's code first: the engine's own frames (laneway/engine)
+and asyncio's are dropped from the middle, since they are the same for every failure, and a
+traceback over the cap keeps its innermost frames, where the error was raised.
+"""
+
+import asyncio
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_MESSAGE_CHARS = 4000
+MAX_TRACEBACK_CHARS = 8000
+_ENGINE_DIR = str(Path(__file__).resolve().parent)
+_ASYNCIO_DIR = str(Path(asyncio.__file__).resolve().parent)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    """One failed attempt's exception, as stored (laneway.failures) and shown (`failures`)."""
+
+    type: str
+    message: str
+    traceback: str | None
+    stage: str | None = None
+    operation: str | None = None
+
+    @property
+    def last_error(self) -> str:
+        """`Type: message`, as `lastError` reads (the type alone when there is no message)."""
+        text = f"{self.type}: {self.message}" if self.message else self.type
+        return text[:MAX_MESSAGE_CHARS]
+
+
+def type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    module = cls.__module__
+    if module in ("builtins", "__main__") or module.startswith("laneway."):
+        return cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """The failure an exception makes, with the stage and operation a template's carries."""
+    return Failure(
+        type=type_name(exc),
+        message=str(exc)[:MAX_MESSAGE_CHARS],
+        traceback=format_traceback(exc),
+        stage=getattr(exc, "stage", None),
+        operation=getattr(exc, "operation", None),
+    )
+
+
+def _is_internal(frame: traceback.FrameSummary) -> bool:
+    filename = str(Path(frame.filename).resolve()) if frame.filename else ""
+    return filename.startswith((_ENGINE_DIR, _ASYNCIO_DIR))
+
+
+def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str | None:
+    """The exception's traceback without the engine's and asyncio's frames, at most `limit`
+    characters (the innermost kept); None when it has no frames of its own."""
+    summary = traceback.TracebackException.from_exception(exc, capture_locals=False)
+    frames = [frame for frame in summary.stack if not _is_internal(frame)]
+    if not frames and not summary.stack:
+        return None
+    summary.stack = traceback.StackSummary.from_list(frames or list(summary.stack))
+    text = "".join(summary.format())
+    if len(text) <= limit:
+        return text
+    marker = "… (earlier frames omitted)\n"
+    return marker + text[-(limit - len(marker)) :]

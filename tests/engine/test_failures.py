@@ -1,0 +1,185 @@
+"""Failures you can debug (issue #20, point 3): every failed attempt keeps its exception's
+type, message and a bounded traceback; lastError reads `Type: message`; attempts never go
+back; a workflow's state validator checks the state before it is checkpointed."""
+
+import pydantic
+import pytest
+
+from laneway.engine import Done, HandlerContext, Next, Pause, RetryPolicy, Workflow
+from laneway.engine.failures import MAX_TRACEBACK_CHARS, failure_of, format_traceback
+from laneway.model import JSONValue, Status
+from laneway.store import Store
+from tests.engine.helpers import make_engine
+
+
+class PaymentDeclinedError(Exception):
+    """A user's own exception class: its type is named with its module."""
+
+
+async def _charge(ctx: HandlerContext, params: JSONValue) -> Done:
+    if ctx.attempt == 1:
+        raise PaymentDeclinedError("card 4242 declined")
+    if ctx.attempt == 2:
+        raise KeyError("missing")
+    return Done({"charged": True})
+
+
+charger = Workflow(
+    "charger",
+    handlers={"charge": _charge},
+    initial="charge",
+    retry=RetryPolicy(max_attempts=3, backoff="fixed", base_ms=0),
+)
+
+
+async def test_each_failed_attempt_keeps_its_type_message_and_traceback(store: Store) -> None:
+    engine = make_engine(store, charger)
+    enqueued = await engine.enqueue("charger")
+    for _ in range(3):
+        await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    # lastError keeps the last failed attempt's error after a later one succeeded.
+    assert done.last_error == "KeyError: 'missing'"
+    assert done.attempts == 3
+    failures = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert [(f.attempt, f.type, f.message) for f in failures] == [
+        (2, "KeyError", "'missing'"),
+        (1, "tests.engine.test_failures.PaymentDeclinedError", "card 4242 declined"),
+    ]
+    for failure in failures:
+        assert failure.traceback is not None
+        assert "in _charge" in failure.traceback
+        assert failure.traceback.rstrip().endswith(f"{failure.type}: {failure.message}")
+    assert failures[0].at >= failures[1].at
+
+
+def test_a_deep_traceback_keeps_its_innermost_frames_within_the_cap() -> None:
+    # Two functions in turn, so Python's own traceback does not fold the frames together.
+    def down(depth: int) -> None:
+        if depth == 0:
+            raise RuntimeError("at the bottom")
+        further(depth - 1)
+
+    def further(depth: int) -> None:
+        down(depth)
+
+    with pytest.raises(RuntimeError) as caught:
+        down(200)
+    text = format_traceback(caught.value)
+    assert text is not None
+    assert len(text) <= MAX_TRACEBACK_CHARS
+    assert text.startswith("… (earlier frames omitted)")
+    assert text.rstrip().endswith("RuntimeError: at the bottom")
+    failure = failure_of(caught.value)
+    assert failure.last_error == "RuntimeError: at the bottom"
+
+
+async def _pause_first(ctx: HandlerContext, params: JSONValue) -> Pause:
+    return Pause("check", "flaky")
+
+
+async def _flaky(ctx: HandlerContext, params: JSONValue) -> Done:
+    raise RuntimeError(f"attempt {ctx.attempt} of this step")
+
+
+counted = Workflow(
+    "counted",
+    handlers={"start": _pause_first, "flaky": _flaky},
+    initial="start",
+    retry=RetryPolicy(max_attempts=2, backoff="fixed", base_ms=0),
+)
+
+
+async def test_attempts_never_go_back_across_resume_and_retry(store: Store) -> None:
+    engine = make_engine(store, counted)
+    enqueued = await engine.enqueue("counted")
+    seen: list[int] = []
+
+    async def attempts() -> int:
+        record = await engine.get(enqueued.instance_id)
+        assert record is not None
+        seen.append(record.attempts)
+        return record.attempts
+
+    await engine.tick()  # attempt 1 pauses
+    assert await attempts() == 1
+    resumed = await engine.resume(enqueued.instance_id)
+    assert resumed.attempts == 1  # a resume does not reset the count
+    await engine.tick()
+    await engine.tick()  # attempts 2 and 3: the step's two, then failed
+    assert await attempts() == 3
+    failed = await engine.get(enqueued.instance_id)
+    assert failed is not None
+    assert failed.status == Status.FAILED
+    assert failed.last_error == "RuntimeError: attempt 2 of this step"
+    retried = await engine.retry(enqueued.instance_id)
+    assert retried.attempts == 3
+    await engine.tick()
+    await engine.tick()  # a fresh budget of two: attempts 4 and 5
+    assert await attempts() == 5
+    again = await engine.get(enqueued.instance_id)
+    assert again is not None
+    assert again.last_error == "RuntimeError: attempt 2 of this step"  # the step's own count
+    assert seen == sorted(seen)
+    failures = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert [f.attempt for f in failures] == [5, 4, 3, 2]
+
+
+class Counter(pydantic.BaseModel):
+    count: int
+
+
+async def _count(ctx: HandlerContext, params: JSONValue) -> Next | Done:
+    if ctx.state.get("count") == 1:
+        ctx.state["count"] = "two"  # not an int: refused before it is checkpointed
+        return Done()
+    ctx.state["count"] = 1
+    return Next("count")
+
+
+validated = Workflow(
+    "validated",
+    handlers={"count": _count},
+    initial="count",
+    state_validator=Counter,
+    retry=RetryPolicy(max_attempts=1),
+)
+
+
+async def test_a_state_the_validator_refuses_fails_the_attempt_and_is_never_checkpointed(
+    store: Store,
+) -> None:
+    engine = make_engine(store, validated)
+    enqueued = await engine.enqueue("validated")
+    await engine.tick()
+    failed = await engine.get(enqueued.instance_id)
+    assert failed is not None
+    assert failed.status == Status.FAILED
+    assert failed.state == {"count": 1}  # the last valid checkpoint
+    [failure] = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert failure.type == "InvalidStateError"
+    assert "count" in failure.message
+    assert "state rejected by 'validated'" in failure.message
+
+
+async def test_a_retried_attempt_logs_a_warning_and_the_final_failure_an_error(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine(store, counted)
+    enqueued = await engine.enqueue("counted")
+    await engine.tick()
+    await engine.resume(enqueued.instance_id)
+    with caplog.at_level("INFO", logger="laneway.engine.runner"):
+        await engine.tick()
+        await engine.tick()
+    logged = [r for r in caplog.records if r.name == "laneway.engine.runner"]
+    assert [(r.levelname, r.getMessage()) for r in logged] == [
+        ("WARNING", "attempt failed, retrying"),
+        ("ERROR", "instance failed"),
+    ]
+    for record in logged:
+        assert record.__dict__["instance_id"] == str(enqueued.instance_id)
+        assert "RuntimeError: attempt" in record.__dict__["error"]
+        assert "in _flaky" in record.__dict__["traceback"]
