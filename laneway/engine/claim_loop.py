@@ -20,6 +20,7 @@ from uuid import UUID
 from laneway.engine import faults
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
+from laneway.engine.upkeep import Upkeep
 from laneway.model import InstanceRecord, NewInstance, Notification, ScheduleRecord, Transition
 from laneway.store import Store
 
@@ -32,10 +33,7 @@ TOKEN_RETRY_SECONDS = 0.005  # first back-off when a token was there but another
 SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
-UNREGISTERED_CHECK_SECONDS = 60.0
-PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
-ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
 WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
 WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are
 
@@ -83,10 +81,7 @@ class ClaimLoop:
         self._next_wake: float | None = None  # monotonic deadline set by wake_in
         self._next_wakeup: float | None = None  # when waiting instances are next due to wake
         self._last_poll = -float("inf")
-        self._warned_unregistered: set[str] = set()
-        self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
-        self._last_prune = -PRUNE_EVERY_SECONDS
-        self._rolled_minute = -1  # the wall-clock minute of this process's last roll-up
+        self._upkeep = Upkeep(store, registry, retention_seconds)
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
         self._token_misses = 0  # claims in a row that found a token there but got nothing
         self.role = role  # in the workers registry: "serve" or "worker"
@@ -138,9 +133,7 @@ class ClaimLoop:
             await self._store.fire_due_schedules(self._plan_schedule)
             if faults.ARMED:
                 await faults.hit("cron_insert")
-        await self._report_unregistered()
-        await self._prune()
-        await self._roll_up_history()
+        await self._upkeep.run()
 
     async def _poll(self) -> bool:
         """The idle poll: one cheap statement, then only the work it found.
@@ -161,9 +154,7 @@ class ClaimLoop:
             await self._store.fire_due_schedules(self._plan_schedule)
             if faults.ARMED:
                 await faults.hit("cron_insert")
-        await self._report_unregistered()
-        await self._prune()
-        await self._roll_up_history()
+        await self._upkeep.run()
         return due.claimable or woke
 
     async def _wake_waiters(self) -> bool:
@@ -189,32 +180,6 @@ class ClaimLoop:
             self.wake_waiters_in(next_in)
         return woke
 
-    async def _prune(self) -> None:
-        """Every few minutes, delete finished instances older than the retention period."""
-        now = time.monotonic()
-        if self.retention_seconds <= 0 or now - self._last_prune < PRUNE_EVERY_SECONDS:
-            return
-        self._last_prune = now
-        pruned = await self._store.prune_finished(self.retention_seconds)
-        if pruned:
-            logger.info("finished instances pruned", extra={"count": pruned})
-
-    async def _roll_up_history(self) -> None:
-        """Once per minute, at the first poll after it turns: roll the closed minutes' events
-        up into the queue history (one statement; another process's roll-up in flight makes it
-        a no-op, and the event-id mark makes a second one count nothing twice)."""
-        minute = int(time.time() // 60)
-        if minute == self._rolled_minute:
-            return
-        self._rolled_minute = minute
-        try:
-            for _ in range(ROLL_UP_MAX_ROUNDS):
-                _rolled, more = await self._store.roll_up_queue_history()
-                if not more:
-                    break
-        except Exception as exc:
-            logger.warning("queue history roll-up failed", extra={"error": str(exc)})
-
     async def _recover(self) -> None:
         recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)
         for transition in recovered:
@@ -224,21 +189,6 @@ class ClaimLoop:
             )
             if transition.status.is_terminal:
                 await self._on_terminal(transition)
-
-    async def _report_unregistered(self) -> None:
-        now = time.monotonic()
-        if now - self._last_unregistered_check < UNREGISTERED_CHECK_SECONDS:
-            return
-        # Scans the pending backlog, so it runs rarely; it only feeds a warning.
-        self._last_unregistered_check = now
-        unregistered = await self._store.unregistered_pending(self._registry.names())
-        for name, count in unregistered.items():
-            if name not in self._warned_unregistered:
-                self._warned_unregistered.add(name)
-                logger.warning(
-                    "pending instances of a workflow not registered here",
-                    extra={"workflow": name, "pending": count},
-                )
 
     async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
         free = self.concurrency - len(self._runs)

@@ -198,7 +198,7 @@ async def test_a_running_engine_rolls_up_and_two_engines_count_once(
 
             async def both_rolled() -> bool:
                 loops = (first.claim_loop, second.claim_loop)
-                return all(loop._rolled_minute >= 0 for loop in loops)
+                return all(loop._upkeep.has_rolled_up for loop in loops)
 
             # Each loop rolls up at its first poll (and at the first poll of every minute).
             await eventually(both_rolled, bool)

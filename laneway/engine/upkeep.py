@@ -1,0 +1,84 @@
+"""Upkeep: what every engine does now and then beside claiming, each at its own pace.
+
+Owns retention (finished instances past it deleted every few minutes), the once-a-minute
+queue history roll-up, and the warning about pending instances of workflows this process does
+not have. Run by the claim loop at every poll and maintenance round; each step skips itself
+until its time comes.
+"""
+
+import logging
+import time
+
+from laneway.engine.registry import WorkflowRegistry
+from laneway.store import Store
+
+logger = logging.getLogger(__name__)
+
+UNREGISTERED_CHECK_SECONDS = 60.0
+PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
+ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
+
+
+class Upkeep:
+    """One process's housekeeping, paced by the clock."""
+
+    def __init__(self, store: Store, registry: WorkflowRegistry, retention_seconds: float) -> None:
+        self._store = store
+        self._registry = registry
+        self._retention_seconds = retention_seconds
+        self._warned_unregistered: set[str] = set()
+        self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
+        self._last_prune = -PRUNE_EVERY_SECONDS
+        self._rolled_minute = -1  # the wall-clock minute of this process's last roll-up
+
+    @property
+    def has_rolled_up(self) -> bool:
+        """Whether this process has rolled the queue history up at least once."""
+        return self._rolled_minute >= 0
+
+    async def run(self) -> None:
+        """Every step whose time has come."""
+        await self._report_unregistered()
+        await self._prune()
+        await self._roll_up_history()
+
+    async def _prune(self) -> None:
+        """Every few minutes, delete finished instances older than the retention period."""
+        now = time.monotonic()
+        if self._retention_seconds <= 0 or now - self._last_prune < PRUNE_EVERY_SECONDS:
+            return
+        self._last_prune = now
+        pruned = await self._store.prune_finished(self._retention_seconds)
+        if pruned:
+            logger.info("finished instances pruned", extra={"count": pruned})
+
+    async def _roll_up_history(self) -> None:
+        """Once per minute, at the first poll after it turns: roll the closed minutes' events
+        up into the queue history (one statement; another process's roll-up in flight makes it
+        a no-op, and the event-id mark makes a second one count nothing twice)."""
+        minute = int(time.time() // 60)
+        if minute == self._rolled_minute:
+            return
+        self._rolled_minute = minute
+        try:
+            for _ in range(ROLL_UP_MAX_ROUNDS):
+                _rolled, more = await self._store.roll_up_queue_history()
+                if not more:
+                    break
+        except Exception as exc:
+            logger.warning("queue history roll-up failed", extra={"error": str(exc)})
+
+    async def _report_unregistered(self) -> None:
+        now = time.monotonic()
+        if now - self._last_unregistered_check < UNREGISTERED_CHECK_SECONDS:
+            return
+        # Scans the pending backlog, so it runs rarely; it only feeds a warning.
+        self._last_unregistered_check = now
+        unregistered = await self._store.unregistered_pending(self._registry.names())
+        for name, count in unregistered.items():
+            if name not in self._warned_unregistered:
+                self._warned_unregistered.add(name)
+                logger.warning(
+                    "pending instances of a workflow not registered here",
+                    extra={"workflow": name, "pending": count},
+                )
