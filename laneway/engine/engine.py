@@ -20,9 +20,10 @@ from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
 from laneway.engine.payloads import encode_json
+from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import check_cap, check_key, check_rate, new_instance, planned_fire
+from laneway.engine.requests import check_key, new_instance, planned_fire
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
@@ -35,13 +36,10 @@ from laneway.model import (
     NewInstance,
     Notification,
     OperationRecord,
-    QueueRecord,
-    QueueSample,
     SignalResult,
     Status,
     Transition,
     WaitingReason,
-    WorkerRecord,
 )
 from laneway.store import Store
 from laneway.store.leases import DEFAULT_MAX_RECOVERIES
@@ -49,7 +47,6 @@ from laneway.store.leases import DEFAULT_MAX_RECOVERIES
 logger = logging.getLogger(__name__)
 
 MAX_LIST_LIMIT = 500
-MAX_HISTORY_MINUTES = 1440  # queueHistory reaches back one day at most
 
 
 # How long a stopping process lets steps in flight finish before it hands them back. Below
@@ -63,7 +60,7 @@ def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Engine(ScheduleCalls):
+class Engine(ScheduleCalls, QueueCalls):
     """Laneway's engine: one per process, sharing the database with any number of others."""
 
     def __init__(
@@ -129,67 +126,6 @@ class Engine(ScheduleCalls):
             return self.registry.get(name)
         except NotFoundError:
             raise InvalidInputError(f"unknown workflow {name!r}") from None
-
-    # -- queues ----------------------------------------------------------------------------------
-
-    async def configure_queue(
-        self,
-        name: str,
-        *,
-        concurrency: int,
-        rate_per_minute: float | None = None,
-        key_concurrency: int | None = None,
-        key_rate_per_minute: float | None = None,
-    ) -> QueueRecord:
-        """Create or change a queue: at most `concurrency` running at once across all processes,
-        and at most `rate_per_minute` starts per minute (token bucket; None: no rate cap); and
-        per concurrency key, at most `key_concurrency` running and `key_rate_per_minute`
-        starts per minute (None: no cap per key). Within a priority, keys take turns.
-
-        These are an operator's settings (settings_source "operator"): a template's
-        queue_settings, applied at every engine start, never override them again.
-
-        Raises:
-            InvalidInputError: a bad name, a concurrency below 1, or a rate that is not positive.
-        """
-        check_name(name, "queue name")
-        check_cap(concurrency, "concurrency")
-        check_rate(rate_per_minute, "ratePerMinute")
-        if key_concurrency is not None:
-            check_cap(key_concurrency, "keyConcurrency")
-        check_rate(key_rate_per_minute, "keyRatePerMinute")
-        return await self.store.configure_queue(
-            name, concurrency, rate_per_minute, key_concurrency, key_rate_per_minute
-        )
-
-    async def queues(self) -> list[QueueRecord]:
-        """Every queue with its caps and counts per status; registered ones exist even if idle."""
-        await self.store.ensure_queues({w.queue_name for w in self.registry})
-        return await self.store.queues()
-
-    async def workers(self) -> list[WorkerRecord]:
-        """The live processes that run an engine (this one too while it runs), by role and host.
-
-        Each running engine writes its row at start and at every lease heartbeat; a process
-        that stopped heartbeating drops out after three of its heartbeats.
-        """
-        return await self.store.live_workers()
-
-    async def queue_history(self, name: str, *, minutes: int = 60) -> list[QueueSample]:
-        """A queue's last `minutes` closed minutes (1..1440), oldest first, one per minute:
-        started, completed, failed, retried and the pending depth, zeros where idle.
-
-        Rolled up from the event log once a minute by a running engine, so the newest minute
-        appears a few seconds after it ends.
-
-        Raises:
-            InvalidInputError: minutes out of range.
-            NotFoundError: no such queue.
-        """
-        if not isinstance(minutes, int) or not 1 <= minutes <= MAX_HISTORY_MINUTES:
-            raise InvalidInputError(f"minutes must be an integer from 1 to {MAX_HISTORY_MINUTES}")
-        await self.store.ensure_queues({w.queue_name for w in self.registry})
-        return await self.store.queue_history(name, minutes)
 
     # -- instances -------------------------------------------------------------------------------
 

@@ -54,7 +54,8 @@ from strawberry.extensions import SchemaExtension
 from laneway.api.graphql.arguments import parse_event_id
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
-from laneway.engine.engine import MAX_HISTORY_MINUTES, MAX_LIST_LIMIT
+from laneway.engine.engine import MAX_LIST_LIMIT
+from laneway.engine.queue_calls import MAX_HISTORY_MINUTES
 from laneway.engine.requests import (
     MAX_CONCURRENCY,
     MAX_DELAY_MS,
