@@ -123,6 +123,8 @@ class Settings:
     operation_timeout_seconds: float = 10.0
     header_timeout_seconds: float = 5.0
     max_connections: int = 1000
+    metrics_port: int | None = None  # a worker serves /metrics here (the API at its own /metrics)
+    metrics_host: str = "127.0.0.1"
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -135,6 +137,15 @@ class Settings:
         port = int(_number(environ, "PORT", 8000, 0))
         if port > 65535:
             raise InvalidInputError(f"PORT must be at most 65535, not {port}")
+        metrics_port = (
+            int(_number(environ, "LANEWAY_METRICS_PORT", -1, 0))
+            if environ.get("LANEWAY_METRICS_PORT")
+            else None
+        )
+        if metrics_port is not None and metrics_port > 65535:
+            raise InvalidInputError(
+                f"LANEWAY_METRICS_PORT must be at most 65535, not {metrics_port}"
+            )
         return cls(
             database_url=environ.get("DATABASE_URL") or None,
             data_dir=Path(environ.get("LANEWAY_DATA_DIR") or DEFAULT_DATA_DIR),
@@ -172,6 +183,8 @@ class Settings:
             header_timeout_seconds=_number(environ, "LANEWAY_HEADER_TIMEOUT", 5.0, 0.0),
             max_connections=int(_number(environ, "LANEWAY_MAX_CONNECTIONS", 1000, 0)),
             limit_local_clients=_flag(environ, "LANEWAY_LIMIT_LOCAL_CLIENTS", False),
+            metrics_port=metrics_port,
+            metrics_host=environ.get("LANEWAY_METRICS_HOST") or "127.0.0.1",
         )
 
     def check_bind(self, host: str) -> None:

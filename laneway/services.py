@@ -1,8 +1,8 @@
 """open_services(): builds one process's object graph and tears it down in reverse order.
 
-Owns composition only: database (embedded or DATABASE_URL), store, workflow registry, engine
-and event hub, wired together. Holds no global state; the entry point that calls it owns the
-background loops.
+Owns composition only: database (embedded or DATABASE_URL), store, workflow registry, engine,
+event hub and metrics (and a worker's metrics server), wired together. Holds no global state;
+the entry point that calls it owns the background loops.
 """
 
 import contextlib
@@ -13,6 +13,7 @@ from laneway.config import Settings
 from laneway.engine import Engine, Workflow, WorkflowRegistry, check_workflows
 from laneway.engine.engine import default_owner_id
 from laneway.events import EventHub
+from laneway.metrics import Metrics, metrics_server
 from laneway.store import Store, open_store
 from laneway.store.embedded import embedded_postgres
 from laneway.store.pool import Timeouts
@@ -27,6 +28,7 @@ class Services:
     store: Store
     engine: Engine
     hub: EventHub
+    metrics: Metrics
 
 
 @contextlib.asynccontextmanager
@@ -64,6 +66,7 @@ async def open_services(
                 ),
             )
         )
+        metrics = Metrics()
         engine = Engine(
             store,
             registry,
@@ -75,6 +78,7 @@ async def open_services(
             shutdown_grace_seconds=settings.shutdown_grace_seconds,
             retention_seconds=settings.retention_days * 86_400.0,
             role=role,  # how it shows in the workers registry, if it runs
+            observer=metrics,
         )
         hub = await stack.enter_async_context(
             EventHub.open(
@@ -88,6 +92,20 @@ async def open_services(
             )
         )
         engine.before_run(hub.start)
+        metrics.watch(hub, store)
+        if role == "worker" and settings.metrics_port is not None:
+            # A worker has no HTTP server of its own: its metrics get one (the API's are at
+            # /metrics of the API).
+            await stack.enter_async_context(
+                metrics_server(
+                    metrics, store, host=settings.metrics_host, port=settings.metrics_port
+                )
+            )
         yield Services(
-            settings=settings, database_url=database_url, store=store, engine=engine, hub=hub
+            settings=settings,
+            database_url=database_url,
+            store=store,
+            engine=engine,
+            hub=hub,
+            metrics=metrics,
         )

@@ -18,6 +18,7 @@ from datetime import datetime
 from uuid import UUID
 
 from laneway.engine import faults
+from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
 from laneway.engine.upkeep import Upkeep
@@ -57,6 +58,7 @@ class ClaimLoop:
         on_terminal: TerminalCallback,
         spawn: ChildSpawner,
         role: str = "worker",
+        observer: EngineObserver | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -70,6 +72,7 @@ class ClaimLoop:
         self._plan_schedule = plan_schedule
         self._on_terminal = on_terminal
         self._spawn = spawn
+        self._observer: EngineObserver = observer if observer is not None else NoObserver()
         self._committer = Committer(store, owner_id, lease_seconds)
         # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
         # claimed while the other's group commit is in flight, instead of the claim and the
@@ -167,6 +170,7 @@ class ClaimLoop:
             transitions, more = await self._store.wake_due()
             for transition in transitions:
                 if transition.status.is_terminal:
+                    self._observer.transitioned(transition)
                     await self._on_terminal(transition)
                 else:
                     woke = True
@@ -187,15 +191,18 @@ class ClaimLoop:
                 "lease expired, instance recovered",
                 extra={"instance_id": str(transition.instance_id), "status": transition.status},
             )
+            self._observer.transitioned(transition)  # retried (pending) or failed
             if transition.status.is_terminal:
                 await self._on_terminal(transition)
 
     async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
         free = self.concurrency - len(self._runs)
         limit = free if limit is None else min(limit, free)
-        return await self._store.claim(
+        claimed = await self._store.claim(
             self.owner_id, self._registry.names(), limit, self.lease_seconds
         )
+        self._observer.claimed(claimed, self.lease_seconds)
+        return claimed
 
     async def tick(self) -> int:
         """One full round: maintenance, claim, and run what was claimed to its end.
@@ -324,8 +331,10 @@ class ClaimLoop:
     async def _run(self, run: Run) -> None:
         try:
             workflow = self._registry.get(run.record.name)
-            tools = RunnerTools(self._store, self.owner_id, run.record, self._spawn)
-            due = await run_instance(run, workflow, self._committer, self._on_terminal, tools)
+            tools = RunnerTools(self._store, self.owner_id, run.record, self._spawn, self._observer)
+            due = await run_instance(
+                run, workflow, self._committer, self._on_terminal, tools, self._observer
+            )
             if due is not None and due.waking:
                 self.wake_waiters_in(due.seconds)
             elif due is not None:

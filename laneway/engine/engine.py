@@ -19,6 +19,7 @@ from laneway.engine import faults
 from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
+from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.payloads import encode_json
 from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
@@ -76,6 +77,7 @@ class Engine(ScheduleCalls, QueueCalls):
         shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         role: str = "worker",
+        observer: EngineObserver | None = None,
     ) -> None:
         if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
             raise InvalidInputError("lease, poll interval and concurrency must be positive")
@@ -87,6 +89,8 @@ class Engine(ScheduleCalls, QueueCalls):
         self.registry = registry if registry is not None else WorkflowRegistry()
         self.owner_id = owner_id or default_owner_id()
         self.locks = EntityLocks(store)
+        # Told of claims, steps and outcomes (laneway/metrics.py counts them); none: nobody.
+        self.observer: EngineObserver = observer if observer is not None else NoObserver()
         self._started = False
         self._before_run: list[Callable[[], Awaitable[object]]] = []
         self.claim_loop = ClaimLoop(
@@ -105,6 +109,7 @@ class Engine(ScheduleCalls, QueueCalls):
             on_terminal=self._after_terminal,
             spawn=self._enqueue_child,
             role=role,
+            observer=self.observer,
         )
 
     def before_run(self, step: Callable[[], Awaitable[object]]) -> None:
@@ -231,6 +236,15 @@ class Engine(ScheduleCalls, QueueCalls):
         """
         record, changed = await self.store.cancel_instance(instance_id)
         if changed:
+            self.observer.transitioned(
+                Transition(
+                    instance_id=record.instance_id,
+                    name=record.name,
+                    queue=record.queue,
+                    status=record.status,
+                    attempts=record.attempts,
+                )
+            )
             if faults.ARMED:
                 await faults.hit("cancel_transition")
             self.claim_loop.stop_run(instance_id, reason="cancelled")

@@ -8,6 +8,7 @@ at the same moment into one transaction (group commit). Claiming is claim_loop.p
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from uuid import UUID
@@ -24,6 +25,7 @@ from laneway.engine.context import (
 )
 from laneway.engine.failures import failure_of
 from laneway.engine.handler_map import Workflow
+from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from laneway.engine.waits import with_retry
 from laneway.errors import InvalidInputError, LeaseLostError
@@ -102,13 +104,20 @@ class RunnerTools:
     """The InstanceTools of one running instance: store calls fenced by this owner."""
 
     def __init__(
-        self, store: Store, owner_id: str, record: InstanceRecord, spawn: ChildSpawner
+        self,
+        store: Store,
+        owner_id: str,
+        record: InstanceRecord,
+        spawn: ChildSpawner,
+        observer: EngineObserver | None = None,
     ) -> None:
         self._store = store
         self._owner_id = owner_id
         self._instance_id = record.instance_id
+        self._name = record.name
         self._epoch = record.lease_epoch
         self._spawn = spawn
+        self._observer: EngineObserver = observer if observer is not None else NoObserver()
 
     async def finished_operations(self) -> list[OperationRecord]:
         return await self._store.operations(self._instance_id)
@@ -124,6 +133,7 @@ class RunnerTools:
         )
         if recorded is None:
             raise LeaseLostError(self._instance_id)
+        self._observer.operation_finished(self._name, operation.type, operation.status, seconds)
 
     async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
         return await self._spawn(self._instance_id, name, params)
@@ -168,6 +178,7 @@ async def run_instance(
     committer: Committer,
     on_terminal: Callable[[Transition], Awaitable[None]],
     tools: RunnerTools,
+    observer: EngineObserver | None = None,
 ) -> DueAgain | None:
     """Drive one claimed instance until it ends, pauses, waits, fails an attempt, or loses its
     lease.
@@ -176,6 +187,7 @@ async def run_instance(
     pending (its retry backoff), or it waits with a wake time (a sleep, a timeout, an expiry).
     """
     record = run.record
+    observe: EngineObserver = observer if observer is not None else NoObserver()
     state: dict[str, object] = dict(record.state)
     action = record.next_action or workflow.initial
     params = record.next_params
@@ -196,10 +208,12 @@ async def run_instance(
         )
         if faults.ARMED:
             await faults.hit("before_step")
+        started = time.perf_counter()
         try:
             write = await _call_handler(ctx, workflow, action, record.lease_epoch)
         except LeaseLostError:
             return None
+        observe.step_finished(workflow.name, action, time.perf_counter() - started)
         parked = isinstance(write, CheckpointWrite) and (
             write.pause_label is not None or write.wait_json is not None
         )
@@ -214,6 +228,8 @@ async def run_instance(
             return None
         if isinstance(write, FailWrite):
             _log_failure(write, transition, workflow.name, action)
+        if isinstance(write, FailWrite | CompleteWrite):
+            observe.transitioned(transition)
         if isinstance(write, FailWrite) and transition.status == Status.PENDING:
             run.settled = True
             return DueAgain(write.delay_ms / 1000.0)

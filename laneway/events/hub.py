@@ -89,6 +89,7 @@ class EventStream(AsyncIterator[EventRecord]):
         self._replaying = False
         self._overflow_count = 0
         self._closed = False
+        self.delivered = 0  # events this stream has handed out
         self._error: BaseException | None = None
 
     @property
@@ -123,6 +124,7 @@ class EventStream(AsyncIterator[EventRecord]):
             if self._closed:
                 raise StopAsyncIteration
             if self._replayed:
+                self.delivered += 1
                 return self._replayed.popleft()
             if self._replay_needed:
                 # Rejoin the live feed first, then read the table: whatever the reader hands
@@ -137,6 +139,7 @@ class EventStream(AsyncIterator[EventRecord]):
                 event = self._queue.popleft()
                 if event.event_id > self._position:
                     self._position = event.event_id
+                    self.delivered += 1
                     return event
                 continue
             self._wakeup.clear()
@@ -217,6 +220,7 @@ class EventHub:
         self._closed = False
         self._failure: BaseException | None = None
         self._subscribers = 0  # see subscriber_count
+        self._delivered_by_ended = 0  # events handed out by streams that have ended
         self._tasks: list[asyncio.Task[None]] = []
         self._start_lock = asyncio.Lock()
 
@@ -313,6 +317,11 @@ class EventHub:
         return self._backend.reconnect_count
 
     @property
+    def delivered_count(self) -> int:
+        """Events handed to this hub's subscribers, since it opened."""
+        return self._delivered_by_ended + sum(stream.delivered for stream in self._streams)
+
+    @property
     def subscriber_count(self) -> int:
         """Streams whose starting point is fixed: an event committed after a subscriber is
         counted reaches it (a stream still reading its start is registered, not counted)."""
@@ -355,6 +364,7 @@ class EventHub:
         finally:
             self._streams.discard(stream)
             self._subscribers -= counted
+            self._delivered_by_ended += stream.delivered
 
     # -- background tasks ----------------------------------------------------------------------
 

@@ -100,6 +100,10 @@ class StoreBase:
             [t.stage for t in failed],
         )
 
+    def pool_counts(self) -> tuple[int, int]:
+        """Pooled connections lent out now, and open and idle."""
+        return self._pool.size - self._pool.idle, self._pool.idle
+
     async def ping(self) -> None:
         """Raise if the database cannot answer."""
         async with self._acquire() as conn:

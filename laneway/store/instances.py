@@ -99,6 +99,19 @@ class InstanceStore(StoreBase):
 
     # -- instance reads --------------------------------------------------------------------------
 
+    async def cluster_figures(
+        self,
+    ) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
+        """Instances by (queue, status), as `queues` counts them, and the age in seconds of
+        each queue's oldest ready instance: for the metrics' cluster-wide snapshot."""
+        queues = await self.queues()
+        async with self._acquire() as conn:
+            oldest = await conn.fetch(queries.OLDEST_READY)
+        return (
+            {(q.name, status.value): n for q in queues for status, n in q.counts.items()},
+            {row["queue"]: row["age_seconds"] for row in oldest},
+        )
+
     async def get_instance(self, instance_id: UUID) -> InstanceRecord | None:
         async with self._acquire() as conn:
             row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)

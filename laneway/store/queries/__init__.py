@@ -63,6 +63,7 @@ from laneway.store.queries.queues import (
     APPLY_CODE_QUEUE_SETTINGS,
     CONFIGURE_QUEUE,
     ENSURE_QUEUE,
+    OLDEST_READY,
     QUEUE_STATS,
 )
 from laneway.store.queries.schedules import (
@@ -141,6 +142,7 @@ __all__ = [
     "LOCK_MIGRATIONS",
     "NEXT_TOKEN_DUE",
     "NEXT_WAKE_IN",
+    "OLDEST_READY",
     "PRUNE_FINISHED",
     "QUEUE_HISTORY",
     "QUEUE_STATS",

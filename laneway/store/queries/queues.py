@@ -76,3 +76,13 @@ SELECT q.name, q.concurrency, q.rate_per_minute, q.paused, q.settings_source,
  WHERE $1::text IS NULL OR q.name = $1
  ORDER BY q.name
 """
+
+# The age of the oldest ready (pending and due) instance of each queue that has one: a
+# cluster-wide metric, read every few seconds at most.
+OLDEST_READY = """
+SELECT queue, EXTRACT(EPOCH FROM now() - min(run_after))::double precision AS age_seconds
+  FROM laneway.instances
+ WHERE status = 'pending'
+   AND run_after <= now()
+ GROUP BY queue
+"""

@@ -1,0 +1,283 @@
+"""Prometheus metrics of one process, in the text format, with the official client library.
+
+Owns the series and how they are fed. Per process: the engine's observer hooks
+(engine/observer.py) count attempts started and how they ended, time steps, operations and
+the wait from enqueue to start, and count claims; the event hub's and the pool's own counters
+are read at scrape time. Cluster-wide: instances by queue and status, and the age of the
+oldest ready instance of each queue, read from the database at most once per
+`refresh_seconds` (whatever the number of scrapes and series) and served from that snapshot.
+Served by the API at /metrics (api/routes.py) and by a worker on LANEWAY_METRICS_PORT
+(`serve_metrics` below).
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from laneway.events import EventHub
+from laneway.model import InstanceRecord, Status, Transition
+from laneway.store import Store
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+REFRESH_SECONDS = 5.0  # the cluster-wide snapshot is at most this old
+STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500)
+_OUTCOMES = {
+    Status.COMPLETED: "completed",
+    Status.FAILED: "failed",
+    Status.CANCELLED: "cancelled",
+    Status.PENDING: "retried",
+}
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """The cluster-wide figures as last read, and when (monotonic)."""
+
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    oldest_ready: dict[str, float] = field(default_factory=dict)
+    read_at: float = -float("inf")
+
+
+class Metrics:
+    """The metrics of one process: an EngineObserver, plus what the hub and pool report."""
+
+    def __init__(self, *, refresh_seconds: float = REFRESH_SECONDS) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.refresh_seconds = refresh_seconds
+        labels = ("workflow", "queue")
+        self._outcome_counters: dict[str, Counter] = {
+            outcome: Counter(
+                f"laneway_instances_{outcome}",
+                f"Attempts of instances that {outcome} in this process, by workflow and queue.",
+                labels,
+                registry=self.registry,
+            )
+            for outcome in ("completed", "failed", "retried", "cancelled")
+        }
+        self._started = Counter(
+            "laneway_instances_started",
+            "Attempts started (claimed) by this process, by workflow and queue.",
+            labels,
+            registry=self.registry,
+        )
+        self._steps = Histogram(
+            "laneway_step_duration_seconds",
+            "How long one handler call took, by workflow and action.",
+            ("workflow", "action"),
+            buckets=STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self._operations = Histogram(
+            "laneway_operation_duration_seconds",
+            "How long one template operation took, by workflow, operation type and status.",
+            ("workflow", "operation", "status"),
+            buckets=STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self._enqueue_to_start = Histogram(
+            "laneway_enqueue_to_start_seconds",
+            "From an instance's enqueue (or its due time, when delayed) to its first start.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._claims = Counter(
+            "laneway_claims", "Claims this process made.", registry=self.registry
+        )
+        self._claim_sizes = Histogram(
+            "laneway_claim_batch_size",
+            "Instances taken per claim.",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self._snapshot = _Snapshot()
+        self._refreshing = asyncio.Lock()
+        self._process = _ProcessCollector()
+        self.registry.register(self._process)
+        self.registry.register(_ClusterCollector(self._snapshot))
+
+    # -- the engine's observer -------------------------------------------------------------------
+
+    def claimed(self, records: Sequence[InstanceRecord], lease_seconds: float) -> None:
+        self._claims.inc()
+        self._claim_sizes.observe(len(records))
+        for record in records:
+            self._started.labels(record.name, record.queue).inc()
+            if record.attempts == 1 and record.lease_expires_at is not None:
+                started = record.lease_expires_at.timestamp() - lease_seconds
+                waited = started - record.run_after.timestamp()
+                self._enqueue_to_start.labels(record.name, record.queue).observe(max(waited, 0))
+
+    def step_finished(self, workflow: str, action: str, seconds: float) -> None:
+        self._steps.labels(workflow, action).observe(seconds)
+
+    def operation_finished(
+        self, workflow: str, operation: str, status: str, seconds: float
+    ) -> None:
+        self._operations.labels(workflow, operation, status).observe(seconds)
+
+    def transitioned(self, transition: Transition) -> None:
+        outcome = _OUTCOMES.get(transition.status)
+        if outcome is not None:
+            self._outcome_counters[outcome].labels(transition.name, transition.queue).inc()
+
+    # -- what is read at scrape time -----------------------------------------------------------
+
+    def watch(self, hub: EventHub, store: Store) -> None:
+        """Report this hub's subscribers, listener and deliveries, and this store's pool."""
+        self._process.sources.append((hub, store))
+
+    async def refresh(self, store: Store, *, force: bool = False) -> None:
+        """Read the cluster-wide figures when the snapshot is older than refresh_seconds
+        (concurrent scrapes share one read). A failed read keeps the last snapshot."""
+        if not force and time.monotonic() - self._snapshot.read_at < self.refresh_seconds:
+            return
+        async with self._refreshing:
+            if not force and time.monotonic() - self._snapshot.read_at < self.refresh_seconds:
+                return
+            try:
+                counts, oldest = await store.cluster_figures()
+            except Exception as exc:
+                logger.warning("metrics snapshot failed", extra={"error": repr(exc)})
+                return
+            self._snapshot.counts = counts
+            self._snapshot.oldest_ready = oldest
+            self._snapshot.read_at = time.monotonic()
+
+    def render(self) -> bytes:
+        """The metrics in the Prometheus text format (CONTENT_TYPE)."""
+        return generate_latest(self.registry)
+
+
+class _ProcessCollector(Collector):
+    """The event hub's and the pool's own counters, read as they are at scrape time."""
+
+    def __init__(self) -> None:
+        self.sources: list[tuple[EventHub, Store]] = []
+
+    def collect(self) -> Iterable[Metric]:
+        subscribers = GaugeMetricFamily(
+            "laneway_subscribers", "Event stream subscribers connected to this process."
+        )
+        listener = GaugeMetricFamily(
+            "laneway_listener_connected", "1 while this process's LISTEN connection is up."
+        )
+        reconnects = CounterMetricFamily(
+            "laneway_listener_reconnects", "Times the LISTEN connection was re-established."
+        )
+        delivered = CounterMetricFamily(
+            "laneway_events_delivered", "Events handed to this process's subscribers."
+        )
+        in_use = GaugeMetricFamily(
+            "laneway_pool_connections_in_use", "Pooled database connections lent out now."
+        )
+        idle = GaugeMetricFamily(
+            "laneway_pool_connections_idle", "Pooled database connections open and idle."
+        )
+        for hub, store in self.sources[:1]:  # one process, one hub and one pool
+            subscribers.add_metric([], hub.subscriber_count)
+            listener.add_metric([], 1.0 if hub.is_connected else 0.0)
+            reconnects.add_metric([], hub.reconnect_count)
+            delivered.add_metric([], hub.delivered_count)
+            lent, resting = store.pool_counts()
+            in_use.add_metric([], lent)
+            idle.add_metric([], resting)
+        return [subscribers, listener, reconnects, delivered, in_use, idle]
+
+
+class _ClusterCollector(Collector):
+    """Instances by queue and status, and the oldest ready instance's age, from the snapshot."""
+
+    def __init__(self, snapshot: _Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        snapshot = self._snapshot
+        instances = GaugeMetricFamily(
+            "laneway_instances",
+            f"Instances by queue and status, across the cluster (at most "
+            f"{REFRESH_SECONDS:g} s old).",
+            labels=("queue", "status"),
+        )
+        for (queue, status), count in sorted(snapshot.counts.items()):
+            instances.add_metric([queue, status], count)
+        oldest = GaugeMetricFamily(
+            "laneway_oldest_ready_seconds",
+            "Age of the oldest ready (pending and due) instance of each queue, across the "
+            "cluster; 0 when none is ready.",
+            labels=("queue",),
+        )
+        # The age grows while the snapshot ages; the next read sets it right again.
+        since = max(time.monotonic() - snapshot.read_at, 0.0) if snapshot.read_at > 0 else 0.0
+        queues = {queue for queue, _ in snapshot.counts} | set(snapshot.oldest_ready)
+        for queue in sorted(queues):
+            age = snapshot.oldest_ready.get(queue)
+            oldest.add_metric([queue], 0.0 if age is None else age + since)
+        return [instances, oldest]
+
+
+async def serve_metrics(
+    metrics: Metrics, store: Store, *, host: str, port: int, stopping: asyncio.Event
+) -> None:
+    """Serve GET /metrics on host:port until `stopping` is set: a worker's metrics, which has
+    no HTTP server otherwise. Any other path is 404. No authentication: bind it where only
+    the scraper reaches (127.0.0.1 by default)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(10):
+                request = await reader.readline()
+                while (await reader.readline()).strip():
+                    pass  # headers: none matter
+            parts = request.decode("latin-1").split()
+            if len(parts) >= 2 and parts[0] in ("GET", "HEAD") and parts[1] == "/metrics":
+                await metrics.refresh(store)
+                body = metrics.render()
+                head = f"HTTP/1.1 200 OK\r\ncontent-type: {CONTENT_TYPE}\r\n"
+            else:
+                body = b"not found\n"
+                head = "HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\n"
+            writer.write(f"{head}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode())
+            if parts and parts[0] != "HEAD":
+                writer.write(body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, host, port)
+    logger.info("metrics served", extra={"host": host, "port": port})
+    async with server:
+        await stopping.wait()
+
+
+@contextlib.asynccontextmanager
+async def metrics_server(
+    metrics: Metrics, store: Store, *, host: str, port: int
+) -> AsyncIterator[None]:
+    """serve_metrics in the background for the duration of the block."""
+    stopping = asyncio.Event()
+    task = asyncio.create_task(
+        serve_metrics(metrics, store, host=host, port=port, stopping=stopping),
+        name="laneway-metrics",
+    )
+    try:
+        yield
+    finally:
+        stopping.set()
+        await task

@@ -1,0 +1,132 @@
+"""Prometheus metrics (issue #20, point 1): the counters move as workflows run, the cluster-wide
+gauges come from a cached snapshot, and a worker serves them on its metrics port. Scraped and
+parsed with the client library's own parser."""
+
+import asyncio
+import dataclasses
+import socket
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.examples import flaky, hello
+from laneway.config import Settings
+from laneway.metrics import Metrics
+from laneway.model import Status
+from laneway.services import open_services
+from laneway.store import Store
+from tests.engine.helpers import make_engine, until_status
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape, by name and sorted labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(
+    scraped: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_the_counters_move_after_workflows_run(store: Store) -> None:
+    metrics = Metrics()
+    engine = make_engine(store, hello, flaky, observer=metrics)
+    before = samples(metrics.render().decode())
+    assert value(before, "laneway_instances_started_total", workflow="hello", queue="hello") == 0
+    ok = await engine.enqueue("hello", {"name": "Ada"})
+    bad = await engine.enqueue("flaky", {"failTimes": 5})
+    async with engine.running():
+        await until_status(store, ok.instance_id, Status.COMPLETED)
+        await until_status(store, bad.instance_id, Status.FAILED)
+    cancelled = await engine.enqueue("hello", {"name": "Bo"})
+    await engine.cancel(cancelled.instance_id)
+    after = samples(metrics.render().decode())
+    hello_labels = {"workflow": "hello", "queue": "hello"}
+    flaky_labels = {"workflow": "flaky", "queue": "flaky"}
+    assert value(after, "laneway_instances_started_total", **hello_labels) == 1
+    assert value(after, "laneway_instances_completed_total", **hello_labels) == 1
+    assert value(after, "laneway_instances_cancelled_total", **hello_labels) == 1
+    assert value(after, "laneway_instances_started_total", **flaky_labels) == 3
+    assert value(after, "laneway_instances_retried_total", **flaky_labels) == 2
+    assert value(after, "laneway_instances_failed_total", **flaky_labels) == 1
+    assert (
+        value(after, "laneway_step_duration_seconds_count", workflow="hello", action="greet") == 1
+    )
+    assert (
+        value(after, "laneway_step_duration_seconds_count", workflow="flaky", action="attempt") == 3
+    )
+    # Only first attempts count from enqueue to start: one each.
+    assert value(after, "laneway_enqueue_to_start_seconds_count", **hello_labels) == 1
+    assert value(after, "laneway_enqueue_to_start_seconds_count", **flaky_labels) == 1
+    assert value(after, "laneway_claims_total") >= 1
+    assert value(after, "laneway_claim_batch_size_sum") == 4  # 1 hello + 3 flaky attempts
+
+
+async def test_cluster_gauges_come_from_a_snapshot_read_at_most_every_few_seconds(
+    store: Store,
+) -> None:
+    metrics = Metrics(refresh_seconds=3600)
+    engine = make_engine(store, hello, observer=metrics)
+    await engine.enqueue("hello", {"name": "one"})
+    await metrics.refresh(store)
+    first = samples(metrics.render().decode())
+    assert value(first, "laneway_instances", queue="hello", status="pending") == 1
+    assert value(first, "laneway_oldest_ready_seconds", queue="hello") >= 0
+    await engine.enqueue("hello", {"name": "two"})
+    await metrics.refresh(store)  # within refresh_seconds: the cached snapshot
+    cached = samples(metrics.render().decode())
+    assert value(cached, "laneway_instances", queue="hello", status="pending") == 1
+    await metrics.refresh(store, force=True)
+    fresh = samples(metrics.render().decode())
+    assert value(fresh, "laneway_instances", queue="hello", status="pending") == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def test_a_worker_serves_its_metrics_on_its_port(database_url: str) -> None:
+    port = _free_port()
+    settings = Settings(
+        database_url=database_url,
+        workflow_modules=("app.examples",),
+        poll_interval_seconds=0.05,
+        metrics_port=port,
+    )
+    async with open_services(settings, role="worker") as services:
+        stopping = asyncio.Event()
+        engine = asyncio.create_task(services.engine.run(stopping))
+        try:
+            done = await services.engine.enqueue("hello", {"name": "W"})
+            await until_status(services.store, done.instance_id, Status.COMPLETED)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                scraped = await client.get("/metrics")
+                missing = await client.get("/other")
+        finally:
+            stopping.set()
+            await engine
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"].startswith("text/plain")
+    text = scraped.text
+    found = samples(text)
+    assert value(found, "laneway_instances_completed_total", workflow="hello", queue="hello") == 1
+    assert value(found, "laneway_instances", queue="hello", status="completed") == 1
+    assert value(found, "laneway_listener_connected") == 1
+    assert ("laneway_pool_connections_idle", ()) in found
+    assert missing.status_code == 404
+
+
+def test_settings_read_the_metrics_port() -> None:
+    settings = Settings.from_env(
+        {"LANEWAY_METRICS_PORT": "9187", "LANEWAY_METRICS_HOST": "0.0.0.0"}
+    )
+    assert (settings.metrics_port, settings.metrics_host) == (9187, "0.0.0.0")
+    assert dataclasses.replace(Settings.from_env({})).metrics_port is None
