@@ -42,8 +42,13 @@ from laneway.model import (
     Transition,
 )
 from laneway.store import Store
+from laneway.store.leases import RELEASED_AFTER_DATABASE_LOSS
+from laneway.store.pool import DATABASE_GONE
 
 logger = logging.getLogger(__name__)
+
+HAND_BACK_FIRST_DELAY_SECONDS = 0.05
+HAND_BACK_MAX_DELAY_SECONDS = 1.0
 
 
 class Committer:
@@ -76,6 +81,29 @@ class Committer:
         if transition is None:
             raise LeaseLostError(item.instance_id)
         return transition
+
+    async def hand_back(self, instance_id: UUID, epoch: int) -> bool:
+        """After a write failed because the database went away: wait for it (backing off)
+        and hand the instance back at once, fenced by this lease, so that it resumes from its
+        last checkpoint now instead of after its lease. Whether the write had committed is
+        unknown: a step is never recorded twice this way, at most run again. Gives up when
+        the lease would have run out meanwhile (lease recovery takes it from there).
+
+        Returns whether it was handed back (False: fenced out, or given up).
+        """
+        deadline = time.monotonic() + self._lease_seconds
+        delay = HAND_BACK_FIRST_DELAY_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                released = await self._store.release(
+                    self._owner_id, {instance_id: epoch}, reason=RELEASED_AFTER_DATABASE_LOSS
+                )
+            except DATABASE_GONE:
+                await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+                delay = min(delay * 2, HAND_BACK_MAX_DELAY_SECONDS)
+                continue
+            return bool(released)
+        return False
 
     async def _flush(
         self, batch: list[tuple[RunnerWrite, "asyncio.Future[Transition | None]"]]
@@ -224,6 +252,20 @@ async def run_instance(
         except LeaseLostError:
             logger.info(
                 "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
+            )
+            return None
+        except DATABASE_GONE as exc:
+            # A blip (a restart, a dropped connection): hand the instance back once the
+            # database answers, rather than leave it to wait out its lease.
+            logger.warning(
+                "write failed, the database is gone; handing the instance back",
+                extra={"instance_id": str(record.instance_id), "error": repr(exc)},
+            )
+            run.settled = True
+            handed = await committer.hand_back(record.instance_id, record.lease_epoch)
+            logger.info(
+                "instance handed back" if handed else "hand-back gave up; the lease recovers it",
+                extra={"instance_id": str(record.instance_id)},
             )
             return None
         if isinstance(write, FailWrite):

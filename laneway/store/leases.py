@@ -36,6 +36,8 @@ from laneway.store.rows import (
 )
 
 DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
+RELEASED_AT_SHUTDOWN = "released: worker shutting down"
+RELEASED_AFTER_DATABASE_LOSS = "released: its runner lost the database"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,8 +122,12 @@ class LeaseStore(StoreBase):
             )
         return {row["instance_id"] for row in rows}
 
-    async def release(self, owner_id: str, leases: Mapping[UUID, int]) -> list[Transition]:
-        """Hand unfinished instances (id → lease epoch) back at shutdown; the attempt is free."""
+    async def release(
+        self, owner_id: str, leases: Mapping[UUID, int], *, reason: str = RELEASED_AT_SHUTDOWN
+    ) -> list[Transition]:
+        """Hand unfinished instances (id → lease epoch) back, at shutdown or when their runner
+        lost the database; the attempt is given back to its step's budget. `reason` is the
+        `retrying` event's error (store/queries/history_rollup.py counts neither as a retry)."""
         if not leases:
             return []
         async with self._acquire() as conn, conn.transaction():
@@ -138,7 +144,7 @@ class LeaseStore(StoreBase):
                         type=EventType.RETRYING,
                         status=t.status,
                         attempt=t.attempts,
-                        error="released: worker shutting down",
+                        error=reason,
                     )
                     for t in transitions
                 ],

@@ -15,6 +15,18 @@ from typing import Any
 
 import asyncpg
 
+# Errors that mean the database went away (a restart, a lost connection, a pool that could not
+# lend one in time), not that a statement was wrong: whoever gets one may wait and try again.
+DATABASE_GONE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+)
+
 logger = logging.getLogger(__name__)
 
 APPLICATION_NAME = "laneway"

@@ -11,7 +11,10 @@ counts every event exactly once.
 # Events of these kinds are counted; a `retrying` event counts as retried unless it is an
 # operator's retry or a hand-back at shutdown (no attempt failed), which the store writes with
 # these errors (laneway/store/instances.py retry_instance, laneway/store/leases.py release).
-_NOT_AUTOMATIC_RETRIES = "('retry requested', 'released: worker shutting down')"
+_NOT_AUTOMATIC_RETRIES = (
+    "('retry requested', 'released: worker shutting down', "
+    "'released: its runner lost the database')"
+)
 
 # $1 most events read per roll-up, $2 seconds of history kept
 # One statement, one transaction: the progress row is locked (another roll-up in flight holds
