@@ -85,6 +85,8 @@ class InstanceRecord:
     # The attempts before the current step's budget began: the step's attempt number is
     # attempts - attempt_base (`attempts` counts every attempt and never goes back).
     attempt_base: int = 0
+    trace_context: str | None = None  # the enqueue's W3C traceparent, when it was traced
+    first_failed_trace: str | None = None  # its first failed attempt's span, for retries' links
 
     @property
     def step_attempt(self) -> int:
@@ -306,6 +308,7 @@ class NewInstance:
     singleton_key: str | None = None
     parent_id: UUID | None = None
     concurrency_key: str | None = None
+    trace_context: str | None = None  # the enqueue's W3C traceparent, when it was traced
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -360,6 +363,7 @@ class FailWrite:
     traceback: str | None = None
     stage: str | None = None
     operation: str | None = None
+    trace: str | None = None  # the failed attempt's span (W3C traceparent), when traced
 
 
 RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite

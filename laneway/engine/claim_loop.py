@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from uuid import UUID
 
-from laneway.engine import faults
+from laneway.engine import faults, tracing
 from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
@@ -198,9 +198,10 @@ class ClaimLoop:
     async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
         free = self.concurrency - len(self._runs)
         limit = free if limit is None else min(limit, free)
-        claimed = await self._store.claim(
-            self.owner_id, self._registry.names(), limit, self.lease_seconds
-        )
+        with tracing.span("laneway.claim", {"laneway.limit": limit}):
+            claimed = await self._store.claim(
+                self.owner_id, self._registry.names(), limit, self.lease_seconds
+            )
         self._observer.claimed(claimed, self.lease_seconds)
         return claimed
 

@@ -8,6 +8,7 @@ schedule_calls.py's. Usable as a plain library, with no GraphQL.
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -15,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from uuid import UUID
 
-from laneway.engine import faults
+from laneway.engine import faults, tracing
 from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
@@ -174,7 +175,11 @@ class Engine(ScheduleCalls, QueueCalls):
                 concurrency_key=concurrency_key,
             )
         )
-        result = await self.store.enqueue(new)
+        attributes = {"laneway.workflow": new.name, "laneway.queue": new.queue}
+        with tracing.span("laneway.enqueue", attributes) as traced:
+            # Its steps' spans, in whatever process runs them, are children of this one.
+            new = dataclasses.replace(new, trace_context=traced) if traced else new
+            result = await self.store.enqueue(new)
         self.claim_loop.wake()
         if new.delay_ms > 0:
             self.claim_loop.wake_in(new.delay_ms / 1000.0)
@@ -189,7 +194,10 @@ class Engine(ScheduleCalls, QueueCalls):
         if len(requests) > 10_000:
             raise InvalidInputError("at most 10000 instances per batch")
         batch = [self._checked(request) for request in requests]
-        results = await self.store.enqueue_many(batch)
+        with tracing.span("laneway.enqueue_many", {"laneway.count": len(batch)}) as traced:
+            if traced:
+                batch = [dataclasses.replace(new, trace_context=traced) for new in batch]
+            results = await self.store.enqueue_many(batch)
         self.claim_loop.wake()
         return results
 

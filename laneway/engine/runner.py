@@ -6,6 +6,7 @@ at the same moment into one transaction (group commit). Claiming is claim_loop.p
 """
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from laneway.engine import faults
+from laneway.engine import faults, tracing
 from laneway.engine.context import (
     Done,
     HandlerContext,
@@ -237,10 +238,26 @@ async def run_instance(
         if faults.ARMED:
             await faults.hit("before_step")
         started = time.perf_counter()
-        try:
-            write = await _call_handler(ctx, workflow, action, record.lease_epoch)
-        except LeaseLostError:
-            return None
+        with tracing.span(
+            f"laneway.step {workflow.name}.{action}",
+            {
+                "laneway.workflow": record.name,
+                "laneway.instance_id": str(record.instance_id),
+                "laneway.queue": record.queue,
+                "laneway.action": action,
+                "laneway.attempt": attempt,
+            },
+            parent=record.trace_context,  # the enqueue's span, in whatever process it was
+            link_to=record.first_failed_trace if attempt > 1 else None,
+            kind_consumer=True,
+        ) as traced:
+            try:
+                write = await _call_handler(ctx, workflow, action, record.lease_epoch)
+            except LeaseLostError:
+                return None
+            if isinstance(write, FailWrite):
+                tracing.mark_failed(write.error)
+                write = dataclasses.replace(write, trace=traced)
         observe.step_finished(workflow.name, action, time.perf_counter() - started)
         parked = isinstance(write, CheckpointWrite) and (
             write.pause_label is not None or write.wait_json is not None

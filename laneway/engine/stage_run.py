@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from laneway.engine import tracing
 from laneway.engine.context import (
     Done,
     HandlerContext,
@@ -315,7 +316,19 @@ class _StageRun:
                 workflow_type=self._template.type,
                 cancelled=ctx.cancelled,
             )
-            result = await _attempt(handler, operation_ctx, operation.timeout_seconds)
+            with tracing.span(
+                f"laneway.operation {operation.type}",
+                {
+                    "laneway.workflow": self._template.type,
+                    "laneway.instance_id": str(ctx.instance_id),
+                    "laneway.stage": self._stage.name,
+                    "laneway.operation": operation.type,
+                    "laneway.attempt": attempts,
+                },
+            ):
+                result = await _attempt(handler, operation_ctx, operation.timeout_seconds)
+                if not result.is_completed:
+                    tracing.mark_failed(result.reason or result.status)
             if result.is_completed:
                 break
         record = OperationRecord(

@@ -219,6 +219,7 @@ class InstanceStore(StoreBase):
                 new.singleton_key,
                 new.parent_id,
                 EVENTS_LOCK_KEY,
+                new.trace_context,
             )
             return [] if row is None else [new_instance_record(new, row)]
         rows = await conn.fetch(
@@ -236,6 +237,7 @@ class InstanceStore(StoreBase):
             [n.parent_id for n in todo],
             EVENTS_LOCK_KEY,
             [n.concurrency_key for n in todo],
+            [n.trace_context for n in todo],
         )
         inserted = {new.instance_id: new for new in todo}
         return [new_instance_record(inserted[row["instance_id"]], row) for row in rows]

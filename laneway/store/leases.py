@@ -193,6 +193,7 @@ class LeaseStore(StoreBase):
                 [w.traceback for w in failures],
                 [w.stage for w in failures],
                 [w.operation for w in failures],
+                [w.trace for w in failures],
             )
             if signal_waits:
                 # A signal kept before its wait, or sent while the wait was being written, is

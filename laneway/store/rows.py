@@ -101,6 +101,7 @@ def new_instance_record(new: NewInstance, row: Row) -> InstanceRecord:
         progress=None,
         message=None,
         concurrency_key=new.concurrency_key,
+        trace_context=new.trace_context,
     )
 
 

@@ -82,7 +82,7 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
                 "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
                 f"ARRAY[{ids}]::uuid[], array_fill('null'::text, ARRAY[{BATCH}]), "
                 f"array_fill('{{}}'::text, ARRAY[{BATCH}]), ARRAY[{epochs}]::bigint[], "
-                "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')"
+                "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')"
             )
             completed = await conn.fetchval(
                 "SELECT count(*) FROM laneway.instances WHERE status = 'completed'"

@@ -38,6 +38,7 @@ from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
 from laneway.api.graphql.subscription import LanewaySubscription
+from laneway.engine import tracing
 
 logger = logging.getLogger(__name__)
 
@@ -116,12 +117,20 @@ Extension = Callable[[], SchemaExtension] | type[SchemaExtension]
 def schema_extensions() -> list[Extension]:
     """The protection of Laneway's schema, for a host's schema too: depth, alias and token
     limits, the argument guard (input_guard.py), error codes (SERVICE_UNAVAILABLE, request
-    ids) and masking of unexpected errors."""
-    return [
+    ids) and masking of unexpected errors; and OpenTelemetry spans when tracing is on
+    (laneway/engine/tracing.py)."""
+    extensions: list[Extension] = [
         lambda: DocumentCache(max_tokens=MAX_TOKENS, rules=LIMIT_RULES),
         InputGuard,
         ErrorCodes,
     ]
+    if tracing.ENABLED:
+        # Strawberry's own extension: a span per operation (and per resolver that is not a
+        # plain attribute), so an enqueueWorkflow's span is the parent of the instance's steps.
+        from strawberry.extensions.tracing import OpenTelemetryExtension
+
+        extensions.append(OpenTelemetryExtension)
+    return extensions
 
 
 def schema_config() -> StrawberryConfig:

@@ -12,7 +12,8 @@ _COLUMN_NAMES = (
     "created_at", "updated_at", "params", "state", "next_action", "next_params", "result",
     "last_error", "idempotency_key", "singleton_key", "owner_id", "lease_expires_at",
     "lease_epoch", "recoveries", "parent_id", "stage", "checkpoint", "progress", "message",
-    "concurrency_key", "wake_at", "wait_signal", "wait", "attempt_base",
+    "concurrency_key", "wake_at", "wait_signal", "wait", "attempt_base", "trace_context",
+    "first_failed_trace",
 )  # fmt: skip
 INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
 
@@ -111,23 +112,24 @@ SELECT inserted.instance_id, inserted.run_after, inserted.created_at, inserted.p
   FROM inserted
 """
 
-# The single enqueue's insert ($1 ... $11 one value each, $12 the lock key), and what both
+# The single enqueue's insert ($1 ... $11 and $13 the trace context, one value each, $12 the
+# lock key), and what both
 # enqueue statements return per row: the id and only what the database fills in (run_after and
 # created_at from its clock, params in jsonb's key order). The caller knows the rest (a new
 # row is pending, and updated_at is created_at: rows.new_instance_record; tests compare the
 # records with the rows read back), so no row comes back with 27 columns to decode.
 _INSERT_INSTANCE = """
-    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id)
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, trace_context)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
-            $7::jsonb, $9, $10, $11)"""
+            $7::jsonb, $9, $10, $11, $13)"""
 _RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest comes back
     "RETURNING instance_id, name, status, run_after, created_at, params"
 )
 
 # $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
 # ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
-# $11 parent ids, $13 concurrency keys: one row per element; $12 the event-append advisory lock
-# key.
+# $11 parent ids, $13 concurrency keys, $14 trace contexts: one row per element; $12 the
+# event-append advisory lock key.
 # One statement, so one round trip and one implicit transaction: the rows, their events and
 # the doorbell. A row whose keys conflict is skipped (not returned, no event). The queue_keys
 # row of every concurrency key is made or held first (laneway.hold_key), in one order, so two
@@ -141,14 +143,17 @@ WITH held AS (
              ORDER BY u.queue, u.concurrency_key) AS k
 ),
 inserted AS (
-    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, concurrency_key)
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, concurrency_key, trace_context)
     SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
            now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
-           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id, u.concurrency_key
+           u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id, u.concurrency_key,
+           u.trace_context
       FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
-                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[], $13::text[])
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[], $13::text[],
+                  $14::text[])
            AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
-                 first_action, idempotency_key, singleton_key, parent_id, concurrency_key)
+                 first_action, idempotency_key, singleton_key, parent_id, concurrency_key,
+                 trace_context)
      WHERE (SELECT held.n FROM held) >= 0
     ON CONFLICT DO NOTHING
     {_RETURNING_FILLED_IN}

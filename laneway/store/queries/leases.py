@@ -203,7 +203,8 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 #   $17 lease epochs;
 # failed attempts: $18 instance ids, $19 errors, $20 retry delays in ms, $21 final flags,
 #   $22 lease epochs;
-# $23 the checkpoints' waits (json text[], NULL: none).
+# $23 the checkpoints' waits (json text[], NULL: none); the failed attempts' exception types,
+#   messages, tracebacks, stages and operations $24..$28, and their spans' trace contexts $29.
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
@@ -212,7 +213,7 @@ WRITE_RUNNER_BATCH = """
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
   FROM laneway.write_runner_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
                                   $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26,
-                                  $27, $28)
+                                  $27, $28, $29)
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances

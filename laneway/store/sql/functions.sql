@@ -586,13 +586,14 @@ END;
 $$;
 
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
--- waits 0016; failures and attempt budgets 0017).
+-- waits 0016; failures and attempt budgets 0017; traces 0018).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
 -- $14..$17 (ids, results, states, lease epochs); failed attempts $18..$22 (ids, errors, retry
 -- delays in ms, final flags, lease epochs); $23 the checkpoints' waits (json text[], NULL: none);
--- the failed attempts' exception types, messages, tracebacks, stages and operations $24..$28.
+-- the failed attempts' exception types, messages, tracebacks, stages and operations $24..$28;
+-- $29 their spans' trace contexts (W3C traceparent; the first is kept, for retries' links).
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
 -- A checkpoint saves state and the next action and renews the lease, or parks the instance
 -- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
@@ -637,7 +638,8 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_failure_messages text[],
     p_failure_tracebacks text[],
     p_failure_stages text[],
-    p_failure_operations text[]
+    p_failure_operations text[],
+    p_failure_traces text[]
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -712,11 +714,12 @@ BEGIN
                                        AND NOT u.final
                                   THEN NULL ELSE now() END,
                last_error = u.error, owner_id = NULL, lease_expires_at = NULL,
+               first_failed_trace = COALESCE(i.first_failed_trace, u.trace),
                updated_at = now()
           FROM (SELECT u.*, $1 AS owner
-                  FROM unnest($18, $19, $20, $21, $22, $24, $25, $26, $27, $28)
+                  FROM unnest($18, $19, $20, $21, $22, $24, $25, $26, $27, $28, $29)
                        AS u (instance_id, error, delay_ms, final, epoch, type, message,
-                             traceback, stage, operation)
+                             traceback, stage, operation, trace)
                 OFFSET 0) AS u
          WHERE i.instance_id = ANY($18)
            AND i.instance_id = u.instance_id

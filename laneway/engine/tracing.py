@@ -1,0 +1,82 @@
+"""OpenTelemetry traces of enqueues, claims, steps and operations, when the extra is installed.
+
+Owns the spans the engine makes and the trace contexts it keeps with instances (W3C
+traceparent strings: migrations/0018_traces.sql). An enqueue's context is stored with its
+instance, so the spans of its steps, in whatever process runs them, are children of the span
+that enqueued it; a retried step's span links to the span of the instance's first failed
+attempt. The process's tracer provider is the application's to configure (the SDK, an
+exporter); Laneway only uses the API.
+
+`pip install laneway[otel]` brings the OpenTelemetry API and SDK. Without them, or with
+LANEWAY_TRACING=0, `ENABLED` is False and every helper here returns at once: no span, no
+context, nothing on the hot path but that test.
+"""
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # the extra is not installed
+    trace = None  # type: ignore[assignment]
+
+ENABLED = trace is not None and os.environ.get("LANEWAY_TRACING", "1") not in ("0", "false")
+TRACER_NAME = "laneway"
+_PROPAGATOR = TraceContextTextMapPropagator() if ENABLED else None
+
+
+def current_traceparent() -> str | None:
+    """The traceparent of the current span (None when there is none, or tracing is off)."""
+    if _PROPAGATOR is None:
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent")
+
+
+def _context_of(traceparent: str | None) -> Any:
+    assert _PROPAGATOR is not None
+    return _PROPAGATOR.extract({"traceparent": traceparent}) if traceparent else None
+
+
+@contextlib.contextmanager
+def span(
+    name: str,
+    attributes: Mapping[str, str | int] | None = None,
+    *,
+    parent: str | None = None,
+    link_to: str | None = None,
+    kind_consumer: bool = False,
+) -> Iterator[str | None]:
+    """A span around the block (nothing when tracing is off), child of the current span or of
+    `parent` (a stored traceparent), linked to `link_to`'s span. An exception leaving the
+    block is recorded on it. Yields the span's own traceparent (None when off)."""
+    if not ENABLED:
+        yield None
+        return
+    tracer = trace.get_tracer(TRACER_NAME)
+    links = []
+    if link_to:
+        linked = trace.get_current_span(_context_of(link_to)).get_span_context()
+        if linked.is_valid:
+            links.append(Link(linked))
+    with tracer.start_as_current_span(
+        name,
+        context=_context_of(parent) if parent else None,
+        kind=SpanKind.CONSUMER if kind_consumer else SpanKind.INTERNAL,
+        attributes=dict(attributes or {}),
+        links=links,
+    ):
+        yield current_traceparent()
+
+
+def mark_failed(description: str) -> None:
+    """Set the current span's status to error (a failed attempt that raised nothing here)."""
+    if not ENABLED:
+        return
+    current: Span = trace.get_current_span()
+    current.set_status(Status(StatusCode.ERROR, description))

@@ -1,0 +1,66 @@
+"""OpenTelemetry traces across two processes (issue #20, point 2): the steps' spans, run by a
+worker process, belong to the trace of the request that enqueued the instance in another; a
+retried attempt's span links to the first attempt's; every span carries the workflow,
+instance, queue and attempt. Each process uses the SDK's in-memory exporter
+(tests/tracing_process.py)."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.processes import run_process
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def _side(database_url: str, *args: str) -> list[dict[str, Any]]:
+    env = {"PATH": "/usr/bin:/bin", "TRACING_DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
+    code, out, err = await run_process(
+        [sys.executable, "-m", "tests.tracing_process", *args], cwd=ROOT, env=env, timeout=60
+    )
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+async def test_steps_in_another_process_belong_to_the_enqueues_trace(database_url: str) -> None:
+    enqueuing = await _side(database_url, "enqueue")
+    instance_id = next(line["instance_id"] for line in enqueuing if "instance_id" in line)
+    spans = {line["name"]: line for line in enqueuing if "name" in line}
+    request, enqueue = spans["request"], spans["laneway.enqueue"]
+    assert enqueue["parent_id"] == request["span_id"]
+    assert enqueue["attributes"]["laneway.workflow"] == "flaky"
+
+    working = await _side(database_url, "work", instance_id)
+    steps = [line for line in working if line["name"] == "laneway.step flaky.attempt"]
+    assert len(steps) == 2  # one failed attempt, then the one that completed
+    first, retry = steps
+    for step in steps:
+        assert step["trace_id"] == request["trace_id"]  # the request's trace, across processes
+        assert step["parent_id"] == enqueue["span_id"]
+        assert step["attributes"]["laneway.instance_id"] == instance_id
+        assert step["attributes"]["laneway.queue"] == "flaky"
+    assert [s["attributes"]["laneway.attempt"] for s in steps] == [1, 2]
+    assert first["links"] == []
+    assert retry["links"] == [first["span_id"]]  # the retry links to the first attempt
+    assert any(line["name"] == "laneway.claim" for line in working)
+
+
+async def test_without_the_extra_tracing_is_off_and_costs_one_test() -> None:
+    script = (
+        "import sys; sys.modules['opentelemetry'] = None\n"  # as if the extra were not installed
+        "from laneway.engine import tracing\n"
+        "assert not tracing.ENABLED\n"
+        "with tracing.span('laneway.step x.y', {'laneway.attempt': 1}) as traced:\n"
+        "    assert traced is None\n"
+        "assert tracing.current_traceparent() is None\n"
+        "tracing.mark_failed('nothing to mark')\n"
+        "import laneway.api.graphql.schema as schema\n"
+        "assert not any('OpenTelemetry' in repr(e) for e in schema.schema_extensions())\n"
+        "print('off')\n"
+    )
+    code, out, err = await run_process(
+        [sys.executable, "-c", script], cwd=ROOT, env={"PATH": "/usr/bin:/bin"}, timeout=60
+    )
+    assert code == 0, err
+    assert out.strip() == "off"

@@ -1,0 +1,65 @@
+"""One side of the tracing test, run as its own process with the OpenTelemetry SDK and an
+in-memory exporter: `enqueue` (a request span that enqueues `flaky` with one failure, then
+prints the instance id) or `work INSTANCE_ID` (an engine that runs it to completion). Each
+prints its finished spans as JSON lines: name, trace and span ids, parent, links, attributes.
+
+Run as `python -m tests.tracing_process enqueue|work [ID]` with TRACING_DATABASE_URL set.
+"""
+
+import asyncio
+import json
+import os
+import sys
+from uuid import UUID
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from app.examples import flaky
+from laneway.model import Status
+from laneway.store import open_store
+from tests.engine.helpers import make_engine, until_status
+
+EXPORTER = InMemorySpanExporter()
+
+
+def _dump() -> None:
+    for finished in EXPORTER.get_finished_spans():
+        context = finished.get_span_context()
+        assert context is not None
+        print(
+            json.dumps(
+                {
+                    "name": finished.name,
+                    "trace_id": f"{context.trace_id:032x}",
+                    "span_id": f"{context.span_id:016x}",
+                    "parent_id": f"{finished.parent.span_id:016x}" if finished.parent else None,
+                    "links": [f"{link.context.span_id:016x}" for link in finished.links],
+                    "attributes": dict(finished.attributes or {}),
+                }
+            ),
+            flush=True,
+        )
+
+
+async def main(role: str, instance: str | None) -> None:
+    async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
+        engine = make_engine(store, flaky, poll_interval_seconds=0.05)
+        if role == "enqueue":
+            with trace.get_tracer("test").start_as_current_span("request"):
+                enqueued = await engine.enqueue("flaky", {"failTimes": 1})
+            print(json.dumps({"instance_id": str(enqueued.instance_id)}), flush=True)
+        else:
+            assert instance is not None
+            async with engine.running():
+                await until_status(store, UUID(instance), Status.COMPLETED, timeout=30)
+    _dump()
+
+
+if __name__ == "__main__":
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    trace.set_tracer_provider(provider)
+    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
