@@ -43,6 +43,7 @@ from laneway.api.http.media_type import (
 from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.stack import middleware_for
 from laneway.api.http.strict_json import strict_json_loads
+from laneway.api.metrics_route import metrics_endpoint
 from laneway.api.routes import healthz, home
 from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
 from laneway.config import Settings
@@ -228,7 +229,7 @@ def graphql_view(settings: Settings, permission: Permission | None = None) -> La
 
 
 class LanewayApp(Starlette):
-    """Laneway's app: the dashboard at /, /healthz, /graphql (HTTP and websocket).
+    """Laneway's app: the dashboard at /, /healthz, /metrics, /graphql (HTTP and websocket).
 
     `services` is set while `running()` is active, None otherwise.
     """
@@ -240,11 +241,13 @@ class LanewayApp(Starlette):
         workflows: Iterable[Workflow] = (),
         permission: Permission | None = None,
     ) -> None:
+        permission = permission or BearerTokens.from_settings(settings)
         view = graphql_view(settings, permission)
         super().__init__(
             routes=[
                 Route("/", home),
                 Route("/healthz", healthz),
+                Route("/metrics", metrics_endpoint(permission)),
                 Route("/graphql", view),
                 WebSocketRoute("/graphql", view),
             ],
