@@ -33,13 +33,13 @@ chaos: install                          ## full reliability tier: production lea
 soak: install                           ## K-01 soak: 20/s, 20 websockets, kills, LISTEN cuts; one table (SOAK_MINUTES, default 60)
 	$(PY) -m tests.chaos.soak --minutes $${SOAK_MINUTES:-60}
 lint: install                           ## ruff and mypy
-	$(PY) -m ruff check laneway app tests bench
-	$(PY) -m ruff format --check laneway app tests bench
+	$(PY) -m ruff check laneway app tests bench tools
+	$(PY) -m ruff format --check laneway app tests bench tools
 	$(PY) -m mypy
 check: lint                             ## alias of lint
 fmt: install                            ## apply lint fixes and formatting
-	$(PY) -m ruff check --fix laneway app tests bench
-	$(PY) -m ruff format laneway app tests bench
+	$(PY) -m ruff check --fix laneway app tests bench tools
+	$(PY) -m ruff format laneway app tests bench tools
 schema: install                         ## rewrite schema.graphql from the code
 	$(PY) -m laneway export-schema > schema.graphql
 bench-peers: $(BENCH_VENV)/.installed   ## bench/.venv with the pinned peers of `make bench`

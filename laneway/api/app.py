@@ -44,7 +44,7 @@ from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.stack import middleware_for
 from laneway.api.http.strict_json import strict_json_loads
 from laneway.api.metrics_route import metrics_endpoint
-from laneway.api.routes import healthz, home
+from laneway.api.routes import graphiql_asset, graphiql_response, healthz, home
 from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
 from laneway.config import Settings
 from laneway.engine import Workflow
@@ -86,6 +86,11 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         if await decide(context, Action.READ) is not Decision.ALLOW:
             raise ConnectionRejectionError()
         return NO_ACK_PAYLOAD
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        """Laneway's own GraphiQL page, whose files it serves itself (routes.py), in place of
+        Strawberry's, which loads them from a CDN; shown only with settings.graphiql."""
+        return graphiql_response()
 
     def decode_json(self, data: str | bytes) -> object:
         return strict_json_loads(data)
@@ -229,7 +234,8 @@ def graphql_view(settings: Settings, permission: Permission | None = None) -> La
 
 
 class LanewayApp(Starlette):
-    """Laneway's app: the dashboard at /, /healthz, /metrics, /graphql (HTTP and websocket).
+    """Laneway's app: the dashboard at /, /healthz, /metrics, /graphql (HTTP and websocket),
+    and with settings.graphiql the files of GraphiQL's page at /graphiql/{name}.
 
     `services` is set while `running()` is active, None otherwise.
     """
@@ -243,14 +249,18 @@ class LanewayApp(Starlette):
     ) -> None:
         permission = permission or BearerTokens.from_settings(settings)
         view = graphql_view(settings, permission)
+        routes = [
+            Route("/", home),
+            Route("/healthz", healthz),
+            Route("/metrics", metrics_endpoint(permission)),
+            Route("/graphql", view),
+            WebSocketRoute("/graphql", view),
+        ]
+        if settings.graphiql:
+            # The files of GraphiQL's page, which loads them relative to graphql.
+            routes.append(Route("/graphiql/{name}", graphiql_asset))
         super().__init__(
-            routes=[
-                Route("/", home),
-                Route("/healthz", healthz),
-                Route("/metrics", metrics_endpoint(permission)),
-                Route("/graphql", view),
-                WebSocketRoute("/graphql", view),
-            ],
+            routes=routes,
             middleware=middleware_for(settings),
             lifespan=_own_lifespan,
         )

@@ -1,10 +1,14 @@
-"""Plain HTTP routes: /healthz, and / (the dashboard, static/dashboard.html).
+"""Plain HTTP routes: /healthz, / (the dashboard, static/dashboard.html), and GraphiQL's page
+and files (static/graphiql/).
 
 Owns the health verdict (the database answers, the event listener is connected, the engine
-loop runs or is turned off on purpose) and how the dashboard page is served: as it is on
-disk, with a Content-Security-Policy that admits only its own inline style and script.
-Knows nothing of GraphQL; the page talks to `graphql` next to where it is served (/graphql,
-or /laneway/graphql when a host mounts the app at /laneway) by itself.
+loop runs or is turned off on purpose) and how the pages are served: the dashboard as it is on
+disk, with a Content-Security-Policy that admits only its own inline style and script;
+GraphiQL's page with an integrity hash on each of its files, which /graphiql/{name} serves,
+under a policy that admits scripts and styles from this origin only (and style elements with
+the page's nonce). Knows nothing of GraphQL: the app's view decides when GraphiQL's page is
+the answer (app.py), and both pages talk to `graphql` next to where they are served
+(/graphql, or /laneway/graphql when a host mounts the app at /laneway) by themselves.
 """
 
 import asyncio
@@ -13,10 +17,11 @@ import functools
 import hashlib
 import logging
 import re
+import secrets
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from laneway.api.lifespan import services_of
 
@@ -24,6 +29,18 @@ logger = logging.getLogger(__name__)
 
 DATABASE_TIMEOUT_SECONDS = 2.0
 DASHBOARD = Path(__file__).parent / "static" / "dashboard.html"
+GRAPHIQL = Path(__file__).parent / "static" / "graphiql"
+# The files GraphiQL's page may load, by suffix; the folder's other files (its page, README
+# and licences) are not served as files.
+GRAPHIQL_MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+# Each file's URL carries a digest of its content, so a browser may keep it for a year.
+GRAPHIQL_ASSET_CACHE = "public, max-age=31536000, immutable"
+_GRAPHIQL_REFERENCE = re.compile(r'(src|href)="graphiql/([\w.-]+)"')
+PAGE_HEADERS = {
+    "cache-control": "no-cache",
+    "referrer-policy": "no-referrer",
+    "x-content-type-options": "nosniff",
+}
 _INLINE = {
     "script": re.compile(r"<script>(.*?)</script>", re.DOTALL),
     "style": re.compile(r"<style>(.*?)</style>", re.DOTALL),
@@ -88,12 +105,7 @@ def content_security_policy(page: str) -> str:
 def dashboard() -> tuple[bytes, dict[str, str]]:
     """The dashboard's bytes and headers, read once per process (restart to see an edit)."""
     page = DASHBOARD.read_text(encoding="utf-8")
-    headers = {
-        "content-security-policy": content_security_policy(page),
-        "cache-control": "no-cache",
-        "referrer-policy": "no-referrer",
-        "x-content-type-options": "nosniff",
-    }
+    headers = {"content-security-policy": content_security_policy(page), **PAGE_HEADERS}
     return page.encode(), headers
 
 
@@ -101,3 +113,78 @@ async def home(request: Request) -> Response:
     """The dashboard: live instances, queues, an instance page and actions (GraphiQL: graphql)."""
     body, headers = dashboard()
     return Response(body, media_type="text/html; charset=utf-8", headers=headers)
+
+
+STYLE_NONCE_META = '<meta name="style-nonce">'
+
+
+def graphiql_security_policy(style_nonce: str) -> str:
+    """GraphiQL's policy: its files are Laneway's own (static/graphiql/), so 'self' is the only
+    source of script and style, and nothing inline or evaluated runs, but for the style
+    elements its dialogs add (react-remove-scroll), which carry the page's nonce. Its fonts
+    are data: URLs in graphiql.min.css; connect-src 'self' admits this origin's websocket.
+    """
+    return "; ".join(
+        (
+            "default-src 'none'",
+            "script-src 'self'",
+            f"style-src 'self' 'nonce-{style_nonce}'",
+            "font-src data:",
+            "connect-src 'self'",
+            "img-src 'self' data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        )
+    )
+
+
+@functools.cache
+def graphiql_assets() -> dict[str, tuple[bytes, str]]:
+    """GraphiQL's files by name, with their media types, read once per process."""
+    return {
+        path.name: (path.read_bytes(), GRAPHIQL_MEDIA_TYPES[path.suffix])
+        for path in sorted(GRAPHIQL.iterdir())
+        if path.suffix in GRAPHIQL_MEDIA_TYPES
+    }
+
+
+@functools.cache
+def graphiql_page() -> bytes:
+    """index.html with each file it loads pinned by an integrity hash and its URL versioned by
+    a digest, so a browser neither runs an altered file nor keeps a stale one after an upgrade.
+
+    Raises:
+        KeyError: the page names a file the folder does not hold.
+    """
+    assets = graphiql_assets()
+
+    def pinned(match: re.Match[str]) -> str:
+        attribute, name = match.groups()
+        digest = hashlib.sha384(assets[name][0]).digest()
+        version = hashlib.sha256(assets[name][0]).hexdigest()[:12]
+        integrity = f"sha384-{base64.b64encode(digest).decode()}"
+        return f'{attribute}="graphiql/{name}?v={version}" integrity="{integrity}"'
+
+    page = (GRAPHIQL / "index.html").read_text(encoding="utf-8")
+    return _GRAPHIQL_REFERENCE.sub(pinned, page).encode()
+
+
+def graphiql_response() -> Response:
+    """GraphiQL's page, for the GraphQL view to answer a browser with (app.py), with a fresh
+    style nonce, which start.js hands to the code that adds style elements."""
+    nonce = secrets.token_urlsafe(16)
+    meta = f'<meta name="style-nonce" content="{nonce}">'
+    page = graphiql_page().replace(STYLE_NONCE_META.encode(), meta.encode(), 1)
+    headers = {"content-security-policy": graphiql_security_policy(nonce), **PAGE_HEADERS}
+    return Response(page, media_type="text/html; charset=utf-8", headers=headers)
+
+
+async def graphiql_asset(request: Request) -> Response:
+    """One of GraphiQL's files (static/graphiql/), or 404."""
+    found = graphiql_assets().get(request.path_params["name"])
+    if found is None:
+        return PlainTextResponse("Not Found", status_code=404)
+    body, media_type = found
+    headers = {"cache-control": GRAPHIQL_ASSET_CACHE, "x-content-type-options": "nosniff"}
+    return Response(body, media_type=media_type, headers=headers)
