@@ -19,9 +19,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
-    PYTHONPATH=/srv/laneway
-# The console script does not put the working directory on sys.path; PYTHONPATH makes the
-# modules under /srv/laneway (app/, and yours) importable for LANEWAY_WORKFLOWS.
+    PYTHONPATH=/srv/laneway \
+    LANEWAY_WORKFLOWS=app.examples
+# PYTHONPATH makes the modules under /srv/laneway (app/, and yours) importable for
+# LANEWAY_WORKFLOWS wherever the command runs (serve and worker also add their working
+# directory). serve and worker refuse to start with no workflows, so a bare image serves the
+# examples; an image of your own sets LANEWAY_WORKFLOWS to its modules.
 COPY --from=build /dist/ /tmp/dist/
 RUN pip install /tmp/dist/laneway-*.whl \
     && rm -rf /tmp/dist \

@@ -1,4 +1,4 @@
-"""`python -m laneway`: the `laneway` command (laneway/cli.py)."""
+"""`python -m laneway`: the `laneway` command (laneway/cli/)."""
 
 from laneway.cli import main
 

@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 not found, 2 bad input or a refused configuration.
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from laneway.model import Status
 from laneway.store import Store
 from laneway.store import migrate as migrate_module
 from laneway.store.migrate import migrations, redact_url
+from tests.engine.helpers import until_status
 from tests.processes import run_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +65,7 @@ async def test_enqueue_then_status_prints_json(database_url: str) -> None:
         "enqueue", "hello", "--params", '{"name": "Cli"}', "--idempotency-key", "k", env=env
     )
     assert again[0] == 0
-    code, out, err = await laneway("status", instance_id, env=env)
+    code, out, err = await laneway("status", instance_id, "--json", env=env)
     assert code == 0, err
     status = json.loads(out)
     assert status["instanceID"] == instance_id
@@ -98,7 +100,7 @@ async def test_status_prints_the_waiting_reason_of_a_delayed_keyed_instance(
     )
     assert code == 0, err
     instance_id = json.loads(out)["instanceID"]
-    code, out, err = await laneway("status", instance_id, env=env)
+    code, out, err = await laneway("status", instance_id, "--json", env=env)
     assert code == 0, err
     status = json.loads(out)
     assert status["concurrencyKey"] == "t-7"
@@ -118,6 +120,8 @@ async def test_bad_input_exits_2_and_unknown_instance_exits_1(database_url: str)
     code, _, err = await laneway("enqueue", "nope", "--params", "{}", env=env)
     assert code == 2
     assert "unknown workflow 'nope'" in err
+    assert "LANEWAY_WORKFLOWS=app.examples" in err  # where the database mode looked
+    assert "--url" in err  # and how to reach a server's workflows instead
     code, _, err = await laneway("status", "00000000-0000-7000-8000-000000000000", env=env)
     assert code == 1
     assert "no instance" in err
@@ -171,7 +175,7 @@ async def test_worker_runs_instances_and_stops_on_sigterm(database_url: str, sto
     assert b"worker stopped" in err_bytes
 
 
-async def test_watch_prints_one_json_line_per_event_until_interrupted(database_url: str) -> None:
+async def test_watch_json_prints_one_line_per_event_until_interrupted(database_url: str) -> None:
     env = environment(database_url)
     code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "Wa"}', env=env)
     assert code == 0, err
@@ -185,6 +189,7 @@ async def test_watch_prints_one_json_line_per_event_until_interrupted(database_u
         instance_id,
         "--after",
         "0",
+        "--json",
         cwd=ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,
@@ -238,3 +243,210 @@ def test_a_worker_starts_without_loading_the_api_stack() -> None:
         check=True,
     )
     assert loaded.stdout.strip() == "[]"
+
+
+async def test_status_prints_a_table_for_a_person(database_url: str) -> None:
+    env = environment(database_url, COLUMNS="120")
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "T"}', env=env)
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    code, out, err = await laneway("status", instance_id, env=env)
+    assert code == 0, err
+    rows = {line.split(None, 1)[0]: line for line in out.splitlines() if line.strip()}
+    assert instance_id in rows["instance"]
+    assert "hello" in rows["workflow"]
+    assert "pending" in rows["status"]
+    assert "NO_WORKER" in rows["waiting"]
+    # A human time, not an epoch float.
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \((just now|\d+ s ago)\)", rows["created"])
+    assert '{"name": "T"}' in rows["params"]
+
+
+async def test_cancel_and_retry_act_and_refuse_what_they_must(database_url: str) -> None:
+    env = environment(database_url)
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "C"}', env=env)
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    code, _, err = await laneway("retry", instance_id, env=env)
+    assert code == 1  # a pending instance has nothing to retry (CONFLICT)
+    assert "while it is pending" in err
+    code, out, err = await laneway("cancel", instance_id, env=env)
+    assert code == 0, err
+    assert json.loads(out) == {"instanceID": instance_id, "status": "cancelled"}
+    code, _, err = await laneway("retry", instance_id, env=env)
+    assert code == 1  # only a failed instance is retried (tests/test_cli_watch.py)
+    assert "while it is cancelled" in err
+    code, _, err = await laneway("cancel", "00000000-0000-7000-8000-000000000000", env=env)
+    assert code == 1
+    assert "no instance" in err
+    code, _, err = await laneway("cancel", "nope", env=env)
+    assert code == 2
+    assert "not an instance id" in err
+
+
+async def test_workflows_and_queues_print_tables_and_json(database_url: str) -> None:
+    env = environment(database_url, COLUMNS="200")
+    code, out, err = await laneway("workflows", "--json", env=env)
+    assert code == 0, err
+    listed = {w["name"]: w for w in json.loads(out)}
+    assert listed["countdown"]["kind"] == "handlers"
+    assert "report" in listed
+    code, out, err = await laneway("workflows", env=env)
+    assert code == 0, err
+    assert any(line.split()[:2] == ["countdown", "countdown"] for line in out.splitlines()), out
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "Q"}', env=env)
+    assert code == 0, err
+    code, out, err = await laneway("queues", "--json", env=env)
+    assert code == 0, err
+    default = next(q for q in json.loads(out) if q["name"] == listed["hello"]["queue"])
+    assert default["counts"]["pending"] == 1
+    code, out, err = await laneway("queues", env=env)
+    assert code == 0, err
+    assert "pend" in out.splitlines()[2]  # the header row
+    assert any(default["name"] in line and " 1 " in line for line in out.splitlines()), out
+
+
+SUBCOMMANDS = [
+    "serve",
+    "worker",
+    "migrate",
+    "export-schema",
+    "enqueue",
+    "cancel",
+    "resume",
+    "retry",
+    "signal",
+    "status",
+    "workflows",
+    "queues",
+    "watch",
+]
+INSTANCE_COMMANDS = SUBCOMMANDS[4:]
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_help_says_what_it_uses_and_gives_an_example(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert "Example" in text
+    assert f"laneway {command}" in text.split("Example", 1)[1]
+    if command != "export-schema":
+        assert "DATABASE_URL" in text
+    if command in INSTANCE_COMMANDS:
+        assert "--url BASE" in text
+        assert "LANEWAY_TOKEN" in text
+        assert "LANEWAY_WORKFLOWS" in text  # which workflows the database mode knows
+
+
+def test_usage_errors_name_what_is_wanted_not_internals(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["watch", "--after", "x"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--after: must be a whole number, not 'x'" in err
+    assert "_non_negative" not in err
+    with pytest.raises(SystemExit):
+        main(["enqueue", "hello", "--delay-ms", "-1"])
+    assert "--delay-ms: must not be negative" in capsys.readouterr().err
+
+
+async def test_token_without_url_is_refused() -> None:
+    code, _, err = await laneway(
+        "status", "00000000-0000-7000-8000-000000000000", "--token", "t", env=environment(None)
+    )
+    assert code == 2
+    assert "--token is for a server: give its --url too" in err
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+async def test_serve_and_worker_refuse_to_start_without_workflows(command: str) -> None:
+    env = environment("postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS="")
+    code, _, err = await laneway(command, env=env)
+    assert code == 2
+    assert "no workflows to run: LANEWAY_WORKFLOWS is not set" in err
+    assert "--allow-no-workflows" in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def write_module(folder: Path, name: str, text: str) -> None:
+    (folder / f"{name}.py").write_text(text)
+
+
+async def test_a_module_that_cannot_be_imported_is_one_line_exit_2(tmp_path: Path) -> None:
+    write_module(tmp_path, "broken", "import os\nvalue = undefined_name\n")
+    laneway_script = str(Path(sys.executable).parent / "laneway")
+    for modules, expected in (
+        ("etl", "cannot import workflow module 'etl': No module named 'etl'"),
+        ("broken", "workflow module 'broken' failed while importing: NameError"),
+    ):
+        env = environment("postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS=modules)
+        code, _, err = await run_process(
+            [laneway_script, "serve", "--port", "0"], cwd=tmp_path, env=env, timeout=60
+        )
+        assert code == 2, err
+        assert expected in err
+        assert "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert "broken.py, line 2" in err
+
+
+ETL = """\
+from laneway import Done, Workflow
+
+
+async def _load(ctx, params):
+    return Done({"loaded": True})
+
+
+etl = Workflow("etl", handlers={"load": _load}, initial="load")
+"""
+
+
+async def test_worker_and_enqueue_import_workflows_from_the_current_folder(
+    database_url: str, store: Store, tmp_path: Path
+) -> None:
+    # The console script (not `python -m`, which adds the folder itself), as a user runs it.
+    write_module(tmp_path, "etl", ETL)
+    laneway_script = str(Path(sys.executable).parent / "laneway")
+    env = environment(database_url, LANEWAY_WORKFLOWS="etl")
+    worker = await asyncio.create_subprocess_exec(
+        laneway_script, "worker", cwd=tmp_path, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        code, out, err = await run_process(
+            [laneway_script, "enqueue", "etl"], cwd=tmp_path, env=env, timeout=60
+        )
+        assert code == 0, err
+        instance_id = UUID(json.loads(out)["instanceID"])
+        done = await until_status(store, instance_id, Status.COMPLETED, timeout=30)
+        assert done.result == {"loaded": True}
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            _, err_bytes = await worker.communicate()
+    assert worker.returncode == 0, err_bytes.decode()
+
+
+async def test_worker_starts_with_no_workflows_when_told_to(database_url: str) -> None:
+    env = environment(database_url, LANEWAY_WORKFLOWS="")
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laneway", "worker", "--allow-no-workflows", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert worker.stderr is not None
+    try:
+        async with asyncio.timeout(30):
+            while b"worker started" not in (line := await worker.stderr.readline()):
+                assert line, "the worker ended before it started"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await worker.communicate()
+    assert worker.returncode == 0

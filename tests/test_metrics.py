@@ -4,7 +4,9 @@ parsed with the client library's own parser."""
 
 import asyncio
 import dataclasses
+import signal
 import socket
+import sys
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,7 +17,8 @@ from laneway.metrics import Metrics
 from laneway.model import Status
 from laneway.services import open_services
 from laneway.store import Store
-from tests.engine.helpers import make_engine, until_status
+from tests.engine.helpers import eventually, make_engine, until_status
+from tests.test_cli import ROOT, environment
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -130,3 +133,29 @@ def test_settings_read_the_metrics_port() -> None:
     )
     assert (settings.metrics_port, settings.metrics_host) == (9187, "0.0.0.0")
     assert dataclasses.replace(Settings.from_env({})).metrics_port is None
+
+
+async def test_laneway_worker_takes_a_metrics_port(database_url: str) -> None:
+    port = _free_port()
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laneway", "worker", "--metrics-port", str(port),
+        cwd=ROOT, env=environment(database_url),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+
+            async def scrape() -> httpx.Response | None:
+                try:
+                    return await client.get("/metrics")
+                except httpx.TransportError:
+                    return None
+
+            scraped = await eventually(scrape, lambda r: r is not None, timeout=30)
+        assert scraped is not None
+        assert scraped.status_code == 200
+        assert "laneway_claims_total" in scraped.text
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await worker.wait()

@@ -5,6 +5,7 @@ instances run.
 """
 
 import importlib
+import traceback
 from collections.abc import Iterable, Iterator
 
 from laneway.engine.handler_map import Workflow
@@ -24,7 +25,9 @@ class WorkflowRegistry:
         """Import each module and register every Workflow defined at its top level.
 
         Raises:
-            InvalidInputError: a module cannot be imported.
+            InvalidInputError: a module cannot be imported, or raised while it was imported;
+                the message is one line, naming the module and the error (and for an error
+                the module's code raised, the file and line).
         """
         registry = cls()
         for module_name in modules:
@@ -33,6 +36,10 @@ class WorkflowRegistry:
             except ImportError as exc:
                 raise InvalidInputError(
                     f"cannot import workflow module {module_name!r}: {exc}"
+                ) from exc
+            except Exception as exc:  # the module's own code failed (SyntaxError, NameError, ...)
+                raise InvalidInputError(
+                    f"workflow module {module_name!r} failed while importing: {_one_line(exc)}"
                 ) from exc
             for value in vars(module).values():
                 if isinstance(value, Workflow) and value.name not in registry:
@@ -75,3 +82,16 @@ class WorkflowRegistry:
 
     def __len__(self) -> int:
         return len(self._workflows)
+
+
+def _one_line(exc: Exception) -> str:
+    """`Type: message (file, line N)`: where the import failed, for a person to fix it."""
+    where = ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({exc.filename}, line {exc.lineno})"
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames:
+            where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+    message = str(exc.msg if isinstance(exc, SyntaxError) else exc).splitlines()
+    return f"{type(exc).__name__}: {message[0] if message else ''}{where}"

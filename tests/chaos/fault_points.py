@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from uuid import UUID
 
+from laneway.store.leases import RELEASED_AFTER_DATABASE_LOSS
 from tests.chaos.checker import check, describe
 from tests.chaos.crashes import steps_of
 from tests.chaos.harness import ChaosRun, Outcome, RunConfig, chaos_run, w3_oracle
@@ -33,15 +34,20 @@ def _owners_of(run: ChaosRun, slot: int) -> list[str]:
 
 
 async def fault_fired(run: ChaosRun, slot: int, spec: str) -> bool:
-    """A kill shows as a death of the slot's worker; a connection error as a lost lease."""
+    """A kill shows as a death of the slot's worker; a connection error as an instance its
+    runner handed back once the database answered (laneway/engine/runner.py), or a lost lease."""
     owners = _owners_of(run, slot)
     if "=kill" in spec:
         return any(i.kind == "died" and i.owner_id in owners for i in run.supervisor.journal)
     rows = await run.fetch(
         "SELECT count(*) AS n FROM chaos.audit WHERE old_status = 'running'"
         " AND old_owner = ANY($1::text[]) AND new_owner IS NULL AND new_status = 'pending'"
-        " AND application_name <> 'laneway-worker-' || old_owner",
+        " AND (application_name <> 'laneway-worker-' || old_owner"
+        "      OR EXISTS (SELECT 1 FROM laneway.events AS e"
+        "                  WHERE e.instance_id = chaos.audit.instance_id"
+        "                    AND e.type = 'retrying' AND e.error = $2))",
         owners,
+        RELEASED_AFTER_DATABASE_LOSS,
     )
     return bool(rows[0]["n"])
 

@@ -1,0 +1,63 @@
+"""The `laneway` command: serve, worker, migrate, export-schema, and for instances, workflows
+and queues enqueue, cancel, resume, retry, signal, status, workflows, queues and watch.
+
+Owns `main`: logging setup, the event loop and exit codes (0 ok, 1 not found, in the wrong
+status or failed, 2 bad input or a refused configuration). The parser is parser.py, the
+process subcommands process.py, the instance subcommands commands.py (through client.py:
+remote.py with --url, local.py without), and what a person reads output.py.
+"""
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from laneway.cli.parser import build_parser
+from laneway.config import Settings
+from laneway.errors import InvalidInputError, LanewayError
+from laneway.logs import configure_logging
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+Command = Callable[..., Coroutine[Any, Any, int]]
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"laneway: {message}", file=sys.stderr)
+    return code
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Entry point of `laneway` and `python -m laneway`; returns the exit code."""
+    env = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    if getattr(args, "url", None) and not args.token:
+        args.token = env.get("LANEWAY_TOKEN") or None  # only for a server: a database needs none
+    configure_logging(logging.INFO if args.command in ("serve", "worker") else logging.WARNING)
+    try:
+        settings = Settings.from_env(env)
+    except InvalidInputError as exc:
+        return _fail(str(exc))
+    command: Command = args.run
+    try:
+        # uvloop's event loop makes the engine's many small database round trips cheaper
+        # (uvicorn picks it up too); plain asyncio where it is not installed.
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(command(args, settings))
+    except CommandError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except LanewayError as exc:
+        return _fail(str(exc), EXIT_USAGE if isinstance(exc, InvalidInputError) else EXIT_FAILED)
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -1,0 +1,128 @@
+"""What the instance subcommands talk to: a Client, over the server's GraphQL API or the database.
+
+Owns the GraphQL documents the CLI sends, the Client protocol both ways implement (remote.py
+over HTTP and websockets, local.py in-process against the database) and how an error's
+`extensions.code` becomes an exit code. Prints nothing.
+"""
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from laneway.errors import LanewayError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+# The plain fields of WorkflowInstanceStatus in schema order, then waitingReason: what
+# `laneway status --json` has always printed (tests and scripts read it).
+INSTANCE_FIELDS = """
+  instanceID name queue status attempts lastError createdAt updatedAt priority runAfter
+  params result parentID stage checkpoint progress message concurrencyKey checkpointInputSchema
+  waitingReason { code message until }
+"""
+EVENT_FIELDS = "eventID type instanceID name status at attempt error stage checkpoint signal"
+
+STATUS = f"query ($id: ID!) {{ workflowInstance(instanceID: $id) {{ {INSTANCE_FIELDS} }} }}"
+PROGRESS = "query ($id: ID!) { workflowInstance(instanceID: $id) { status progress message } }"
+ENQUEUE = """
+mutation ($name: String!, $params: JSON, $queue: String, $priority: Int, $delayMs: Float,
+          $idempotencyKey: String, $singletonKey: String, $concurrencyKey: String) {
+  enqueueWorkflow(name: $name, params: $params, queue: $queue, priority: $priority,
+                  delayMs: $delayMs, idempotencyKey: $idempotencyKey,
+                  singletonKey: $singletonKey, concurrencyKey: $concurrencyKey) {
+    instanceID created
+  }
+}"""
+CANCEL = "mutation ($id: ID!) { action: cancelWorkflow(instanceID: $id) { instanceID status } }"
+RETRY = "mutation ($id: ID!) { action: retryWorkflow(instanceID: $id) { instanceID status } }"
+RESUME = """mutation ($id: ID!, $input: JSON) {
+  action: resumeWorkflow(instanceID: $id, input: $input) { instanceID status }
+}"""
+SIGNAL = """mutation ($id: ID!, $name: String!, $payload: JSON, $idempotencyKey: String) {
+  signalWorkflow(instanceID: $id, name: $name, payload: $payload,
+                 idempotencyKey: $idempotencyKey) {
+    signalID accepted instance { status }
+  }
+}"""
+WORKFLOWS = "{ workflows { name queue kind stages description } }"
+QUEUES = """{ queues {
+  name concurrency ratePerMinute keyConcurrency keyRatePerMinute paused settingsSource
+  counts { pending running paused waiting completed failed cancelled }
+} }"""
+EVENTS = f"""subscription ($id: ID, $after: ID) {{
+  workflowEvents(instanceID: $id, afterEventID: $after) {{ {EVENT_FIELDS} }}
+}}"""
+
+# What each `extensions.code` means for the exit status: 1 for "it is not so" (unknown, in
+# the wrong status, the server cannot serve now), 2 for "you asked wrongly".
+EXIT_CODES = {
+    "NOT_FOUND": EXIT_FAILED,
+    "CONFLICT": EXIT_FAILED,
+    "BAD_USER_INPUT": EXIT_USAGE,
+    "GRAPHQL_VALIDATION_FAILED": EXIT_USAGE,
+    "UNAUTHENTICATED": EXIT_USAGE,
+    "FORBIDDEN": EXIT_USAGE,
+}
+
+JSONObject = dict[str, Any]
+
+
+class CommandError(LanewayError):
+    """The command could not do what was asked; `exit_code` is what `laneway` exits with."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+def raise_for_errors(errors: Sequence[Mapping[str, Any]], where: str) -> None:
+    """Raise the first GraphQL error as a CommandError with the exit code its code means.
+
+    Raises:
+        CommandError: there is an error.
+    """
+    if not errors:
+        return
+    first = errors[0]
+    extensions = first.get("extensions") or {}
+    code = extensions.get("code")
+    message = str(first.get("message") or "the request failed")
+    if code == "UNAUTHENTICATED":
+        message = f"{where} needs a token: pass --token TOKEN or set LANEWAY_TOKEN"
+    elif code == "FORBIDDEN":
+        message = f"{where} refused the token: {message}"
+    elif code in ("SERVICE_UNAVAILABLE", "RATE_LIMITED", "TIMEOUT"):
+        message = f"{where} cannot serve this now: {message}"
+    raise CommandError(message, EXIT_CODES.get(str(code), EXIT_FAILED))
+
+
+class Client(Protocol):
+    """Runs the CLI's GraphQL documents: against a server (--url) or the database."""
+
+    @property
+    def where(self) -> str:
+        """What it talks to, for messages ("the server at http://…", "the database")."""
+        ...
+
+    async def execute(self, document: str, **variables: object) -> JSONObject:
+        """The `data` of one query or mutation.
+
+        Raises:
+            CommandError: the operation failed (with the exit code its error code means).
+        """
+        ...
+
+    def check_workflow(self, name: str) -> None:
+        """Refuse, before enqueueing, a workflow name that this client cannot know.
+
+        Raises:
+            CommandError: the name is not registered where enqueue checks it.
+        """
+        ...
+
+    def follow(
+        self, instance_id: str | None, after: str | None
+    ) -> AbstractAsyncContextManager[AsyncIterator[JSONObject]]:
+        """Events in commit order (WorkflowEvent fields), after `after` (None: from now on),
+        of one instance or of all, as they happen."""
+        ...

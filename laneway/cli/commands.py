@@ -1,0 +1,255 @@
+"""The subcommands that read or act on instances, workflows and queues.
+
+Owns what each of enqueue, cancel, resume, retry, signal, status, workflows, queues and watch
+asks and prints. Each opens a Client: the server's GraphQL API with --url, the database
+without; the GraphQL documents and error codes are the same either way (client.py).
+"""
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Callable
+from uuid import UUID
+
+from laneway.cli import output
+from laneway.cli.client import (
+    CANCEL,
+    ENQUEUE,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROGRESS,
+    QUEUES,
+    RESUME,
+    RETRY,
+    SIGNAL,
+    STATUS,
+    WORKFLOWS,
+    Client,
+    CommandError,
+    JSONObject,
+)
+from laneway.config import Settings
+
+
+@contextlib.asynccontextmanager
+async def open_client(args: argparse.Namespace, settings: Settings) -> AsyncIterator[Client]:
+    """The server's API when --url is given, else the database of `settings`."""
+    if args.url:
+        from laneway.cli.remote import open_remote
+
+        async with open_remote(args.url, args.token) as remote:
+            yield remote
+        return
+    if args.token:
+        raise CommandError("--token is for a server: give its --url too", EXIT_USAGE)
+    from laneway.cli.local import open_local
+
+    async with open_local(settings) as local:
+        yield local
+
+
+def instance_id(text: str) -> str:
+    """An instance id as given on the command line, checked.
+
+    Raises:
+        CommandError: it is not a UUID (exit 2).
+    """
+    try:
+        return str(UUID(text))
+    except ValueError:
+        raise CommandError(f"not an instance id: {text!r}", EXIT_USAGE) from None
+
+
+def json_option(text: str | None, option: str) -> object:
+    """The JSON of an option (None when it is not given).
+
+    Raises:
+        CommandError: it is not strict JSON (exit 2, naming the option).
+    """
+    from laneway.api.http.strict_json import strict_json_loads
+
+    if text is None:
+        return None
+    try:
+        return strict_json_loads(text)
+    except ValueError as exc:
+        raise CommandError(f"{option} is not valid JSON: {exc}", EXIT_USAGE) from None
+
+
+async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    """Enqueue one instance and print `{"instanceID", "created"}`."""
+    params = json_option(args.params, "--params")
+    async with open_client(args, settings) as client:
+        client.check_workflow(args.name)
+        data = await client.execute(
+            ENQUEUE,
+            name=args.name,
+            params=params,
+            queue=args.queue,
+            priority=args.priority,
+            delayMs=args.delay_ms,
+            idempotencyKey=args.idempotency_key,
+            singletonKey=args.singleton_key,
+            concurrencyKey=args.concurrency_key,
+        )
+    output.print_json(data["enqueueWorkflow"])
+    return EXIT_OK
+
+
+async def _action(
+    args: argparse.Namespace, settings: Settings, document: str, **extra: object
+) -> int:
+    target = instance_id(args.instance_id)
+    async with open_client(args, settings) as client:
+        data = await client.execute(document, id=target, **extra)
+    output.print_json(data["action"])
+    return EXIT_OK
+
+
+async def cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Cancel an instance (a running handler is stopped) and print `{"instanceID", "status"}`."""
+    return await _action(args, settings, CANCEL)
+
+
+async def retry(args: argparse.Namespace, settings: Settings) -> int:
+    """Run a failed instance again and print `{"instanceID", "status"}`."""
+    return await _action(args, settings, RETRY)
+
+
+async def resume(args: argparse.Namespace, settings: Settings) -> int:
+    """Resume a paused instance, with `--input` for its checkpoint's input schema."""
+    given = json_option(args.input, "--input")
+    return await _action(args, settings, RESUME, input=given)
+
+
+async def send_signal(args: argparse.Namespace, settings: Settings) -> int:
+    """Send a signal and print `{"signalID", "accepted", "status"}`."""
+    target = instance_id(args.instance_id)
+    payload = json_option(args.payload, "--payload")
+    async with open_client(args, settings) as client:
+        data = await client.execute(
+            SIGNAL, id=target, name=args.name, payload=payload, idempotencyKey=args.idempotency_key
+        )
+    sent = data["signalWorkflow"]
+    output.print_json(
+        {
+            "signalID": sent["signalID"],
+            "accepted": sent["accepted"],
+            "status": sent["instance"]["status"],
+        }
+    )
+    return EXIT_OK
+
+
+async def _instance(client: Client, target: str) -> JSONObject:
+    data = await client.execute(STATUS, id=target)
+    shape: JSONObject | None = data["workflowInstance"]
+    if shape is None:
+        raise CommandError(f"no instance {target}", EXIT_FAILED)
+    return shape
+
+
+async def status(args: argparse.Namespace, settings: Settings) -> int:
+    """Show one instance: a table, or with --json its GraphQL fields and waitingReason."""
+    target = instance_id(args.instance_id)
+    async with open_client(args, settings) as client:
+        shape = await _instance(client, target)
+    if args.json:
+        output.print_json(shape)
+    else:
+        output.console().print(output.instance_table(shape))
+    return EXIT_OK
+
+
+async def workflows(args: argparse.Namespace, settings: Settings) -> int:
+    """List the workflows, as a table or JSON."""
+    async with open_client(args, settings) as client:
+        listed: list[JSONObject] = (await client.execute(WORKFLOWS))["workflows"]
+    if args.json:
+        output.print_json(listed)
+    elif not listed:
+        where = "the server" if args.url else "LANEWAY_WORKFLOWS"
+        output.console().print(f"No workflows are registered in {where}.")
+    else:
+        output.console().print(output.workflows_table(listed))
+    return EXIT_OK
+
+
+async def queues(args: argparse.Namespace, settings: Settings) -> int:
+    """List the queues with their caps and counts per status, as a table or JSON."""
+    async with open_client(args, settings) as client:
+        listed: list[JSONObject] = (await client.execute(QUEUES))["queues"]
+    if args.json:
+        output.print_json(listed)
+    else:
+        output.console().print(output.queues_table(listed))
+    return EXIT_OK
+
+
+def _on_signals(callback: Callable[[], object]) -> None:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, callback)
+
+
+async def watch(args: argparse.Namespace, settings: Settings) -> int:
+    """Follow events: of one instance from its start until it ends (exit 0 when it completed,
+    1 otherwise), or of every instance until Ctrl-C."""
+    target = instance_id(args.instance) if args.instance else None
+    after = str(args.after) if args.after is not None else None
+    task = asyncio.current_task()
+    assert task is not None
+    async with open_client(args, settings) as client:
+        if target is not None:
+            await _instance(client, target)  # an unknown id fails now, not never
+        _on_signals(task.cancel)
+        try:
+            if target is None:
+                await _follow_all(client, after, as_json=args.json)
+                return EXIT_OK
+            ended = await _follow_instance(client, target, after or "0", as_json=args.json)
+        except asyncio.CancelledError:
+            task.uncancel()
+            return EXIT_OK
+    return EXIT_OK if ended == "completed" else EXIT_FAILED
+
+
+async def _follow_all(client: Client, after: str | None, *, as_json: bool) -> None:
+    out = output.console()
+    async with client.follow(None, after) as events:
+        async for event in events:
+            if as_json:
+                output.print_json(event)
+            else:
+                out.print(output.event_line(event))
+
+
+async def _follow_instance(client: Client, target: str, after: str, *, as_json: bool) -> str:
+    """Print the instance's events until its terminal one; return its terminal status."""
+    if as_json:
+        async with client.follow(target, after) as events:
+            async for event in events:
+                output.print_json(event)
+                if event["type"] in output.TERMINAL:
+                    return str(event["type"])
+        raise CommandError(f"the event stream of {target} ended early")
+    out = output.console()
+    with output.progress_bar(out) as bar:
+        task = bar.add_task("waiting", total=1.0)
+        async with client.follow(target, after) as events:
+            async for event in events:
+                bar.console.print(output.event_line(event, with_instance=False))
+                now = (await client.execute(PROGRESS, id=target))["workflowInstance"] or {}
+                progress = now.get("progress")
+                if event["type"] == "completed":
+                    progress = 1.0
+                bar.update(
+                    task,
+                    completed=progress or 0.0,
+                    description=now.get("message") or event["status"],
+                )
+                if event["type"] in output.TERMINAL:
+                    return str(event["type"])
+    raise CommandError(f"the event stream of {target} ended early")

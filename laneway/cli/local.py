@@ -1,0 +1,102 @@
+"""The Client of database mode (no --url): the API's own schema, executed in this process.
+
+Owns running the CLI's GraphQL documents in-process against open_services (DATABASE_URL, or
+the embedded PostgreSQL of the current folder), so both modes answer with the same fields and
+the same error codes; and following events through the event hub. The workflows it knows
+are those of LANEWAY_WORKFLOWS only.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from laneway.cli.client import EXIT_USAGE, CommandError, JSONObject, raise_for_errors
+from laneway.events import EventSelection
+from laneway.services import Services, open_services
+
+if TYPE_CHECKING:
+    from laneway.config import Settings
+
+
+def graphql_shape(value: object) -> JSONObject:
+    """A Strawberry object as JSON with the schema's field names (plain fields, nested too)."""
+    from strawberry.schema.name_converter import NameConverter
+    from strawberry.types.base import get_object_definition
+
+    names = NameConverter()  # the ID-suffixed fields carry their names (instanceID)
+    definition = get_object_definition(value, strict=True)
+    shape: JSONObject = {}
+    for field in definition.fields:
+        if field.base_resolver is not None:
+            continue
+        item = getattr(value, field.python_name)
+        if get_object_definition(item) is not None:
+            item = graphql_shape(item)
+        shape[names.get_graphql_name(field)] = item
+    return shape
+
+
+class LocalClient:
+    """Runs documents through the real schema with an open permission: whoever can reach the
+    database can do anything there anyway."""
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    @property
+    def where(self) -> str:
+        return "the database"
+
+    async def execute(self, document: str, **variables: object) -> JSONObject:
+        from laneway.api.auth import BearerTokens
+        from laneway.api.graphql.context import LanewayContext
+        from laneway.api.graphql.schema import schema
+
+        context = LanewayContext(services=self._services, permission=BearerTokens(tokens=()))
+        result = await schema.execute(document, variable_values=variables, context_value=context)
+        raise_for_errors([error.formatted for error in result.errors or ()], self.where)
+        data: dict[str, Any] = result.data or {}
+        return data
+
+    def check_workflow(self, name: str) -> None:
+        registry = self._services.engine.registry
+        if name in registry:
+            return
+        modules = ",".join(self._services.settings.workflow_modules)
+        known = ", ".join(registry.names()) or "none"
+        source = f"LANEWAY_WORKFLOWS={modules}" if modules else "LANEWAY_WORKFLOWS (not set)"
+        raise CommandError(
+            f"unknown workflow {name!r}: without --url, enqueue knows only the workflows of"
+            f" {source}, which registers: {known}. To enqueue through a running server and its"
+            " workflows, add --url (for example --url http://127.0.0.1:8000)",
+            EXIT_USAGE,
+        )
+
+    @contextlib.asynccontextmanager
+    async def follow(
+        self, instance_id: str | None, after: str | None
+    ) -> AsyncIterator[AsyncIterator[JSONObject]]:
+        from laneway.api.graphql.types import WorkflowEvent
+
+        selection = EventSelection(UUID(instance_id) if instance_id else None)
+        async with self._services.hub.open_stream(
+            after_event_id=int(after) if after is not None else None, matches=selection
+        ) as events:
+
+            async def shapes() -> AsyncIterator[JSONObject]:
+                async for event in events:
+                    yield graphql_shape(WorkflowEvent.from_record(event))
+
+            yield shapes()
+
+
+@contextlib.asynccontextmanager
+async def open_local(settings: "Settings") -> AsyncIterator[LocalClient]:
+    """A LocalClient on this process's database and LANEWAY_WORKFLOWS (importable from the
+    current folder, as for serve and worker)."""
+    from laneway.cli.process import current_folder_on_path
+
+    current_folder_on_path()
+    async with open_services(settings, role="cli") as services:
+        yield LocalClient(services)

@@ -1,0 +1,194 @@
+"""What the CLI prints for a person: rich tables, human times, event lines, a progress bar.
+
+Owns presentation only; the shapes it renders are the GraphQL fields the Client returns.
+JSON output (`--json`, and the one-line answers of actions) is printed here too, unchanged.
+"""
+
+import json
+import sys
+import time
+from datetime import datetime
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from laneway.cli.client import JSONObject
+
+STATUS_STYLES = {
+    "pending": "yellow",
+    "running": "cyan",
+    "paused": "magenta",
+    "waiting": "magenta",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "dim",
+}
+# Short enough that a queue's row fits 80 columns; the JSON (--json) has the full names.
+SHORT_HEADERS = {
+    "pending": "pend",
+    "running": "run",
+    "paused": "paused",
+    "waiting": "wait",
+    "completed": "done",
+    "failed": "failed",
+    "cancelled": "cancel",
+}
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def console() -> Console:
+    """A console on stdout; plain text (no colours or markup) when stdout is not a terminal."""
+    return Console(highlight=False, soft_wrap=False)
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value), file=sys.stdout, flush=True)
+
+
+def human_time(ms: float | None, now: float | None = None) -> str:
+    """Epoch milliseconds as local time, with how long ago or ahead ("… (5 s ago)")."""
+    if ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(ms / 1000).astimezone()
+    return f"{moment:%Y-%m-%d %H:%M:%S} ({relative(ms, now)})"
+
+
+def clock(ms: float) -> str:
+    """Epoch milliseconds as the local time of day, to the millisecond."""
+    return f"{datetime.fromtimestamp(ms / 1000).astimezone():%H:%M:%S.%f}"[:-3]
+
+
+def relative(ms: float, now: float | None = None) -> str:
+    """'just now', '42 s ago', 'in 3 min', '2 h ago', '5 d ago'."""
+    delta = ms / 1000 - (time.time() if now is None else now)
+    span = abs(delta)
+    if span < 1:
+        return "just now"
+    for unit, size in (("d", 86_400), ("h", 3600), ("min", 60), ("s", 1)):
+        if span >= size:
+            amount = f"{int(span // size)} {unit}"
+            return f"in {amount}" if delta > 0 else f"{amount} ago"
+    return "just now"  # unreachable: span >= 1 matches "s"
+
+
+def _status(status: str) -> Text:
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def _json_text(value: object) -> str:
+    return "-" if value is None else json.dumps(value)
+
+
+def instance_table(shape: JSONObject) -> Table:
+    """One instance as a two-column table: field, value."""
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    reason = shape.get("waitingReason")
+    progress = shape.get("progress")
+    rows: list[tuple[str, str | Text]] = [
+        ("instance", str(shape["instanceID"])),
+        ("workflow", str(shape["name"])),
+        ("queue", str(shape["queue"])),
+        ("status", _status(str(shape["status"]))),
+        ("waiting", f"{reason['code']}: {reason['message']}" if reason else "-"),
+        ("attempts", str(shape["attempts"])),
+        ("stage", shape.get("stage") or "-"),
+        ("progress", f"{progress:.0%}" if progress is not None else "-"),
+        ("message", shape.get("message") or "-"),
+        ("last error", shape.get("lastError") or "-"),
+        ("created", human_time(shape["createdAt"])),
+        ("updated", human_time(shape["updatedAt"])),
+        ("run after", human_time(shape["runAfter"])),
+        ("priority", str(shape["priority"])),
+        ("concurrency key", shape.get("concurrencyKey") or "-"),
+        ("parent", shape.get("parentID") or "-"),
+        ("params", _json_text(shape.get("params"))),
+        ("result", _json_text(shape.get("result"))),
+    ]
+    if shape.get("checkpointInputSchema") is not None:
+        rows.append(("input schema", _json_text(shape["checkpointInputSchema"])))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def workflows_table(workflows: list[JSONObject]) -> Table:
+    table = Table(title="Workflows", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("name", "queue", "kind", "stages", "description"):
+        table.add_column(column, overflow="fold")
+    for workflow in workflows:
+        table.add_row(
+            workflow["name"],
+            workflow["queue"],
+            workflow["kind"],
+            ", ".join(workflow["stages"]) or "-",
+            workflow["description"] or "-",
+        )
+    return table
+
+
+def _limits(queue: JSONObject) -> str:
+    """A queue's caps in one cell: "10, 60/min; per key 2, 5/min; paused"."""
+    parts = [str(queue["concurrency"])]
+    if queue["ratePerMinute"] is not None:
+        parts[0] += f", {queue['ratePerMinute']:g}/min"
+    if queue["keyConcurrency"] is not None or queue["keyRatePerMinute"] is not None:
+        key = [str(queue["keyConcurrency"])] if queue["keyConcurrency"] is not None else []
+        if queue["keyRatePerMinute"] is not None:
+            key.append(f"{queue['keyRatePerMinute']:g}/min")
+        parts.append("per key " + ", ".join(key))
+    if queue["paused"]:
+        parts.append("paused")
+    return "; ".join(parts)
+
+
+def queues_table(queues: list[JSONObject]) -> Table:
+    """Queues: name, caps (running at once, starts per minute, per key), counts per status."""
+    table = Table(title="Queues", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("queue", overflow="fold")
+    table.add_column("limits", overflow="fold")
+    for status, header in SHORT_HEADERS.items():
+        table.add_column(header, justify="right", style=STATUS_STYLES[status], no_wrap=True)
+    for queue in queues:
+        counts = queue["counts"]
+        table.add_row(queue["name"], _limits(queue), *(str(counts[s]) for s in STATUS_STYLES))
+    return table
+
+
+def event_line(event: JSONObject, *, with_instance: bool = True) -> Text:
+    """One event for a person: time, type, workflow (and instance), then what it carries."""
+    line = Text(clock(event["at"]) + "  ")
+    line.append(f"{event['type']:<10}", style=STATUS_STYLES.get(event["status"], ""))
+    line.append(f"  {event['name']}")
+    if with_instance:
+        line.append(f"  {event['instanceID']}", style="dim")
+    details = [
+        f"{label} {event[key]}"
+        for label, key in (
+            ("attempt", "attempt"),  # 0 (not yet started) is left out below
+            ("stage", "stage"),
+            ("checkpoint", "checkpoint"),
+            ("signal", "signal"),
+        )
+        if event.get(key) is not None and not (key == "attempt" and event[key] == 0)
+    ]
+    if details:
+        line.append("  " + ", ".join(details))
+    if event.get("error"):
+        line.append(f"  error: {event['error']}", style="red")
+    return line
+
+
+def progress_bar(out: Console) -> Progress:
+    """The bar `watch --instance` shows: the instance's message, its progress, time elapsed."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=out,
+    )

@@ -1,0 +1,158 @@
+"""The Client of --url: the server's GraphQL API over HTTP (httpx) and websockets.
+
+Owns the HTTP request (POST BASE/graphql with the bearer token), the graphql-transport-ws
+subscription that `watch` follows, and turning an unreachable or non-Laneway server into a
+one-line error. The workflows it knows are the server's.
+"""
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from laneway.cli.client import (
+    EVENTS,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CommandError,
+    JSONObject,
+    raise_for_errors,
+)
+
+PROTOCOL = "graphql-transport-ws"
+TIMEOUT_SECONDS = 30.0
+
+
+def base_url(text: str) -> str:
+    """The server's base URL as given to --url, without a trailing slash or `/graphql`.
+
+    Raises:
+        CommandError: it is not an http(s) URL (exit 2).
+    """
+    url = text.strip().rstrip("/")
+    url = url.removesuffix("/graphql")
+    parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
+    if parsed is None or not parsed.host:
+        raise CommandError(
+            f"--url must be the server's base URL, such as http://127.0.0.1:8000, not {text!r}",
+            EXIT_USAGE,
+        )
+    return url
+
+
+class RemoteClient:
+    """GraphQL over HTTP to one server; `token` goes as `Authorization: Bearer …`."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str, token: str | None) -> None:
+        self._client, self._url, self._token = client, url, token
+
+    @property
+    def where(self) -> str:
+        return f"the server at {self._url}"
+
+    def _authorization(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._token}"} if self._token else {}
+
+    async def execute(self, document: str, **variables: object) -> JSONObject:
+        try:
+            response = await self._client.post(
+                f"{self._url}/graphql",
+                json={"query": document, "variables": variables},
+                headers=self._authorization(),
+            )
+        except httpx.TransportError as exc:
+            raise CommandError(f"cannot reach {self.where}: {_reason(exc)}") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise CommandError(
+                f"{self.where} answered HTTP {response.status_code} without a GraphQL response"
+                " (is it a Laneway server? --url is its base URL, without /graphql)"
+            )
+        errors = body.get("errors")
+        if errors is None and "error" in body:  # the JSON bodies of 413/429/503/504
+            errors = [{"message": body.get("message") or body["error"], "extensions": body}]
+        raise_for_errors(errors or [], self.where)
+        if response.status_code != 200 or not isinstance(body.get("data"), dict):
+            raise CommandError(f"{self.where} answered HTTP {response.status_code}")
+        data: dict[str, Any] = body["data"]
+        return data
+
+    def check_workflow(self, name: str) -> None:
+        """Nothing to check here: the server's own registry decides."""
+
+    @contextlib.asynccontextmanager
+    async def follow(
+        self, instance_id: str | None, after: str | None
+    ) -> AsyncIterator[AsyncIterator[JSONObject]]:
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+        ws_url = "ws" + self._url.removeprefix("http") + "/graphql"
+        try:
+            async with connect(ws_url, subprotocols=[PROTOCOL]) as socket:  # type: ignore[list-item]
+                await socket.send(
+                    json.dumps({"type": "connection_init", "payload": self._authorization()})
+                )
+                if json.loads(await socket.recv()).get("type") != "connection_ack":
+                    raise CommandError(f"{self.where} did not accept the subscription")
+                variables = {"id": instance_id, "after": after}
+                await socket.send(
+                    json.dumps(
+                        {
+                            "id": "1",
+                            "type": "subscribe",
+                            "payload": {"query": EVENTS, "variables": variables},
+                        }
+                    )
+                )
+
+                async def events() -> AsyncIterator[JSONObject]:
+                    async for raw in socket:
+                        message = json.loads(raw)
+                        kind = message.get("type")
+                        if kind == "ping":
+                            await socket.send(json.dumps({"type": "pong"}))
+                        elif kind == "next":
+                            payload = message.get("payload") or {}
+                            raise_for_errors(payload.get("errors") or [], self.where)
+                            yield payload["data"]["workflowEvents"]
+                        elif kind == "error":
+                            raise_for_errors(message.get("payload") or [{}], self.where)
+                        elif kind == "complete":
+                            return
+
+                yield events()
+        except ConnectionClosed as exc:
+            raise _closed(exc.rcvd.code if exc.rcvd else None, self.where) from None
+        except InvalidStatus as exc:
+            raise CommandError(
+                f"{self.where} refused the websocket (HTTP {exc.response.status_code})"
+            ) from None
+        except (OSError, InvalidHandshake, TimeoutError) as exc:
+            raise CommandError(f"cannot reach {self.where}: {_reason(exc)}") from None
+
+
+def _closed(code: int | None, where: str) -> CommandError:
+    if code == 4403:  # graphql-transport-ws: Forbidden (no token, or a wrong one)
+        return CommandError(
+            f"{where} refused the subscription: pass a valid --token or set LANEWAY_TOKEN",
+            EXIT_USAGE,
+        )
+    return CommandError(f"lost the connection to {where} (close code {code})", EXIT_FAILED)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+@contextlib.asynccontextmanager
+async def open_remote(url: str, token: str | None) -> AsyncIterator[RemoteClient]:
+    """A RemoteClient for the server at the base URL `url`."""
+    async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
+        yield RemoteClient(client, base_url(url), token)

@@ -1,0 +1,163 @@
+"""`laneway … --url BASE` as a user runs it: subprocesses against a real uvicorn server in this
+test's event loop, with no database and no workflows of their own.
+
+Through --url every instance subcommand uses the server's GraphQL API and its registry; error
+codes map to exit codes (NOT_FOUND, CONFLICT: 1; BAD_USER_INPUT, UNAUTHENTICATED, FORBIDDEN: 2;
+an unreachable server: 1), each a one-line message.
+"""
+
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+from uuid import UUID
+
+from laneway.model import Status
+from laneway.store import Store
+from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
+from tests.engine.helpers import until_status
+from tests.test_cli import ROOT, environment, laneway
+
+NOWHERE = "postgresql://nobody@127.0.0.1:1/none"  # any use of a database would fail
+UNKNOWN = "00000000-0000-7000-8000-000000000000"
+
+
+def client_env(**extra: str) -> dict[str, str]:
+    """A CLI environment with no usable database and no workflows: all must come from --url."""
+    env = environment(NOWHERE, COLUMNS="120", **extra)
+    env["LANEWAY_WORKFLOWS"] = ""
+    return env
+
+
+def url_of(server: LiveServer) -> str:
+    return f"http://127.0.0.1:{server.port}"
+
+
+async def remote(server: LiveServer, *args: str, **extra: str) -> tuple[int, str, str]:
+    return await laneway(*args, "--url", url_of(server), env=client_env(**extra), timeout=60)
+
+
+async def test_url_uses_the_servers_api_and_workflows(database_url: str) -> None:
+    async with live_server(make_settings(database_url)) as server:
+        code, out, err = await remote(server, "workflows", "--json")
+        assert code == 0, err
+        names = {w["name"] for w in json.loads(out)}
+        assert {"countdown", "hello"} <= names  # the server's registry, not LANEWAY_WORKFLOWS
+        code, out, err = await remote(
+            server, "enqueue", "countdown", "--params", '{"n": 3, "delayMs": 20}'
+        )
+        assert code == 0, err
+        created: dict[str, Any] = json.loads(out)
+        assert created["created"] is True
+        instance_id = created["instanceID"]
+        code, out, err = await remote(server, "watch", "--instance", instance_id)
+        assert code == 0, err
+        assert "completed" in out.splitlines()[-2]  # the last event, above the final bar
+        assert "3 of 3" in out
+        code, out, err = await remote(server, "status", instance_id, "--json")
+        assert code == 0, err
+        shown = json.loads(out)
+        assert (shown["status"], shown["result"]) == ("completed", {"count": 3})
+        assert shown["waitingReason"] is None
+        code, out, err = await remote(server, "queues")
+        assert code == 0, err
+        assert any(line.split()[:1] == ["countdown"] for line in out.splitlines()), out
+        code, _, err = await remote(server, "enqueue", "nope")
+        assert code == 2
+        assert "unknown workflow 'nope'" in err
+
+
+async def test_actions_over_url_and_their_exit_codes(database_url: str, store: Store) -> None:
+    async with live_server(make_settings(database_url)) as server:
+        code, out, _ = await remote(
+            server, "enqueue", "countdown", "--params", '{"n": 100, "delayMs": 200}'
+        )
+        instance_id = json.loads(out)["instanceID"]
+        code, out, err = await remote(server, "cancel", instance_id)
+        assert code == 0, err
+        assert json.loads(out) == {"instanceID": instance_id, "status": "cancelled"}
+        code, out, _ = await remote(server, "watch", "--instance", instance_id, "--json")
+        assert code == 1  # it ended cancelled
+        assert json.loads(out.splitlines()[-1])["type"] == "cancelled"
+        code, _, err = await remote(server, "retry", instance_id)
+        assert code == 1  # CONFLICT
+        assert "while it is cancelled" in err
+        code, _, err = await remote(server, "resume", UNKNOWN)
+        assert code == 1  # NOT_FOUND
+        code, _, err = await remote(server, "status", UNKNOWN)
+        assert code == 1
+        assert "no instance" in err
+        code, _, err = await remote(server, "enqueue", "countdown", "--params", '{"n": -1}')
+        assert code == 2  # BAD_USER_INPUT
+        code, out, err = await remote(
+            server, "enqueue", "approval", "--params", '{"timeoutSeconds": 600}'
+        )
+        assert code == 0, err
+        waiting = json.loads(out)["instanceID"]
+        await until_status(store, UUID(waiting), Status.WAITING, timeout=30)
+        code, out, err = await remote(
+            server, "signal", waiting, "approve", "--payload", '{"by": "url"}'
+        )
+        assert code == 0, err
+        assert json.loads(out)["accepted"] is True
+
+
+async def test_tokens_are_sent_and_refusals_are_clear(database_url: str) -> None:
+    async with live_server(make_settings(database_url, api_tokens=(TOKEN,))) as server:
+        code, _, err = await remote(server, "status", UNKNOWN)
+        assert code == 2
+        assert f"the server at {url_of(server)} needs a token" in err
+        assert "--token" in err
+        code, _, err = await remote(server, "status", UNKNOWN, "--token", "wrong")
+        assert code == 2
+        assert "refused the token" in err
+        code, _, err = await remote(server, "watch", "--token", "wrong")
+        assert code == 2
+        assert "refused the subscription" in err
+        code, _, err = await remote(server, "status", UNKNOWN, LANEWAY_TOKEN=TOKEN)
+        assert code == 1  # through: the server looked and found nothing
+        assert "no instance" in err
+        code, out, err = await remote(server, "queues", "--json", "--token", TOKEN)
+        assert code == 0, err
+        assert isinstance(json.loads(out), list)
+
+
+async def test_a_server_that_cannot_be_reached_is_one_line_exit_1(database_url: str) -> None:
+    env = client_env()
+    code, _, err = await laneway("status", UNKNOWN, "--url", "http://127.0.0.1:1", env=env)
+    assert code == 1
+    assert err.startswith("laneway: cannot reach the server at http://127.0.0.1:1")
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = await laneway("watch", "--url", "http://127.0.0.1:1", env=env)
+    assert code == 1
+    assert "cannot reach" in err
+    code, _, err = await laneway("queues", "--url", "127.0.0.1:8000", env=env)
+    assert code == 2
+    assert "--url must be the server's base URL, such as http://127.0.0.1:8000" in err
+    async with live_server(make_settings(database_url)) as server:
+        code, _, err = await laneway("queues", "--url", f"{url_of(server)}/nothing-here", env=env)
+    assert code == 1
+    assert "without a GraphQL response" in err
+
+
+async def test_watch_over_url_follows_new_events_until_interrupted(database_url: str) -> None:
+    async with live_server(make_settings(database_url)) as server:
+        watcher = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "laneway", "watch", "--json", "--url", url_of(server),
+            cwd=ROOT, env=client_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert watcher.stdout is not None
+        try:
+            await server.wait_for_subscribers(1)
+            code, out, err = await remote(server, "enqueue", "hello", "--params", '{"name": "L"}')
+            assert code == 0, err
+            async with asyncio.timeout(30):
+                first = json.loads(await watcher.stdout.readline())
+        finally:
+            watcher.send_signal(signal.SIGINT)
+            async with asyncio.timeout(30):
+                await watcher.wait()
+    assert (first["type"], first["instanceID"]) == ("enqueued", json.loads(out)["instanceID"])
+    assert watcher.returncode == 0

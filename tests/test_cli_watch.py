@@ -1,0 +1,74 @@
+"""`laneway watch --instance` and `laneway retry` as a user runs them, in database mode: a
+subprocess against the per-test database, with an engine running the examples in this process.
+
+watch --instance replays from the start, shows the progress and exits with the instance's
+terminal status: 0 completed, 1 failed or cancelled.
+"""
+
+import re
+
+from app.examples import countdown, flaky
+from laneway.model import Status
+from laneway.store import Store
+from tests.engine.helpers import make_engine, until_status
+from tests.test_cli import environment, laneway
+
+
+async def test_watch_an_instance_replays_shows_progress_and_exits_0_when_completed(
+    database_url: str, store: Store
+) -> None:
+    env = environment(database_url, COLUMNS="120")
+    engine = make_engine(store, countdown, poll_interval_seconds=0.05)
+    enqueued = await engine.enqueue("countdown", {"n": 3, "delayMs": 0})
+    instance_id = str(enqueued.instance_id)
+    async with engine.running():
+        await until_status(store, enqueued.instance_id, Status.COMPLETED, timeout=30)
+    # Already over: a replay from the start still shows every event, then exits.
+    code, out, err = await laneway("watch", "--instance", instance_id, env=env, timeout=30)
+    assert code == 0, err
+    lines = out.splitlines()
+    types = [m.group(1) for line in lines if (m := re.match(r"\d\d:\d\d:\d\d\.\d{3}  (\w+)", line))]
+    assert types[0] == "enqueued"
+    assert types[-1] == "completed"
+    assert types.count("checkpoint") == 3
+    assert "3 of 3" in out  # the instance's message, beside its bar
+    assert "100%" in out
+    assert "1700000000" not in out  # no epoch numbers
+    code, out, err = await laneway("watch", "--instance", instance_id, "--json", env=env)
+    assert code == 0, err
+    assert out.splitlines()[-1].startswith('{"eventID"')
+    assert '"type": "completed"' in out.splitlines()[-1]
+
+
+async def test_watch_exits_1_when_the_instance_fails_and_retry_runs_it_again(
+    database_url: str, store: Store
+) -> None:
+    env = environment(database_url)
+    engine = make_engine(store, flaky, poll_interval_seconds=0.05)
+    enqueued = await engine.enqueue("flaky", {"failTimes": 100})
+    instance_id = str(enqueued.instance_id)
+    async with engine.running():
+        # Following while it runs: the watcher ends by itself when the instance does.
+        code, out, err = await laneway("watch", "--instance", instance_id, env=env, timeout=60)
+        assert code == 1, err
+        assert "failed" in out.splitlines()[-1]
+        assert "flaky failure" in out  # the attempts' errors are shown
+        code, out, err = await laneway("retry", instance_id, env=env)
+        assert code == 0, err
+        assert out.startswith(f'{{"instanceID": "{instance_id}", "status": "pending"')
+        await until_status(store, enqueued.instance_id, Status.FAILED, timeout=30)
+    async with store.connection() as conn:
+        started = await conn.fetchval(
+            "SELECT count(*) FROM laneway.events WHERE instance_id = $1 AND type = 'started'",
+            enqueued.instance_id,
+        )
+    assert started > 3  # the retry ran a fresh budget of attempts after the first three
+
+
+async def test_watch_an_unknown_instance_exits_1_at_once(database_url: str) -> None:
+    code, _, err = await laneway(
+        "watch", "--instance", "00000000-0000-7000-8000-000000000000",
+        env=environment(database_url), timeout=30,
+    )  # fmt: skip
+    assert code == 1
+    assert "no instance" in err
