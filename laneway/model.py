@@ -421,3 +421,17 @@ class Transition:
     error: str | None = None
     stage: str | None = None
     checkpoint: str | None = None
+
+    @classmethod
+    def of(cls, record: InstanceRecord) -> "Transition":
+        """The transition that left an instance as `record` is."""
+        return cls(
+            instance_id=record.instance_id,
+            name=record.name,
+            queue=record.queue,
+            status=record.status,
+            attempts=record.attempts,
+            error=record.last_error,
+            stage=record.stage,
+            checkpoint=record.checkpoint,
+        )

@@ -87,11 +87,18 @@ def content_security_policy(page: str) -> str:
     Nothing may load from elsewhere, so the dashboard works with no internet, and an injected
     script or style would not run.
     """
+    return _policy(
+        f"script-src {_hashes(_INLINE['script'], page)}",
+        f"style-src {_hashes(_INLINE['style'], page)}",
+    )
+
+
+def _policy(*sources: str) -> str:
+    """A page's CSP: nothing but `sources`, connections to this origin, and no framing."""
     return "; ".join(
         (
             "default-src 'none'",
-            f"script-src {_hashes(_INLINE['script'], page)}",
-            f"style-src {_hashes(_INLINE['style'], page)}",
+            *sources,
             "connect-src 'self'",
             "img-src 'self' data:",
             "base-uri 'none'",
@@ -124,19 +131,7 @@ def graphiql_security_policy(style_nonce: str) -> str:
     elements its dialogs add (react-remove-scroll), which carry the page's nonce. Its fonts
     are data: URLs in graphiql.min.css; connect-src 'self' admits this origin's websocket.
     """
-    return "; ".join(
-        (
-            "default-src 'none'",
-            "script-src 'self'",
-            f"style-src 'self' 'nonce-{style_nonce}'",
-            "font-src data:",
-            "connect-src 'self'",
-            "img-src 'self' data:",
-            "base-uri 'none'",
-            "form-action 'none'",
-            "frame-ancestors 'none'",
-        )
-    )
+    return _policy("script-src 'self'", f"style-src 'self' 'nonce-{style_nonce}'", "font-src data:")
 
 
 @functools.cache

@@ -244,15 +244,7 @@ class Engine(ScheduleCalls, QueueCalls):
         """
         record, changed = await self.store.cancel_instance(instance_id)
         if changed:
-            self.observer.transitioned(
-                Transition(
-                    instance_id=record.instance_id,
-                    name=record.name,
-                    queue=record.queue,
-                    status=record.status,
-                    attempts=record.attempts,
-                )
-            )
+            self.observer.transitioned(Transition.of(record))
             if faults.ARMED:
                 await faults.hit("cancel_transition")
             self.claim_loop.stop_run(instance_id, reason="cancelled")

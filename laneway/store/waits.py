@@ -82,7 +82,8 @@ class WaitStore(StoreBase):
             if ended:
                 await conn.execute(queries.RELEASE_INSTANCE_LOCKS, ended)
             await self._record_failures(
-                conn, [_transition(record) for record, _ in woken if record.status == Status.FAILED]
+                conn,
+                [Transition.of(record) for record, _ in woken if record.status == Status.FAILED],
             )
             await self._append_events(
                 conn,
@@ -99,7 +100,7 @@ class WaitStore(StoreBase):
                     for record, reason in woken
                 ],
             )
-        return [_transition(record) for record, _ in woken], len(rows) >= limit
+        return [Transition.of(record) for record, _ in woken], len(rows) >= limit
 
     async def next_wake_in(self) -> float | None:
         """Seconds until the next wake-up of a waiting or paused instance (<= 0: due now;
@@ -112,15 +113,3 @@ class WaitStore(StoreBase):
         row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
         assert row is not None  # locked by this transaction
         return instance_from_row(row)
-
-
-def _transition(record: InstanceRecord) -> Transition:
-    return Transition(
-        instance_id=record.instance_id,
-        name=record.name,
-        queue=record.queue,
-        status=record.status,
-        attempts=record.attempts,
-        error=record.last_error,
-        stage=record.stage,
-    )
