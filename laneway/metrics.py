@@ -137,7 +137,7 @@ class Metrics:
 
     def watch(self, hub: EventHub, store: Store) -> None:
         """Report this hub's subscribers, listener and deliveries, and this store's pool."""
-        self._process.sources.append((hub, store))
+        self._process.source = (hub, store)
 
     async def refresh(self, store: Store, *, force: bool = False) -> None:
         """Read the cluster-wide figures when the snapshot is older than refresh_seconds
@@ -165,7 +165,7 @@ class _ProcessCollector(Collector):
     """The event hub's and the pool's own counters, read as they are at scrape time."""
 
     def __init__(self) -> None:
-        self.sources: list[tuple[EventHub, Store]] = []
+        self.source: tuple[EventHub, Store] | None = None
 
     def collect(self) -> Iterable[Metric]:
         subscribers = GaugeMetricFamily(
@@ -186,7 +186,8 @@ class _ProcessCollector(Collector):
         idle = GaugeMetricFamily(
             "laneway_pool_connections_idle", "Pooled database connections open and idle."
         )
-        for hub, store in self.sources[:1]:  # one process, one hub and one pool
+        if self.source is not None:
+            hub, store = self.source
             subscribers.add_metric([], hub.subscriber_count)
             listener.add_metric([], 1.0 if hub.is_connected else 0.0)
             reconnects.add_metric([], hub.reconnect_count)

@@ -165,26 +165,33 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
 
 async def workflows(args: argparse.Namespace, settings: Settings) -> int:
     """List the workflows, as a table or JSON."""
-    async with open_client(args, settings) as client:
-        listed: list[JSONObject] = (await client.execute(WORKFLOWS))["workflows"]
-    if args.json:
-        output.print_json(listed)
-    elif not listed:
-        where = "the server" if args.url else "LANEWAY_WORKFLOWS"
-        output.console().print(f"No workflows are registered in {where}.")
-    else:
-        output.console().print(output.workflows_table(listed))
-    return EXIT_OK
+    where = "the server" if args.url else "LANEWAY_WORKFLOWS"
+    empty = f"No workflows are registered in {where}."
+    return await _listing(args, settings, WORKFLOWS, "workflows", output.workflows_table, empty)
 
 
 async def queues(args: argparse.Namespace, settings: Settings) -> int:
     """List the queues with their caps and counts per status, as a table or JSON."""
+    return await _listing(args, settings, QUEUES, "queues", output.queues_table, None)
+
+
+async def _listing(
+    args: argparse.Namespace,
+    settings: Settings,
+    document: str,
+    field: str,
+    table: Callable[[list[JSONObject]], object],
+    empty: str | None,
+) -> int:
+    """Print one list query's answer: JSON with --json, else a table (or `empty` for none)."""
     async with open_client(args, settings) as client:
-        listed: list[JSONObject] = (await client.execute(QUEUES))["queues"]
+        listed: list[JSONObject] = (await client.execute(document))[field]
     if args.json:
         output.print_json(listed)
+    elif not listed and empty is not None:
+        output.console().print(empty)
     else:
-        output.console().print(output.queues_table(listed))
+        output.console().print(table(listed))
     return EXIT_OK
 
 

@@ -2,9 +2,9 @@
 
 Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules, the
 wake-up of waiting instances whose wake time came, this process's row in the live workers
-registry (written at start and at every heartbeat, removed at a clean stop), and the
-once-a-minute queue history roll-up. Does not run user code itself (runner.py) and writes no
-SQL (store).
+registry (written at start and at every heartbeat, removed at a clean stop), and, through
+upkeep.py, retention and the queue history roll-up. Tells its observer of claims and outcomes.
+Does not run user code itself (runner.py) and writes no SQL (store).
 """
 
 import asyncio
@@ -18,7 +18,7 @@ from datetime import datetime
 from uuid import UUID
 
 from laneway.engine import faults, tracing
-from laneway.engine.observer import EngineObserver, NoObserver
+from laneway.engine.observer import EngineObserver
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
 from laneway.engine.upkeep import Upkeep
@@ -57,8 +57,8 @@ class ClaimLoop:
         plan_schedule: SchedulePlanner,
         on_terminal: TerminalCallback,
         spawn: ChildSpawner,
+        observer: EngineObserver,
         role: str = "worker",
-        observer: EngineObserver | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -72,7 +72,7 @@ class ClaimLoop:
         self._plan_schedule = plan_schedule
         self._on_terminal = on_terminal
         self._spawn = spawn
-        self._observer: EngineObserver = observer if observer is not None else NoObserver()
+        self._observer = observer
         self._committer = Committer(store, owner_id, lease_seconds)
         # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
         # claimed while the other's group commit is in flight, instead of the claim and the

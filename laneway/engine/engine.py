@@ -265,12 +265,12 @@ class Engine(ScheduleCalls, QueueCalls):
                 match the schema (InputRejectedError, naming the failing paths); the instance
                 stays paused.
         """
-        current = await self._require(instance_id)
-        if current.status != Status.PAUSED:
-            raise ConflictError(instance_id, current.status, "resume")
-        validate_input(current.checkpoint_input_schema, input, label=current.checkpoint)
+        status, checkpoint, input_schema = await self.store.pause_of(instance_id)
+        if status != Status.PAUSED:
+            raise ConflictError(instance_id, status, "resume")
+        validate_input(input_schema, input, label=checkpoint)
         input_json = None if input is None else encode_json(input, what="input")
-        record = await self.store.resume_instance(instance_id, input_json, current.checkpoint)
+        record = await self.store.resume_instance(instance_id, input_json, checkpoint)
         if record is None:  # resumed (or paused elsewhere) since it was read
             current = await self._require(instance_id)
             raise ConflictError(instance_id, current.status, "resume")

@@ -26,7 +26,7 @@ from laneway.engine.context import (
 )
 from laneway.engine.failures import failure_of
 from laneway.engine.handler_map import Workflow
-from laneway.engine.observer import EngineObserver, NoObserver
+from laneway.engine.observer import EngineObserver
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from laneway.engine.waits import with_retry
 from laneway.errors import InvalidInputError, LeaseLostError
@@ -138,7 +138,7 @@ class RunnerTools:
         owner_id: str,
         record: InstanceRecord,
         spawn: ChildSpawner,
-        observer: EngineObserver | None = None,
+        observer: EngineObserver,
     ) -> None:
         self._store = store
         self._owner_id = owner_id
@@ -146,7 +146,7 @@ class RunnerTools:
         self._name = record.name
         self._epoch = record.lease_epoch
         self._spawn = spawn
-        self._observer: EngineObserver = observer if observer is not None else NoObserver()
+        self._observer = observer
 
     async def finished_operations(self) -> list[OperationRecord]:
         return await self._store.operations(self._instance_id)
@@ -207,7 +207,7 @@ async def run_instance(
     committer: Committer,
     on_terminal: Callable[[Transition], Awaitable[None]],
     tools: RunnerTools,
-    observer: EngineObserver | None = None,
+    observe: EngineObserver,
 ) -> DueAgain | None:
     """Drive one claimed instance until it ends, pauses, waits, fails an attempt, or loses its
     lease.
@@ -216,7 +216,6 @@ async def run_instance(
     pending (its retry backoff), or it waits with a wake time (a sleep, a timeout, an expiry).
     """
     record = run.record
-    observe: EngineObserver = observer if observer is not None else NoObserver()
     state: dict[str, object] = dict(record.state)
     action = record.next_action or workflow.initial
     params = record.next_params
@@ -238,19 +237,7 @@ async def run_instance(
         if faults.ARMED:
             await faults.hit("before_step")
         started = time.perf_counter()
-        with tracing.span(
-            f"laneway.step {workflow.name}.{action}",
-            {
-                "laneway.workflow": record.name,
-                "laneway.instance_id": str(record.instance_id),
-                "laneway.queue": record.queue,
-                "laneway.action": action,
-                "laneway.attempt": attempt,
-            },
-            parent=record.trace_context,  # the enqueue's span, in whatever process it was
-            link_to=record.first_failed_trace if attempt > 1 else None,
-            kind_consumer=True,
-        ) as traced:
+        with tracing.step_span(record, workflow.name, action, attempt) as traced:
             try:
                 write = await _call_handler(ctx, workflow, action, record.lease_epoch)
             except LeaseLostError:

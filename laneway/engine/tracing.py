@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from laneway.model import InstanceRecord
+
 try:
     from opentelemetry import trace
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
@@ -43,21 +45,28 @@ def _context_of(traceparent: str | None) -> Any:
     return _PROPAGATOR.extract({"traceparent": traceparent}) if traceparent else None
 
 
-@contextlib.contextmanager
+_OFF: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
+
+
 def span(
-    name: str,
-    attributes: Mapping[str, str | int] | None = None,
-    *,
-    parent: str | None = None,
-    link_to: str | None = None,
-    kind_consumer: bool = False,
-) -> Iterator[str | None]:
-    """A span around the block (nothing when tracing is off), child of the current span or of
-    `parent` (a stored traceparent), linked to `link_to`'s span. An exception leaving the
-    block is recorded on it. Yields the span's own traceparent (None when off)."""
+    name: str, attributes: Mapping[str, str | int] | None = None
+) -> contextlib.AbstractContextManager[str | None]:
+    """A span around the block, a child of the current span; an exception leaving the block
+    is recorded on it. Yields the span's own traceparent. When tracing is off: one shared
+    no-op context that yields None."""
     if not ENABLED:
-        yield None
-        return
+        return _OFF
+    return _span(name, attributes, None, None, False)
+
+
+@contextlib.contextmanager
+def _span(
+    name: str,
+    attributes: Mapping[str, str | int] | None,
+    parent: str | None,
+    link_to: str | None,
+    kind_consumer: bool,
+) -> Iterator[str | None]:
     tracer = trace.get_tracer(TRACER_NAME)
     links = []
     if link_to:
@@ -72,6 +81,29 @@ def span(
         links=links,
     ):
         yield current_traceparent()
+
+
+def step_span(
+    record: InstanceRecord, workflow: str, action: str, attempt: int
+) -> contextlib.AbstractContextManager[str | None]:
+    """The span of one step of `record`: a child of the span that enqueued it, linked to its
+    first failed attempt's span on a retry. Its attributes are built only when tracing is on
+    (this runs for every step)."""
+    if not ENABLED:
+        return _OFF
+    return _span(
+        f"laneway.step {workflow}.{action}",
+        {
+            "laneway.workflow": record.name,
+            "laneway.instance_id": str(record.instance_id),
+            "laneway.queue": record.queue,
+            "laneway.action": action,
+            "laneway.attempt": attempt,
+        },
+        record.trace_context,  # the enqueue's span, in whatever process it was
+        record.first_failed_trace if attempt > 1 else None,
+        True,
+    )
 
 
 def mark_failed(description: str) -> None:

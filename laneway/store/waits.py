@@ -11,6 +11,7 @@ from laneway.errors import ConflictError, NotFoundError
 from laneway.model import (
     EventType,
     InstanceRecord,
+    JSONValue,
     NewEvent,
     SignalResult,
     Status,
@@ -18,7 +19,7 @@ from laneway.model import (
 )
 from laneway.store import queries
 from laneway.store.base import StoreBase
-from laneway.store.rows import Conn, instance_from_row
+from laneway.store.rows import Conn, instance_from_row, transition_from_row
 
 WAKE_BATCH = 1000  # instances woken per statement; a wake-up repeats while batches come back full
 
@@ -77,30 +78,41 @@ class WaitStore(StoreBase):
         """
         async with self._acquire() as conn, conn.transaction():
             rows = await conn.fetch(queries.WAKE_DUE, limit)
-            woken = [(instance_from_row(row), row["reason"]) for row in rows if row["woken"]]
-            ended = [record.instance_id for record, _ in woken if record.is_terminal]
+            woken = [transition_from_row(row) for row in rows if row["woken"]]
+            ended = [t.instance_id for t in woken if t.status.is_terminal]
             if ended:
                 await conn.execute(queries.RELEASE_INSTANCE_LOCKS, ended)
-            await self._record_failures(
-                conn,
-                [Transition.of(record) for record, _ in woken if record.status == Status.FAILED],
-            )
+            failed = [t for t in woken if t.status == Status.FAILED]
+            await self._record_failures(conn, failed)
             await self._append_events(
                 conn,
                 [
                     NewEvent(
-                        instance_id=record.instance_id,
-                        name=record.name,
-                        type=_WAKE_EVENTS[record.status],
-                        status=record.status,
-                        attempt=record.attempts,
-                        error=reason if record.status == Status.FAILED else None,
-                        stage=record.stage,
+                        instance_id=t.instance_id,
+                        name=t.name,
+                        type=_WAKE_EVENTS[t.status],
+                        status=t.status,
+                        attempt=t.attempts,
+                        error=t.error if t.status == Status.FAILED else None,
+                        stage=t.stage,
                     )
-                    for record, reason in woken
+                    for t in woken
                 ],
             )
-        return [Transition.of(record) for record, _ in woken], len(rows) >= limit
+        return woken, len(rows) >= limit
+
+    async def pause_of(self, instance_id: UUID) -> tuple[Status, str | None, JSONValue]:
+        """An instance's status, the checkpoint it is paused at and that checkpoint's input
+        schema (None: none), without its state.
+
+        Raises:
+            NotFoundError: no such instance.
+        """
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(queries.PAUSE_OF, instance_id)
+        if row is None:
+            raise NotFoundError(f"no instance {instance_id}")
+        return Status(row["status"]), row["checkpoint"], row["input_schema"]
 
     async def next_wake_in(self) -> float | None:
         """Seconds until the next wake-up of a waiting or paused instance (<= 0: due now;

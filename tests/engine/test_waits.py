@@ -1,6 +1,5 @@
 """Durable sleeps and waits for signals: rows, not tasks; no lease, no slot; each signal once."""
 
-import asyncio
 from uuid import UUID
 
 import pytest
@@ -9,7 +8,7 @@ from laneway.engine import Done, HandlerContext, Next, Sleep, WaitForSignal, Wor
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
 from laneway.model import EventType, Status
 from laneway.store import Store
-from tests.engine.helpers import events_of, make_engine, types_of, until_status
+from tests.engine.helpers import events_of, eventually, make_engine, types_of, until_status
 
 
 async def _nap(ctx: HandlerContext, params: object) -> Sleep:
@@ -107,10 +106,14 @@ async def test_cancel_while_asleep_ends_it_and_it_never_wakes(store: Store) -> N
     engine = make_engine(store, napper)
     enqueued = await engine.enqueue("napper", {"seconds": 0.2})
     await engine.tick()
+    asleep = await engine.get(enqueued.instance_id)
+    assert asleep is not None
+    wake_at = asleep.wake_at
+    assert wake_at is not None
     cancelled = await engine.cancel(enqueued.instance_id)
     assert cancelled.status == Status.CANCELLED
     assert cancelled.wake_at is None
-    await asyncio.sleep(0)
+    await eventually(store.now, lambda now: now > wake_at)  # its wake time has passed
     transitions, _ = await store.wake_due()
     assert transitions == []
     assert await store.next_wake_in() is None

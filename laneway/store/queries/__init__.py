@@ -91,6 +91,7 @@ from laneway.store.queries.waits import (
     INSERT_SIGNAL,
     LOCK_INSTANCE,
     NEXT_WAKE_IN,
+    PAUSE_OF,
     WAKE_DUE,
 )
 from laneway.store.queries.workers import (
@@ -143,6 +144,7 @@ __all__ = [
     "NEXT_TOKEN_DUE",
     "NEXT_WAKE_IN",
     "OLDEST_READY",
+    "PAUSE_OF",
     "PRUNE_FINISHED",
     "QUEUE_HISTORY",
     "QUEUE_STATS",

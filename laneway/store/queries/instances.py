@@ -18,11 +18,6 @@ _COLUMN_NAMES = (
 INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
 
 
-def instance_columns_of(alias: str) -> str:
-    """INSTANCE_COLUMNS qualified by a table alias, for statements that join other rows."""
-    return ", ".join(f"{alias}.{name}" for name in _COLUMN_NAMES)
-
-
 # The same columns for a summary (a page the API lists): `state` and `next_params` come back
 # NULL, so the server neither reads (detoasts) nor sends, and the pool's codec never decodes,
 # up to 8 MiB per row that the API never shows; instance_from_row makes them {} and None.

@@ -5,8 +5,6 @@ See laneway/store/queries/__init__.py for how statements are written, and
 migrations/0016_waits.sql for the columns and why a signal is consumed once.
 """
 
-from laneway.store.queries.instances import instance_columns_of
-
 # The seconds until the next wake-up of a waiting or paused instance (<= 0: due now; NULL: none
 # will wake): the first row of instances_wake, never the waiting rows. The idle poll's too.
 NEXT_WAKE_IN = """
@@ -16,6 +14,15 @@ SELECT EXTRACT(EPOCH FROM w.wake_at - now())::double precision
          WHERE wake_at IS NOT NULL
          ORDER BY wake_at
          LIMIT 1) AS w
+"""
+
+# $1 instance id
+# What a resume checks its input against, without reading the instance's state: its status,
+# the checkpoint it is paused at, and that checkpoint's input schema (NULL: none).
+PAUSE_OF = """
+SELECT status, checkpoint, wait -> 'input_schema' AS input_schema
+  FROM laneway.instances
+ WHERE instance_id = $1
 """
 
 # $1 instance id
@@ -91,8 +98,9 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, k.name AS signal
 # the handler that asked for the wait, so that a retry waits again). A woken instance is due
 # from its wake time, so wake-ups keep their order in the claim. A wake time left on an
 # instance that no longer waits (none should be) is cleared, so the next look does not see it.
-# One row per instance, with the event it gets (NULL: none) and its error.
-WAKE_DUE = f"""
+# One row per instance: what it became (its lastError says why a failed one failed), and
+# whether it was woken at all.
+WAKE_DUE = """
 WITH due AS (
     SELECT instance_id
       FROM laneway.instances
@@ -148,5 +156,6 @@ UPDATE laneway.instances AS i
        updated_at = CASE WHEN j.new_status IS NULL THEN i.updated_at ELSE now() END
   FROM judged AS j
  WHERE i.instance_id = j.instance_id
-RETURNING {instance_columns_of("i")}, j.new_status IS NOT NULL AS woken, j.reason
+RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error, i.stage,
+          i.checkpoint, j.new_status IS NOT NULL AS woken
 """
