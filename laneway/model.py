@@ -87,6 +87,7 @@ class InstanceRecord:
     attempt_base: int = 0
     trace_context: str | None = None  # the enqueue's W3C traceparent, when it was traced
     first_failed_trace: str | None = None  # its first failed attempt's span, for retries' links
+    version: str = "1"  # the version of its workflow it started with (and runs on)
 
     @property
     def step_attempt(self) -> int:
@@ -290,6 +291,10 @@ class InstanceFilter:
     queue: str | None = None
     statuses: tuple[Status, ...] | None = None
     parent_id: UUID | None = None
+    concurrency_key: str | None = None
+    version: str | None = None
+    created_after: datetime | None = None  # created strictly after
+    created_before: datetime | None = None  # created strictly before
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,6 +314,7 @@ class NewInstance:
     parent_id: UUID | None = None
     concurrency_key: str | None = None
     trace_context: str | None = None  # the enqueue's W3C traceparent, when it was traced
+    version: str = "1"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

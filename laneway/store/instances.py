@@ -31,6 +31,21 @@ from laneway.store.rows import (
 )
 
 
+def filter_args(where: InstanceFilter) -> tuple[object, ...]:
+    """The values of queries.INSTANCE_FILTER's $1 ... $8, in order."""
+    statuses = [s.value for s in where.statuses] if where.statuses is not None else None
+    return (
+        where.name,
+        where.queue,
+        statuses,
+        where.parent_id,
+        where.concurrency_key,
+        where.version,
+        where.created_after,
+        where.created_before,
+    )
+
+
 def _event_for(record: InstanceRecord, event_type: EventType, **data: Any) -> NewEvent:
     return NewEvent(
         instance_id=record.instance_id,
@@ -129,14 +144,10 @@ class InstanceStore(StoreBase):
     ) -> list[InstanceRecord]:
         """Instances newest first; as summaries (`state` {} and `next_params` None, neither
         read) when `summaries`."""
-        statuses = [s.value for s in where.statuses] if where.statuses is not None else None
         async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.LIST_INSTANCE_SUMMARIES if summaries else queries.LIST_INSTANCES,
-                where.name,
-                where.queue,
-                statuses,
-                where.parent_id,
+                *filter_args(where),
                 limit,
                 offset,
             )
@@ -220,6 +231,7 @@ class InstanceStore(StoreBase):
                 new.parent_id,
                 EVENTS_LOCK_KEY,
                 new.trace_context,
+                new.version,
             )
             return [] if row is None else [new_instance_record(new, row)]
         rows = await conn.fetch(
@@ -238,6 +250,7 @@ class InstanceStore(StoreBase):
             EVENTS_LOCK_KEY,
             [n.concurrency_key for n in todo],
             [n.trace_context for n in todo],
+            [n.version for n in todo],
         )
         inserted = {new.instance_id: new for new in todo}
         return [new_instance_record(inserted[row["instance_id"]], row) for row in rows]

@@ -102,6 +102,7 @@ def new_instance_record(new: NewInstance, row: Row) -> InstanceRecord:
         message=None,
         concurrency_key=new.concurrency_key,
         trace_context=new.trace_context,
+        version=new.version,
     )
 
 

@@ -42,13 +42,14 @@ async def test_instance_from_row_builds_the_record_init_builds(
            SET status = 'running', owner_id = 'w1', lease_expires_at = now(), lease_epoch = 3,
                state = '{"s": [1, 2]}', next_params = '{"p": true}', result = '"r"',
                last_error = 'e', singleton_key = 's', recoveries = 1, parent_id = $2,
-               stage = 'st', checkpoint = 'cp', progress = 0.5, message = 'm', attempts = 2
+               stage = 'st', checkpoint = 'cp', progress = 0.5, message = 'm', attempts = 2,
+               version = 'v7'
          WHERE instance_id = $1
         """,
         busy.instance_id,
         fresh.instance_id,
     )
-    rows = await admin.fetch(getattr(queries, statement), None, None, None, None, 50, 0)
+    rows = await admin.fetch(getattr(queries, statement), *[None] * 8, 50, 0)
     assert len(rows) == 2
 
     records = [instance_from_row(row) for row in rows]

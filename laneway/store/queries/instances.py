@@ -13,7 +13,7 @@ _COLUMN_NAMES = (
     "last_error", "idempotency_key", "singleton_key", "owner_id", "lease_expires_at",
     "lease_epoch", "recoveries", "parent_id", "stage", "checkpoint", "progress", "message",
     "concurrency_key", "wake_at", "wait_signal", "wait", "attempt_base", "trace_context",
-    "first_failed_trace",
+    "first_failed_trace", "version",
 )  # fmt: skip
 INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
 
@@ -41,18 +41,28 @@ SELECT {INSTANCE_COLUMNS}
  WHERE instance_id = $1
 """
 
-# $1 workflow name, $2 queue, $3 statuses (text[]), $4 parent id, $5 limit, $6 offset
-# (a NULL filter matches everything); {columns} is the full column list or the summaries'.
-_LIST_INSTANCES = """
-SELECT {columns}
-  FROM laneway.instances
- WHERE ($1::text IS NULL OR name = $1)
+# The filter of a list of instances (model.InstanceFilter; store.instances.filter_args gives
+# its values in this order): $1 workflow name, $2 queue, $3 statuses (text[]), $4 parent id,
+# $5 concurrency key, $6 version, $7 created after, $8 created before (timestamptz, both
+# exclusive); a NULL filter matches everything. Lists, pages and bulk actions share it.
+INSTANCE_FILTER = """($1::text IS NULL OR name = $1)
    AND ($2::text IS NULL OR queue = $2)
    AND ($3::text[] IS NULL OR status = ANY($3::text[]))
    AND ($4::uuid IS NULL OR parent_id = $4)
+   AND ($5::text IS NULL OR concurrency_key = $5)
+   AND ($6::text IS NULL OR version = $6)
+   AND ($7::timestamptz IS NULL OR created_at > $7)
+   AND ($8::timestamptz IS NULL OR created_at < $8)"""
+
+# INSTANCE_FILTER's $1 ... $8, $9 limit, $10 offset; {columns} is the full column list or the
+# summaries'.
+_LIST_INSTANCES = f"""
+SELECT {{columns}}
+  FROM laneway.instances
+ WHERE {INSTANCE_FILTER}
  ORDER BY created_at DESC, seq DESC
- LIMIT $5
-OFFSET $6
+ LIMIT $9
+OFFSET $10
 """
 LIST_INSTANCES = _LIST_INSTANCES.format(columns=INSTANCE_COLUMNS)
 # The same page as summaries: without `state` and `next_params` (see _SUMMARY_COLUMNS).
@@ -107,23 +117,23 @@ SELECT inserted.instance_id, inserted.run_after, inserted.created_at, inserted.p
   FROM inserted
 """
 
-# The single enqueue's insert ($1 ... $11 and $13 the trace context, one value each, $12 the
-# lock key), and what both
+# The single enqueue's insert ($1 ... $11, $13 the trace context and $14 the version, one
+# value each, $12 the lock key), and what both
 # enqueue statements return per row: the id and only what the database fills in (run_after and
 # created_at from its clock, params in jsonb's key order). The caller knows the rest (a new
 # row is pending, and updated_at is created_at: rows.new_instance_record; tests compare the
 # records with the rows read back), so no row comes back with 27 columns to decode.
 _INSERT_INSTANCE = """
-    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, trace_context)
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, trace_context, version)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
-            $7::jsonb, $9, $10, $11, $13)"""
+            $7::jsonb, $9, $10, $11, $13, $14)"""
 _RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest comes back
     "RETURNING instance_id, name, status, run_after, created_at, params"
 )
 
 # $1 instance ids, $2 workflow names, $3 queues, $4 priorities, $5 max attempts, $6 delays in
 # ms, $7 params (json text[]), $8 first actions, $9 idempotency keys, $10 singleton keys,
-# $11 parent ids, $13 concurrency keys, $14 trace contexts: one row per element; $12 the
+# $11 parent ids, $13 concurrency keys, $14 trace contexts, $15 versions: one row per element; $12 the
 # event-append advisory lock key.
 # One statement, so one round trip and one implicit transaction: the rows, their events and
 # the doorbell. A row whose keys conflict is skipped (not returned, no event). The queue_keys
@@ -138,17 +148,17 @@ WITH held AS (
              ORDER BY u.queue, u.concurrency_key) AS k
 ),
 inserted AS (
-    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, concurrency_key, trace_context)
+    INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, concurrency_key, trace_context, version)
     SELECT u.instance_id, u.name, u.queue, u.priority, u.max_attempts,
            now() + u.delay_ms * interval '1 millisecond', u.params::jsonb, u.first_action,
            u.params::jsonb, u.idempotency_key, u.singleton_key, u.parent_id, u.concurrency_key,
-           u.trace_context
+           u.trace_context, u.version
       FROM unnest($1::uuid[], $2::text[], $3::text[], $4::integer[], $5::integer[], $6::float8[],
                   $7::text[], $8::text[], $9::text[], $10::text[], $11::uuid[], $13::text[],
-                  $14::text[])
+                  $14::text[], $15::text[])
            AS u (instance_id, name, queue, priority, max_attempts, delay_ms, params,
                  first_action, idempotency_key, singleton_key, parent_id, concurrency_key,
-                 trace_context)
+                 trace_context, version)
      WHERE (SELECT held.n FROM held) >= 0
     ON CONFLICT DO NOTHING
     {_RETURNING_FILLED_IN}
