@@ -191,7 +191,7 @@ async def measure(store: Store, case: Case, claims: int, warmup: int) -> dict[in
     for i in range(warmup + claims):
         for limit in LIMITS:
             started = time.perf_counter()
-            claimed = await store.claim(owner, [WORKFLOW], limit, LEASE_SECONDS)
+            claimed = await store.claim(owner, [f"{WORKFLOW}@1"], limit, LEASE_SECONDS)
             elapsed = time.perf_counter() - started
             check(case, limit, claimed)
             async with store.connection() as conn:

@@ -789,7 +789,7 @@ async def claim_databases(
         empty_url = await create_database(server_url, empty, migrate=True)
         full_url = await create_database(server_url, full, migrate=True)
         registry = WorkflowRegistry.from_modules(WORKFLOW_MODULES)
-        names = registry.names()
+        names = registry.runs()
         for url in (empty_url, full_url):
             async with open_store(url, pool_size=2) as store:
                 await store.ensure_queues({w.queue_name for w in registry})

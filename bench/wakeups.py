@@ -322,7 +322,7 @@ async def vacuum(store: Store) -> None:
 
 async def measure(store: Store, backlog: int, waiting: int, args: argparse.Namespace) -> Samples:
     """Claims and idle polls taking turns (and, with no backlog, wake-ups), in µs."""
-    names = [CLAIM_WORKFLOW]
+    names = [f"{CLAIM_WORKFLOW}@1"]
     owner = f"wake-bench-{os.getpid()}"
     samples: Samples = {}
     for i in range(args.warmup + args.calls):

@@ -33,6 +33,7 @@ from laneway.engine import (
     completed,
     failed,
 )
+from laneway.engine.preflight import PreflightFinding, WorkflowSpec
 from laneway.errors import (
     ConflictError,
     InputRejectedError,
@@ -65,6 +66,7 @@ __all__ = [
     "OperationResult",
     "Pause",
     "PermanentFailure",
+    "PreflightFinding",
     "RetryPolicy",
     "Services",
     "Settings",
@@ -75,6 +77,7 @@ __all__ = [
     "WaitForSignal",
     "Workflow",
     "WorkflowRegistry",
+    "WorkflowSpec",
     "__version__",
     "compile_template",
     "completed",

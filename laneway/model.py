@@ -250,6 +250,8 @@ class WorkerRecord:
     heartbeat_seconds: float
     started_at: datetime
     last_seen_at: datetime
+    # (name, version) pairs it runs, by name then version (registry.run_key's 'name@version')
+    versions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -441,3 +443,14 @@ class Transition:
             stage=record.stage,
             checkpoint=record.checkpoint,
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InFlight:
+    """Unfinished instances of one workflow version: all of them (`action` None), or those
+    that may run `action` next (store.in_flight)."""
+
+    name: str
+    version: str
+    action: str | None
+    instances: int

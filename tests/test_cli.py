@@ -293,7 +293,10 @@ async def test_workflows_and_queues_print_tables_and_json(database_url: str) -> 
     assert "report" in listed
     code, out, err = await laneway("workflows", env=env)
     assert code == 0, err
-    assert any(line.split()[:2] == ["countdown", "countdown"] for line in out.splitlines()), out
+    assert any(line.split()[:3] == ["countdown", "1", "countdown"] for line in out.splitlines()), (
+        out
+    )
+    assert listed["countdown"]["versions"] == ["1"]
     code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "Q"}', env=env)
     assert code == 0, err
     code, out, err = await laneway("queues", "--json", env=env)

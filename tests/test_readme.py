@@ -265,6 +265,19 @@ async def test_waits_print_their_results(project: Path, database_url: str) -> No
     ]
 
 
+async def test_deploys_run_each_version_on_its_own_code(project: Path, database_url: str) -> None:
+    code, out, err = await run(
+        [str(PYTHON), "deploys.py"], cwd=project, env=user_environment(database_url)
+    )
+    assert code == 0, err
+    assert out.splitlines() == [
+        "VERSION_GONE ship 1 1",
+        "{'by': 'v1', 'sent': 'p-1'}",
+        "{'by': 'v2', 'sent': 'p-2', 'tracked': True}",
+        "[]",
+    ]
+
+
 async def test_testing_example_passes(project: Path, server_url: str) -> None:
     (line,) = commands_of(shell_block("python -m pytest"))
     env = user_environment(None, LANEWAY_TEST_DATABASE_URL=server_url)

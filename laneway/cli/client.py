@@ -17,8 +17,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # `laneway status --json` has always printed (tests and scripts read it).
 INSTANCE_FIELDS = """
   instanceID name queue status attempts lastError createdAt updatedAt priority runAfter
-  params result parentID stage checkpoint progress message concurrencyKey checkpointInputSchema
-  waitingReason { code message until }
+  params result parentID stage checkpoint progress message concurrencyKey version
+  checkpointInputSchema waitingReason { code message until }
 """
 EVENT_FIELDS = "eventID type instanceID name status at attempt error stage checkpoint signal"
 
@@ -26,10 +26,12 @@ STATUS = f"query ($id: ID!) {{ workflowInstance(instanceID: $id) {{ {INSTANCE_FI
 PROGRESS = "query ($id: ID!) { workflowInstance(instanceID: $id) { status progress message } }"
 ENQUEUE = """
 mutation ($name: String!, $params: JSON, $queue: String, $priority: Int, $delayMs: Float,
-          $idempotencyKey: String, $singletonKey: String, $concurrencyKey: String) {
+          $idempotencyKey: String, $singletonKey: String, $concurrencyKey: String,
+          $version: String) {
   enqueueWorkflow(name: $name, params: $params, queue: $queue, priority: $priority,
                   delayMs: $delayMs, idempotencyKey: $idempotencyKey,
-                  singletonKey: $singletonKey, concurrencyKey: $concurrencyKey) {
+                  singletonKey: $singletonKey, concurrencyKey: $concurrencyKey,
+                  version: $version) {
     instanceID created
   }
 }"""
@@ -44,7 +46,7 @@ SIGNAL = """mutation ($id: ID!, $name: String!, $payload: JSON, $idempotencyKey:
     signalID accepted instance { status }
   }
 }"""
-WORKFLOWS = "{ workflows { name queue kind stages description } }"
+WORKFLOWS = "{ workflows { name queue kind stages description version versions } }"
 QUEUES = """{ queues {
   name concurrency ratePerMinute keyConcurrency keyRatePerMinute paused settingsSource
   counts { pending running paused waiting completed failed cancelled }

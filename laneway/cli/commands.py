@@ -93,6 +93,7 @@ async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
             idempotencyKey=args.idempotency_key,
             singletonKey=args.singleton_key,
             concurrencyKey=args.concurrency_key,
+            version=args.version,
         )
     output.print_json(data["enqueueWorkflow"])
     return EXIT_OK

@@ -105,6 +105,7 @@ def instance_table(shape: JSONObject) -> Table:
         ("run after", human_time(shape["runAfter"])),
         ("priority", str(shape["priority"])),
         ("concurrency key", shape.get("concurrencyKey") or "-"),
+        ("version", shape.get("version") or "-"),
         ("parent", shape.get("parentID") or "-"),
         ("params", _json_text(shape.get("params"))),
         ("result", _json_text(shape.get("result"))),
@@ -118,11 +119,12 @@ def instance_table(shape: JSONObject) -> Table:
 
 def workflows_table(workflows: list[JSONObject]) -> Table:
     table = Table(title="Workflows", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("name", "queue", "kind", "stages", "description"):
+    for column in ("name", "versions", "queue", "kind", "stages", "description"):
         table.add_column(column, overflow="fold")
     for workflow in workflows:
         table.add_row(
             workflow["name"],
+            ", ".join(workflow["versions"]),
             workflow["queue"],
             workflow["kind"],
             ", ".join(workflow["stages"]) or "-",

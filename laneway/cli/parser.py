@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--concurrency-key", metavar="KEY", help="caps per key and fair turns (configureQueue)"
     )
+    p.add_argument(
+        "--version", metavar="VERSION", help="run on this version (default: the newest there)"
+    )
     p.set_defaults(run=_lazy("commands", "enqueue"))
 
     for name, summary, run in (
@@ -266,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add(
         "workflows",
-        "list the workflows: name, queue, kind, stages, description",
+        "list the workflows: name, versions, queue, kind, stages, description",
         _epilog(DATABASE, "Example:\n  laneway workflows --url http://127.0.0.1:8000"),
         server,
         as_json,
@@ -281,6 +284,26 @@ def build_parser() -> argparse.ArgumentParser:
         as_json,
     )
     p.set_defaults(run=_lazy("commands", "queues"))
+
+    p = add(
+        "preflight",
+        "before a deploy: list the instances in flight that the new code could not run",
+        _epilog(
+            "The new code is the modules of --workflows (comma-separated; default:"
+            " LANEWAY_WORKFLOWS), imported from the current folder. A finding is a version"
+            " the new code no longer has (VERSION_GONE), or a next action or template stage it"
+            " no longer has (ACTION_MISSING, STAGE_MISSING), with a count and some ids."
+            " Exit 0 when nothing would be stranded, 1 when something would: gate a deploy"
+            " step on it.",
+            DATABASE,
+            "Examples:\n  laneway preflight --workflows myapp.workflows\n"
+            "  laneway preflight --json --url http://127.0.0.1:8000",
+        ),
+        server,
+        as_json,
+    )
+    p.add_argument("--workflows", metavar="MODULES", help="the new code's workflow modules")
+    p.set_defaults(run=_lazy("preflight", "preflight"))
 
     p = add(
         "watch",

@@ -144,7 +144,7 @@ class ClaimLoop:
         Returns whether due instances are waiting to be claimed.
         """
         self._last_poll = time.monotonic()
-        due = await self._store.due_work(self._registry.names())
+        due = await self._store.due_work(self._registry.runs())
         if due.expired_leases:
             await self._recover()
         woke = False
@@ -200,7 +200,7 @@ class ClaimLoop:
         limit = free if limit is None else min(limit, free)
         with tracing.span("laneway.claim", {"laneway.limit": limit}):
             claimed = await self._store.claim(
-                self.owner_id, self._registry.names(), limit, self.lease_seconds
+                self.owner_id, self._registry.runs(), limit, self.lease_seconds
             )
         self._observer.claimed(claimed, self.lease_seconds)
         return claimed
@@ -294,7 +294,7 @@ class ClaimLoop:
         if time.monotonic() < self._token_check_after:
             return
         try:
-            token = await self._store.next_token_due(self._registry.names())
+            token = await self._store.next_token_due(self._registry.runs())
         except Exception as exc:
             logger.warning("next token read failed", extra={"error": str(exc)})
             return  # the fallback poll still comes
@@ -331,7 +331,7 @@ class ClaimLoop:
 
     async def _run(self, run: Run) -> None:
         try:
-            workflow = self._registry.get(run.record.name)
+            workflow = self._registry.get(run.record.name, run.record.version)
             tools = RunnerTools(self._store, self.owner_id, run.record, self._spawn, self._observer)
             due = await run_instance(
                 run, workflow, self._committer, self._on_terminal, tools, self._observer
@@ -372,6 +372,7 @@ class ClaimLoop:
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 workflows=self._registry.names(),
+                versions=self._registry.runs(),
                 running=len(self._runs),
                 concurrency=self.concurrency,
                 heartbeat_seconds=self.heartbeat_seconds,

@@ -22,6 +22,7 @@ from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
 from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.payloads import encode_json
+from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
@@ -62,7 +63,7 @@ def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Engine(ScheduleCalls, QueueCalls):
+class Engine(ScheduleCalls, QueueCalls, DeployCalls):
     """Laneway's engine: one per process, sharing the database with any number of others."""
 
     def __init__(
@@ -125,18 +126,19 @@ class Engine(ScheduleCalls, QueueCalls):
         self.registry.register(workflow)
 
     def workflows(self) -> list[Workflow]:
+        """Every registered workflow, each version of it (newest first)."""
         return list(self.registry)
 
-    def _workflow(self, name: str) -> Workflow:
+    def _workflow(self, name: str, version: str | None = None) -> Workflow:
         try:
-            return self.registry.get(name)
-        except NotFoundError:
-            raise InvalidInputError(f"unknown workflow {name!r}") from None
+            return self.registry.get(name, version)
+        except NotFoundError as exc:
+            raise InvalidInputError(str(exc)) from None
 
     # -- instances -------------------------------------------------------------------------------
 
     def _checked(self, request: EnqueueRequest) -> NewInstance:
-        return new_instance(self._workflow(request.name), request)
+        return new_instance(self._workflow(request.name, request.version), request)
 
     async def enqueue(
         self,
@@ -150,8 +152,11 @@ class Engine(ScheduleCalls, QueueCalls):
         singleton_key: str | None = None,
         parent_id: UUID | None = None,
         concurrency_key: str | None = None,
+        version: str | None = None,
     ) -> EnqueueResult:
         """Create an instance of workflow `name`, or return the one its keys already name.
+
+        It runs on `version` of the workflow, or else on the newest version registered here.
 
         Higher `priority` runs first; `delay_ms` holds it back on the database clock. A
         second enqueue with the same `idempotency_key` returns the first instance; with a
@@ -160,7 +165,8 @@ class Engine(ScheduleCalls, QueueCalls):
         take turns for the queue's slots.
 
         Raises:
-            InvalidInputError: unknown workflow, params rejected, a bad key, delay or queue.
+            InvalidInputError: unknown workflow or version, params rejected, a bad key, delay
+                or queue.
         """
         new = self._checked(
             EnqueueRequest(
@@ -173,6 +179,7 @@ class Engine(ScheduleCalls, QueueCalls):
                 singleton_key=singleton_key,
                 parent_id=parent_id,
                 concurrency_key=concurrency_key,
+                version=version,
             )
         )
         attributes = {"laneway.workflow": new.name, "laneway.queue": new.queue}
@@ -394,9 +401,10 @@ class Engine(ScheduleCalls, QueueCalls):
 
     async def _prepare_queues(self) -> None:
         """Create the registered queues; a template's queue_settings are code's defaults,
-        written only where no operator has set the queue's caps (one statement each)."""
+        written only where no operator has set the queue's caps (one statement each); the
+        newest version's, where versions differ."""
         await self.store.ensure_queues({w.queue_name for w in self.registry})
-        for workflow in self.registry:
+        for workflow in self.registry.newest():
             settings = getattr(getattr(workflow, "template", None), "queue_settings", None)
             if settings is not None:  # a template declares its queue's caps (validated there)
                 await self.store.apply_code_queue_settings(
@@ -420,15 +428,17 @@ class Engine(ScheduleCalls, QueueCalls):
         return self._started
 
     async def _after_terminal(self, transition: Transition) -> None:
-        workflow = self.registry.find(transition.name)
-        if workflow is None or workflow.on_terminal is None:
+        if not any(
+            self.registry.get(transition.name, version).on_terminal is not None
+            for version in self.registry.versions(transition.name)
+        ):
             return
         record = await self.store.get_instance(transition.instance_id)
         if record is not None:
             await self._run_hook(record)
 
     async def _run_hook(self, record: InstanceRecord) -> None:
-        workflow = self.registry.find(record.name)
+        workflow = self.registry.find(record.name, record.version)
         if workflow is None or workflow.on_terminal is None:
             return
         try:

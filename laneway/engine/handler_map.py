@@ -11,6 +11,7 @@ from typing import Any, Protocol, cast
 from laneway.engine.backoff import BackoffKind, retry_delay_ms
 from laneway.engine.context import HandlerContext, Step
 from laneway.engine.names import check_name as check_name
+from laneway.engine.names import check_version
 from laneway.errors import InvalidInputError
 from laneway.model import InstanceRecord, JSONValue
 
@@ -59,6 +60,10 @@ class Workflow:
     the next action, so a crash resumes from there. A `state_validator` (a pydantic model or
     a callable, like `validator` for the params) checks the state each handler leaves before
     it is checkpointed: a state it refuses fails that attempt, and is never checkpointed.
+
+    `version` (default "1") is recorded with every instance it starts, and only a process
+    that registered this version runs them: register a new version beside the old one
+    while old instances are in flight (see the README's deploy checklist).
     """
 
     name: str
@@ -70,9 +75,11 @@ class Workflow:
     on_terminal: TerminalHook | None = None
     description: str = ""
     state_validator: Validator | None = None
+    version: str = "1"
 
     def __post_init__(self) -> None:
         check_name(self.name, "workflow name")
+        object.__setattr__(self, "version", check_version(self.version, "workflow version"))
         if self.queue is not None:
             check_name(self.queue, "queue name")
         if not self.handlers:

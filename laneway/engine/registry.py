@@ -1,10 +1,13 @@
-"""WorkflowRegistry: the workflows this process can run, by name.
+"""WorkflowRegistry: the workflows this process can run, by name and version.
 
-Owns registration and loading the modules named in LANEWAY_WORKFLOWS. Knows nothing of how
-instances run.
+Owns registration, loading the modules named in LANEWAY_WORKFLOWS, and which version is the
+newest: several versions of one workflow may be registered side by side, so instances in
+flight finish on the code they started with while new ones start on the newest. Knows nothing
+of how instances run.
 """
 
 import importlib
+import re
 import traceback
 from collections.abc import Iterable, Iterator
 
@@ -12,11 +15,27 @@ from laneway.engine.handler_map import Workflow
 from laneway.errors import InvalidInputError, NotFoundError
 
 
+def version_order(version: str) -> tuple[tuple[int, int, str], ...]:
+    """The sort key that makes the newest version the greatest: runs of digits compare as
+    numbers and the rest as text, so "2" < "10", "1.9" < "1.10", "2026-01-05" < "2026-02-01";
+    a version that extends another ("1.1" of "1") is newer."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part)
+        for part in re.findall(r"\d+|\D+", version)
+    )
+
+
+def run_key(name: str, version: str) -> str:
+    """How a claim and the workers registry name what a process runs: 'name@version' (neither
+    a workflow name nor a version has an '@': laneway/engine/names.py)."""
+    return f"{name}@{version}"
+
+
 class WorkflowRegistry:
-    """Workflows by name; a name is registered once."""
+    """Workflows by name, each in one or more versions; a (name, version) is registered once."""
 
     def __init__(self, workflows: Iterable[Workflow] = ()) -> None:
-        self._workflows: dict[str, Workflow] = {}
+        self._workflows: dict[str, dict[str, Workflow]] = {}
         for workflow in workflows:
             self.register(workflow)
 
@@ -42,45 +61,80 @@ class WorkflowRegistry:
                     f"workflow module {module_name!r} failed while importing: {_one_line(exc)}"
                 ) from exc
             for value in vars(module).values():
-                if isinstance(value, Workflow) and value.name not in registry:
+                if isinstance(value, Workflow) and registry.find(value.name, value.version) is None:
                     registry.register(value)
         return registry
 
     def register(self, workflow: Workflow) -> None:
-        """Add a workflow; re-registering the same object is a no-op.
+        """Add a workflow version; re-registering the same object is a no-op.
 
         Raises:
-            InvalidInputError: another workflow already has this name.
+            InvalidInputError: another workflow already has this name and version.
         """
-        existing = self._workflows.get(workflow.name)
+        versions = self._workflows.setdefault(workflow.name, {})
+        existing = versions.get(workflow.version)
         if existing is not None and existing is not workflow:
-            raise InvalidInputError(f"a different workflow named {workflow.name!r} is registered")
-        self._workflows[workflow.name] = workflow
+            raise InvalidInputError(
+                f"a different workflow named {workflow.name!r} is registered"
+                f" with version {workflow.version!r}"
+            )
+        versions[workflow.version] = workflow
 
-    def get(self, name: str) -> Workflow:
-        """The workflow called `name`.
+    def get(self, name: str, version: str | None = None) -> Workflow:
+        """The workflow called `name` in `version`, or its newest version here.
 
         Raises:
-            NotFoundError: no workflow has that name here.
+            NotFoundError: no workflow has that name here, or not in that version (the message
+                lists the versions there are).
         """
-        try:
-            return self._workflows[name]
-        except KeyError:
-            raise NotFoundError(f"unknown workflow {name!r}") from None
+        versions = self._workflows.get(name)
+        if not versions:
+            raise NotFoundError(f"unknown workflow {name!r}")
+        if version is None:
+            return versions[self.versions(name)[0]]
+        found = versions.get(version)
+        if found is None:
+            raise NotFoundError(
+                f"workflow {name!r} has no version {version!r} here"
+                f" (registered: {', '.join(self.versions(name))})"
+            )
+        return found
 
-    def find(self, name: str) -> Workflow | None:
-        return self._workflows.get(name)
+    def find(self, name: str, version: str | None = None) -> Workflow | None:
+        """`get`, or None where it would raise."""
+        try:
+            return self.get(name, version)
+        except NotFoundError:
+            return None
+
+    def versions(self, name: str) -> list[str]:
+        """The versions of `name` registered here, newest first (none: [])."""
+        return sorted(self._workflows.get(name, {}), key=version_order, reverse=True)
 
     def names(self) -> list[str]:
         return sorted(self._workflows)
+
+    def runs(self) -> list[str]:
+        """Every (name, version) registered here, as run keys ('name@version'): what this
+        process claims."""
+        return sorted(run_key(w.name, w.version) for w in self)
+
+    def newest(self) -> list[Workflow]:
+        """The newest version of each workflow, by name: what an enqueue without a version
+        starts."""
+        return [self.get(name) for name in self.names()]
 
     def __contains__(self, name: object) -> bool:
         return name in self._workflows
 
     def __iter__(self) -> Iterator[Workflow]:
-        return iter(sorted(self._workflows.values(), key=lambda w: w.name))
+        """Every version of every workflow, by name, newest version first."""
+        for name in self.names():
+            for version in self.versions(name):
+                yield self._workflows[name][version]
 
     def __len__(self) -> int:
+        """How many workflows (names) are registered."""
         return len(self._workflows)
 
 

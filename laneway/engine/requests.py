@@ -45,6 +45,7 @@ class EnqueueRequest:
     singleton_key: str | None = None
     parent_id: UUID | None = None
     concurrency_key: str | None = None
+    version: str | None = None  # None: the newest version registered in the enqueuing process
 
 
 def check_key(value: str | None, what: str) -> str | None:
@@ -102,6 +103,7 @@ def new_instance(workflow: Workflow, request: EnqueueRequest) -> NewInstance:
         singleton_key=check_key(request.singleton_key, "singletonKey"),
         parent_id=request.parent_id,
         concurrency_key=check_key(request.concurrency_key, "concurrencyKey"),
+        version=workflow.version,
     )
 
 
@@ -117,6 +119,7 @@ def scheduled_instance(workflow: Workflow, schedule: ScheduleRecord) -> NewInsta
         params_json=encode_json(schedule.params, what="params"),
         first_action=workflow.initial,
         idempotency_key=fire_key(schedule.name, schedule.next_run_at),
+        version=workflow.version,
     )
 
 

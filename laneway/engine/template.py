@@ -16,6 +16,7 @@ from uuid import UUID
 from laneway.engine.backoff import retry_delay_ms
 from laneway.engine.context import Next, OnExpiry, Pause
 from laneway.engine.handler_map import RetryPolicy, Validator, check_name
+from laneway.engine.names import check_version
 from laneway.engine.requests import check_cap, check_rate
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, OperationRecord
@@ -155,7 +156,7 @@ class Template:
     type: str
     stages: Sequence[Stage]
     queue: str | None = None
-    version: int = 1
+    version: int | str = 1  # its workflow's version (laneway.Workflow's `version`), as text
     description: str = ""
     estimated_seconds: float | None = None
     checkpoints: Sequence[Checkpoint] = ()
@@ -183,8 +184,9 @@ class Template:
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise InvalidInputError(f"template {self.type!r} repeats stage names {duplicates}")
-        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
-            raise InvalidInputError(f"template {self.type!r}: version must be a positive integer")
+        object.__setattr__(
+            self, "version", check_version(self.version, f"template {self.type!r}: version")
+        )
         if self.estimated_seconds is not None and not self.estimated_seconds > 0:
             raise InvalidInputError(f"template {self.type!r}: estimated_seconds must be positive")
         if self.next_workflow is not None:

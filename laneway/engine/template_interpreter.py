@@ -125,6 +125,7 @@ def compile_template(
         retry=template.retry,
         validator=template.validator,
         description=template.description,
+        version=str(template.version),
         template=template,
         operations=operations,
     )

@@ -54,21 +54,21 @@ class LeaseStore(StoreBase):
     # -- claims and leases -----------------------------------------------------------------------
 
     async def claim(
-        self, owner_id: str, workflow_names: Sequence[str], limit: int, lease_seconds: float
+        self, owner_id: str, runs: Sequence[str], limit: int, lease_seconds: float
     ) -> list[InstanceRecord]:
         """Claim up to `limit` due instances within every queue's caps, across processes."""
-        if limit <= 0 or not workflow_names:
+        if limit <= 0 or not runs:
             return []
         async with self._acquire() as conn:
             rows = await conn.fetch(
-                queries.CLAIM, owner_id, list(workflow_names), limit, lease_seconds, EVENTS_LOCK_KEY
+                queries.CLAIM, owner_id, list(runs), limit, lease_seconds, EVENTS_LOCK_KEY
             )
         return [instance_from_row(row) for row in rows]
 
-    async def due_work(self, workflow_names: Sequence[str]) -> DueWork:
+    async def due_work(self, runs: Sequence[str]) -> DueWork:
         """One statement telling an idle engine which kinds of work are waiting."""
         async with self._acquire() as conn:
-            row = await conn.fetchrow(queries.DUE_WORK, list(workflow_names))
+            row = await conn.fetchrow(queries.DUE_WORK, list(runs))
         assert row is not None
         return DueWork(
             expired_leases=row["expired_leases"],
@@ -77,10 +77,10 @@ class LeaseStore(StoreBase):
             next_wake_in=row["next_wake_in"],
         )
 
-    async def next_token_due(self, workflow_names: Sequence[str]) -> NextToken:
+    async def next_token_due(self, runs: Sequence[str]) -> NextToken:
         """One read: when the next token of a rate-limited queue with room and due work is due."""
         async with self._acquire() as conn:
-            row = await conn.fetchrow(queries.NEXT_TOKEN_DUE, list(workflow_names))
+            row = await conn.fetchrow(queries.NEXT_TOKEN_DUE, list(runs))
         assert row is not None
         return NextToken(rate_limited=row["rate_limited"], due_in=row["next_token_in"])
 

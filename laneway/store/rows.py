@@ -215,6 +215,10 @@ def worker_from_row(row: Row) -> WorkerRecord:
         heartbeat_seconds=row["heartbeat_seconds"],
         started_at=row["started_at"],
         last_seen_at=row["last_seen_at"],
+        versions=tuple(
+            (name, version)
+            for name, _, version in sorted(key.partition("@") for key in row["versions"])
+        ),
     )
 
 
@@ -244,6 +248,10 @@ _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
         f"attempt {row['attempts']} failed; the next attempt waits until {_at(until)}"
     ),
     "NO_WORKER": lambda row, _: f"no live worker has workflow {row['name']!r} registered",
+    "VERSION_UNAVAILABLE": lambda row, _: (
+        f"no live worker runs version {row['version']!r} of workflow {row['name']!r}"
+        f" (live workers run {', '.join(repr(v) for v in row['live_versions']) or 'none'})"
+    ),
     "QUEUE_PAUSED": lambda row, _: f"queue {row['queue']!r} is paused",
     "QUEUE_FULL": lambda row, _: (
         f"queue {row['queue']!r} is full: {row['running']} of {row['concurrency']} running"

@@ -1,8 +1,8 @@
 """Store: one method per state change, each one transaction with its events and NOTIFY.
 
 Owns `open_store` and the Store class, composed of one part per area (instances.py,
-leases.py, history.py, schedules.py, workers.py, queue_history.py, waits.py, on base.py); rows.py
-decodes rows into records.
+leases.py, history.py, schedules.py, workers.py, queue_history.py, waits.py, deploys.py,
+on base.py); rows.py decodes rows into records.
 Decides nothing about workflows: the engine says what to write, the store writes it
 atomically and reports what changed. Runner writes are fenced by owner id.
 """
@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from laneway.store.base import EVENTS_LOCK_KEY as EVENTS_LOCK_KEY
+from laneway.store.deploys import DeployStore
 from laneway.store.history import HistoryStore
 from laneway.store.leases import DEFAULT_MAX_RECOVERIES as DEFAULT_MAX_RECOVERIES
 from laneway.store.leases import LeaseStore
@@ -54,5 +55,13 @@ async def open_store(
         await pool.close()
 
 
-class Store(ScheduleStore, LeaseStore, HistoryStore, WorkerStore, QueueHistoryStore, WaitStore):
+class Store(
+    ScheduleStore,
+    LeaseStore,
+    HistoryStore,
+    WorkerStore,
+    QueueHistoryStore,
+    WaitStore,
+    DeployStore,
+):
     """Laneway's tables, behind one method per verb."""

@@ -23,12 +23,14 @@ class WorkerStore(StoreBase):
         host: str,
         pid: int,
         workflows: Sequence[str],
+        versions: Sequence[str],
         running: int,
         concurrency: int,
         heartbeat_seconds: float,
     ) -> None:
         """Register this process or refresh its row (one statement), and delete the rows of
-        processes older than three of their heartbeats."""
+        processes older than three of their heartbeats. `versions` are its run keys
+        ('name@version')."""
         async with self._acquire() as conn:
             await conn.execute(
                 queries.HEARTBEAT_WORKER,
@@ -40,6 +42,7 @@ class WorkerStore(StoreBase):
                 running,
                 concurrency,
                 heartbeat_seconds,
+                list(versions),
             )
 
     async def remove_worker(self, owner_id: str) -> None:

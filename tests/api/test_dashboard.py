@@ -227,6 +227,7 @@ async def test_hello_enqueued_from_the_page_completes_live(
         await dashboard.open_instance(instance_id)
         await expect(dashboard.panel).to_have_attribute("data-status", "completed")
         await expect(page.get_by_test_id("instance-result")).to_contain_text("Hello, Browser!")
+        await expect(page.get_by_test_id("instance-workflow")).to_have_text("hello (version 1)")
         timeline = page.get_by_test_id("timeline-event")
         await expect(timeline).to_have_count(3)
         assert await timeline.evaluate_all("items => items.map(i => i.dataset.type)") == [

@@ -287,7 +287,7 @@ async def test_an_instance_that_keeps_losing_its_worker_is_dead_lettered(store: 
     for _ in range(3):  # claimed, then the worker vanishes: its lease runs out
         async with store.connection() as conn:  # any backoff of the last recovery is over
             await conn.execute("UPDATE laneway.instances SET run_after = now()")
-        assert len(await store.claim("doomed", ["poison"], 10, 30.0)) == 1
+        assert len(await store.claim("doomed", ["poison@1"], 10, 30.0)) == 1
         async with store.connection() as conn:
             await conn.execute(
                 "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"

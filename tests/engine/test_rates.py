@@ -160,17 +160,17 @@ async def _length(calls: list[float]) -> int:
 async def test_next_token_due_follows_the_claims_bucket(store: Store) -> None:
     engine = make_engine(store, plain, slow, owner_id="reader")
     await engine.configure_queue("plain", concurrency=10)
-    token = await store.next_token_due(["plain", "slow"])
+    token = await store.next_token_due(["plain@1", "slow@1"])
     assert (token.rate_limited, token.due_in) == (False, None)
     await engine.configure_queue("slow", concurrency=10, rate_per_minute=60.0)
-    token = await store.next_token_due(["plain", "slow"])
+    token = await store.next_token_due(["plain@1", "slow@1"])
     assert (token.rate_limited, token.due_in) == (True, None)  # nothing waits in it
     await engine.enqueue_many([EnqueueRequest(name="slow") for _ in range(2)])
-    assert (await store.next_token_due(["slow"])).due_in == 0.0  # the bucket holds one
-    assert (await store.next_token_due(["plain"])).due_in is None  # not registered here
+    assert (await store.next_token_due(["slow@1"])).due_in == 0.0  # the bucket holds one
+    assert (await store.next_token_due(["plain@1"])).due_in is None  # not registered here
     assert len(await engine.claim_loop.claim()) == 1  # the one token
-    due_in = (await store.next_token_due(["slow"])).due_in
+    due_in = (await store.next_token_due(["slow@1"])).due_in
     assert due_in is not None
     assert 0.5 < due_in <= 1.0  # a token a second
     await engine.configure_queue("slow", concurrency=1, rate_per_minute=60.0)
-    assert (await store.next_token_due(["slow"])).due_in is None  # full: no token wake-up
+    assert (await store.next_token_due(["slow@1"])).due_in is None  # full: no token wake-up

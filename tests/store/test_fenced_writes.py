@@ -23,10 +23,10 @@ async def _claimed(store: Store, count: int, *, backlog: int = 0) -> list[tuple[
     engine = make_engine(store, noop)
     await store.configure_queue("noop", 10 * count, None)
     await engine.enqueue_many([EnqueueRequest(name="noop") for _ in range(2 * count + backlog)])
-    await store.claim("another-owner", ["noop"], count, 60.0)
+    await store.claim("another-owner", ["noop@1"], count, 60.0)
     async with store.connection() as conn:
         await conn.execute("ANALYZE laneway.instances")
-    claimed = await store.claim("fence-test", ["noop"], count, 60.0)
+    claimed = await store.claim("fence-test", ["noop@1"], count, 60.0)
     assert len(claimed) == count
     return [(record.instance_id, record.lease_epoch) for record in claimed]
 

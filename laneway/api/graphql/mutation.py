@@ -34,9 +34,11 @@ async def resolve_enqueue_workflow(
     idempotency_key: str | None = UNSET,
     singleton_key: str | None = UNSET,
     concurrency_key: str | None = UNSET,
+    version: str | None = UNSET,
 ) -> EnqueueResult:
     """Create an instance, or return the one its idempotency or singleton key names. A
-    concurrencyKey puts it under its queue's caps per key (keyConcurrency, keyRatePerMinute)."""
+    concurrencyKey puts it under its queue's caps per key (keyConcurrency, keyRatePerMinute).
+    It runs on `version` of the workflow, or else on the newest one this server has."""
     result = await laneway_of(info.context).services.engine.enqueue(
         name,
         given(params),
@@ -46,6 +48,7 @@ async def resolve_enqueue_workflow(
         idempotency_key=given(idempotency_key),
         singleton_key=given(singleton_key),
         concurrency_key=given(concurrency_key),
+        version=given(version),
     )
     return EnqueueResult.from_record(result)
 

@@ -35,6 +35,7 @@ from laneway.api.graphql.types import (
     WorkflowEvent,
     WorkflowInstanceStatus,
 )
+from laneway.api.graphql.versions import PreflightFinding, resolve_deploy_preflight
 from laneway.model import InstanceFilter
 
 
@@ -85,10 +86,12 @@ async def resolve_workflow_event_history(
 
 
 def resolve_workflows(info: Info[Any, Any]) -> list[WorkflowDefinitionInfo]:
-    """The workflows registered in this process."""
+    """The workflows registered in this process: each by its newest version, with the list of
+    its versions."""
+    registry = laneway_of(info.context).services.engine.registry
     return [
-        WorkflowDefinitionInfo.from_definition(workflow)
-        for workflow in laneway_of(info.context).services.engine.workflows()
+        WorkflowDefinitionInfo.from_definition(workflow, registry.versions(workflow.name))
+        for workflow in registry.newest()
     ]
 
 
@@ -144,3 +147,4 @@ class LanewayQuery:
     schedules: list[Schedule] = fields.query(resolve_schedules)
     entity_lock: EntityLock | None = fields.query(resolve_entity_lock)
     workers: list[Worker] = fields.query(resolve_workers)
+    deploy_preflight: list[PreflightFinding] = fields.query(resolve_deploy_preflight)

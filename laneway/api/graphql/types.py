@@ -17,6 +17,7 @@ from strawberry.types import Info
 from laneway.api.graphql.arguments import check_limit
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.errors import CodedErrors
+from laneway.api.graphql.versions import WorkflowVersion
 from laneway.engine import Workflow
 from laneway.model import (
     EnqueueResult as EnqueueRecord,
@@ -192,6 +193,7 @@ class WorkflowInstanceStatus:
     progress: float | None
     message: str | None
     concurrency_key: str | None
+    version: str = strawberry.field(description="The version of its workflow it runs on.")
     checkpoint_input_schema: JSON | None = strawberry.field(
         description=(
             "While paused at a checkpoint with an input schema: that JSON Schema, which "
@@ -221,6 +223,7 @@ class WorkflowInstanceStatus:
             progress=record.progress,
             message=record.message,
             concurrency_key=record.concurrency_key,
+            version=record.version,
             checkpoint_input_schema=record.checkpoint_input_schema,
             uuid=record.instance_id,
         )
@@ -298,15 +301,19 @@ class WorkflowDefinitionInfo:
     kind: str
     stages: list[str]
     description: str
+    version: str = strawberry.field(description="The newest version here: what an enqueue starts.")
+    versions: list[str] = strawberry.field(description="Every version registered, newest first.")
 
     @classmethod
-    def from_definition(cls, workflow: Workflow) -> Self:
+    def from_definition(cls, workflow: Workflow, versions: list[str]) -> Self:
         return cls(
             name=workflow.name,
             queue=workflow.queue_name,
             kind=workflow.kind,
             stages=list(workflow.stages),
             description=workflow.description,
+            version=workflow.version,
+            versions=versions,
         )
 
 
@@ -401,6 +408,7 @@ class Worker:
     host: str
     pid: int
     workflows: list[str]
+    versions: list[WorkflowVersion]
     running: int
     concurrency: int
     started_at: float
@@ -414,6 +422,7 @@ class Worker:
             host=record.host,
             pid=record.pid,
             workflows=list(record.workflows),
+            versions=[WorkflowVersion(name=name, version=v) for name, v in record.versions],
             running=record.running,
             concurrency=record.concurrency,
             started_at=millis(record.started_at),

@@ -12,6 +12,7 @@ history_rollup (the per-minute queue history), waiting (why instances are not ru
 (signals and the wake-up of waits).
 """
 
+from laneway.store.queries.deploys import IN_FLIGHT_ACTIONS, IN_FLIGHT_SAMPLE
 from laneway.store.queries.events import (
     APPEND_EVENTS,
     EVENTS_AFTER,
@@ -130,6 +131,8 @@ __all__ = [
     "INSERT_SIGNAL",
     "INSTANCE_COLUMNS",
     "INSTANCE_EVENTS_AFTER",
+    "IN_FLIGHT_ACTIONS",
+    "IN_FLIGHT_SAMPLE",
     "LATEST_EVENT_ID",
     "LATEST_INSTANCE_EVENTS",
     "LIST_INSTANCES",

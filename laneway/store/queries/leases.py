@@ -15,7 +15,7 @@ def _indented(statement: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # claims and leases
 
-# $1 registered workflow names (text[])
+# $1 the run keys registered here ('name@version', text[])
 # The idle poll: one cheap look at whether anything needs doing, so an idle process sends one
 # statement per poll instead of a transaction per kind of work. Due work is the claim's own
 # probe (laneway.queue_due), one per queue, not a scan of the backlog; the next wake-up of a
@@ -37,7 +37,7 @@ SELECT EXISTS (SELECT 1
        ({_indented(NEXT_WAKE_IN)}) AS next_wake_in
 """
 
-# $1 registered workflow names (text[])
+# $1 the run keys registered here ('name@version', text[])
 # After a claim that came back short: whether any queue is rate-limited at all (per queue or
 # per key), and in how many seconds the next whole token is due where it is what holds work
 # back (0 when one is there now; NULL when nothing waits on a token), so the engine wakes for
@@ -77,8 +77,8 @@ SELECT EXISTS (SELECT 1
            AND room.running < q.concurrency)::double precision AS next_token_in
 """
 
-# $1 owner id, $2 registered workflow names (text[]), $3 at most this many instances,
-# $4 lease seconds, $5 the event-append advisory lock key
+# $1 owner id, $2 the run keys registered here ('name@version', text[]), $3 at most this
+# many instances, $4 lease seconds, $5 the event-append advisory lock key
 # The whole claim (queue locks, caps and token buckets, the rows, their `started` events and
 # the doorbell) in one round trip: laneway/store/sql/functions.sql says why it is a function
 # and what it does.

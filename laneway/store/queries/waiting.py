@@ -11,12 +11,19 @@ from laneway.store.queries.workers import LIVE
 # One row per instance of $1 that is pending, paused or waiting; the first reason that holds, in
 # the order a claim would meet them: paused at a checkpoint, sleeping, waiting for a signal,
 # not due yet (a retry's backoff, or a
-# delay), no live process has its workflow, its queue paused, full or out of tokens, its key
+# delay), no live process has its workflow, none runs its version, its queue paused, full or out of tokens, its key
 # full or out of tokens; else it is ready. `until` is when it may next become claimable, where
 # known. The facts behind the reason come along for its message.
 WAITING_REASONS = f"""
-SELECT i.instance_id, i.name, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
+SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
        i.wait_signal, r.code,
+       CASE WHEN r.code = 'VERSION_UNAVAILABLE'
+            THEN ARRAY(SELECT DISTINCT split_part(v.key, '@', 2)
+                         FROM laneway.workers AS w, unnest(w.versions) AS v (key)
+                        WHERE split_part(v.key, '@', 1) = i.name
+                          AND {LIVE}
+                        ORDER BY 1)
+       END AS live_versions,
        CASE WHEN r.code IN ('AWAITING_REVIEW', 'SLEEPING', 'AWAITING_SIGNAL') THEN i.wake_at
             WHEN r.code IN ('DELAYED', 'RETRY_BACKOFF') THEN i.run_after
             WHEN r.code = 'RATE_LIMITED'
@@ -45,6 +52,10 @@ SELECT i.instance_id, i.name, i.queue, i.concurrency_key, i.checkpoint, i.attemp
                                    FROM laneway.workers AS w
                                   WHERE i.name = ANY(w.workflows)
                                     AND {LIVE}) THEN 'NO_WORKER'
+                WHEN NOT EXISTS (SELECT 1
+                                   FROM laneway.workers AS w
+                                  WHERE i.name || '@' || i.version = ANY(w.versions)
+                                    AND {LIVE}) THEN 'VERSION_UNAVAILABLE'
                 WHEN q.paused THEN 'QUEUE_PAUSED'
                 WHEN room.running >= q.concurrency THEN 'QUEUE_FULL'
                 WHEN room.tokens_now < 1 THEN 'RATE_LIMITED'

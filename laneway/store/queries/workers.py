@@ -13,7 +13,7 @@ _STALE = "w.last_seen_at < now() - 3 * w.heartbeat_seconds * interval '1 second'
 LIVE = f"NOT ({_STALE})"
 
 # $1 owner id, $2 role, $3 host, $4 pid, $5 workflows (text[]), $6 running, $7 concurrency,
-# $8 heartbeat seconds
+# $8 heartbeat seconds, $9 versions ('name@version', text[])
 # One statement per heartbeat: this process's row written (started_at kept from the first
 # one), and the rows of processes that stopped heartbeating deleted; a row another heartbeat
 # is deleting is skipped, so two heartbeats never wait on each other.
@@ -28,13 +28,13 @@ WITH aged_out AS (
 )
 INSERT INTO laneway.workers
        (owner_id, role, host, pid, workflows, running, concurrency, heartbeat_seconds,
-        started_at, last_seen_at)
-VALUES ($1, $2, $3, $4, $5::text[], $6, $7, $8::double precision, now(), now())
+        started_at, last_seen_at, versions)
+VALUES ($1, $2, $3, $4, $5::text[], $6, $7, $8::double precision, now(), now(), $9::text[])
 ON CONFLICT (owner_id) DO UPDATE
    SET role = EXCLUDED.role, host = EXCLUDED.host, pid = EXCLUDED.pid,
        workflows = EXCLUDED.workflows, running = EXCLUDED.running,
        concurrency = EXCLUDED.concurrency, heartbeat_seconds = EXCLUDED.heartbeat_seconds,
-       last_seen_at = now()
+       last_seen_at = now(), versions = EXCLUDED.versions
 """
 
 # $1 owner id
@@ -44,7 +44,7 @@ DELETE FROM laneway.workers
 """
 
 LIVE_WORKERS = f"""
-SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.running, w.concurrency,
+SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.versions, w.running, w.concurrency,
        w.heartbeat_seconds, w.started_at, w.last_seen_at
   FROM laneway.workers AS w
  WHERE {LIVE}

@@ -56,7 +56,8 @@ END;
 $$;
 
 -- laneway.claim(): a whole claim in one round trip (0004; probe 0006; plans 0008; events 0011;
--- keys 0015). Locks the queues with due work first (a queue another claimer holds is skipped),
+-- keys 0015; versions 0019: p_names holds run keys, 'name@version'). Locks the queues with
+-- due work first (a queue another claimer holds is skipped),
 -- then, in a snapshot taken after that lock, fills each queue's free slots (queue_room():
 -- concurrency minus running instances across all processes, and for a rate-limited queue the
 -- whole tokens in its bucket). With no keyed work due, the unkeyed rows in claim order; else
@@ -137,7 +138,7 @@ BEGIN
                    AND i.status = 'pending'
                    AND i.concurrency_key IS NULL
                    AND i.run_after <= now()
-                   AND i.name = ANY(p_names)
+                   AND i.name || '@' || i.version = ANY(p_names)
                  ORDER BY i.priority DESC, i.run_after, i.seq
                  LIMIT a.slots
                    FOR UPDATE SKIP LOCKED) AS p
@@ -216,7 +217,7 @@ BEGIN
                            AND i.status = 'pending'
                            AND i.concurrency_key IS NOT NULL
                            AND i.run_after <= now()
-                           AND i.name = ANY(p_names)
+                           AND i.name || '@' || i.version = ANY(p_names)
                          ORDER BY i.priority DESC, i.run_after, i.seq
                          LIMIT a.slots) AS t) AS chosen
              CROSS JOIN LATERAL (
@@ -250,7 +251,7 @@ BEGIN
                    AND i.concurrency_key = l.key
                    AND i.status = 'pending'
                    AND i.run_after <= now()
-                   AND i.name = ANY(p_names)
+                   AND i.name || '@' || i.version = ANY(p_names)
                  ORDER BY i.priority DESC, i.run_after, i.seq
                  LIMIT LEAST(l.room, s.share)
                    FOR UPDATE SKIP LOCKED) AS p
@@ -264,7 +265,7 @@ BEGIN
                    AND i.status = 'pending'
                    AND i.concurrency_key IS NULL
                    AND i.run_after <= now()
-                   AND i.name = ANY(p_names)
+                   AND i.name || '@' || i.version = ANY(p_names)
                  ORDER BY i.priority DESC, i.run_after, i.seq
                  LIMIT CASE WHEN s.unkeyed_due THEN s.share ELSE 0 END
                    FOR UPDATE SKIP LOCKED) AS p
@@ -477,7 +478,8 @@ AS $$
 $$;
 
 -- laneway.queue_due() and laneway.key_due(): whether a queue has due pending work of these
--- workflows, unkeyed and keyed, or one key has (0015): one probe each, in its index's order.
+-- workflows, unkeyed and keyed, or one key has (0015; run keys 0019): one probe each, in its
+-- index's order.
 -- Inlined where they are called.
 
 CREATE OR REPLACE FUNCTION laneway.queue_due(
@@ -493,7 +495,7 @@ AS $$
                AND i.status = 'pending'
                AND i.concurrency_key IS NULL
                AND i.run_after <= now()
-               AND i.name = ANY(p_names)
+               AND i.name || '@' || i.version = ANY(p_names)
              ORDER BY i.priority DESC, i.run_after, i.seq
              LIMIT 1) IS NOT NULL,
            (SELECT true
@@ -502,7 +504,7 @@ AS $$
                AND i.status = 'pending'
                AND i.concurrency_key IS NOT NULL
                AND i.run_after <= now()
-               AND i.name = ANY(p_names)
+               AND i.name || '@' || i.version = ANY(p_names)
              ORDER BY i.concurrency_key, i.priority DESC, i.run_after, i.seq
              LIMIT 1) IS NOT NULL
 $$;
@@ -521,7 +523,7 @@ AS $$
                AND i.concurrency_key = p_key
                AND i.status = 'pending'
                AND i.run_after <= now()
-               AND i.name = ANY(p_names)
+               AND i.name || '@' || i.version = ANY(p_names)
              ORDER BY i.priority DESC, i.run_after, i.seq
              LIMIT 1) IS NOT NULL
 $$;

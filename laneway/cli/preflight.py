@@ -1,0 +1,86 @@
+"""`laneway preflight`: before a deploy, which instances in flight the new code could not run.
+
+Owns reading the new code's workflows (the modules of --workflows, else LANEWAY_WORKFLOWS),
+asking deployPreflight about them (of the database, or of a server with --url), and printing
+the findings; the exit code gates a deploy step: 0 when nothing would be stranded, 1 when
+something would.
+"""
+
+import argparse
+import dataclasses
+
+from rich import box
+from rich.table import Table
+
+from laneway.cli import output
+from laneway.cli.client import EXIT_FAILED, EXIT_OK, JSONObject
+from laneway.cli.commands import open_client
+from laneway.config import Settings
+
+PREFLIGHT = """query ($workflows: [WorkflowSpecInput!]!) {
+  deployPreflight(workflows: $workflows) { name version reason detail count sampleIDs }
+}"""
+
+
+def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObject]:
+    """The WorkflowSpecInput of every workflow version in the new code's modules.
+
+    Raises:
+        InvalidInputError: a module cannot be imported.
+        CommandError: the modules define no workflow (exit 2).
+    """
+    from laneway.cli.process import check_workflows
+    from laneway.engine.preflight import specs_of
+
+    if args.workflows:
+        modules = tuple(m.strip() for m in args.workflows.split(",") if m.strip())
+        settings = dataclasses.replace(settings, workflow_modules=modules)
+    return [
+        {
+            "name": spec.name,
+            "version": spec.version,
+            "actions": list(spec.actions),
+            "stages": list(spec.stages) if spec.stages is not None else None,
+        }
+        for spec in specs_of(check_workflows(settings, allow_none=False))
+    ]
+
+
+def findings_table(findings: list[JSONObject]) -> Table:
+    table = Table(
+        title="Instances in flight the new code could not run",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for column in ("workflow", "version", "reason", "detail", "count", "some of them"):
+        table.add_column(column, overflow="fold")
+    for finding in findings:
+        table.add_row(
+            finding["name"],
+            finding["version"],
+            finding["reason"],
+            finding["detail"],
+            str(finding["count"]),
+            "\n".join(finding["sampleIDs"][:3]),
+        )
+    return table
+
+
+async def preflight(args: argparse.Namespace, settings: Settings) -> int:
+    """Print what deploying the new code would strand; exit 1 when anything would."""
+    specs = new_code_specs(args, settings)
+    async with open_client(args, settings) as client:
+        findings: list[JSONObject] = (await client.execute(PREFLIGHT, workflows=specs))[
+            "deployPreflight"
+        ]
+    if args.json:
+        output.print_json(findings)
+    elif findings:
+        output.console().print(findings_table(findings))
+    else:
+        versions = ", ".join(f"{spec['name']}@{spec['version']}" for spec in specs)
+        output.console().print(
+            f"Safe to deploy: the new code ({versions}) runs every instance in flight."
+        )
+    return EXIT_FAILED if findings else EXIT_OK

@@ -1,0 +1,48 @@
+"""`laneway preflight` (issue #21): the new code's modules against the database's instances in
+flight; exit 1 when something would be stranded, so it can gate a deploy step."""
+
+import json
+
+from laneway.engine import Engine, WorkflowRegistry
+from laneway.store import Store
+from tests.test_cli import environment, laneway
+from tests.versioned_workflows import deploy_demo
+
+
+async def test_preflight_gates_a_deploy_on_what_it_would_strand(
+    database_url: str, store: Store
+) -> None:
+    engine = Engine(store, WorkflowRegistry([deploy_demo("1")]))
+    stranded = (await engine.enqueue("deploy_demo")).instance_id
+    env = environment(database_url, LANEWAY_WORKFLOWS="tests.versioned_v1", COLUMNS="200")
+
+    code, out, err = await laneway("preflight", "--workflows", "tests.versioned_v2", env=env)
+    assert code == 1, err
+    assert "VERSION_GONE" in out
+    assert "version '1' is not in the new code (it has '2')" in out
+    assert str(stranded) in out
+
+    code, out, err = await laneway(
+        "preflight", "--workflows", "tests.versioned_v2", "--json", env=env
+    )
+    assert code == 1, err
+    (finding,) = json.loads(out)
+    assert (finding["reason"], finding["count"], finding["sampleIDs"]) == (
+        "VERSION_GONE",
+        1,
+        [str(stranded)],
+    )
+
+    # Keeping v1 beside v2 strands nothing; LANEWAY_WORKFLOWS is the default new code.
+    both = environment(database_url, LANEWAY_WORKFLOWS="tests.versioned_v1,tests.versioned_v2")
+    code, out, err = await laneway("preflight", env=both)
+    assert code == 0, err
+    assert "Safe to deploy" in out
+    assert "deploy_demo@1" in out
+
+
+async def test_preflight_refuses_code_it_cannot_import(database_url: str) -> None:
+    env = environment(database_url)
+    code, _, err = await laneway("preflight", "--workflows", "no_such_module_here", env=env)
+    assert code == 2
+    assert "no_such_module_here" in err
