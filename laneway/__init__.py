@@ -41,12 +41,14 @@ from laneway.errors import (
     LanewayError,
     NotFoundError,
 )
+from laneway.model import BulkResult, InstanceFilter
 from laneway.services import Services, open_services
 from laneway.store.migrate import MigrationReport, migrate
 
 __version__: str = metadata.version("laneway")  # pyproject.toml's, as installed
 
 __all__ = [
+    "BulkResult",
     "Checkpoint",
     "ConflictError",
     "Done",
@@ -54,6 +56,7 @@ __all__ = [
     "EnqueueRequest",
     "HandlerContext",
     "InputRejectedError",
+    "InstanceFilter",
     "InvalidInputError",
     "LanewayError",
     "MigrationReport",

@@ -158,13 +158,14 @@ class Notification:
     """The NOTIFY payload: a doorbell saying that events up to `last_event_id` are committed.
 
     It carries identifiers only (well under 200 bytes), whatever the size of errors or state;
-    readers fetch the rows from the table. `cancelled_id` names an instance cancelled by that
-    transaction, so the process running it stops its handler at once. The payload is written
-    by SQL (queries.APPEND_EVENTS) as `{"e": <id>, "c": "<uuid>"}`.
+    readers fetch the rows from the table. `cancelled_ids` name the instances cancelled by that
+    transaction (a bulk cancel's batch: at most 100), so the processes running them stop their
+    handlers at once. The payload is written by SQL (queries.APPEND_EVENTS) as
+    `{"e": <id>, "c": "<uuid>,<uuid>,..."}`.
     """
 
     last_event_id: int
-    cancelled_id: UUID | None = None
+    cancelled_ids: tuple[UUID, ...] = ()
 
     @classmethod
     def from_payload(cls, payload: str) -> "Notification":
@@ -173,7 +174,7 @@ class Notification:
         cancelled = body.get("c")
         return cls(
             last_event_id=int(body["e"]),
-            cancelled_id=UUID(cancelled) if cancelled else None,
+            cancelled_ids=tuple(UUID(one) for one in cancelled.split(",")) if cancelled else (),
         )
 
 
@@ -443,6 +444,17 @@ class Transition:
             stage=record.stage,
             checkpoint=record.checkpoint,
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkResult:
+    """What a bulk cancel, retry or resume did: how many instances its filter selected that
+    the action applies to, how many this call changed, and up to 100 of the matched ids,
+    newest first."""
+
+    matched: int
+    changed: int
+    sample_ids: list[UUID]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

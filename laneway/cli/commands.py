@@ -1,8 +1,9 @@
 """The subcommands that read or act on instances, workflows and queues.
 
 Owns what each of enqueue, cancel, resume, retry, signal, status, workflows, queues and watch
-asks and prints. Each opens a Client: the server's GraphQL API with --url, the database
-without; the GraphQL documents and error codes are the same either way (client.py).
+asks and prints (cancel, resume and retry with --filter are bulk.py's). Each opens a Client:
+the server's GraphQL API with --url, the database without; the GraphQL documents and error
+codes are the same either way (client.py).
 """
 
 import argparse
@@ -102,6 +103,14 @@ async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
 async def _action(
     args: argparse.Namespace, settings: Settings, document: str, **extra: object
 ) -> int:
+    if args.filter is not None:  # laneway cancel|retry|resume --filter ...
+        from laneway.cli import bulk
+
+        return await bulk.run(args, settings, args.command)
+    if args.instance_id is None:
+        raise CommandError(f"{args.command} needs an instance ID or --filter", EXIT_USAGE)
+    if args.dry_run or args.yes:
+        raise CommandError("--dry-run and --yes go with --filter", EXIT_USAGE)
     target = instance_id(args.instance_id)
     async with open_client(args, settings) as client:
         data = await client.execute(document, id=target, **extra)
@@ -121,7 +130,7 @@ async def retry(args: argparse.Namespace, settings: Settings) -> int:
 
 async def resume(args: argparse.Namespace, settings: Settings) -> int:
     """Resume a paused instance, with `--input` for its checkpoint's input schema."""
-    given = json_option(args.input, "--input")
+    given = json_option(args.input, "--input") if args.filter is None else None
     return await _action(args, settings, RESUME, input=given)
 
 

@@ -6,6 +6,7 @@ type says what it wants). The subcommands themselves live in process.py and comm
 
 import argparse
 import importlib
+import textwrap
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -96,6 +97,41 @@ def _json_option() -> argparse.ArgumentParser:
 
 def _epilog(*parts: str) -> str:
     return "\n\n".join(parts)
+
+
+_BULK_APPLIES = {
+    "cancel": "every selected instance that is not terminal",
+    "retry": "every selected failed instance (through its queue's caps and rates)",
+    "resume": "every selected paused instance, without input (one whose checkpoint needs an"
+    " input stays paused)",
+}
+
+
+def _bulk_help(name: str) -> str:
+    text = (
+        f"With --filter instead of ID: {name} {_BULK_APPLIES[name]}. KEY is name, queue,"
+        " status (repeatable), key (the concurrency key), version, created-after or"
+        " created-before (ISO times, UTC unless they name an offset). It counts first (a dry"
+        " run) and asks at a terminal; --yes skips the question (needed in scripts, else exit"
+        " 2); --dry-run only counts. Prints {matched, changed, sampleIDs}."
+    )
+    example = f"laneway {name} --filter name=billing --filter created-after=2026-01-31T00:00Z --yes"
+    return f"{textwrap.fill(text, width=92)}\n\nExample:\n  {example}"
+
+
+def _bulk_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("bulk (instead of ID)")
+    group.add_argument(
+        "--filter",
+        metavar="KEY=VALUE",
+        action="append",
+        help="select instances by name, queue, status, key, version, created-after or"
+        " created-before (repeatable: all must match)",
+    )
+    group.add_argument(
+        "--dry-run", action="store_true", help="only count and sample what --filter selects"
+    )
+    group.add_argument("--yes", action="store_true", help="do it without asking")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,29 +245,35 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = add(
             name,
-            summary + " and print {instanceID, status}",
+            summary + " and print {instanceID, status}; or every one --filter selects",
             _epilog(
-                DATABASE, f"Example:\n  laneway {name} ID --url http://127.0.0.1:8000", EXIT_CODES
+                DATABASE,
+                f"Example:\n  laneway {name} ID --url http://127.0.0.1:8000",
+                _bulk_help(name),
+                EXIT_CODES,
             ),
             server,
         )
-        p.add_argument("instance_id", metavar="ID")
+        p.add_argument("instance_id", metavar="ID", nargs="?")
+        _bulk_options(p)
         p.set_defaults(run=run)
 
     p = add(
         "resume",
-        "resume paused instance ID and print {instanceID, status}",
+        "resume paused instance ID and print {instanceID, status}; or every one --filter selects",
         _epilog(
             DATABASE,
             "--input is checked against the checkpoint's input schema; when it is refused the"
             " message names the failing path (exit 2) and the instance stays paused.",
             'Example:\n  laneway resume ID --input \'{"decision": "approve"}\'',
+            _bulk_help("resume"),
             EXIT_CODES,
         ),
         server,
     )
-    p.add_argument("instance_id", metavar="ID")
+    p.add_argument("instance_id", metavar="ID", nargs="?")
     p.add_argument("--input", metavar="JSON", help="the reviewer's input as JSON")
+    _bulk_options(p)
     p.set_defaults(run=_lazy("commands", "resume"))
 
     p = add(
@@ -277,15 +319,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_lazy("commands", "workflows"))
 
     p = add(
-        "queues",
-        "list the queues: caps, paused, instances per status",
-        _epilog(DATABASE, "Example:\n  laneway queues --json"),
-        server,
-        as_json,
-    )
-    p.set_defaults(run=_lazy("commands", "queues"))
-
-    p = add(
         "preflight",
         "before a deploy: list the instances in flight that the new code could not run",
         _epilog(
@@ -304,6 +337,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workflows", metavar="MODULES", help="the new code's workflow modules")
     p.set_defaults(run=_lazy("preflight", "preflight"))
+
+    p = add(
+        "queues",
+        "list the queues: caps, paused, instances per status",
+        _epilog(DATABASE, "Example:\n  laneway queues --json"),
+        server,
+        as_json,
+    )
+    p.set_defaults(run=_lazy("commands", "queues"))
 
     p = add(
         "watch",

@@ -93,9 +93,9 @@ class ClaimLoop:
     # -- signals from outside --------------------------------------------------------------------
 
     def notify(self, notification: Notification) -> None:
-        """A NOTIFY arrived: wake the loop, and stop a handler whose instance was cancelled."""
-        if notification.cancelled_id is not None:
-            self.stop_run(notification.cancelled_id, reason="cancelled")
+        """A NOTIFY arrived: wake the loop, and stop the handlers whose instances were cancelled."""
+        for instance_id in notification.cancelled_ids:
+            self.stop_run(instance_id, reason="cancelled")
         self._wake.set()
 
     def wake(self) -> None:

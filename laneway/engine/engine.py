@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from uuid import UUID
 
 from laneway.engine import faults, tracing
+from laneway.engine.bulk_calls import BulkCalls
 from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
@@ -63,7 +64,7 @@ def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Engine(ScheduleCalls, QueueCalls, DeployCalls):
+class Engine(ScheduleCalls, QueueCalls, BulkCalls, DeployCalls):
     """Laneway's engine: one per process, sharing the database with any number of others."""
 
     def __init__(

@@ -42,9 +42,10 @@ class StoreBase:
         return self._pool.acquire(timeout=self._acquire_timeout)
 
     async def _append_events(
-        self, conn: Conn, events: Sequence[NewEvent], cancelled_id: UUID | None = None
+        self, conn: Conn, events: Sequence[NewEvent], cancelled_ids: Sequence[UUID] = ()
     ) -> int | None:
-        """Append events and ring the doorbell, inside the caller's transaction."""
+        """Append events and ring the doorbell, inside the caller's transaction; the doorbell
+        names `cancelled_ids` (at most 100: the payload stays under NOTIFY's 8,000 bytes)."""
         if not events:
             return None
         last_id: int | None = await conn.fetchval(
@@ -58,7 +59,7 @@ class StoreBase:
             [e.error for e in events],
             [e.stage for e in events],
             [e.checkpoint for e in events],
-            str(cancelled_id) if cancelled_id else None,
+            ",".join(map(str, cancelled_ids)) or None,
             [e.signal for e in events],
         )
         return last_id

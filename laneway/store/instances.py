@@ -1,21 +1,18 @@
 """The Store's instance area: queues, instance reads, and the API side's writes.
 
-Owns enqueueing (one statement per batch: rows, `enqueued` events and the doorbell), the
-lookups that resolve idempotency and singleton keys, and cancel, resume and retry, each one
-transaction with its event.
+Owns enqueueing (one statement per batch: rows, `enqueued` events and the doorbell) and the
+lookups that resolve idempotency and singleton keys. Cancel, resume and retry are bulk.py's
+(one instance is their batch of one).
 """
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 from uuid import UUID
 
-from laneway.errors import InvalidInputError, NotFoundError
+from laneway.errors import InvalidInputError
 from laneway.model import (
     EnqueueResult,
-    EventType,
     InstanceFilter,
     InstanceRecord,
-    NewEvent,
     NewInstance,
     QueueRecord,
     WaitingReason,
@@ -43,16 +40,6 @@ def filter_args(where: InstanceFilter) -> tuple[object, ...]:
         where.version,
         where.created_after,
         where.created_before,
-    )
-
-
-def _event_for(record: InstanceRecord, event_type: EventType, **data: Any) -> NewEvent:
-    return NewEvent(
-        instance_id=record.instance_id,
-        name=record.name,
-        type=event_type,
-        status=record.status,
-        **data,
     )
 
 
@@ -262,51 +249,3 @@ class InstanceStore(StoreBase):
         if row is None and new.singleton_key is not None:
             row = await conn.fetchrow(queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key)
         return instance_from_row(row) if row else None
-
-    async def cancel_instance(self, instance_id: UUID) -> tuple[InstanceRecord, bool]:
-        """Cancel a non-terminal instance; a terminal one is returned unchanged (False)."""
-        async with self._acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(queries.CANCEL_INSTANCE, instance_id)
-            if row is None:
-                return await self._existing(conn, instance_id), False
-            record = instance_from_row(row)
-            await conn.execute(queries.RELEASE_INSTANCE_LOCKS, [instance_id])
-            await self._append_events(
-                conn,
-                [_event_for(record, EventType.CANCELLED, attempt=record.attempts)],
-                cancelled_id=instance_id,
-            )
-            return record, True
-
-    async def resume_instance(
-        self, instance_id: UUID, input_json: str | None = None, checkpoint: str | None = None
-    ) -> InstanceRecord | None:
-        """Put an instance paused at `checkpoint` back to pending, its input (if any) the next
-        action's params; None when it is not paused there."""
-        async with self._acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(queries.RESUME_INSTANCE, instance_id, input_json, checkpoint)
-            if row is None:
-                await self._existing(conn, instance_id)
-                return None
-            record = instance_from_row(row)
-            await self._append_events(conn, [_event_for(record, EventType.RESUMED)])
-            return record
-
-    async def retry_instance(self, instance_id: UUID) -> InstanceRecord | None:
-        """Put a failed instance back to pending from its last checkpoint; None when not failed."""
-        async with self._acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(queries.RETRY_INSTANCE, instance_id)
-            if row is None:
-                await self._existing(conn, instance_id)
-                return None
-            record = instance_from_row(row)
-            await self._append_events(
-                conn, [_event_for(record, EventType.RETRYING, error="retry requested")]
-            )
-            return record
-
-    async def _existing(self, conn: Conn, instance_id: UUID) -> InstanceRecord:
-        row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
-        if row is None:
-            raise NotFoundError(f"no instance {instance_id}")
-        return instance_from_row(row)

@@ -2,7 +2,7 @@
 
 Owns `open_store` and the Store class, composed of one part per area (instances.py,
 leases.py, history.py, schedules.py, workers.py, queue_history.py, waits.py, deploys.py,
-on base.py); rows.py decodes rows into records.
+bulk.py, on base.py); rows.py decodes rows into records.
 Decides nothing about workflows: the engine says what to write, the store writes it
 atomically and reports what changed. Runner writes are fenced by owner id.
 """
@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from laneway.store.base import EVENTS_LOCK_KEY as EVENTS_LOCK_KEY
+from laneway.store.bulk import BulkStore
 from laneway.store.deploys import DeployStore
 from laneway.store.history import HistoryStore
 from laneway.store.leases import DEFAULT_MAX_RECOVERIES as DEFAULT_MAX_RECOVERIES
@@ -62,6 +63,7 @@ class Store(
     WorkerStore,
     QueueHistoryStore,
     WaitStore,
+    BulkStore,
     DeployStore,
 ):
     """Laneway's tables, behind one method per verb."""

@@ -470,12 +470,12 @@ async def test_callback_gets_the_cancelled_instance_when_an_instance_is_cancelle
         enqueued = await engine.enqueue("noop")
         await store.cancel_instance(enqueued.instance_id)
         async with asyncio.timeout(10):
-            while (notification := await notifications.get()).cancelled_id is None:
+            while not (notification := await notifications.get()).cancelled_ids:
                 pass
     cancelled = (await store.instance_events_after(enqueued.instance_id, 0, 10))[-1]
     assert cancelled.type == EventType.CANCELLED
     assert notification == Notification(
-        last_event_id=cancelled.event_id, cancelled_id=enqueued.instance_id
+        last_event_id=cancelled.event_id, cancelled_ids=(enqueued.instance_id,)
     )
 
 

@@ -69,7 +69,7 @@ async def test_notify_payload_stays_small_whatever_the_error_size(
             error="x" * 100_000,
         )
         async with store.connection() as conn, conn.transaction():
-            await store._append_events(conn, [huge, _event()], cancelled_id=uuid.uuid4())
+            await store._append_events(conn, [huge, _event()], cancelled_ids=[uuid.uuid4()])
         payload = await asyncio.wait_for(payloads.get(), timeout=10)
     finally:
         await listener.close()

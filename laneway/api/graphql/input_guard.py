@@ -52,6 +52,7 @@ from graphql.validation import ASTValidationRule
 from strawberry.extensions import SchemaExtension
 
 from laneway.api.graphql.arguments import parse_event_id
+from laneway.api.graphql.bulk import MAX_TIME_MS
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
 from laneway.engine.engine import MAX_LIST_LIMIT
@@ -118,6 +119,9 @@ RULES: Mapping[str, Rule] = {
     "ratePerMinute": Rule(low=0, high=MAX_RATE_PER_MINUTE, low_open=True),
     "keyRatePerMinute": Rule(low=0, high=MAX_RATE_PER_MINUTE, low_open=True),
     "minutes": Rule(low=1, high=MAX_HISTORY_MINUTES),
+    # A bulk action's created window (InstanceFilter): ms since the epoch, to year 9999.
+    "createdAfter": Rule(low=0, high=MAX_TIME_MS),
+    "createdBefore": Rule(low=0, high=MAX_TIME_MS),
 }
 
 

@@ -1,4 +1,5 @@
-"""Mutation resolvers: enqueue, cancel, resume, retry, signal, schedules and queue caps.
+"""Mutation resolvers: enqueue, cancel, resume, retry, signal, schedules and queue caps (the
+bulk cancel, retry and resume are bulk.py's).
 
 Owns LanewayMutation, the root fields a host's Mutation inherits (or uses as it is), and one
 engine call per field. Every field needs write access (permissions.CanWrite); the engine
@@ -13,6 +14,12 @@ from strawberry.types.unset import UNSET
 
 from laneway.api.graphql import fields
 from laneway.api.graphql.arguments import InstanceID, given, parse_instance_id
+from laneway.api.graphql.bulk import (
+    BulkResult,
+    resolve_cancel_workflows,
+    resolve_resume_workflows,
+    resolve_retry_workflows,
+)
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.types import (
     JSON,
@@ -169,3 +176,6 @@ class LanewayMutation:
     set_schedule_enabled: Schedule = fields.mutation(resolve_set_schedule_enabled)
     delete_schedule: bool = fields.mutation(resolve_delete_schedule)
     configure_queue: QueueStats = fields.mutation(resolve_configure_queue)
+    cancel_workflows: BulkResult = fields.mutation(resolve_cancel_workflows)
+    retry_workflows: BulkResult = fields.mutation(resolve_retry_workflows)
+    resume_workflows: BulkResult = fields.mutation(resolve_resume_workflows)

@@ -6,12 +6,19 @@ codec registered in pool.py. SQL is never built from input. The functions some s
 (the claim, the group commit, the event append) are in laneway/store/sql/functions.sql.
 
 The areas: schema (the migration runner, the clock), queues, instances (reads and the API
-side's writes), leases (claims, leases, runner writes, retention), operations (template
-operations and entity locks), events, schedules, workers (the live process registry),
-history_rollup (the per-minute queue history), waiting (why instances are not running), waits
-(signals and the wake-up of waits).
+side's enqueue), bulk (cancel, resume and retry, of one instance or many), leases (claims,
+leases, runner writes, retention), operations (template operations and entity locks), events,
+schedules, workers (the live process registry), history_rollup (the per-minute queue
+history), waiting (why instances are not running), waits (signals and the wake-up of waits).
 """
 
+from laneway.store.queries.bulk import (
+    BULK_BATCH,
+    BULK_MATCH,
+    CANCEL_INSTANCES,
+    RESUME_INSTANCES,
+    RETRY_INSTANCES,
+)
 from laneway.store.queries.deploys import IN_FLIGHT_ACTIONS, IN_FLIGHT_SAMPLE
 from laneway.store.queries.events import (
     APPEND_EVENTS,
@@ -25,7 +32,6 @@ from laneway.store.queries.history_rollup import (
     ROLL_UP_QUEUE_HISTORY,
 )
 from laneway.store.queries.instances import (
-    CANCEL_INSTANCE,
     ENQUEUE_INSTANCE,
     ENQUEUE_INSTANCE_WITHOUT_KEYS,
     ENQUEUE_INSTANCES,
@@ -35,8 +41,6 @@ from laneway.store.queries.instances import (
     INSTANCE_COLUMNS,
     LIST_INSTANCE_SUMMARIES,
     LIST_INSTANCES,
-    RESUME_INSTANCE,
-    RETRY_INSTANCE,
     UNREGISTERED_PENDING,
 )
 from laneway.store.queries.leases import (
@@ -107,7 +111,9 @@ __all__ = [
     "APPEND_EVENTS",
     "APPLIED_MIGRATIONS",
     "APPLY_CODE_QUEUE_SETTINGS",
-    "CANCEL_INSTANCE",
+    "BULK_BATCH",
+    "BULK_MATCH",
+    "CANCEL_INSTANCES",
     "CLAIM",
     "CONFIGURE_QUEUE",
     "CONSUME_SIGNALS",
@@ -160,8 +166,8 @@ __all__ = [
     "RELEASE_LOCK",
     "REMOVE_WORKER",
     "RENEW_LEASES",
-    "RESUME_INSTANCE",
-    "RETRY_INSTANCE",
+    "RESUME_INSTANCES",
+    "RETRY_INSTANCES",
     "ROLL_UP_QUEUE_HISTORY",
     "SCHEMA_VERSION",
     "SET_SCHEDULE_ENABLED",

@@ -1,5 +1,5 @@
-"""Instance statements: the column list every read returns, reads, and the API side's writes
-(enqueue, cancel, resume, retry).
+"""Instance statements: the column list every read returns, reads, and the API side's enqueue
+(cancel, resume and retry are bulk.py's, one instance their batch of one).
 
 See laneway/store/queries/__init__.py for how statements are written.
 """
@@ -60,7 +60,7 @@ _LIST_INSTANCES = f"""
 SELECT {{columns}}
   FROM laneway.instances
  WHERE {INSTANCE_FILTER}
- ORDER BY created_at DESC, seq DESC
+ ORDER BY created_at DESC, instance_id DESC
  LIMIT $9
 OFFSET $10
 """
@@ -97,7 +97,7 @@ SELECT name, count(*) AS pending
 """
 
 # ---------------------------------------------------------------------------------------------
-# instances: writes by the API side (each returns the row it changed)
+# instances: enqueue by the API side
 
 # The tail of both enqueue statements: the `enqueued` events of the rows `inserted` returned,
 # appended with the doorbell by laneway.append_events; $12 is the append lock's key. The call
@@ -181,41 +181,3 @@ WITH inserted AS ({_INSERT_INSTANCE}
     {_RETURNING_FILLED_IN}
 ),
 {_ENQUEUED_EVENTS}"""
-
-# $1 instance id
-CANCEL_INSTANCE = f"""
-UPDATE laneway.instances
-   SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL, wake_at = NULL,
-       updated_at = now(), finished_at = now()
- WHERE instance_id = $1
-   AND status NOT IN ('completed', 'failed', 'cancelled')
-RETURNING {INSTANCE_COLUMNS}
-"""
-
-# $1 instance id, $2 the resume's input (json text; NULL: none, the pause's params stay the
-# next action's), $3 the checkpoint label the input was checked against
-# An input replaces the next action's params. The label guards against a resume checked
-# against another pause of the same instance: it must still be paused where it was read.
-RESUME_INSTANCE = f"""
-UPDATE laneway.instances
-   SET status = 'pending', checkpoint = NULL, wait = NULL, wake_at = NULL,
-       next_params = CASE WHEN $2::text IS NULL THEN next_params ELSE $2::jsonb END,
-       run_after = now(), updated_at = now()
- WHERE instance_id = $1
-   AND status = 'paused'
-   AND checkpoint IS NOT DISTINCT FROM $3::text
-RETURNING {INSTANCE_COLUMNS}
-"""
-
-# $1 instance id
-# A fresh budget of attempts from the next one, the count going on. A keyed instance's key row
-# is made or held again (laneway.hold_key): it may have gone while the instance was failed.
-RETRY_INSTANCE = f"""
-UPDATE laneway.instances
-   SET status = 'pending', attempt_base = attempts, recoveries = 0, run_after = now(),
-       finished_at = NULL, updated_at = now()
- WHERE instance_id = $1
-   AND status = 'failed'
-   AND (concurrency_key IS NULL OR laneway.hold_key(queue, concurrency_key))
-RETURNING {INSTANCE_COLUMNS}
-"""

@@ -13,7 +13,7 @@
 -- visible in id order (docs/event-ordering.md); callers call it only once their own rows are
 -- written, so nobody waits on a row while holding that lock. Each row's `at` is the moment of
 -- the append; `p_signals` names the signal of a `waiting` or `signalled` event. The NOTIFY is
--- a doorbell: the last id, and the id of an instance cancelled here.
+-- a doorbell: the last id, and the ids of the instances cancelled here (comma-separated).
 -- An empty batch appends nothing, takes no lock and rings nothing. Returns the last id.
 
 CREATE OR REPLACE FUNCTION laneway.append_events(

@@ -1,0 +1,125 @@
+"""Bulk mutations of the GraphQL API: cancelWorkflows, retryWorkflows, resumeWorkflows.
+
+Owns the InstanceFilter input (its times are milliseconds since the Unix epoch, as every time
+in the API), how it becomes the engine's model.InstanceFilter (BAD_USER_INPUT for an unknown
+status or a time that is not a finite moment), and BulkResult. What each action applies to,
+the batches and the dry run are the engine's (engine/bulk_calls.py).
+"""
+
+import math
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import strawberry
+from strawberry.types import Info
+
+from laneway.api.graphql.arguments import given, status_filter
+from laneway.api.graphql.context import laneway_of
+from laneway.errors import InvalidInputError
+from laneway.model import BulkResult as BulkRecord
+from laneway.model import InstanceFilter as FilterModel
+
+# The latest moment a created-window bound may name: the end of year 9999, in ms.
+MAX_TIME_MS = 253_402_300_799_999.0
+
+
+@strawberry.input(name="InstanceFilter")
+class InstanceFilterInput:
+    """Which instances a bulk action looks at; a field left out (or null) matches any. The
+    created window is exclusive at both ends, in milliseconds since the Unix epoch."""
+
+    name: str | None = strawberry.UNSET
+    queue: str | None = strawberry.UNSET
+    statuses: list[str] | None = strawberry.UNSET
+    concurrency_key: str | None = strawberry.field(default=strawberry.UNSET, name="concurrencyKey")
+    version: str | None = strawberry.UNSET
+    created_after: float | None = strawberry.field(default=strawberry.UNSET, name="createdAfter")
+    created_before: float | None = strawberry.field(default=strawberry.UNSET, name="createdBefore")
+
+    def to_model(self) -> FilterModel:
+        """The engine's filter.
+
+        Raises:
+            InvalidInputError: an unknown status, or a time that is not finite or out of range.
+        """
+        return FilterModel(
+            name=given(self.name),
+            queue=given(self.queue),
+            statuses=status_filter(None, given(self.statuses)),
+            concurrency_key=given(self.concurrency_key),
+            version=given(self.version),
+            created_after=parse_time_ms(given(self.created_after), "createdAfter"),
+            created_before=parse_time_ms(given(self.created_before), "createdBefore"),
+        )
+
+
+def parse_time_ms(value: float | None, what: str) -> datetime | None:
+    """A moment given in milliseconds since the Unix epoch (None stays None).
+
+    Raises:
+        InvalidInputError: not finite, or outside 0 ... the end of year 9999.
+    """
+    if value is None:
+        return None
+    if not (math.isfinite(value) and 0 <= value <= MAX_TIME_MS):
+        raise InvalidInputError(
+            f"{what} must be a time in milliseconds from 0 to {MAX_TIME_MS:.0f}"
+        )
+    return datetime.fromtimestamp(value / 1000.0, tz=UTC)
+
+
+@strawberry.type
+class BulkResult:
+    """What a bulk action did: `matched` counts the instances the filter selects that the
+    action applies to, `changed` those this call changed (0 on a dry run), `sampleIDs` up to
+    100 of the matched, newest first."""
+
+    matched: int
+    changed: int
+    sample_ids: list[strawberry.ID] = strawberry.field(name="sampleIDs")
+
+    @classmethod
+    def from_record(cls, record: BulkRecord) -> "BulkResult":
+        return cls(
+            matched=record.matched,
+            changed=record.changed,
+            sample_ids=[strawberry.ID(str(i)) for i in record.sample_ids],
+        )
+
+
+BulkCall = Callable[..., Awaitable[BulkRecord]]
+
+
+# Explicit argument names: the contract's, under any name converter of a host's schema.
+Filter = Annotated[InstanceFilterInput, strawberry.argument(name="filter")]
+DryRun = Annotated[bool | None, strawberry.argument(name="dryRun")]
+
+
+async def _run(call: BulkCall, where: InstanceFilterInput, dry_run: bool | None) -> BulkResult:
+    return BulkResult.from_record(await call(where.to_model(), dry_run=bool(dry_run)))
+
+
+async def resolve_cancel_workflows(
+    info: Info[Any, Any], where: Filter, dry_run: DryRun = False
+) -> BulkResult:
+    """Cancel every instance the filter selects that is not terminal (dryRun: count and sample
+    only); an instance that ends while this runs stays as it ended."""
+    return await _run(laneway_of(info.context).services.engine.cancel_many, where, dry_run)
+
+
+async def resolve_retry_workflows(
+    info: Info[Any, Any], where: Filter, dry_run: DryRun = False
+) -> BulkResult:
+    """Run again every failed instance the filter selects (dryRun: count and sample only); they
+    go back through their queue's caps and rates."""
+    return await _run(laneway_of(info.context).services.engine.retry_many, where, dry_run)
+
+
+async def resolve_resume_workflows(
+    info: Info[Any, Any], where: Filter, dry_run: DryRun = False
+) -> BulkResult:
+    """Resume, without input, every paused instance the filter selects (dryRun: count and
+    sample only); one whose checkpoint's input schema needs an input stays paused (matched, not
+    changed)."""
+    return await _run(laneway_of(info.context).services.engine.resume_many, where, dry_run)

@@ -1,0 +1,117 @@
+"""`laneway cancel|retry|resume --filter KEY=VALUE ...`: a bulk action on what a filter selects.
+
+Owns the --filter words (name, queue, status (repeatable), key, version, created-after,
+created-before as ISO times), the dry run that always comes first and shows the count, and
+the confirmation: --yes, or a yes typed at a terminal; anywhere else it stops with exit 2.
+Both modes send the same mutation (cancelWorkflows, retryWorkflows, resumeWorkflows), so the
+database mode and --url go through the engine's one bulk path.
+"""
+
+import argparse
+import asyncio
+import sys
+from datetime import UTC, datetime
+
+from laneway.cli import output
+from laneway.cli.client import EXIT_OK, EXIT_USAGE, CommandError, JSONObject
+from laneway.cli.commands import open_client
+from laneway.config import Settings
+
+FIELDS = {"cancel": "cancelWorkflows", "retry": "retryWorkflows", "resume": "resumeWorkflows"}
+VERBS = {"cancel": "cancel", "retry": "retry", "resume": "resume (without input)"}
+# --filter's keys and the InstanceFilter fields they set (status: one of `statuses`).
+FILTER_FIELDS = {
+    "name": "name",
+    "queue": "queue",
+    "status": "statuses",
+    "key": "concurrencyKey",
+    "version": "version",
+    "created-after": "createdAfter",
+    "created-before": "createdBefore",
+}
+
+
+def document(action: str) -> str:
+    return f"""mutation ($filter: InstanceFilter!, $dryRun: Boolean) {{
+  bulk: {FIELDS[action]}(filter: $filter, dryRun: $dryRun) {{ matched changed sampleIDs }}
+}}"""
+
+
+def iso_ms(text: str, key: str) -> float:
+    """An ISO 8601 time (UTC when it names no offset) in ms since the Unix epoch.
+
+    Raises:
+        CommandError: not an ISO time (exit 2).
+    """
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CommandError(
+            f"--filter {key}= must be an ISO time such as 2026-01-31T12:00:00Z, not {text!r}",
+            EXIT_USAGE,
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp() * 1000.0
+
+
+def parse_filter(pairs: list[str]) -> JSONObject:
+    """The InstanceFilter input of --filter KEY=VALUE pairs.
+
+    Raises:
+        CommandError: an unknown key, no `=`, or a key given twice (but status) (exit 2).
+    """
+    where: JSONObject = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        field = FILTER_FIELDS.get(key)
+        if not equals or field is None:
+            raise CommandError(
+                f"--filter takes KEY=VALUE with KEY one of {', '.join(FILTER_FIELDS)},"
+                f" not {pair!r}",
+                EXIT_USAGE,
+            )
+        if key == "status":
+            where.setdefault(field, []).append(value)
+            continue
+        if field in where:
+            raise CommandError(f"--filter {key}= is given twice", EXIT_USAGE)
+        where[field] = iso_ms(value, key) if key.startswith("created-") else value
+    return where
+
+
+async def _confirmed(action: str, matched: int) -> bool:
+    """Ask at the terminal; False for anything but y or yes."""
+    sys.stderr.write(f"{VERBS[action].capitalize()} {matched} instances? [y/N] ")
+    sys.stderr.flush()
+    answer = await asyncio.to_thread(sys.stdin.readline)
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
+    """Dry run first; then, with --yes or a yes at the terminal, the real run. Prints the
+    result `{"matched", "changed", "sampleIDs"}` (the dry run's, with --dry-run)."""
+    if getattr(args, "instance_id", None):
+        raise CommandError("give either an instance ID or --filter, not both", EXIT_USAGE)
+    if getattr(args, "input", None) is not None:
+        raise CommandError("a bulk resume takes no --input: resume each one alone", EXIT_USAGE)
+    where = parse_filter(args.filter)
+    async with open_client(args, settings) as client:
+        dry: JSONObject = (await client.execute(document(action), filter=where, dryRun=True))[
+            "bulk"
+        ]
+        if args.dry_run or dry["matched"] == 0:
+            output.print_json(dry)
+            return EXIT_OK
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CommandError(
+                    f"{dry['matched']} instances match; pass --yes to {VERBS[action]} them"
+                    " (or --dry-run to only count them)",
+                    EXIT_USAGE,
+                )
+            if not await _confirmed(action, dry["matched"]):
+                raise CommandError("nothing was changed", EXIT_USAGE)
+        done: JSONObject = (await client.execute(document(action), filter=where))["bulk"]
+    output.print_json(done)
+    return EXIT_OK

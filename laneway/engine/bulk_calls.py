@@ -1,0 +1,119 @@
+"""The Engine's bulk calls: cancel, retry or resume every instance a filter selects.
+
+A part of Engine (engine.py), kept apart so that each file reads as one area. Owns what each
+action applies to (cancel: not terminal; retry: failed; resume: paused), the walk over the
+selection in the store's batches (store/bulk.py: each batch one transaction whose UPDATE
+re-checks the status, so a repeated or concurrent call changes nothing twice), and what
+follows each batch, as after the single calls: observers, stopping the handlers, terminal hooks
+and waking the claim loop. The API, the command line and the dashboard all come here.
+"""
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+
+from laneway.engine.claim_loop import ClaimLoop
+from laneway.engine.observer import EngineObserver
+from laneway.engine.waits import validate_input
+from laneway.errors import InputRejectedError
+from laneway.model import BulkResult, InstanceFilter, InstanceRecord, Status, Transition
+from laneway.store import Store
+from laneway.store.bulk import BulkCandidate
+
+CANCELLABLE = (Status.PENDING, Status.RUNNING, Status.PAUSED, Status.WAITING)
+RETRYABLE = (Status.FAILED,)
+RESUMABLE = (Status.PAUSED,)
+
+BatchWrite = Callable[[Sequence[BulkCandidate]], Awaitable[list[InstanceRecord]]]
+
+
+class BulkCalls:
+    """Bulk cancel, retry and resume, on the Engine's store, claim loop and observer."""
+
+    store: Store
+    claim_loop: ClaimLoop
+    observer: EngineObserver
+
+    async def _run_hook(self, record: InstanceRecord) -> None:
+        """The workflow's terminal hook (Engine's)."""
+        raise NotImplementedError
+
+    async def cancel_many(self, where: InstanceFilter, *, dry_run: bool = False) -> BulkResult:
+        """Cancel every instance `where` selects that is not terminal; each running handler is
+        stopped wherever it runs. An instance that ends while the call runs is left as it
+        ended. `dry_run`: count and sample only."""
+
+        async def write(batch: Sequence[BulkCandidate]) -> list[InstanceRecord]:
+            records = await self.store.cancel_instances([c.instance_id for c in batch])
+            for record in records:
+                self.observer.transitioned(Transition.of(record))
+                self.claim_loop.stop_run(record.instance_id, reason="cancelled")
+            for record in records:
+                await self._run_hook(record)
+            return records
+
+        return await self._bulk(where, CANCELLABLE, write, dry_run=dry_run)
+
+    async def retry_many(self, where: InstanceFilter, *, dry_run: bool = False) -> BulkResult:
+        """Run again, with fresh attempts, every failed instance `where` selects. They go back
+        to pending, so their queue's caps and rates decide when each runs again: a bulk retry
+        cannot start more at once than the queue allows. `dry_run`: count and sample only."""
+
+        async def write(batch: Sequence[BulkCandidate]) -> list[InstanceRecord]:
+            records = await self.store.retry_instances([c.instance_id for c in batch])
+            if records:
+                self.claim_loop.wake()
+            return records
+
+        return await self._bulk(where, RETRYABLE, write, dry_run=dry_run)
+
+    async def resume_many(self, where: InstanceFilter, *, dry_run: bool = False) -> BulkResult:
+        """Resume, without input, every paused instance `where` selects.
+
+        An instance paused at a checkpoint whose input schema rejects a missing input stays
+        paused: it is matched but not changed (resume it alone, with its input). `dry_run`:
+        count and sample only.
+        """
+
+        async def write(batch: Sequence[BulkCandidate]) -> list[InstanceRecord]:
+            accepted = [c for c in batch if _accepts_no_input(c)]
+            if not accepted:
+                return []
+            records = await self.store.resume_instances(
+                [c.instance_id for c in accepted],
+                [None] * len(accepted),
+                [c.checkpoint for c in accepted],
+            )
+            if records:
+                self.claim_loop.wake()
+            return records
+
+        return await self._bulk(where, RESUMABLE, write, dry_run=dry_run)
+
+    async def _bulk(
+        self,
+        where: InstanceFilter,
+        statuses: Sequence[Status],
+        write: BatchWrite,
+        *,
+        dry_run: bool,
+    ) -> BulkResult:
+        match = await self.store.bulk_match(where, statuses)
+        if dry_run or match.matched == 0:
+            return BulkResult(matched=match.matched, changed=0, sample_ids=match.sample_ids)
+        # Only what existed when it was counted: an instance created since is not this call's.
+        before = match.at if where.created_before is None else min(where.created_before, match.at)
+        walk = dataclasses.replace(where, created_before=before)
+        changed = 0
+        after: BulkCandidate | None = None
+        while batch := await self.store.bulk_batch(walk, statuses, after):
+            after = batch[-1]
+            changed += len(await write(batch))
+        return BulkResult(matched=match.matched, changed=changed, sample_ids=match.sample_ids)
+
+
+def _accepts_no_input(candidate: BulkCandidate) -> bool:
+    try:
+        validate_input(candidate.input_schema, None, label=candidate.checkpoint)
+    except InputRejectedError:
+        return False
+    return True

@@ -1,0 +1,215 @@
+"""The Store's bulk area: what a filter selects for cancel, retry or resume, and the batch writes.
+
+Owns the selection of a bulk action (count, sample and the clock that bounds it:
+queries.BULK_MATCH), the keyset walk over it in batches (queries.BULK_BATCH), and the batch
+writes, each one transaction: the rows (their status re-checked by the UPDATE itself), their
+events in one append, and for a cancel the entity locks and the doorbell naming every cancelled
+id. The single cancel, resume and retry (instances.py) are these writes' batch of one. What an
+action applies to, and what to do after each batch, is the engine's (engine/bulk_calls.py).
+"""
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from laneway.errors import NotFoundError
+from laneway.model import EventType, InstanceFilter, InstanceRecord, JSONValue, NewEvent, Status
+from laneway.store import queries
+from laneway.store.instances import InstanceStore, filter_args
+from laneway.store.rows import Conn, instance_from_row
+
+BATCH_SIZE = 100  # rows per batch transaction; also keeps a cancel's doorbell under 8,000 bytes
+SAMPLE_SIZE = 100  # ids a bulk action reports of what it matched
+DEADLOCK_ATTEMPTS = 3  # tries of one batch that deadlocked with another writer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkMatch:
+    """What a filter selects for an action: the count, the newest ids, and when it was read."""
+
+    matched: int
+    sample_ids: list[UUID]
+    at: datetime  # the walk goes no further than what was created before this
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkCandidate:
+    """A row of a batch as it was read, unlocked: its key, and for a resume its pause."""
+
+    instance_id: UUID
+    created_at: datetime
+    checkpoint: str | None
+    input_schema: JSONValue
+
+
+def _event_for(record: InstanceRecord, event_type: EventType, **data: Any) -> NewEvent:
+    return NewEvent(
+        instance_id=record.instance_id,
+        name=record.name,
+        type=event_type,
+        status=record.status,
+        **data,
+    )
+
+
+class BulkStore(InstanceStore):
+    """Cancel, resume and retry: of one instance, of a batch, and of what a filter selects."""
+
+    async def bulk_match(self, where: InstanceFilter, statuses: Sequence[Status]) -> BulkMatch:
+        """How many instances `where` selects in `statuses`, the newest SAMPLE_SIZE of them
+        (newest first), and the database clock just after they were counted."""
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(
+                queries.BULK_MATCH, *filter_args(where), [s.value for s in statuses], SAMPLE_SIZE
+            )
+        assert row is not None
+        return BulkMatch(matched=row["matched"], sample_ids=list(row["sample_ids"]), at=row["at"])
+
+    async def bulk_batch(
+        self,
+        where: InstanceFilter,
+        statuses: Sequence[Status],
+        after: BulkCandidate | None,
+        limit: int = BATCH_SIZE,
+    ) -> list[BulkCandidate]:
+        """The next rows of the walk, oldest first, after `after` (None: from the start)."""
+        async with self._acquire() as conn:
+            rows = await conn.fetch(
+                queries.BULK_BATCH,
+                *filter_args(where),
+                [s.value for s in statuses],
+                after.created_at if after else None,
+                after.instance_id if after else None,
+                limit,
+            )
+        return [
+            BulkCandidate(
+                instance_id=row["instance_id"],
+                created_at=row["created_at"],
+                checkpoint=row["checkpoint"],
+                input_schema=row["input_schema"],
+            )
+            for row in rows
+        ]
+
+    # -- one instance: the batch of one ----------------------------------------------------------
+
+    async def cancel_instance(self, instance_id: UUID) -> tuple[InstanceRecord, bool]:
+        """Cancel a non-terminal instance; a terminal one is returned unchanged (False).
+
+        Raises:
+            NotFoundError: no such instance.
+        """
+        async with self._acquire() as conn, conn.transaction():
+            for record in await self._cancel_on(conn, [instance_id]):
+                return record, True
+            return await self._existing(conn, instance_id), False
+
+    async def resume_instance(
+        self, instance_id: UUID, input_json: str | None = None, checkpoint: str | None = None
+    ) -> InstanceRecord | None:
+        """Put an instance paused at `checkpoint` back to pending, its input (if any) the next
+        action's params; None when it is not paused there.
+
+        Raises:
+            NotFoundError: no such instance.
+        """
+        async with self._acquire() as conn, conn.transaction():
+            for record in await self._resume_on(conn, [instance_id], [input_json], [checkpoint]):
+                return record
+            await self._existing(conn, instance_id)
+            return None
+
+    async def retry_instance(self, instance_id: UUID) -> InstanceRecord | None:
+        """Put a failed instance back to pending from its last checkpoint; None when not failed.
+
+        Raises:
+            NotFoundError: no such instance.
+        """
+        async with self._acquire() as conn, conn.transaction():
+            for record in await self._retry_on(conn, [instance_id]):
+                return record
+            await self._existing(conn, instance_id)
+            return None
+
+    async def _existing(self, conn: Conn, instance_id: UUID) -> InstanceRecord:
+        row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
+        if row is None:
+            raise NotFoundError(f"no instance {instance_id}")
+        return instance_from_row(row)
+
+    # -- batches: each one transaction ---------------------------------------------------------
+
+    async def cancel_instances(self, instance_ids: Sequence[UUID]) -> list[InstanceRecord]:
+        """Cancel those of these instances that are not terminal; the records it changed."""
+        return await self._batch(lambda conn: self._cancel_on(conn, instance_ids))
+
+    async def resume_instances(
+        self,
+        instance_ids: Sequence[UUID],
+        inputs: Sequence[str | None],
+        checkpoints: Sequence[str | None],
+    ) -> list[InstanceRecord]:
+        """Put those of these instances still paused at their checkpoint back to pending, each
+        input (json text, None: none) its next action's params; the records it changed."""
+        return await self._batch(
+            lambda conn: self._resume_on(conn, instance_ids, inputs, checkpoints)
+        )
+
+    async def retry_instances(self, instance_ids: Sequence[UUID]) -> list[InstanceRecord]:
+        """Put those of these instances that are failed back to pending; the records changed."""
+        return await self._batch(lambda conn: self._retry_on(conn, instance_ids))
+
+    async def _batch(
+        self, write: Callable[[Conn], Awaitable[list[InstanceRecord]]]
+    ) -> list[InstanceRecord]:
+        """`write` in one transaction, again after a deadlock: a batch locks up to 100 rows, in
+        its plan's order, which another multi-row writer (a group commit) may cross; the
+        rolled-back batch changed nothing, and its UPDATE re-checks every status anyway."""
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                async with self._acquire() as conn, conn.transaction():
+                    return await write(conn)
+            except asyncpg.exceptions.DeadlockDetectedError:
+                if attempt == DEADLOCK_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _cancel_on(self, conn: Conn, instance_ids: Sequence[UUID]) -> list[InstanceRecord]:
+        rows = await conn.fetch(queries.CANCEL_INSTANCES, list(instance_ids))
+        records = [instance_from_row(row) for row in rows]
+        if records:
+            cancelled = [r.instance_id for r in records]
+            await conn.execute(queries.RELEASE_INSTANCE_LOCKS, cancelled)
+            await self._append_events(
+                conn,
+                [_event_for(r, EventType.CANCELLED, attempt=r.attempts) for r in records],
+                cancelled_ids=cancelled,
+            )
+        return records
+
+    async def _resume_on(
+        self,
+        conn: Conn,
+        instance_ids: Sequence[UUID],
+        inputs: Sequence[str | None],
+        checkpoints: Sequence[str | None],
+    ) -> list[InstanceRecord]:
+        rows = await conn.fetch(
+            queries.RESUME_INSTANCES, list(instance_ids), list(inputs), list(checkpoints)
+        )
+        records = [instance_from_row(row) for row in rows]
+        await self._append_events(conn, [_event_for(r, EventType.RESUMED) for r in records])
+        return records
+
+    async def _retry_on(self, conn: Conn, instance_ids: Sequence[UUID]) -> list[InstanceRecord]:
+        rows = await conn.fetch(queries.RETRY_INSTANCES, list(instance_ids))
+        records = [instance_from_row(row) for row in rows]
+        await self._append_events(
+            conn, [_event_for(r, EventType.RETRYING, error="retry requested") for r in records]
+        )
+        return records

@@ -1,0 +1,101 @@
+"""Bulk action statements: what a filter selects for cancel, retry or resume, the keyset walk
+over it, and the batch writes (the single cancel, resume and retry are their batch of one).
+
+See laneway/store/queries/__init__.py for how statements are written.
+"""
+
+from laneway.store.queries.instances import INSTANCE_COLUMNS, INSTANCE_FILTER
+
+# ---------------------------------------------------------------------------------------------
+# bulk actions: the selection
+
+# INSTANCE_FILTER's $1 ... $8, $9 the statuses the action applies to (text[]), $10 how many ids
+# to sample
+# What a bulk action (or its dry run) reports before it changes anything: how many instances
+# the filter selects in those statuses, the newest of them (in list order), and the database
+# clock after the count, which bounds the walk (what is created later is not this call's).
+BULK_MATCH = f"""
+SELECT (SELECT count(*)
+          FROM laneway.instances
+         WHERE {INSTANCE_FILTER}
+           AND status = ANY($9::text[])) AS matched,
+       ARRAY(SELECT instance_id
+               FROM laneway.instances
+              WHERE {INSTANCE_FILTER}
+                AND status = ANY($9::text[])
+              ORDER BY created_at DESC, instance_id DESC
+              LIMIT $10) AS sample_ids,
+       clock_timestamp() AS at
+"""
+
+# INSTANCE_FILTER's $1 ... $8, $9 the statuses the action applies to (text[]), $10 and $11 the
+# key (created_at, instance_id) of the last row of the previous batch (NULL: from the start),
+# $12 the batch size
+# The next batch of a bulk action, oldest first, unlocked: the batch write re-checks each
+# row's status under its lock. With the pause's label and input schema, for a resume.
+BULK_BATCH = f"""
+SELECT instance_id, created_at, checkpoint, wait -> 'input_schema' AS input_schema
+  FROM laneway.instances
+ WHERE {INSTANCE_FILTER}
+   AND status = ANY($9::text[])
+   AND ($10::timestamptz IS NULL OR (created_at, instance_id) > ($10::timestamptz, $11::uuid))
+ ORDER BY created_at, instance_id
+ LIMIT $12
+"""
+
+# ---------------------------------------------------------------------------------------------
+# bulk actions: the batch writes (each returns the rows it changed)
+
+# $1 instance ids (uuid[])
+# The status is checked by the UPDATE itself: under READ COMMITTED a row that a worker is
+# completing is re-read after its lock is released, so a row that just ended is left alone.
+CANCEL_INSTANCES = f"""
+UPDATE laneway.instances
+   SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL, wake_at = NULL,
+       updated_at = now(), finished_at = now()
+ WHERE instance_id = ANY($1::uuid[])
+   AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING {INSTANCE_COLUMNS}
+"""
+
+# $1 instance ids (uuid[]), $2 their resume inputs (json text[]; NULL: none, the pause's params
+# stay the next action's), $3 the checkpoint labels the inputs were checked against (text[])
+# An input replaces the next action's params. The label guards against a resume checked
+# against another pause of the same instance: it must still be paused where it was read.
+RESUME_INSTANCES = f"""
+UPDATE laneway.instances
+   SET status = 'pending', checkpoint = NULL, wait = NULL, wake_at = NULL,
+       next_params = CASE WHEN u.new_input IS NULL THEN next_params ELSE u.new_input::jsonb END,
+       run_after = now(), updated_at = now()
+  FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u (id, new_input, paused_at)
+ WHERE instance_id = ANY($1::uuid[])
+   AND instance_id = u.id
+   AND status = 'paused'
+   AND checkpoint IS NOT DISTINCT FROM u.paused_at
+RETURNING {INSTANCE_COLUMNS}
+"""
+
+# $1 instance ids (uuid[])
+# A fresh budget of attempts from the next one, the count going on. A keyed instance's key row
+# is made or held again (laneway.hold_key): it may have gone while the instance was failed.
+# The keys are held first in one order (as ENQUEUE_INSTANCES does), so two batches cannot each
+# hold a key the other waits for; the per-row hold covers a row that failed meanwhile.
+RETRY_INSTANCES = f"""
+WITH held AS (
+    SELECT count(laneway.hold_key(k.queue, k.concurrency_key)) AS n
+      FROM (SELECT DISTINCT queue, concurrency_key
+              FROM laneway.instances
+             WHERE instance_id = ANY($1::uuid[])
+               AND status = 'failed'
+               AND concurrency_key IS NOT NULL
+             ORDER BY queue, concurrency_key) AS k
+)
+UPDATE laneway.instances
+   SET status = 'pending', attempt_base = attempts, recoveries = 0, run_after = now(),
+       finished_at = NULL, updated_at = now()
+ WHERE instance_id = ANY($1::uuid[])
+   AND status = 'failed'
+   AND (SELECT held.n FROM held) >= 0
+   AND (concurrency_key IS NULL OR laneway.hold_key(queue, concurrency_key))
+RETURNING {INSTANCE_COLUMNS}
+"""

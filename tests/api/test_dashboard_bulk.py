@@ -1,0 +1,76 @@
+"""The dashboard's bulk actions in a real browser: a filtered list offers "Cancel all n" after a
+dry run's count, asks, then runs and says how many changed."""
+
+from collections.abc import AsyncIterator
+
+import pytest
+from playwright.async_api import Browser, expect
+
+from tests.api.conftest import CHROMIUM, LiveServer, live_server, make_settings
+from tests.api.test_dashboard import TIMEOUT_MS, open_dashboard
+
+expect.set_options(timeout=TIMEOUT_MS)
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing: `apt-get install chromium`"
+)
+
+ENQUEUE = """mutation ($name: String!, $params: JSON) {
+  enqueueWorkflow(name: $name, params: $params) { instanceID }
+}"""
+STATUSES = "{ workflowInstances(limit: 50) { name status } }"
+
+
+@pytest.fixture
+async def idle(database_url: str) -> AsyncIterator[LiveServer]:
+    """A server whose engine does not run: what is enqueued stays pending."""
+    async with live_server(make_settings(database_url, engine_enabled=False)) as server:
+        yield server
+
+
+async def _enqueue(server: LiveServer, name: str, params: dict[str, object]) -> str:
+    body = await server.graphql(ENQUEUE, name=name, params=params)
+    instance_id: str = body["data"]["enqueueWorkflow"]["instanceID"]
+    return instance_id
+
+
+async def test_cancel_all_of_a_filtered_list_counts_asks_then_cancels(
+    idle: LiveServer, browser: Browser
+) -> None:
+    hellos = [await _enqueue(idle, "hello", {"name": f"n{i}"}) for i in range(3)]
+    other = await _enqueue(idle, "countdown", {"n": 1, "delayMs": 1})
+    async with open_dashboard(browser, idle) as dash:
+        page = dash.page
+        bulk = page.get_by_test_id("bulk")
+        await expect(dash.row(other)).to_have_attribute("data-status", "pending")
+        await expect(bulk).to_be_hidden()  # no filter: nothing to act on as a whole
+        await page.get_by_test_id("filter-name").select_option("hello")
+        await expect(bulk).to_be_visible()
+        await expect(dash.row(other)).to_have_count(0)
+
+        # Retry: the dry run finds nothing failed here, and nothing is asked.
+        await page.get_by_test_id("bulk-retry").click()
+        await expect(page.get_by_test_id("bulk-result")).to_have_text("No instance here to retry.")
+        await expect(page.get_by_test_id("bulk-confirm")).to_be_hidden()
+
+        # Cancel: the count first, then "Keep them" changes nothing.
+        await page.get_by_test_id("bulk-cancel").click()
+        go = page.get_by_test_id("bulk-go")
+        await expect(go).to_have_text("Cancel all 3")
+        await expect(page.get_by_test_id("bulk-question")).to_have_text(
+            "3 instances here are not ended yet."
+        )
+        await page.get_by_test_id("bulk-keep").click()
+        await expect(page.get_by_test_id("bulk-confirm")).to_be_hidden()
+        listed = (await idle.graphql(STATUSES))["data"]["workflowInstances"]
+        assert {row["status"] for row in listed} == {"pending"}
+
+        await page.get_by_test_id("bulk-cancel").click()
+        await go.click()
+        await expect(page.get_by_test_id("bulk-result")).to_have_text("Cancelled 3 of 3.")
+        for instance_id in hellos:
+            await expect(dash.row(instance_id)).to_have_attribute("data-status", "cancelled")
+        assert dash.problems == []
+    listed = (await idle.graphql(STATUSES))["data"]["workflowInstances"]
+    by_name = {(row["name"], row["status"]) for row in listed}
+    assert by_name == {("hello", "cancelled"), ("countdown", "pending")}

@@ -1,0 +1,294 @@
+"""Bulk actions on a real PostgreSQL: caps hold, races end once, a repeat changes nothing."""
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from uuid import UUID
+
+import asyncpg
+import pytest
+
+from laneway.engine import Done, HandlerContext, Pause, Workflow
+from laneway.engine.requests import EnqueueRequest
+from laneway.events.hub import EventHub
+from laneway.model import InstanceFilter, InstanceRecord, JSONValue, Notification, Status
+from laneway.store import Store
+from laneway.store.rows import Conn
+from tests.engine.helpers import eventually, make_engine
+
+running_now = 0
+most_running = 0
+
+
+async def _counted(ctx: HandlerContext, params: JSONValue) -> Done:
+    global running_now, most_running
+    running_now += 1
+    most_running = max(most_running, running_now)
+    try:
+        await asyncio.sleep(0.002)
+    finally:
+        running_now -= 1
+    return Done()
+
+
+capped = Workflow("capped", handlers={"run": _counted}, initial="run", queue="capped")
+
+
+async def _quick(ctx: HandlerContext, params: JSONValue) -> Done:
+    await asyncio.sleep(0.001 * (hash(ctx.instance_id) % 5))
+    return Done()
+
+
+quick = Workflow("quick", handlers={"run": _quick}, initial="run", queue="quick")
+parked = Workflow("parked", handlers={"run": _quick}, initial="run", queue="parked")
+
+
+def _pausing(name: str, schema: JSONValue) -> Workflow:
+    async def ask(ctx: HandlerContext, params: JSONValue) -> Pause:
+        return Pause("decide", "decided", input_schema=schema)
+
+    async def decided(ctx: HandlerContext, params: JSONValue) -> Done:
+        return Done()
+
+    return Workflow(name, handlers={"ask": ask, "decided": decided}, initial="ask")
+
+
+async def _enqueue(store: Store, name: str, n: int) -> list[UUID]:
+    engine = make_engine(store, capped, quick, parked)
+    results = await engine.enqueue_many([EnqueueRequest(name=name) for _ in range(n)])
+    return [r.instance_id for r in results]
+
+
+async def _fail_all(store: Store, name: str) -> None:
+    """Make every instance of `name` failed, as if its attempts had run out (fast, by SQL)."""
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET status = 'failed', attempts = 1,"
+            " last_error = 'RuntimeError: boom', finished_at = now() WHERE name = $1",
+            name,
+        )
+
+
+async def _count(store: Store, sql: str, *args: object) -> int:
+    async with store.connection() as conn:
+        value: int = await conn.fetchval(sql, *args)
+    return value
+
+
+async def test_bulk_retry_of_2000_failed_never_runs_more_than_the_queue_allows(
+    store: Store,
+) -> None:
+    global most_running
+    most_running = 0
+    await _enqueue(store, "capped", 2000)
+    await _fail_all(store, "capped")
+    engines = [make_engine(store, capped, concurrency=50) for _ in range(2)]
+    await engines[0].configure_queue("capped", concurrency=5)
+    result = await engines[0].retry_many(InstanceFilter(name="capped"))
+    assert (result.matched, result.changed) == (2000, 2000)
+    peak_in_db = 0
+
+    async def completed() -> int:
+        nonlocal peak_in_db
+        async with store.connection() as conn:
+            row = await conn.fetchrow(
+                "SELECT count(*) FILTER (WHERE status = 'running') AS running,"
+                " count(*) FILTER (WHERE status = 'completed') AS completed"
+                " FROM laneway.instances WHERE name = 'capped'"
+            )
+        assert row is not None
+        peak_in_db = max(peak_in_db, row["running"])
+        return int(row["completed"])
+
+    async with engines[0].running(), engines[1].running():
+        await eventually(completed, lambda n: n == 2000, timeout=120)
+    assert most_running <= 5
+    assert peak_in_db <= 5
+    assert most_running >= 2  # the cap was reached for, not a serial run by accident
+    retried = await _count(
+        store, "SELECT count(*) FROM laneway.events WHERE type = 'retrying' AND name = 'capped'"
+    )
+    assert retried == 2000
+
+
+async def test_bulk_cancel_racing_with_workers_ends_each_instance_once(store: Store) -> None:
+    ids = await _enqueue(store, "quick", 400)
+    worker = make_engine(store, quick, concurrency=20, poll_interval_seconds=0.05)
+    async with worker.running():
+        await eventually(
+            lambda: _count(
+                store, "SELECT count(*) FROM laneway.instances WHERE status = 'completed'"
+            ),
+            lambda n: n >= 20,
+        )
+        result = await worker.cancel_many(InstanceFilter(name="quick"))
+    async with store.connection() as conn:
+        rows = await conn.fetch(
+            "SELECT i.instance_id, i.status,"
+            " array_agg(e.type) FILTER (WHERE e.type IN ('completed', 'cancelled', 'failed'))"
+            " AS ends FROM laneway.instances AS i JOIN laneway.events AS e USING (instance_id)"
+            " GROUP BY i.instance_id, i.status"
+        )
+    assert len(rows) == len(ids)
+    for row in rows:
+        assert row["ends"] == [row["status"]], row
+    cancelled = sum(row["status"] == "cancelled" for row in rows)
+    assert cancelled == result.changed
+    assert 0 < result.changed <= result.matched
+
+
+async def test_a_repeated_bulk_call_changes_nothing(store: Store) -> None:
+    await _enqueue(store, "parked", 120)
+    engine = make_engine(store, parked)
+    where = InstanceFilter(name="parked")
+    first = await engine.cancel_many(where)
+    assert (first.matched, first.changed) == (120, 120)
+    events = await _count(store, "SELECT count(*) FROM laneway.events")
+    second = await engine.cancel_many(where)
+    assert (second.matched, second.changed, second.sample_ids) == (0, 0, [])
+    assert await _count(store, "SELECT count(*) FROM laneway.events") == events
+    assert (await engine.retry_many(InstanceFilter(name="parked"))).changed == 0
+
+
+async def test_dry_run_counts_and_samples_newest_first_and_changes_nothing(store: Store) -> None:
+    await _enqueue(store, "parked", 150)
+    engine = make_engine(store, parked)
+    events = await _count(store, "SELECT count(*) FROM laneway.events")
+    result = await engine.cancel_many(InstanceFilter(name="parked"), dry_run=True)
+    assert (result.matched, result.changed) == (150, 0)
+    newest = await engine.list_instances(InstanceFilter(name="parked"), limit=100)
+    assert result.sample_ids == [r.instance_id for r in newest]
+    assert await _count(store, "SELECT count(*) FROM laneway.events") == events
+    pending = "SELECT count(*) FROM laneway.instances WHERE status = 'pending'"
+    assert await _count(store, pending) == 150
+    assert (await engine.retry_many(InstanceFilter(name="parked"), dry_run=True)).matched == 0
+
+
+async def test_filters_by_version_and_created_window(store: Store) -> None:
+    ids = await _enqueue(store, "parked", 6)
+    async with store.connection() as conn:
+        # ids[0..2] are version 2; ids[i] was created i hours ago
+        await conn.execute(
+            "UPDATE laneway.instances SET version = '2' WHERE instance_id = ANY($1::uuid[])",
+            ids[:3],
+        )
+        for hours, instance_id in enumerate(ids):
+            await conn.execute(
+                "UPDATE laneway.instances SET created_at = now() - $2::float8 * interval '1 hour'"
+                " WHERE instance_id = $1",
+                instance_id,
+                float(hours),
+            )
+        now = await conn.fetchval("SELECT now()")
+    engine = make_engine(store, parked)
+    by_version = await engine.cancel_many(InstanceFilter(version="2"), dry_run=True)
+    assert set(by_version.sample_ids) == set(ids[:3])
+    window = InstanceFilter(
+        name="parked",
+        created_after=now - timedelta(hours=4.5),
+        created_before=now - timedelta(hours=1.5),
+    )
+    result = await engine.cancel_many(window)
+    assert (result.matched, result.changed) == (3, 3)
+    assert result.sample_ids == [ids[2], ids[3], ids[4]]
+    statuses = {r.instance_id: r.status for r in await engine.list_instances(limit=10)}
+    assert [statuses[i] for i in ids] == [
+        Status.PENDING,
+        Status.PENDING,
+        Status.CANCELLED,
+        Status.CANCELLED,
+        Status.CANCELLED,
+        Status.PENDING,
+    ]
+    # The statuses of the filter narrow what the action applies to.
+    paused_only = InstanceFilter(name="parked", statuses=(Status.PAUSED,))
+    assert (await engine.cancel_many(paused_only)).matched == 0
+
+
+async def test_bulk_resume_skips_pauses_whose_schema_needs_an_input(store: Store) -> None:
+    free = _pausing("free", None)
+    strict = _pausing("strict", {"type": "object", "required": ["decision"]})
+    engine = make_engine(store, free, strict)
+    for name in ("free", "strict"):
+        await engine.enqueue_many([EnqueueRequest(name=name) for _ in range(3)])
+    while await engine.tick():
+        pass
+    result = await engine.resume_many(InstanceFilter())
+    assert (result.matched, result.changed) == (6, 3)
+    by_status = {
+        (r.name, r.status)
+        for r in await engine.list_instances(limit=10)
+        if r.name in ("free", "strict")
+    }
+    assert by_status == {("free", Status.PENDING), ("strict", Status.PAUSED)}
+    resumed = await _count(store, "SELECT count(*) FROM laneway.events WHERE type = 'resumed'")
+    assert resumed == 3
+    again = await engine.resume_many(InstanceFilter())
+    assert (again.matched, again.changed) == (3, 0)
+
+
+async def test_one_doorbell_stops_every_handler_of_a_cancelled_batch_elsewhere(
+    store: Store, database_url: str
+) -> None:
+    stopped: list[UUID] = []
+    started = asyncio.Event()
+
+    async def hang(ctx: HandlerContext, params: JSONValue) -> Done:
+        if len(ctx.state) == 0:
+            started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopped.append(ctx.instance_id)
+            raise
+        return Done()
+
+    hanging = Workflow("hanging", handlers={"run": hang}, initial="run")
+    worker = make_engine(store, hanging, concurrency=10)
+    api = make_engine(store, hanging)
+    notifications: list[Notification] = []
+
+    def heard(notification: Notification) -> None:
+        notifications.append(notification)
+        worker.notify(notification)
+
+    ids = [
+        r.instance_id
+        for r in await api.enqueue_many([EnqueueRequest(name="hanging") for _ in range(10)])
+    ]
+    async with EventHub.open(database_url, store, on_notification=heard), worker.running():
+        running = "SELECT count(*) FROM laneway.instances WHERE status = 'running'"
+        await eventually(lambda: _count(store, running), lambda n: n == 10)
+        result = await api.cancel_many(InstanceFilter(name="hanging"))
+        assert result.changed == 10
+        await eventually(lambda: asyncio.sleep(0, len(stopped)), lambda n: n == 10)
+    assert set(stopped) == set(ids)
+    assert any(set(n.cancelled_ids) == set(ids) for n in notifications)
+
+
+def test_a_doorbell_names_several_cancelled_ids() -> None:
+    a, b = UUID(int=1), UUID(int=2)
+    notification = Notification.from_payload(f'{{"e": 7, "c": "{a},{b}"}}')
+    assert notification == Notification(last_event_id=7, cancelled_ids=(a, b))
+    assert Notification.from_payload('{"e": 7}').cancelled_ids == ()
+
+
+async def test_a_batch_that_deadlocked_is_written_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _enqueue(store, "parked", 3)
+    real = store._cancel_on
+    tries: list[int] = []
+
+    async def deadlocks_once(conn: Conn, instance_ids: Sequence[UUID]) -> list[InstanceRecord]:
+        tries.append(len(instance_ids))
+        records = await real(conn, instance_ids)
+        if len(tries) == 1:  # after its writes: the rollback must undo them
+            raise asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+        return records
+
+    monkeypatch.setattr(store, "_cancel_on", deadlocks_once)
+    result = await make_engine(store, parked).cancel_many(InstanceFilter(name="parked"))
+    assert (result.changed, tries) == (3, [3, 3])
+    cancelled = "SELECT count(*) FROM laneway.events WHERE type = 'cancelled'"
+    assert await _count(store, cancelled) == 3
