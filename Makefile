@@ -53,6 +53,8 @@ bench-claim-keys: install               ## cost of one claim: 100,000 pending, n
 	$(PY) bench/claim_keys.py $(BENCH_ARGS)
 bench-wakeups: install                  ## wake-up lag of 10,000 sleeps due within a second; what 100,000 waiting cost (BENCH_ARGS=--markdown)
 	$(PY) bench/wakeups.py $(BENCH_ARGS)
+bench-pages: install                    ## page 1 vs page 1,000 of 1,000,000 instances: keyset against offset (BENCH_ARGS=--markdown)
+	$(PY) bench/pages.py $(BENCH_ARGS)
 help:
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
-.PHONY: install run worker test chaos soak lint check fmt schema bench bench-peers bench-engine bench-service bench-claim-keys bench-wakeups help
+.PHONY: install run worker test chaos soak lint check fmt schema bench bench-peers bench-engine bench-service bench-claim-keys bench-wakeups bench-pages help

@@ -447,6 +447,21 @@ class Transition:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InstancePage:
+    """A keyset page of instances, newest first: the records (as summaries), each one's
+    opaque cursor (a later page starts after it), and whether more come after the last."""
+
+    records: list[InstanceRecord]
+    cursors: list[str]
+    has_next: bool
+
+    @property
+    def end_cursor(self) -> str | None:
+        """The last record's cursor: where the next page starts (None for an empty page)."""
+        return self.cursors[-1] if self.cursors else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BulkResult:
     """What a bulk cancel, retry or resume did: how many instances its filter selected that
     the action applies to, how many this call changed, and up to 100 of the matched ids,

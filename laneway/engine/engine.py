@@ -22,6 +22,7 @@ from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
 from laneway.engine.observer import EngineObserver, NoObserver
+from laneway.engine.page_calls import PageCalls
 from laneway.engine.payloads import encode_json
 from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
@@ -64,7 +65,7 @@ def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Engine(ScheduleCalls, QueueCalls, BulkCalls, DeployCalls):
+class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
     """Laneway's engine: one per process, sharing the database with any number of others."""
 
     def __init__(

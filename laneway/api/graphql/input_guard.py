@@ -56,6 +56,7 @@ from laneway.api.graphql.bulk import MAX_TIME_MS
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
 from laneway.engine.engine import MAX_LIST_LIMIT
+from laneway.engine.page_calls import MAX_CURSOR_CHARS, MAX_PAGE_SIZE
 from laneway.engine.queue_calls import MAX_HISTORY_MINUTES
 from laneway.engine.requests import (
     MAX_CONCURRENCY,
@@ -122,6 +123,9 @@ RULES: Mapping[str, Rule] = {
     # A bulk action's created window (InstanceFilter): ms since the epoch, to year 9999.
     "createdAfter": Rule(low=0, high=MAX_TIME_MS),
     "createdBefore": Rule(low=0, high=MAX_TIME_MS),
+    # workflowInstancesConnection: a page's size, and a cursor (34 characters when it is one).
+    "first": Rule(low=1, high=MAX_PAGE_SIZE),
+    "after": Rule(max_chars=MAX_CURSOR_CHARS),
 }
 
 

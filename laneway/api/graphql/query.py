@@ -25,6 +25,10 @@ from laneway.api.graphql.arguments import (
     status_filter,
 )
 from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.pages import (
+    WorkflowInstanceConnection,
+    resolve_workflow_instances_connection,
+)
 from laneway.api.graphql.types import (
     EntityLock,
     QueueSample,
@@ -140,6 +144,9 @@ class LanewayQuery:
 
     workflow_instance: WorkflowInstanceStatus | None = fields.query(resolve_workflow_instance)
     workflow_instances: list[WorkflowInstanceStatus] = fields.query(resolve_workflow_instances)
+    workflow_instances_connection: WorkflowInstanceConnection = fields.query(
+        resolve_workflow_instances_connection
+    )
     workflow_event_history: list[WorkflowEvent] = fields.query(resolve_workflow_event_history)
     workflows: list[WorkflowDefinitionInfo] = fields.query(resolve_workflows)
     queues: list[QueueStats] = fields.query(resolve_queues)

@@ -9,7 +9,8 @@ The areas: schema (the migration runner, the clock), queues, instances (reads an
 side's enqueue), bulk (cancel, resume and retry, of one instance or many), leases (claims,
 leases, runner writes, retention), operations (template operations and entity locks), events,
 schedules, workers (the live process registry), history_rollup (the per-minute queue
-history), waiting (why instances are not running), waits (signals and the wake-up of waits).
+history), waiting (why instances are not running), waits (signals and the wake-up of waits),
+pages (keyset pages of instances), deploys (what is in flight, for the deploy preflight).
 """
 
 from laneway.store.queries.bulk import (
@@ -64,6 +65,7 @@ from laneway.store.queries.operations import (
     RECORD_OPERATION,
     RELEASE_LOCK,
 )
+from laneway.store.queries.pages import CUSTOM_PLANS_HERE, PAGE_INSTANCES
 from laneway.store.queries.queues import (
     APPLY_CODE_QUEUE_SETTINGS,
     CONFIGURE_QUEUE,
@@ -118,6 +120,7 @@ __all__ = [
     "CONFIGURE_QUEUE",
     "CONSUME_SIGNALS",
     "CREATE_MIGRATIONS_TABLE",
+    "CUSTOM_PLANS_HERE",
     "DB_NOW",
     "DELETE_SCHEDULE",
     "DUE_WORK",
@@ -153,6 +156,7 @@ __all__ = [
     "NEXT_TOKEN_DUE",
     "NEXT_WAKE_IN",
     "OLDEST_READY",
+    "PAGE_INSTANCES",
     "PAUSE_OF",
     "PRUNE_FINISHED",
     "QUEUE_HISTORY",

@@ -55,7 +55,7 @@ INSTANCE_FILTER = """($1::text IS NULL OR name = $1)
    AND ($8::timestamptz IS NULL OR created_at < $8)"""
 
 # INSTANCE_FILTER's $1 ... $8, $9 limit, $10 offset; {columns} is the full column list or the
-# summaries'.
+# summaries'. In the keyset pages' order (queries/pages.py), so instances_page serves both.
 _LIST_INSTANCES = f"""
 SELECT {{columns}}
   FROM laneway.instances
