@@ -46,6 +46,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import asyncpg
+from tables import print_rows
 
 from laneway.model import InstanceRecord
 from laneway.store import Store, open_store, queries
@@ -262,20 +263,7 @@ def print_table(figures: dict[tuple[str, int], Figures], markdown: bool) -> None
                 f"{median / limit:.3f}",
             )
         )
-    if markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
-        for line in lines:
-            print("| " + " | ".join(line) + " |")
-        return
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    for row in [header, *lines]:
-        print(
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print_rows(header, lines, markdown)
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import asyncpg
+from tables import print_rows
 
 from laneway.engine.engine import Engine
 from laneway.engine.registry import WorkflowRegistry
@@ -131,20 +132,7 @@ def print_table(samples: dict[str, list[float]], markdown: bool) -> None:
             first = statistics.median(samples[label.replace(f"page {DEEP_PAGE:,}", "page 1")])
             ratio = f"{statistics.median(values) / first:.1f}×"
         lines.append([label, f"{statistics.median(values):.2f}", f"{p95(values):.2f}", ratio])
-    if markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
-        for line in lines:
-            print("| " + " | ".join(line) + " |")
-        return
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    for row in [header, *lines]:
-        print(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    print_rows(header, lines, markdown)
 
 
 async def main(args: argparse.Namespace) -> int:

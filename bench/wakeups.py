@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import asyncpg
+from tables import print_rows
 
 from laneway.config import Settings
 from laneway.engine import Done, Engine, EnqueueRequest, HandlerContext, Sleep, Workflow
@@ -370,25 +371,6 @@ async def waiting_round(server_url: str, waiting: int, args: argparse.Namespace)
     return samples
 
 
-def print_table(header: list[str], lines: list[list[str]], markdown: bool) -> None:
-    if markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
-        for line in lines:
-            print("| " + " | ".join(line) + " |")
-        print()
-        return
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    for row in [header, *lines]:
-        print(
-            "  ".join(
-                cell.ljust(w) if i == 0 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
-    print()
-
-
 def lag_table(results: dict[str, list[LagRound]], instances: int, markdown: bool) -> None:
     header = ["engines", "instances", "wake spread s", "resumed p50 ms", "resumed max ms"]
     header += ["started p50 ms", "p95 ms", "p99 ms", "max ms", "first due→last completed s"]
@@ -405,7 +387,7 @@ def lag_table(results: dict[str, list[LagRound]], instances: int, markdown: bool
             + [f"{ms:.1f}" for ms in figures]
             + [totals]
         )
-    print_table(header, lines, markdown)
+    print_rows(header, lines, markdown, gap=True)
 
 
 def waiting_table(samples: Samples, waiting: int, markdown: bool) -> None:
@@ -422,7 +404,7 @@ def waiting_table(samples: Samples, waiting: int, markdown: bool) -> None:
             + [f"{us:.0f}" for us in figures]
             + [f"{figures[2] / figures[0]:.2f}"]
         )
-    print_table(header, lines, markdown)
+    print_rows(header, lines, markdown, gap=True)
 
 
 async def main(args: argparse.Namespace) -> int:
