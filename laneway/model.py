@@ -321,64 +321,6 @@ class NewInstance:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CheckpointWrite:
-    """A runner's checkpoint: the state after a handler, and the next action.
-
-    With `pause_label` the instance also pauses there (status paused, no lease) until resumed;
-    with `wait_json` (engine/waits.py) it waits instead (status waiting), or its pause carries
-    an input schema and an expiry.
-    """
-
-    instance_id: UUID
-    attempt: int
-    epoch: int  # the lease epoch of the claim this write belongs to
-    state_json: str
-    next_action: str
-    next_params_json: str
-    progress: float | None = None
-    message: str | None = None
-    stage: str | None = None
-    pause_label: str | None = None
-    wait_json: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CompleteWrite:
-    """A runner's final write: the instance completed with this result."""
-
-    instance_id: UUID
-    attempt: int
-    epoch: int  # the lease epoch of the claim this write belongs to
-    result_json: str
-    state_json: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailWrite:
-    """A failed attempt: retried after `delay_ms` while attempts are left, else final.
-
-    `final` ends the instance failed whatever attempts are left. `error` is lastError's text
-    (`Type: message`); the rest is what laneway.failures keeps of the exception.
-    """
-
-    instance_id: UUID
-    attempt: int
-    epoch: int  # the lease epoch of the claim this write belongs to
-    error: str
-    delay_ms: float
-    final: bool = False
-    type: str = "Exception"
-    message: str = ""
-    traceback: str | None = None
-    stage: str | None = None
-    operation: str | None = None
-    trace: str | None = None  # the failed attempt's span (W3C traceparent), when traced
-
-
-RunnerWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DueWork:
     """What an idle poll found: expired leases, due schedules, claimable instances, and the
     seconds until the next wake-up of a waiting or paused instance (None: none will wake)."""

@@ -82,6 +82,9 @@ class FakeTools:
         self.operations = [o for o in self.operations if (o.stage, o.position) != key]
         self.operations.append(recorded)
 
+    async def write_operations(self) -> None:
+        """Recorded at once here: nothing is kept back."""
+
     async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
         encode_json(params, what="params")
         for child in self.children:

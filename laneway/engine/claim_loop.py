@@ -18,9 +18,10 @@ from datetime import datetime
 from uuid import UUID
 
 from laneway.engine import faults, tracing
+from laneway.engine.committer import Committer
 from laneway.engine.observer import EngineObserver
 from laneway.engine.registry import WorkflowRegistry
-from laneway.engine.runner import ChildSpawner, Committer, Run, RunnerTools, run_instance
+from laneway.engine.runner import ChildSpawner, Run, RunnerTools, run_instance
 from laneway.engine.upkeep import Upkeep
 from laneway.model import InstanceRecord, NewInstance, Notification, ScheduleRecord, Transition
 from laneway.store import Store
@@ -332,7 +333,9 @@ class ClaimLoop:
     async def _run(self, run: Run) -> None:
         try:
             workflow = self._registry.get(run.record.name, run.record.version)
-            tools = RunnerTools(self._store, self.owner_id, run.record, self._spawn, self._observer)
+            tools = RunnerTools(
+                self._store, self.owner_id, run.record, self._spawn, self._observer, self._committer
+            )
             due = await run_instance(
                 run, workflow, self._committer, self._on_terminal, tools, self._observer
             )

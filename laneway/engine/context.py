@@ -133,7 +133,13 @@ class InstanceTools(Protocol):
         ...
 
     async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
-        """Record one finished operation (raises LeaseLostError when the lease is gone)."""
+        """Record one finished operation: kept until the instance's next write carries it, or
+        written soon after on its own (write_operations)."""
+        ...
+
+    async def write_operations(self) -> None:
+        """Write the operations recorded so far now, before the next one starts (raises
+        LeaseLostError when the lease is gone)."""
         ...
 
     async def enqueue_child(self, name: str, params: JSONValue) -> UUID:

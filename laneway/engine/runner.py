@@ -1,8 +1,9 @@
-"""Runner: drives one claimed instance handler by handler; the group committer it writes through.
+"""Runner: drives one claimed instance handler by handler.
 
-Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing.
-Every write goes through the Committer, which puts the writes of all runners that are ready
-at the same moment into one transaction (group commit). Claiming is claim_loop.py's job.
+Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing,
+and the tools a handler is given (RunnerTools), which keep a template's operation outcomes
+until the instance's next write carries them. Every write goes through the Committer
+(committer.py: group commit). Claiming is claim_loop.py's job.
 """
 
 import asyncio
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from laneway.engine import faults, tracing
+from laneway.engine.committer import Committer
 from laneway.engine.context import (
     Done,
     HandlerContext,
@@ -31,106 +33,44 @@ from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_j
 from laneway.engine.waits import with_retry
 from laneway.errors import InvalidInputError, LeaseLostError
 from laneway.model import (
-    CheckpointWrite,
-    CompleteWrite,
-    FailWrite,
     InstanceRecord,
     JSONValue,
     LockRecord,
     OperationRecord,
-    RunnerWrite,
     Status,
     Transition,
 )
 from laneway.store import Store
-from laneway.store.leases import RELEASED_AFTER_DATABASE_LOSS
 from laneway.store.pool import DATABASE_GONE
+from laneway.writes import (
+    CheckpointWrite,
+    CompleteWrite,
+    FailWrite,
+    OperationOutcome,
+    OperationsWrite,
+    StepWrite,
+)
 
 logger = logging.getLogger(__name__)
 
-HAND_BACK_FIRST_DELAY_SECONDS = 0.05
-HAND_BACK_MAX_DELAY_SECONDS = 1.0
-
-
-class Committer:
-    """Group commit for runner writes: whoever gets the lock flushes everything queued."""
-
-    def __init__(self, store: Store, owner_id: str, lease_seconds: float) -> None:
-        self._store = store
-        self._owner_id = owner_id
-        self._lease_seconds = lease_seconds
-        self._queued: list[tuple[RunnerWrite, asyncio.Future[Transition | None]]] = []
-        self._lock = asyncio.Lock()
-
-    async def write(self, item: RunnerWrite) -> Transition:
-        """Apply one write (batched with whatever else is ready).
-
-        Raises:
-            LeaseLostError: the instance is no longer ours (lease taken over, or cancelled).
-        """
-        future: asyncio.Future[Transition | None] = asyncio.get_running_loop().create_future()
-        self._queued.append((item, future))
-        # One turn of the event loop lets the other runners that are ready now queue their
-        # writes too, so the first writer does not commit alone.
-        await asyncio.sleep(0)
-        async with self._lock:
-            if not future.done():
-                batch, self._queued = self._queued, []
-                # Shielded: a cancelled runner must not abort the transaction of the others.
-                await asyncio.shield(self._flush(batch))
-        transition = future.result()
-        if transition is None:
-            raise LeaseLostError(item.instance_id)
-        return transition
-
-    async def hand_back(self, instance_id: UUID, epoch: int) -> bool:
-        """After a write failed because the database went away: wait for it (backing off)
-        and hand the instance back at once, fenced by this lease, so that it resumes from its
-        last checkpoint now instead of after its lease. Whether the write had committed is
-        unknown: a step is never recorded twice this way, at most run again. Gives up when
-        the lease would have run out meanwhile (lease recovery takes it from there).
-
-        Returns whether it was handed back (False: fenced out, or given up).
-        """
-        deadline = time.monotonic() + self._lease_seconds
-        delay = HAND_BACK_FIRST_DELAY_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                released = await self._store.release(
-                    self._owner_id, {instance_id: epoch}, reason=RELEASED_AFTER_DATABASE_LOSS
-                )
-            except DATABASE_GONE:
-                await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-                delay = min(delay * 2, HAND_BACK_MAX_DELAY_SECONDS)
-                continue
-            return bool(released)
-        return False
-
-    async def _flush(
-        self, batch: list[tuple[RunnerWrite, "asyncio.Future[Transition | None]"]]
-    ) -> None:
-        try:
-            transitions = await self._store.write_runner_batch(
-                self._owner_id, self._lease_seconds, [item for item, _ in batch]
-            )
-            if faults.ARMED:
-                await faults.hit("after_checkpoint_commit")
-        except Exception as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        by_id = {t.instance_id: t for t in transitions}
-        for item, future in batch:
-            if not future.done():
-                future.set_result(by_id.get(item.instance_id))
+# An operation's outcome waits this long for its instance's next write to carry it, then it
+# is written on its own (a parallel stage whose siblings run on). A crash inside this window
+# runs the operation again, as a crash before its own commit would.
+OPERATION_WRITE_DELAY_SECONDS = 0.01
 
 
 ChildSpawner = Callable[[UUID, str, JSONValue], Awaitable[UUID]]
 
 
 class RunnerTools:
-    """The InstanceTools of one running instance: store calls fenced by this owner."""
+    """The InstanceTools of one running instance: store calls fenced by this owner.
+
+    Operation outcomes are kept until the instance's next write carries them (a template's
+    last operation of a stage is recorded with the stage's checkpoint, in one commit), or
+    written on their own through the group commit: before the next operation of a sequence
+    starts, or OPERATION_WRITE_DELAY_SECONDS after they finished. The finished operations are
+    read once per run (never for a new instance, which has none) and kept up to date here.
+    """
 
     def __init__(
         self,
@@ -139,6 +79,7 @@ class RunnerTools:
         record: InstanceRecord,
         spawn: ChildSpawner,
         observer: EngineObserver,
+        committer: Committer,
     ) -> None:
         self._store = store
         self._owner_id = owner_id
@@ -147,22 +88,82 @@ class RunnerTools:
         self._epoch = record.lease_epoch
         self._spawn = spawn
         self._observer = observer
+        self._committer = committer
+        # First claim of a new instance: nothing can have been recorded for it yet.
+        self._finished: dict[tuple[str, int], OperationRecord] | None = (
+            {} if record.attempts == 1 else None
+        )
+        self._unwritten: list[OperationOutcome] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Task[None] | None = None
 
     async def finished_operations(self) -> list[OperationRecord]:
-        return await self._store.operations(self._instance_id)
+        if self._finished is None:
+            rows = await self._store.operations(self._instance_id)
+            self._finished = {(row.stage, row.position): row for row in rows}
+        return list(self._finished.values())
 
     async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
-        recorded = await self._store.record_operation(
-            owner_id=self._owner_id,
-            epoch=self._epoch,
-            operation=operation,
-            seconds=seconds,
-            data_json=encode_json(operation.data, what="operation data"),
-            metadata_json=encode_json(operation.metadata, what="operation metadata"),
+        self._unwritten.append(
+            OperationOutcome(
+                record=operation,
+                data_json=encode_json(operation.data, what="operation data"),
+                metadata_json=encode_json(operation.metadata, what="operation metadata"),
+                seconds=seconds,
+                finished_at=time.monotonic(),
+            )
         )
-        if recorded is None:
-            raise LeaseLostError(self._instance_id)
+        if self._finished is not None:
+            self._finished[(operation.stage, operation.position)] = operation
         self._observer.operation_finished(self._name, operation.type, operation.status, seconds)
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(OPERATION_WRITE_DELAY_SECONDS, self._write_later)
+
+    async def write_operations(self) -> None:
+        """Write the outcomes kept so far now (raises LeaseLostError when the lease is gone)."""
+        outcomes = self._take()
+        if not outcomes:
+            return
+        try:
+            await self._committer.write(
+                OperationsWrite(
+                    instance_id=self._instance_id, epoch=self._epoch, operations=outcomes
+                )
+            )
+        except LeaseLostError:
+            raise
+        except Exception:
+            self._unwritten[:0] = outcomes  # the step's own write carries them, or fails too
+            raise
+
+    async def carried_by(self, write: StepWrite) -> StepWrite:
+        """The step's write with the outcomes not written yet (after a write of them that is
+        in flight, which must not come after the step's)."""
+        if self._writing is not None:
+            await asyncio.wait([self._writing])
+        outcomes = self._take()
+        return dataclasses.replace(write, operations=outcomes) if outcomes else write
+
+    def _take(self) -> tuple[OperationOutcome, ...]:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        outcomes, self._unwritten = tuple(self._unwritten), []
+        return outcomes
+
+    def _write_later(self) -> None:
+        self._timer = None
+        self._writing = asyncio.create_task(self._write_in_background())
+
+    async def _write_in_background(self) -> None:
+        try:
+            await self.write_operations()
+        except Exception as exc:  # the step's write meets the same lease or database
+            logger.info(
+                "operation outcomes not written yet",
+                extra={"instance_id": str(self._instance_id), "error": repr(exc)},
+            )
 
     async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
         return await self._spawn(self._instance_id, name, params)
@@ -252,6 +253,7 @@ async def run_instance(
         if faults.ARMED and parked:
             await faults.hit("pause_transition")
         try:
+            write = await tools.carried_by(write)
             transition = await committer.write(write)
         except LeaseLostError:
             logger.info(
@@ -294,7 +296,7 @@ async def run_instance(
         action, params, attempt = write.next_action, json.loads(write.next_params_json), 1
 
 
-def _wake_of(write: RunnerWrite) -> DueAgain | None:
+def _wake_of(write: StepWrite) -> DueAgain | None:
     """The wake time of the wait a write parked its instance in, if it has one."""
     if not isinstance(write, CheckpointWrite) or write.wait_json is None:
         return None
@@ -322,7 +324,7 @@ def _check_actions(workflow: Workflow, action: str, *names: str | None) -> None:
 
 async def _call_handler(
     ctx: HandlerContext, workflow: Workflow, action: str, epoch: int
-) -> RunnerWrite:
+) -> StepWrite:
     """Call one handler and turn its outcome into the write (fenced by `epoch`) that records it."""
     handler = workflow.handlers.get(action)
     try:
@@ -356,6 +358,8 @@ async def _call_handler(
                 epoch=epoch,
                 result_json=encode_json(step.result, what="result", max_bytes=MAX_PAYLOAD_BYTES),
                 state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
+                stage=ctx.stage,
+                message=ctx.message,
             )
         raise InvalidInputError(
             f"handler {action!r} returned {type(step).__name__}; "

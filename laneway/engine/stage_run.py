@@ -19,6 +19,7 @@ from laneway.engine.context import (
     Done,
     HandlerContext,
     InstanceTools,
+    Next,
     Pause,
     PermanentFailure,
     Step,
@@ -141,6 +142,10 @@ class _StageRun:
             message=self._message() if ran else f"{stage.name}: skipped (condition is false)",
         )
         step = step_after_stage(self._template, self._index, context, ran=ran)
+        if isinstance(step, Next) and self._index == len(self._template.stages) - 1:
+            # The last stage, with no pause after it: the instance finishes in this step, and
+            # the completion keeps the stage's report (no step of its own to checkpoint it).
+            return await self._finish(context)
         if isinstance(step, Pause):
             state["paused_at"] = step.label  # the next stage merges the resume's input
         return step
@@ -222,6 +227,9 @@ class _StageRun:
             record = self._reusable(position, operation, rows)
             if record is None:
                 self._ctx.raise_if_cancelled()
+                # What finished before is recorded before this starts: a crash in this one
+                # never runs those again.
+                await self._tools.write_operations()
                 record = await self._run_unless_skipped(operation, position, context, initial)
             if record is None:
                 continue
@@ -242,6 +250,7 @@ class _StageRun:
         # result does not depend on who finished first.
         records: dict[int, OperationRecord] = {}
         tasks: dict[int, asyncio.Task[OperationRecord | None]] = {}
+        await self._tools.write_operations()  # an earlier pass's, before these start
         try:
             async with asyncio.TaskGroup() as group:
                 for position, operation in slots:
@@ -345,7 +354,8 @@ class _StageRun:
             started_at=None,
             finished_at=None,
         )
-        # Recorded the moment it finishes: a crash later in the stage keeps this outcome.
+        # Recorded as it finishes, written with the stage's next write or on its own soon
+        # after (runner.RunnerTools): a crash later in the stage keeps this outcome.
         await self._tools.record_operation(record, seconds=time.monotonic() - started)
         if not result.is_completed:
             logger.info(

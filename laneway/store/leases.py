@@ -7,21 +7,18 @@ template operations take with fencing tokens.
 
 import contextlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
 from laneway.model import (
-    CheckpointWrite,
-    CompleteWrite,
     DueWork,
     EventType,
     FailureRecord,
-    FailWrite,
     InstanceRecord,
     LockRecord,
     NewEvent,
-    RunnerWrite,
     Status,
     Transition,
 )
@@ -34,6 +31,7 @@ from laneway.store.rows import (
     lock_from_row,
     transition_from_row,
 )
+from laneway.writes import CheckpointWrite, CompleteWrite, FailWrite, RunnerWrite
 
 DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
 RELEASED_AT_SHUTDOWN = "released: worker shutting down"
@@ -156,45 +154,63 @@ class LeaseStore(StoreBase):
     ) -> list[Transition]:
         """Apply many runners' writes in one transaction; writes whose lease is lost do nothing.
 
-        Returns one transition per applied write (a missing instance id means fenced out).
+        Returns one transition per applied write (a missing instance id means fenced out; an
+        instance with operation rows and a step write here has two, the step's last).
         """
         checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
         completions = [w for w in writes if isinstance(w, CompleteWrite)]
         failures = [w for w in writes if isinstance(w, FailWrite)]
+        outcomes = [(w.instance_id, w.epoch, o) for w in writes for o in w.operations]
         signal_waits = [w.instance_id for w in checkpoints if _waits_for_signal(w)]
+        now = time.monotonic()
+        args = (
+            owner_id,
+            lease_seconds,
+            EVENTS_LOCK_KEY,
+            [w.instance_id for w in checkpoints],
+            [w.state_json for w in checkpoints],
+            [w.next_action for w in checkpoints],
+            [w.next_params_json for w in checkpoints],
+            [w.progress for w in checkpoints],
+            [w.message for w in checkpoints],
+            [w.stage for w in checkpoints],
+            [w.pause_label for w in checkpoints],
+            [w.epoch for w in checkpoints],
+            [w.attempt for w in checkpoints],
+            [w.instance_id for w in completions],
+            [w.result_json for w in completions],
+            [w.state_json for w in completions],
+            [w.epoch for w in completions],
+            [w.instance_id for w in failures],
+            [w.error for w in failures],
+            [w.delay_ms for w in failures],
+            [w.final for w in failures],
+            [w.epoch for w in failures],
+            [w.wait_json for w in checkpoints],
+            [w.type for w in failures],
+            [w.message for w in failures],
+            [w.traceback for w in failures],
+            [w.stage for w in failures],
+            [w.operation for w in failures],
+            [w.trace for w in failures],
+            [w.stage for w in completions],
+            [w.message for w in completions],
+            [instance_id for instance_id, _, _ in outcomes],
+            [epoch for _, epoch, _ in outcomes],
+            [o.record.operation_id for _, _, o in outcomes],
+            [o.record.stage for _, _, o in outcomes],
+            [o.record.position for _, _, o in outcomes],
+            [o.record.type for _, _, o in outcomes],
+            [o.record.status for _, _, o in outcomes],
+            [o.record.attempts for _, _, o in outcomes],
+            [o.record.error for _, _, o in outcomes],
+            [o.data_json for _, _, o in outcomes],
+            [o.metadata_json for _, _, o in outcomes],
+            [o.seconds for _, _, o in outcomes],
+            [max(now - o.finished_at, 0.0) for _, _, o in outcomes],
+        )
         async with self._acquire() as conn, _transaction_if(conn, bool(signal_waits)):
-            rows = await conn.fetch(
-                queries.WRITE_RUNNER_BATCH,
-                owner_id,
-                lease_seconds,
-                EVENTS_LOCK_KEY,
-                [w.instance_id for w in checkpoints],
-                [w.state_json for w in checkpoints],
-                [w.next_action for w in checkpoints],
-                [w.next_params_json for w in checkpoints],
-                [w.progress for w in checkpoints],
-                [w.message for w in checkpoints],
-                [w.stage for w in checkpoints],
-                [w.pause_label for w in checkpoints],
-                [w.epoch for w in checkpoints],
-                [w.attempt for w in checkpoints],
-                [w.instance_id for w in completions],
-                [w.result_json for w in completions],
-                [w.state_json for w in completions],
-                [w.epoch for w in completions],
-                [w.instance_id for w in failures],
-                [w.error for w in failures],
-                [w.delay_ms for w in failures],
-                [w.final for w in failures],
-                [w.epoch for w in failures],
-                [w.wait_json for w in checkpoints],
-                [w.type for w in failures],
-                [w.message for w in failures],
-                [w.traceback for w in failures],
-                [w.stage for w in failures],
-                [w.operation for w in failures],
-                [w.trace for w in failures],
-            )
+            rows = await conn.fetch(queries.WRITE_RUNNER_BATCH, *args)
             if signal_waits:
                 # A signal kept before its wait, or sent while the wait was being written, is
                 # seen by this statement's snapshot, which comes after the waits' row locks.

@@ -82,7 +82,10 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
                 "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
                 f"ARRAY[{ids}]::uuid[], array_fill('null'::text, ARRAY[{BATCH}]), "
                 f"array_fill('{{}}'::text, ARRAY[{BATCH}]), ARRAY[{epochs}]::bigint[], "
-                "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')"
+                "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
+                # the completions' stages and messages, and no operation rows
+                + ", ".join(["'{}'"] * 15)
+                + ")"
             )
             completed = await conn.fetchval(
                 "SELECT count(*) FROM laneway.instances WHERE status = 'completed'"
@@ -99,4 +102,5 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
         for node in _nodes(explained["Plan"])
         if node["Node Type"] == "Function Scan"
     ]
-    assert sorted(read) == [0, 0, BATCH]  # checkpoints, failures (none), completions
+    # checkpoints, failures and operation rows (none), completions
+    assert sorted(read) == [0, 0, 0, BATCH]

@@ -205,21 +205,28 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 #   $22 lease epochs;
 # $23 the checkpoints' waits (json text[], NULL: none); the failed attempts' exception types,
 #   messages, tracebacks, stages and operations $24..$28, and their spans' trace contexts $29.
+# $30 the completions' stages, $31 their messages (the last step's report; NULL: keep);
+# operation outcomes (templates): $32 instance ids, $33 lease epochs, $34 operation ids,
+#   $35 stages, $36 positions, $37 types, $38 statuses, $39 attempts, $40 errors, $41 data
+#   and $42 metadata (json text[]), $43 seconds each ran, $44 seconds since each finished.
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
 # connection, not on every call.
-WRITE_RUNNER_BATCH = """
+_BATCH_ARGS = ", ".join(f"${n}" for n in range(1, 45))  # the 44 above, in order
+WRITE_RUNNER_BATCH = f"""
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
-  FROM laneway.write_runner_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                                  $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26,
-                                  $27, $28, $29)
+  FROM laneway.write_runner_batch({_BATCH_ARGS})
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances
-# Retention: instances that ended longer ago than the retention period go, with their events,
+# Retention: instances that ended longer ago than the retention period go, with their
 # operation rows, signals and failures (their locks went when they ended). Oldest first, a
-# bounded batch per sweep; rows another sweep is deleting are skipped.
+# bounded batch per sweep; rows another sweep is deleting are skipped. Their events go with
+# their time partitions, dropped whole (queries.RETIRE_EVENT_PARTITION, once no instance
+# created before a partition's end is left to delete here); only those in the default
+# partition (appended while no partition covered them, or kept from a dropped partition while
+# their instance lived) are deleted here, row by row.
 PRUNE_FINISHED = """
 WITH doomed AS (
     SELECT instance_id
@@ -231,7 +238,7 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 ),
 events_gone AS (
-    DELETE FROM laneway.events
+    DELETE FROM laneway.events_default
      WHERE instance_id IN (SELECT instance_id FROM doomed)
 ),
 operations_gone AS (

@@ -588,7 +588,7 @@ END;
 $$;
 
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
--- waits 0016; failures and attempt budgets 0017; traces 0018).
+-- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
@@ -596,6 +596,9 @@ $$;
 -- delays in ms, final flags, lease epochs); $23 the checkpoints' waits (json text[], NULL: none);
 -- the failed attempts' exception types, messages, tracebacks, stages and operations $24..$28;
 -- $29 their spans' trace contexts (W3C traceparent; the first is kept, for retries' links).
+-- Then (0021) the completions' stages and messages (the last step's report, NULL: keep) and the
+-- operation outcomes to record: instance ids, lease epochs, operation ids, stages, positions,
+-- types, statuses, attempts, errors, data and metadata (json text), seconds run, seconds ago.
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
 -- A checkpoint saves state and the next action and renews the lease, or parks the instance
 -- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
@@ -641,7 +644,22 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_failure_tracebacks text[],
     p_failure_stages text[],
     p_failure_operations text[],
-    p_failure_traces text[]
+    p_failure_traces text[],
+    p_completion_stages text[],
+    p_completion_messages text[],
+    p_operation_instance_ids uuid[],
+    p_operation_epochs bigint[],
+    p_operation_ids uuid[],
+    p_operation_stages text[],
+    p_operation_positions integer[],
+    p_operation_types text[],
+    p_operation_statuses text[],
+    p_operation_attempts integer[],
+    p_operation_errors text[],
+    p_operation_data text[],
+    p_operation_metadata text[],
+    p_operation_seconds double precision[],
+    p_operation_ago double precision[]
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -695,15 +713,17 @@ BEGIN
         UPDATE laneway.instances AS i
            SET status = 'completed', result = u.result::jsonb, state = u.state::jsonb,
                next_action = NULL, next_params = NULL, progress = 1, owner_id = NULL,
+               stage = COALESCE(u.stage, i.stage), message = COALESCE(u.message, i.message),
                lease_expires_at = NULL, updated_at = now(), finished_at = now()
           FROM (SELECT u.*, $1 AS owner
-                  FROM unnest($14, $15, $16, $17) AS u (instance_id, result, state, epoch)
+                  FROM unnest($14, $15, $16, $17, $30, $31)
+                       AS u (instance_id, result, state, epoch, stage, message)
                 OFFSET 0) AS u
          WHERE i.instance_id = ANY($14)
            AND i.instance_id = u.instance_id
            AND i.owner_id = u.owner
            AND i.lease_epoch = u.epoch
-        RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
+        RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.stage
     ),
     failed AS (
         UPDATE laneway.instances AS i
@@ -730,6 +750,33 @@ BEGIN
         RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error, u.type,
                   u.message, u.traceback, COALESCE(u.stage, i.stage) AS stage, u.operation
     ),
+    operated AS (
+        -- Template operations' outcomes (0021), fenced as the writes are (the snapshot is
+        -- the one before this statement's updates, so an instance completed here still
+        -- counts as running for its last operations). Each row's times are as the runner
+        -- saw them: finished `ago` seconds before this write, after running `seconds`.
+        INSERT INTO laneway.operations AS o
+               (operation_id, instance_id, stage, position, type, status, attempts, error, data,
+                metadata, started_at, finished_at)
+        SELECT u.operation_id, i.instance_id, u.stage, u.position, u.type, u.status,
+               u.attempts, u.error, u.data::jsonb, u.metadata::jsonb,
+               clock_timestamp() - (u.ago + u.seconds) * interval '1 second',
+               clock_timestamp() - u.ago * interval '1 second'
+          FROM (SELECT u.*, $1 AS owner
+                  FROM unnest($32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44)
+                       AS u (instance_id, epoch, operation_id, stage, position, type, status,
+                             attempts, error, data, metadata, seconds, ago)
+                OFFSET 0) AS u
+          JOIN laneway.instances AS i ON i.instance_id = u.instance_id
+         WHERE i.instance_id = ANY($32)
+           AND i.owner_id = u.owner
+           AND i.lease_epoch = u.epoch
+        ON CONFLICT (instance_id, stage, position) DO UPDATE
+           SET type = EXCLUDED.type, status = EXCLUDED.status, attempts = EXCLUDED.attempts,
+               error = EXCLUDED.error, data = EXCLUDED.data, metadata = EXCLUDED.metadata,
+               started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at
+        RETURNING o.instance_id
+    ),
     recorded AS (
         -- Every failed attempt keeps its exception, for `failures` (0017).
         INSERT INTO laneway.failures
@@ -746,7 +793,7 @@ BEGIN
                c.attempts AS event_attempt, c.wait_signal AS signal
           FROM checkpointed AS c
         UNION ALL
-        SELECT d.instance_id, d.name, d.queue, d.status, d.attempts, NULL, NULL, NULL,
+        SELECT d.instance_id, d.name, d.queue, d.status, d.attempts, NULL, d.stage, NULL,
                'completed', d.attempts, NULL
           FROM completed AS d
         UNION ALL
@@ -771,8 +818,17 @@ BEGIN
           FROM written AS w
          WHERE (SELECT count(*) FROM unlocked) >= 0
            AND (SELECT count(*) FROM recorded) >= 0
+           AND (SELECT count(*) FROM operated) >= 0
         HAVING count(*) > 0
     )
+    -- An instance with operation rows and no other write here answers as it was (running);
+    -- its rows come first, so a caller keying by instance keeps the write's row after them.
+    SELECT i.instance_id, i.name, i.queue, i.status, i.attempts, NULL::text, i.stage,
+           i.checkpoint
+      FROM laneway.instances AS i
+     WHERE i.instance_id = ANY(ARRAY(SELECT DISTINCT o.instance_id FROM operated AS o))
+       AND (SELECT count(a.last_event_id) FROM appended AS a) >= 0
+    UNION ALL
     SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
            w.checkpoint
       FROM written AS w

@@ -1,0 +1,101 @@
+"""The runners' writes: what the group commit applies, fenced by owner and lease epoch.
+
+Owns the shapes only (engine/runner.py and engine/committer.py make them, the store's
+write_runner_batch applies them). Does no I/O; imports nothing from `laneway` but the model.
+"""
+
+from dataclasses import dataclass
+from typing import TypeAlias
+from uuid import UUID
+
+from laneway.model import OperationRecord
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationOutcome:
+    """A template operation's outcome, to be recorded with the next write of its instance.
+
+    `seconds` is how long it ran; `finished_at` the runner's monotonic clock when it ended, so
+    that the row's times are when it ran, not when the write came.
+    """
+
+    record: OperationRecord
+    data_json: str
+    metadata_json: str
+    seconds: float
+    finished_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointWrite:
+    """A runner's checkpoint: the state after a handler, and the next action.
+
+    With `pause_label` the instance also pauses there (status paused, no lease) until resumed;
+    with `wait_json` (engine/waits.py) it waits instead (status waiting), or its pause carries
+    an input schema and an expiry.
+    """
+
+    instance_id: UUID
+    attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
+    state_json: str
+    next_action: str
+    next_params_json: str
+    progress: float | None = None
+    message: str | None = None
+    stage: str | None = None
+    pause_label: str | None = None
+    wait_json: str | None = None
+    operations: tuple[OperationOutcome, ...] = ()  # recorded in the same transaction
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteWrite:
+    """A runner's final write: the instance completed with this result (and the stage and
+    message its last step reported, when it reported one)."""
+
+    instance_id: UUID
+    attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
+    result_json: str
+    state_json: str
+    stage: str | None = None
+    message: str | None = None
+    operations: tuple[OperationOutcome, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailWrite:
+    """A failed attempt: retried after `delay_ms` while attempts are left, else final.
+
+    `final` ends the instance failed whatever attempts are left. `error` is lastError's text
+    (`Type: message`); the rest is what laneway.failures keeps of the exception.
+    """
+
+    instance_id: UUID
+    attempt: int
+    epoch: int  # the lease epoch of the claim this write belongs to
+    error: str
+    delay_ms: float
+    final: bool = False
+    type: str = "Exception"
+    message: str = ""
+    traceback: str | None = None
+    stage: str | None = None
+    operation: str | None = None
+    trace: str | None = None  # the failed attempt's span (W3C traceparent), when traced
+    operations: tuple[OperationOutcome, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationsWrite:
+    """Operation outcomes alone, while the step that ran them goes on (a parallel stage's
+    operations that finished before their siblings, a sequence's before the next starts)."""
+
+    instance_id: UUID
+    epoch: int
+    operations: tuple[OperationOutcome, ...]
+
+
+StepWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite
+RunnerWrite: TypeAlias = StepWrite | OperationsWrite
