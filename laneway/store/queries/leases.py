@@ -220,13 +220,9 @@ SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances
-# Retention: instances that ended longer ago than the retention period go, with their
+# Retention: instances that ended longer ago than the retention period go, with their events,
 # operation rows, signals and failures (their locks went when they ended). Oldest first, a
-# bounded batch per sweep; rows another sweep is deleting are skipped. Their events go with
-# their time partitions, dropped whole (queries.RETIRE_EVENT_PARTITION, once no instance
-# created before a partition's end is left to delete here); only those in the default
-# partition (appended while no partition covered them, or kept from a dropped partition while
-# their instance lived) are deleted here, row by row.
+# bounded batch per sweep; rows another sweep is deleting are skipped.
 PRUNE_FINISHED = """
 WITH doomed AS (
     SELECT instance_id
@@ -238,7 +234,7 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 ),
 events_gone AS (
-    DELETE FROM laneway.events_default
+    DELETE FROM laneway.events
      WHERE instance_id IN (SELECT instance_id FROM doomed)
 ),
 operations_gone AS (
