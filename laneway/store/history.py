@@ -1,8 +1,8 @@
 """The Store's history area: the event log's reads and the template operations' records.
 
-Owns what is written once and then only read: events (appended by laneway.append_events, in
-every area's transactions) and the operation rows a template stage records as each of its
-operations finishes.
+Owns the reads of what is written once and then only read: events (appended by
+laneway.append_events, in every area's transactions) and the operation rows of template
+stages (written by the group commit, laneway.write_runner_batch, with the instance's writes).
 """
 
 from collections.abc import Sequence
@@ -24,36 +24,6 @@ class HistoryStore(StoreBase):
     """Events and recorded operations."""
 
     # -- template operations ---------------------------------------------------------------------
-
-    async def record_operation(
-        self,
-        *,
-        owner_id: str,
-        epoch: int,
-        operation: OperationRecord,
-        seconds: float,
-        data_json: str,
-        metadata_json: str,
-    ) -> OperationRecord | None:
-        """Record a finished operation, fenced by the owner; None when the lease is lost."""
-        async with self._acquire() as conn:
-            row = await conn.fetchrow(
-                queries.RECORD_OPERATION,
-                operation.operation_id,
-                operation.instance_id,
-                owner_id,
-                operation.stage,
-                operation.position,
-                operation.type,
-                operation.status,
-                operation.attempts,
-                operation.error,
-                data_json,
-                metadata_json,
-                seconds,
-                epoch,
-            )
-        return operation_from_row(row) if row else None
 
     async def operations(self, instance_id: UUID) -> list[OperationRecord]:
         """An instance's recorded operations, in the order they finished."""

@@ -62,7 +62,6 @@ from laneway.store.queries.operations import (
     GET_LOCK,
     LIST_OPERATIONS,
     LIST_OPERATIONS_OF,
-    RECORD_OPERATION,
     RELEASE_LOCK,
 )
 from laneway.store.queries.pages import CUSTOM_PLANS_HERE, PAGE_INSTANCES
@@ -163,7 +162,6 @@ __all__ = [
     "QUEUE_STATS",
     "RECORD_FAILURES",
     "RECORD_MIGRATION",
-    "RECORD_OPERATION",
     "RECOVER_EXPIRED_LEASES",
     "RELEASE_INSTANCES",
     "RELEASE_INSTANCE_LOCKS",

@@ -1,31 +1,10 @@
-"""Template operations (recorded when they finish, fenced by the owner) and entity locks.
+"""Template operations (their reads; the group commit records them) and entity locks.
 
 See laneway/store/queries/__init__.py for how statements are written.
 """
 
 # ---------------------------------------------------------------------------------------------
 # template operations
-
-# $1 operation id, $2 instance id, $3 owner id, $4 stage, $5 position, $6 type, $7 status,
-# $8 attempts, $9 error, $10 data (json text), $11 metadata (json text), $12 seconds it took,
-# $13 lease epoch
-# Written when the operation finishes, fenced by the owner: a crash mid-stage re-runs only the
-# operations that have no completed row.
-RECORD_OPERATION = """
-INSERT INTO laneway.operations (operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at)
-SELECT $1, i.instance_id, $4, $5, $6, $7, $8, $9, $10::text::jsonb, $11::text::jsonb,
-       clock_timestamp() - $12::double precision * interval '1 second', clock_timestamp()
-  FROM laneway.instances AS i
- WHERE i.instance_id = $2
-   AND i.owner_id = $3
-   AND i.lease_epoch = $13
-   AND i.status = 'running'
-ON CONFLICT (instance_id, stage, position) DO UPDATE
-   SET type = EXCLUDED.type, status = EXCLUDED.status, attempts = EXCLUDED.attempts,
-       error = EXCLUDED.error, data = EXCLUDED.data, metadata = EXCLUDED.metadata,
-       started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at
-RETURNING operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at
-"""
 
 # $1 instance id
 LIST_OPERATIONS = """
