@@ -96,6 +96,7 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         # Told of claims, steps and outcomes (laneway/metrics.py counts them); none: nobody.
         self.observer: EngineObserver = observer if observer is not None else NoObserver()
         self._started = False
+        self._ready = False
         self._before_run: list[Callable[[], Awaitable[object]]] = []
         self.claim_loop = ClaimLoop(
             store,
@@ -397,9 +398,10 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
             for step in self._before_run:
                 await step()
             await self._prepare_queues()
+            self._ready = True
             await self.claim_loop.run(stopping)
         finally:
-            self._started = False
+            self._started = self._ready = False
 
     async def _prepare_queues(self) -> None:
         """Create the registered queues; a template's queue_settings are code's defaults,
@@ -428,6 +430,12 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
     def is_running(self) -> bool:
         """True while `run` is active, from its first line to its last."""
         return self._started
+
+    @property
+    def is_ready(self) -> bool:
+        """True once `run` has prepared its queues and claims (what a caller that counts the
+        engine's own writes waits for)."""
+        return self._ready
 
     async def _after_terminal(self, transition: Transition) -> None:
         if not any(

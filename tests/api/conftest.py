@@ -179,6 +179,12 @@ async def live_server(
                     task.result()
                     raise RuntimeError("server stopped during start-up")
                 await asyncio.sleep(0.01)
+            # The engine's start-up writes (its queues) land before the test looks.
+            services = getattr(served, "services", None)
+            while services is not None and settings.engine_enabled:
+                if services.engine.is_ready:
+                    break
+                await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             yield LiveServer(settings=settings, port=port, client=client, prefix=prefix)
