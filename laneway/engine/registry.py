@@ -36,6 +36,7 @@ class WorkflowRegistry:
 
     def __init__(self, workflows: Iterable[Workflow] = ()) -> None:
         self._workflows: dict[str, dict[str, Workflow]] = {}
+        self._newest: dict[str, Workflow] = {}  # kept at registration: enqueues ask per call
         for workflow in workflows:
             self.register(workflow)
 
@@ -79,6 +80,7 @@ class WorkflowRegistry:
                 f" with version {workflow.version!r}"
             )
         versions[workflow.version] = workflow
+        self._newest[workflow.name] = versions[self.versions(workflow.name)[0]]
 
     def get(self, name: str, version: str | None = None) -> Workflow:
         """The workflow called `name` in `version`, or its newest version here.
@@ -87,11 +89,14 @@ class WorkflowRegistry:
             NotFoundError: no workflow has that name here, or not in that version (the message
                 lists the versions there are).
         """
+        if version is None:
+            newest = self._newest.get(name)
+            if newest is None:
+                raise NotFoundError(f"unknown workflow {name!r}")
+            return newest
         versions = self._workflows.get(name)
         if not versions:
             raise NotFoundError(f"unknown workflow {name!r}")
-        if version is None:
-            return versions[self.versions(name)[0]]
         found = versions.get(version)
         if found is None:
             raise NotFoundError(

@@ -53,15 +53,33 @@ MIGRATION_TIMEOUTS = Timeouts(statement_ms=0, lock_ms=0, idle_in_transaction_ms=
 
 
 async def setup_connection(conn: asyncpg.Connection) -> None:
-    """Decode json/jsonb to Python values; inputs go in as text the engine already encoded."""
-    for type_name in ("json", "jsonb"):
-        await conn.set_type_codec(
-            type_name, schema="pg_catalog", encoder=_encode_json, decoder=json.loads
-        )
+    """Decode json/jsonb to Python values; inputs go in as text the engine already encoded.
+
+    Both travel in the binary format (jsonb's is a version byte before the text), which COPY
+    needs (store/instances.py copies batches in) and which asyncpg can also decode inside
+    composite values; it costs the same as the text format."""
+    await conn.set_type_codec(
+        "json", schema="pg_catalog", encoder=_encode_json, decoder=json.loads, format="binary"
+    )
+    await conn.set_type_codec(
+        "jsonb", schema="pg_catalog", encoder=_encode_jsonb, decoder=_decode_jsonb, format="binary"
+    )
 
 
-def _encode_json(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, allow_nan=False)
+def _encode_json(value: Any) -> bytes:
+    text = value if isinstance(value, str) else json.dumps(value, allow_nan=False)
+    return text.encode()
+
+
+_JSONB_VERSION = b"\x01"  # the one version of jsonb's binary format
+
+
+def _encode_jsonb(value: Any) -> bytes:
+    return _JSONB_VERSION + _encode_json(value)
+
+
+def _decode_jsonb(data: bytes) -> Any:
+    return json.loads(data[1:])
 
 
 def server_settings(

@@ -6,8 +6,10 @@ enqueued from what was inserted and the few columns the database filled in.
 """
 
 import dataclasses
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 
@@ -66,7 +68,23 @@ def instance_from_row(row: Row) -> InstanceRecord:
     return record
 
 
-def new_instance_record(new: NewInstance, row: Row) -> InstanceRecord:
+def _jsonb_key(pair: tuple[str, Any]) -> tuple[int, bytes]:
+    encoded = pair[0].encode()
+    return len(encoded), encoded
+
+
+def _in_jsonb_order(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return dict(sorted(pairs, key=_jsonb_key))
+
+
+def jsonb_value(text: str) -> Any:
+    """The value a jsonb column gives back for JSON `text` (no duplicate keys): objects' keys
+    in jsonb's order (shorter first, then bytewise), so a record built from what was written
+    reads the same as the row read back."""
+    return json.loads(text, object_pairs_hook=_in_jsonb_order)
+
+
+def new_instance_record(new: NewInstance, row: Row | Mapping[str, Any]) -> InstanceRecord:
     """The record of an instance just inserted by an enqueue statement: what the database filled
     in comes from `row`, the rest is what was inserted (the columns' defaults for the others,
     as migrations/0001 and 0003 set them; a test compares this with the row read back)."""

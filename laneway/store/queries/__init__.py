@@ -33,6 +33,8 @@ from laneway.store.queries.history_rollup import (
     ROLL_UP_QUEUE_HISTORY,
 )
 from laneway.store.queries.instances import (
+    COPIED_EVENT_COLUMNS,
+    COPIED_INSTANCE_COLUMNS,
     ENQUEUE_INSTANCE,
     ENQUEUE_INSTANCE_WITHOUT_KEYS,
     ENQUEUE_INSTANCES,
@@ -42,6 +44,8 @@ from laneway.store.queries.instances import (
     INSTANCE_COLUMNS,
     LIST_INSTANCE_SUMMARIES,
     LIST_INSTANCES,
+    LOCK_EVENT_APPENDS,
+    RING_AFTER_COPIED_EVENTS,
     UNREGISTERED_PENDING,
 )
 from laneway.store.queries.leases import (
@@ -118,6 +122,8 @@ __all__ = [
     "CLAIM",
     "CONFIGURE_QUEUE",
     "CONSUME_SIGNALS",
+    "COPIED_EVENT_COLUMNS",
+    "COPIED_INSTANCE_COLUMNS",
     "CREATE_MIGRATIONS_TABLE",
     "CUSTOM_PLANS_HERE",
     "DB_NOW",
@@ -150,6 +156,7 @@ __all__ = [
     "LIST_SCHEDULES",
     "LIVE_WORKERS",
     "LOCK_DUE_SCHEDULES",
+    "LOCK_EVENT_APPENDS",
     "LOCK_INSTANCE",
     "LOCK_MIGRATIONS",
     "NEXT_TOKEN_DUE",
@@ -170,6 +177,7 @@ __all__ = [
     "RENEW_LEASES",
     "RESUME_INSTANCES",
     "RETRY_INSTANCES",
+    "RING_AFTER_COPIED_EVENTS",
     "ROLL_UP_QUEUE_HISTORY",
     "SCHEMA_VERSION",
     "SET_SCHEDULE_ENABLED",

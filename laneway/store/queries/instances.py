@@ -181,3 +181,24 @@ WITH inserted AS ({_INSERT_INSTANCE}
     {_RETURNING_FILLED_IN}
 ),
 {_ENQUEUED_EVENTS}"""
+
+# The batch enqueue of instances without keys (store/instances.py `_copy_in`): COPY, the bulk
+# path, with no ON CONFLICT (a fresh id cannot conflict) and no statement to plan. These are
+# the columns each copy writes; the others take their defaults (status pending, created_at and
+# updated_at the transaction's now()).
+COPIED_INSTANCE_COLUMNS = (
+    "instance_id", "name", "queue", "priority", "max_attempts", "run_after", "params",
+    "next_action", "next_params", "parent_id", "trace_context", "version",
+)  # fmt: skip
+COPIED_EVENT_COLUMNS = ("instance_id", "name", "type", "status", "at", "attempt")
+
+# $1 the append lock's key. Taken after the instances are in (as laneway.append_events is
+# reached in the statements above) and held to the commit, so event ids commit in order.
+LOCK_EVENT_APPENDS = "SELECT pg_advisory_xact_lock($1)"
+
+# The doorbell after copied events: the last event id this session drew (the events' identity
+# sequence, as the copy just used it), as laneway.append_events rings it.
+RING_AFTER_COPIED_EVENTS = """
+SELECT last_event_id, pg_notify('laneway_events', json_build_object('e', last_event_id)::text)
+  FROM (SELECT lastval() AS last_event_id) AS copied
+"""

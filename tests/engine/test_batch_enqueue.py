@@ -1,0 +1,76 @@
+"""The batch enqueue's bulk path: a batch without keys is copied in (store/instances.py
+`_copy_in`); what it returns, writes and rings must be what the statement path gives."""
+
+import asyncio
+import json
+
+import asyncpg
+
+from laneway.engine import EnqueueRequest
+from laneway.model import EventType, Status
+from laneway.store import Store
+from laneway.store.instances import COPY_FROM
+from tests.engine.helpers import make_engine, types_of
+from tests.workflows import noop
+
+
+async def test_a_copied_batch_returns_the_rows_as_stored_in_request_order(store: Store) -> None:
+    engine = make_engine(store, noop)
+    parent = await engine.enqueue("noop")
+    requests = [
+        EnqueueRequest(
+            name="noop",
+            params={"zz": i, "a": {"yy": [1, 2.5, None], "b": "é"}, "mid": i % 2 == 0},
+            priority=i % 5,
+            delay_ms=60_000 if i % 3 == 0 else 0.0,
+            queue="copied" if i % 4 == 0 else None,
+            parent_id=parent.instance_id if i % 7 == 0 else None,
+        )
+        for i in range(COPY_FROM * 2)
+    ]
+    results = await engine.enqueue_many(requests)
+    assert [r.created for r in results] == [True] * len(requests)
+    assert [r.instance.params["zz"] for r in results] == list(range(len(requests)))
+    for result in results:
+        stored = await engine.get(result.instance_id)
+        assert stored is not None
+        assert result.instance == stored
+        assert json.dumps(result.instance.params) == json.dumps(stored.params)  # jsonb's order
+        assert await types_of(store, result.instance_id) == [EventType.ENQUEUED]
+    delayed, due = results[0].instance, results[1].instance
+    assert (delayed.run_after - delayed.created_at).total_seconds() == 60.0
+    assert due.run_after == due.created_at
+    assert "copied" in {queue.name for queue in await store.queues()}
+
+
+async def test_a_copied_batch_rings_the_doorbell_with_its_last_event(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    engine = make_engine(store, noop)
+    rung: asyncio.Queue[str] = asyncio.Queue()
+    await admin.add_listener("laneway_events", lambda *args: rung.put_nowait(args[3]))
+    results = await engine.enqueue_many(
+        [EnqueueRequest(name="noop", params={"i": i}) for i in range(COPY_FROM)]
+    )
+    payload = json.loads(await asyncio.wait_for(rung.get(), timeout=10))
+    last = await admin.fetchval(
+        "SELECT max(event_id) FROM laneway.events WHERE instance_id = ANY($1::uuid[])",
+        [r.instance_id for r in results],
+    )
+    assert payload == {"e": last}
+    assert rung.empty()  # one doorbell for the whole batch
+
+
+async def test_a_batch_with_a_key_takes_the_statement_and_keeps_its_rules(store: Store) -> None:
+    engine = make_engine(store, noop)
+    first = await engine.enqueue("noop", idempotency_key="seen")
+    requests = [EnqueueRequest(name="noop", params={"i": i}) for i in range(COPY_FROM)]
+    requests.append(EnqueueRequest(name="noop", idempotency_key="seen"))
+    results = await engine.enqueue_many(requests)
+    assert [r.created for r in results] == [True] * COPY_FROM + [False]
+    assert results[-1].instance_id == first.instance_id
+    assert await engine.tick() == COPY_FROM + 1  # the copied and the keyed ones all run
+    for result in results:
+        done = await engine.get(result.instance_id)
+        assert done is not None
+        assert done.status == Status.COMPLETED
