@@ -1,9 +1,10 @@
 """Upkeep: what every engine does now and then beside claiming, each at its own pace.
 
-Owns retention (finished instances past it deleted every few minutes), the once-a-minute
-queue history roll-up, and the warning about pending instances of workflows this process does
-not have. Run by the claim loop at every poll and maintenance round; each step skips itself
-until its time comes.
+Owns retention (finished instances past it deleted every few minutes), the event log's time
+partitions (added ahead, retired whole, the parent analysed), the once-a-minute queue history
+roll-up, and the warning about pending instances of workflows this process does not have. Run
+by the claim loop at every poll and maintenance round; each step skips itself until its time
+comes.
 """
 
 import logging
@@ -16,6 +17,7 @@ logger = logging.getLogger(__name__)
 
 UNREGISTERED_CHECK_SECONDS = 60.0
 PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
+PARTITIONS_EVERY_SECONDS = 600.0  # how often an engine looks after the event partitions
 ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
 
 
@@ -29,6 +31,7 @@ class Upkeep:
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
         self._last_prune = -PRUNE_EVERY_SECONDS
+        self._last_partitions = -PARTITIONS_EVERY_SECONDS
         self._rolled_minute = -1  # the wall-clock minute of this process's last roll-up
 
     @property
@@ -40,6 +43,7 @@ class Upkeep:
         """Every step whose time has come."""
         await self._report_unregistered()
         await self._prune()
+        await self._keep_partitions()
         await self._roll_up_history()
 
     async def _prune(self) -> None:
@@ -51,6 +55,30 @@ class Upkeep:
         pruned = await self._store.prune_finished(self._retention_seconds)
         if pruned:
             logger.info("finished instances pruned", extra={"count": pruned})
+
+    async def _keep_partitions(self) -> None:
+        """Every ten minutes: add the event partitions of the next days, retire the past ones
+        whose instances retention has deleted (none while retention is off: everything is
+        kept), and analyse the partitioned parent when its statistics are an hour old.
+        Partitions go two days ahead, so a failed round only matters after many in a row; the
+        default partition takes what no partition covers meanwhile."""
+        now = time.monotonic()
+        if now - self._last_partitions < PARTITIONS_EVERY_SECONDS:
+            return
+        self._last_partitions = now
+        try:
+            added = await self._store.add_event_partitions()
+            if added:
+                logger.info("event partitions added", extra={"partitions": added})
+            if self._retention_seconds > 0:
+                retired = await self._store.retire_event_partitions(
+                    ended_seconds_ago=self._retention_seconds
+                )
+                if retired:
+                    logger.info("event partitions retired", extra={"partitions": retired})
+            await self._store.analyze_events()
+        except Exception as exc:
+            logger.warning("event partition upkeep failed", extra={"error": str(exc)})
 
     async def _roll_up_history(self) -> None:
         """Once per minute, at the first poll after it turns: roll the closed minutes' events

@@ -100,7 +100,8 @@ class LeaseStore(StoreBase):
 
     async def prune_finished(self, retention_seconds: float, limit: int = 5000) -> int:
         """Delete up to `limit` instances that ended over `retention_seconds` ago, with their
-        events and operations; returns how many went."""
+        operations and their events in the default partition (the others go with their
+        partition: retire_event_partitions); returns how many went."""
         async with self._acquire() as conn:
             rows = await conn.fetch(queries.PRUNE_FINISHED, retention_seconds, limit)
         return len(rows)

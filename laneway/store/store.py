@@ -2,7 +2,7 @@
 
 Owns `open_store` and the Store class, composed of one part per area (instances.py,
 leases.py, history.py, schedules.py, workers.py, queue_history.py, waits.py, deploys.py,
-pages.py, bulk.py, on base.py); rows.py decodes rows into records.
+pages.py, bulk.py, partitions.py, on base.py); rows.py decodes rows into records.
 Decides nothing about workflows: the engine says what to write, the store writes it
 atomically and reports what changed. Runner writes are fenced by owner id.
 """
@@ -18,6 +18,7 @@ from laneway.store.leases import DEFAULT_MAX_RECOVERIES as DEFAULT_MAX_RECOVERIE
 from laneway.store.leases import LeaseStore
 from laneway.store.migrate import apply_migrations
 from laneway.store.pages import PageStore
+from laneway.store.partitions import PartitionStore
 from laneway.store.pool import (
     APPLICATION_NAME,
     DEFAULT_TIMEOUTS,
@@ -67,5 +68,6 @@ class Store(
     PageStore,
     BulkStore,
     DeployStore,
+    PartitionStore,
 ):
     """Laneway's tables, behind one method per verb."""

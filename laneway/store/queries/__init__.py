@@ -10,7 +10,8 @@ side's enqueue), bulk (cancel, resume and retry, of one instance or many), lease
 leases, runner writes, retention), operations (template operations and entity locks), events,
 schedules, workers (the live process registry), history_rollup (the per-minute queue
 history), waiting (why instances are not running), waits (signals and the wake-up of waits),
-pages (keyset pages of instances), deploys (what is in flight, for the deploy preflight).
+pages (keyset pages of instances), deploys (what is in flight, for the deploy preflight),
+partitions (the event log's time partitions).
 """
 
 from laneway.store.queries.bulk import (
@@ -69,6 +70,17 @@ from laneway.store.queries.operations import (
     RELEASE_LOCK,
 )
 from laneway.store.queries.pages import CUSTOM_PLANS_HERE, PAGE_INSTANCES
+from laneway.store.queries.partitions import (
+    ADD_EVENT_PARTITION,
+    ANALYZE_EVENTS,
+    ANALYZE_EVENTS_TIMEOUT,
+    EVENT_PARTITIONS,
+    EVENTS_STATISTICS_STALE,
+    MISSING_EVENT_PARTITIONS,
+    RETIRE_EVENT_PARTITION,
+    RETIRING_EVENT_PARTITIONS,
+    TRY_LOCK_PARTITIONS,
+)
 from laneway.store.queries.queues import (
     APPLY_CODE_QUEUE_SETTINGS,
     CONFIGURE_QUEUE,
@@ -112,7 +124,10 @@ from laneway.store.queries.workers import (
 
 __all__ = [
     "ACQUIRE_LOCK",
+    "ADD_EVENT_PARTITION",
     "ADVANCE_SCHEDULE",
+    "ANALYZE_EVENTS",
+    "ANALYZE_EVENTS_TIMEOUT",
     "APPEND_EVENTS",
     "APPLIED_MIGRATIONS",
     "APPLY_CODE_QUEUE_SETTINGS",
@@ -134,6 +149,8 @@ __all__ = [
     "ENQUEUE_INSTANCE_WITHOUT_KEYS",
     "ENSURE_QUEUE",
     "EVENTS_AFTER",
+    "EVENTS_STATISTICS_STALE",
+    "EVENT_PARTITIONS",
     "FAILURES_OF",
     "FIND_ACTIVE_SINGLETON",
     "FIND_BY_IDEMPOTENCY_KEY",
@@ -159,6 +176,7 @@ __all__ = [
     "LOCK_EVENT_APPENDS",
     "LOCK_INSTANCE",
     "LOCK_MIGRATIONS",
+    "MISSING_EVENT_PARTITIONS",
     "NEXT_TOKEN_DUE",
     "NEXT_WAKE_IN",
     "OLDEST_READY",
@@ -176,11 +194,14 @@ __all__ = [
     "REMOVE_WORKER",
     "RENEW_LEASES",
     "RESUME_INSTANCES",
+    "RETIRE_EVENT_PARTITION",
+    "RETIRING_EVENT_PARTITIONS",
     "RETRY_INSTANCES",
     "RING_AFTER_COPIED_EVENTS",
     "ROLL_UP_QUEUE_HISTORY",
     "SCHEMA_VERSION",
     "SET_SCHEDULE_ENABLED",
+    "TRY_LOCK_PARTITIONS",
     "UNLOCK_MIGRATIONS",
     "UNREGISTERED_PENDING",
     "UPSERT_SCHEDULE",

@@ -220,9 +220,12 @@ SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances
-# Retention: instances that ended longer ago than the retention period go, with their events,
+# Retention: instances that ended longer ago than the retention period go, with their
 # operation rows, signals and failures (their locks went when they ended). Oldest first, a
-# bounded batch per sweep; rows another sweep is deleting are skipped.
+# bounded batch per sweep; rows another sweep is deleting are skipped. Their events go with
+# their day's partition, detached and dropped whole once no instance that still exists has
+# events in it (queries.RETIRE_EVENT_PARTITION); only those in the default partition (appended
+# while no partition covered their time) are deleted here, row by row.
 PRUNE_FINISHED = """
 WITH doomed AS (
     SELECT instance_id
@@ -234,7 +237,7 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 ),
 events_gone AS (
-    DELETE FROM laneway.events
+    DELETE FROM laneway.events_default
      WHERE instance_id IN (SELECT instance_id FROM doomed)
 ),
 operations_gone AS (

@@ -835,3 +835,89 @@ BEGIN
      WHERE (SELECT count(a.last_event_id) FROM appended AS a) >= 0;
 END;
 $$;
+
+-- laneway.event_partitions() (0022): the range partitions of laneway.events and their bounds,
+-- oldest first (the default partition has none and is not listed). The bounds are read back
+-- from the catalog, the one place that cannot disagree with what PostgreSQL routes by.
+CREATE OR REPLACE FUNCTION laneway.event_partitions()
+RETURNS TABLE (name text, lower timestamptz, upper timestamptz)
+LANGUAGE sql
+STABLE
+AS $$
+SELECT c.relname::text, b.bound[1]::timestamptz, b.bound[2]::timestamptz
+  FROM pg_inherits AS i
+  JOIN pg_class AS c ON c.oid = i.inhrelid
+ CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                 'FROM \(''([^'']+)''\) TO \(''([^'']+)''\)')
+       AS b (bound)
+ WHERE i.inhparent = 'laneway.events'::regclass
+   AND b.bound IS NOT NULL
+ ORDER BY 2
+$$;
+
+-- laneway.add_event_partition() (0022): a partition of laneway.events for [p_from, p_to), named by
+-- its lower bound in UTC; returns its name, or NULL when a partition overlaps that range already
+-- (another engine added it). It is built as a table of its own and attached, which locks the parent
+-- only against other DDL (SHARE UPDATE EXCLUSIVE), never against appends or reads. Events the
+-- default partition took for that range move into it first (attaching checks that the default holds
+-- none); that check locks the default partition for a moment, hence the short lock_timeout: the
+-- upkeep tries again at its next round.
+CREATE OR REPLACE FUNCTION laneway.add_event_partition(p_from timestamptz, p_to timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SET lock_timeout = '500ms'
+AS $$
+DECLARE
+    part text := 'events_' || to_char(p_from AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS');
+BEGIN
+    IF EXISTS (SELECT 1
+                 FROM laneway.event_partitions() AS p
+                WHERE p.lower < p_to
+                  AND p.upper > p_from) THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('CREATE TABLE laneway.%I (LIKE laneway.events INCLUDING DEFAULTS'
+                   ' INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMPRESSION)'
+                   ' WITH (autovacuum_vacuum_scale_factor = 0.01,'
+                   ' autovacuum_analyze_scale_factor = 0.02)', part);
+    EXECUTE format('WITH moved AS (DELETE FROM laneway.events_default'
+                   ' WHERE at >= $1 AND at < $2 RETURNING *)'
+                   ' INSERT INTO laneway.%I SELECT * FROM moved', part)
+      USING p_from, p_to;
+    EXECUTE format('ALTER TABLE laneway.events ATTACH PARTITION laneway.%I'
+                   ' FOR VALUES FROM (%L) TO (%L)', part, p_from, p_to);
+    RETURN part;
+END;
+$$;
+
+-- laneway.retire_event_partition() (0022): detach and drop the partition p_name if it ended over an
+-- hour ago (no append can still be landing in it) and no instance that still exists has an event in
+-- it; returns whether it went. The check reads the partition before any strong lock is taken.
+-- DETACH ... CONCURRENTLY is refused while a default partition exists, so the detach takes the
+-- parent's ACCESS EXCLUSIVE lock, held only for the detach and the drop (catalog work, no row is
+-- touched) and waited for at most lock_timeout.
+CREATE OR REPLACE FUNCTION laneway.retire_event_partition(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET lock_timeout = '500ms'
+AS $$
+DECLARE
+    live boolean;
+BEGIN
+    IF NOT EXISTS (SELECT 1
+                     FROM laneway.event_partitions() AS p
+                    WHERE p.name = p_name
+                      AND p.upper <= now() - interval '1 hour') THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM laneway.%I AS e'
+                   ' JOIN laneway.instances AS i ON i.instance_id = e.instance_id)', p_name)
+       INTO live;
+    IF live THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('ALTER TABLE laneway.events DETACH PARTITION laneway.%I', p_name);
+    EXECUTE format('DROP TABLE laneway.%I', p_name);
+    RETURN true;
+END;
+$$;
