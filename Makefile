@@ -43,7 +43,7 @@ fmt: install                            ## apply lint fixes and formatting
 schema: install                         ## rewrite schema.graphql from the code
 	$(PY) -m laneway export-schema > schema.graphql
 bench-peers: $(BENCH_VENV)/.installed   ## bench/.venv with the pinned peers of `make bench`
-bench: install bench-peers              ## side by side with PgQueuer, Procrastinate, DBOS (BENCH_ARGS=--markdown)
+bench: install bench-peers              ## side by side with PgQueuer, Procrastinate, DBOS, and the issue #22 targets; ~15 min (BENCH_ARGS=--markdown)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 bench-engine: install                   ## Laneway-only engine throughput and latency figures
 	$(PY) bench/engine_bench.py

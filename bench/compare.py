@@ -4,6 +4,18 @@ Run with `make bench` (it builds bench/.venv with the pinned peers first), or
 `.venv/bin/python bench/compare.py [--rounds 3] [--count 10000] [--samples 200]
 [--contestants laneway-1 pgqueuer ...] [--markdown [docs/performance.md]]`.
 
+The defaults (3 rounds of 11 contestants, 10,000 jobs, 200 latency samples) take an
+estimated 15 minutes on the 2-core reference machine with nothing else running (from the
+rates of the last full run and smoke runs' fixed costs): about 20 s per
+contestant and round for Laneway's and PgQueuer's (10 s of it the latency samples), DBOS
+1-step about 75 s, and DBOS 3-step (10,000 workflows at 70-80/s, not a default; add it with
+--contestants) would add about 8 minutes more.
+
+Contestants: Laneway's handler maps of 1 and 3 steps uncapped (Settings() defaults, queue
+concurrency 100) and on a queue of concurrency 10 (-c10, the shape of a lane), and two
+template shapes (3 stages × 1 operation, 1 stage of 3 parallel operations); PgQueuer as it
+comes, with max_concurrent_tasks=10 (batch_size 5) and with 100; Procrastinate; DBOS.
+
 One PostgreSQL for everyone: DATABASE_URL (or --database-url) when set, else a throwaway
 embedded server with its own durable settings (fsync and synchronous_commit as the server
 has them: nothing is tuned for speed). Every contestant is a runner script in
@@ -26,12 +38,17 @@ Per round and contestant:
       workflow are enqueued alike): the jobs of the system's first contestant are
       enqueued one call at a time and timed; those of its second with the batch API
       (1000 per call) and timed; a system with a single contestant in the run gets one
-      more database for the batch figure.
+      more database for the batch figure. Laneway's batch contestant (or its only one)
+      also takes, in one more database, the rate of GraphQL `enqueueWorkflows` mutations of
+      1000 over HTTP to the real service (runners/graphql_enqueue.py); "missing" while
+      schema.graphql has no such mutation.
 
 Output: one table (medians over rounds, min–max, and the ratio of each median to the best
-peer's median for that figure) on stdout; `--markdown` also writes it, with the date, the
-machine and the exact command, into docs/performance.md between its bench/compare.py
-markers. Progress goes to stderr. Not part of `make test`.
+peer's median for that figure) and issue #22's targets table (bench/targets.py: each ratio
+of this run's medians, its target, met or not; "not measured" where a figure is missing) on
+stdout; `--markdown` also writes both, with the date, the machine and the exact command,
+into docs/performance.md between its bench/compare.py markers. Progress goes to stderr. Not
+part of `make test`.
 """
 
 import argparse
@@ -41,10 +58,8 @@ import datetime
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -57,13 +72,16 @@ import asyncpg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import run_facts  # noqa: E402
+import tables  # noqa: E402
+import targets  # noqa: E402
+
 from laneway.store.databases import create_database, drop_database, throwaway_server  # noqa: E402
 
 RUNNERS = ROOT / "bench" / "runners"
 PEERS_PYTHON = ROOT / "bench" / ".venv" / "bin" / "python"
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- bench/compare.py: begin -->", "<!-- bench/compare.py: end -->"
-PEER_PACKAGES = ("pgqueuer", "procrastinate", "dbos", "asyncpg", "psycopg", "sqlalchemy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +121,28 @@ CONTESTANTS = {
     for c in (
         Contestant("laneway-1", "Laneway 1-step", "laneway", "one-step"),
         Contestant("laneway-3", "Laneway 3-step", "laneway", "three-step"),
-        Contestant("laneway-template", "Laneway template, 3 operations", "laneway", "template"),
+        Contestant(
+            "laneway-1-c10", "Laneway 1-step, queue concurrency 10", "laneway", "one-step-c10"
+        ),
+        Contestant(
+            "laneway-3-c10", "Laneway 3-step, queue concurrency 10", "laneway", "three-step-c10"
+        ),
+        Contestant(
+            "laneway-template-3x1",
+            "Laneway template, 3 stages × 1 operation",
+            "laneway",
+            "template-3x1",
+        ),
+        Contestant(
+            "laneway-template-par3",
+            "Laneway template, 1 stage of 3 parallel operations",
+            "laneway",
+            "template-par3",
+        ),
         Contestant("pgqueuer", "PgQueuer defaults", "pgqueuer", "defaults"),
+        Contestant(
+            "pgqueuer-c10", "PgQueuer max_concurrent_tasks=10, batch_size=5", "pgqueuer", "c10"
+        ),
         Contestant("pgqueuer-c100", "PgQueuer max_concurrent_tasks=100", "pgqueuer", "c100"),
         Contestant("procrastinate", "Procrastinate concurrency=100", "procrastinate", "c100"),
         Contestant(
@@ -115,7 +153,8 @@ CONTESTANTS = {
             default=False,
         ),
         Contestant("dbos-1", "DBOS 1-step", "dbos", "one-step"),
-        Contestant("dbos-3", "DBOS 3-step", "dbos", "three-step"),
+        # 8 of a default run's minutes by itself; the targets do not compare it.
+        Contestant("dbos-3", "DBOS 3-step", "dbos", "three-step", default=False),
         Contestant(
             "dbos-1-wc100",
             "DBOS 1-step worker_concurrency=100",
@@ -139,13 +178,20 @@ class Figure:
 FIGURES = [
     Figure("enqueue_one", "(a) enqueue one call at a time", "jobs/s", True, 0),
     Figure("enqueue_batch", "(a) enqueue with the batch API, 1000 a call", "jobs/s", True, 0),
+    Figure(
+        "enqueue_graphql",
+        "(a) enqueue over HTTP, GraphQL enqueueWorkflows of 1000",
+        "jobs/s",
+        True,
+        0,
+    ),
     Figure("processed", "(b) processed, first start to last completion", "jobs/s", True, 0),
     Figure("p50", "(c) idle enqueue→start p50", "ms", False, 1),
     Figure("p95", "(c) idle enqueue→start p95", "ms", False, 1),
     Figure("p99", "(c) idle enqueue→start p99", "ms", False, 1),
     Figure("commits", "(d) database commits per instance, processing", "commits", False, 2),
 ]
-SYSTEM_FIGURES = {"enqueue_one", "enqueue_batch"}
+SYSTEM_FIGURES = {"enqueue_one", "enqueue_batch", "enqueue_graphql"}
 
 
 @dataclass(slots=True)
@@ -155,6 +201,8 @@ class Results:
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     busy: dict[str, list[int]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+    """Figures that cannot be taken in this tree at all (figure key: why)."""
 
     def add(self, figure: str, row: str, value: float) -> None:
         self.values.setdefault(figure, {}).setdefault(row, []).append(value)
@@ -311,10 +359,11 @@ async def contestant_round(
     contestant: Contestant,
     fill: tuple[str, str | None],
     extra_batch: bool,
+    graphql: bool,
     results: Results,
 ) -> str:
     """Processing, commits and latency of one contestant (and its system's enqueue rates
-    where this contestant carries them); a progress line."""
+    where this contestant carries them, the GraphQL one with `graphql`); a progress line."""
     system = SYSTEMS[contestant.system]
     notes: list[str] = []
     async with server.database(contestant.key) as (name, url):
@@ -340,6 +389,8 @@ async def contestant_round(
         rate = options.count / number(answer, "seconds")
         results.add("enqueue_batch", system.name, rate)
         notes.append(f"enqueue-batch {rate:,.0f}/s")
+    if graphql:
+        notes.append(await graphql_round(server, options, contestant, results))
     async with server.database(contestant.key) as (_, url):
         answer = await run_phase(options, contestant, "latency", url, setup=True)
     raw = answer.get("ms")
@@ -353,11 +404,51 @@ async def contestant_round(
     return ", ".join(notes)
 
 
+async def graphql_round(
+    server: Server, options: Options, contestant: Contestant, results: Results
+) -> str:
+    """Laneway's enqueue rate over GraphQL in a database of its own; a progress note. A
+    failure here is recorded and leaves the contestant's other figures standing."""
+    system = SYSTEMS[contestant.system]
+    try:
+        async with server.database(contestant.key) as (_, url):
+            answer = await run_phase(options, contestant, "enqueue-graphql", url, setup=True)
+        why = answer.get("missing")
+        if isinstance(why, str):
+            results.missing["enqueue_graphql"] = f"the service has no enqueueWorkflows ({why})"
+            return "enqueue-graphql missing"
+        rate = options.count / number(answer, "seconds")
+    except (RuntimeError, TimeoutError, ValueError) as error:
+        results.failures.append(f"{contestant.key} enqueue-graphql: {error}")
+        return "enqueue-graphql FAILED"
+    results.add("enqueue_graphql", system.name, rate)
+    return f"enqueue-graphql {rate:,.0f}/s"
+
+
+def graphql_carrier(
+    selected: list[Contestant], plan: dict[str, tuple[str, str | None]], results: Results
+) -> str | None:
+    """The Laneway contestant whose rounds also take the GraphQL enqueue figure: the one that
+    takes the batch figure (so the two are taken side by side), else the only one. None when
+    no Laneway contestant runs, or when schema.graphql has no enqueueWorkflows yet (recorded
+    as missing)."""
+    ours = [c for c in selected if c.system == "laneway"]
+    if not ours:
+        return None
+    schema = ROOT / "schema.graphql"
+    if "enqueueWorkflows" not in (schema.read_text() if schema.exists() else ""):
+        results.missing["enqueue_graphql"] = "enqueueWorkflows is not in schema.graphql yet"
+        return None
+    batch = [c.key for c in ours if plan[c.key][1] == "enqueue_batch"]
+    return batch[0] if batch else ours[0].key
+
+
 async def bench(server_url: str, args: argparse.Namespace, options: Options) -> Results:
     selected = [CONTESTANTS[key] for key in CONTESTANTS if key in args.contestants]
     plan = fills(selected)
     lonely = {c.system for c in selected if sum(o.system == c.system for o in selected) == 1}
     results = Results()
+    carrier = graphql_carrier(selected, plan, results)
     admin = await asyncpg.connect(server_url)
     server = Server(server_url, admin)
     started = time.monotonic()
@@ -373,6 +464,7 @@ async def bench(server_url: str, args: argparse.Namespace, options: Options) -> 
                         contestant,
                         plan[contestant.key],
                         contestant.system in lonely,
+                        contestant.key == carrier,
                         results,
                     )
                 except (RuntimeError, TimeoutError, KeyError, ValueError) as error:
@@ -386,81 +478,6 @@ async def bench(server_url: str, args: argparse.Namespace, options: Options) -> 
     finally:
         await admin.close()
     return results
-
-
-# -- machine and versions -------------------------------------------------------------------------
-
-
-async def server_facts(url: str, given: bool) -> dict[str, str]:
-    conn = await asyncpg.connect(url)
-    try:
-        rows = await conn.fetch(
-            "SELECT name, setting, unit FROM pg_settings WHERE name IN"
-            " ('server_version', 'fsync', 'synchronous_commit', 'full_page_writes',"
-            " 'shared_buffers', 'max_connections', 'wal_level')"
-        )
-    finally:
-        await conn.close()
-    facts = {row["name"]: row["setting"] for row in rows}
-    buffers = int(facts.get("shared_buffers", "0")) * 8 // 1024  # 8 kB pages
-    facts["shared_buffers"] = f"{buffers} MB"
-    facts["where"] = "DATABASE_URL" if given else "embedded (laneway.store.databases, tune=False)"
-    return facts
-
-
-def machine() -> dict[str, str]:
-    memory = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "nproc": str(len(os.sched_getaffinity(0))),
-        "cpu": cpu,
-        "memory": memory,
-        "python": platform.python_version(),
-        "os": platform.platform(terse=True),
-    }
-
-
-def versions(peers_python: Path) -> dict[str, str]:
-    found: dict[str, str] = {}
-    with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
-        script = (
-            "import importlib.metadata as m, json, sys;"
-            "print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))"
-        )
-        output = subprocess.run(
-            [str(peers_python), "-c", script, *PEER_PACKAGES],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        found.update(json.loads(output))
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        found["laneway"] = head + (" + uncommitted changes" if dirty else "")
-    return found
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -565,33 +582,16 @@ def median_of(results: Results, figure: str, label: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def targets(results: Results) -> list[str]:
-    """The issue #6 targets that this run measures, from the medians."""
-    lines = []
+def target_table(results: Results, retention: Path, markdown: bool) -> str:
+    """Issue #22's targets from this run's medians (bench/targets.py)."""
 
-    def ratio(figure: str, ours: str, theirs: str, goal: float, what: str) -> None:
-        a, b = median_of(results, figure, ours), median_of(results, figure, theirs)
-        if a is not None and b:
-            verdict = "met" if a / b >= goal else "missed"
-            lines.append(f"{what}: {a / b:.2f}× (target ≥ {goal:g}×, {verdict})")
+    def label(key: str) -> str:
+        return CONTESTANTS[key].label if key in CONTESTANTS else key
 
-    def bound(figure: str, label: str, goal: float, what: str, above: bool) -> None:
-        value = median_of(results, figure, label)
-        if value is not None:
-            ok = value >= goal if above else value <= goal
-            sign = "≥" if above else "≤"
-            verdict = "met" if ok else "missed"
-            lines.append(f"{what}: {value:,.1f} (target {sign} {goal:,g}, {verdict})")
-
-    one, three = CONTESTANTS["laneway-1"].label, CONTESTANTS["laneway-3"].label
-    ratio("processed", one, CONTESTANTS["pgqueuer"].label, 1.5, "1-step processed ÷ PgQueuer")
-    ratio("processed", one, CONTESTANTS["dbos-1"].label, 20, "1-step processed ÷ DBOS 1-step")
-    ratio("processed", three, CONTESTANTS["dbos-3"].label, 30, "3-step processed ÷ DBOS 3-step")
-    ratio("enqueue_one", "Laneway", "PgQueuer", 1, "enqueue one by one ÷ PgQueuer")
-    bound("enqueue_batch", "Laneway", 10_000, "batch enqueue, instances/s", above=True)
-    bound("p50", one, 5, "idle enqueue→start p50, ms", above=False)
-    bound("p99", one, 20, "idle enqueue→start p99, ms", above=False)
-    return lines
+    lines = targets.target_rows(
+        lambda figure, row: median_of(results, figure, row), label, results.missing, retention
+    )
+    return tables.render(targets.HEADER, lines, markdown, numbers=False)
 
 
 def report(
@@ -633,8 +633,9 @@ def report(
             + "; ".join(busy)
             + "."
         )
+    titles = {figure.key: figure.title for figure in FIGURES}
+    extra += [f"Not taken: {titles[key]}: {why}." for key, why in results.missing.items()]
     extra += [f"Failed: {failure.splitlines()[0]}" for failure in results.failures]
-    goals = targets(results)
     text = "\n".join(
         [
             f"{date}; {box}",
@@ -644,7 +645,9 @@ def report(
             "",
             text_table(results),
             "",
-            *(["Issue #6 targets (from the medians):", *[f"  {g}" for g in goals], ""]),
+            "Issue #22 targets (ratios of this run's medians):",
+            target_table(results, args.retention_result, markdown=False),
+            "",
             *extra,
         ]
     )
@@ -666,7 +669,10 @@ def report(
             "",
             markdown_table(results),
             "",
-            *(["Issue #6 targets, from these medians:", "", *[f"- {g}" for g in goals], ""]),
+            "Issue #22 targets, ratios of these medians:",
+            "",
+            target_table(results, args.retention_result, markdown=True),
+            "",
             *[f"{line}\n" for line in extra],
             END,
         ]
@@ -713,6 +719,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--deadline", type=float, default=900.0, help="seconds per phase")
     parser.add_argument("--peers-python", type=Path, default=PEERS_PYTHON)
     parser.add_argument(
+        "--retention-result",
+        type=Path,
+        default=targets.RETENTION_RESULT,
+        help="the retention bench's JSON result, read for the targets table",
+    )
+    parser.add_argument(
         "--markdown",
         nargs="?",
         type=Path,
@@ -741,7 +753,7 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     # Durable settings as the server has them: honest figures, not a tuned throwaway.
     with throwaway_server(given, tune=False) as url:
-        facts = asyncio.run(server_facts(url, bool(given)))
+        facts = asyncio.run(run_facts.server_facts(url, bool(given)))
         log(
             f"PostgreSQL {facts.get('server_version')}, fsync={facts.get('fsync')},"
             f" synchronous_commit={facts.get('synchronous_commit')}; contestants:"
@@ -755,7 +767,13 @@ def main(argv: list[str]) -> int:
         else [sys.executable, "bench/compare.py", *argv]
     )
     text, markdown = report(
-        results, args, facts, machine(), versions(args.peers_python), command, minutes
+        results,
+        args,
+        facts,
+        run_facts.machine(),
+        run_facts.versions(args.peers_python),
+        command,
+        minutes,
     )
     print(text)
     if args.markdown is not None:

@@ -10,6 +10,8 @@ clock starts (one process start less per database). Phases and answers:
   setup          install the system's schema (and queue) in the fresh database  {}
   enqueue-one    enqueue --count no-op jobs, one call each       {"seconds"}
   enqueue-batch  enqueue --count no-op jobs, batch API, 1000 a call  {"seconds"}
+  enqueue-graphql  Laneway only: the same over HTTP, `enqueueWorkflows` of 1000 a call
+                 {"seconds"}, or {"missing": why} when the service has no such mutation
   process        run a worker until --count jobs are completed  {"seconds", "monitor_transactions"}
   latency        --samples single enqueues into an idle worker  {"ms": [...], "busy"}
 
@@ -49,7 +51,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 import asyncpg
 
 LATENCY_SEED = 6
-PHASES = ("setup", "enqueue-one", "enqueue-batch", "process", "latency")
+PHASES = ("setup", "enqueue-one", "enqueue-batch", "enqueue-graphql", "process", "latency")
 BATCH_SIZE = 1000
 """Jobs per batch-API call in enqueue-batch, for every system that has one."""
 

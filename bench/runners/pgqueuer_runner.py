@@ -4,6 +4,8 @@ Variants (a no-op async entrypoint; see common.py for the phases and how they ar
 
   defaults  PgQueuer(...).run() with its defaults: batch_size 10, no cap on concurrent jobs
   c100      the same with max_concurrent_tasks=100, Laneway's default worker concurrency
+  c10       max_concurrent_tasks=10, batch_size=5: ten jobs in flight, the cap of Laneway's
+            queue of concurrency 10 (the shape issue #22's capped figures were taken with)
 
 As PgQueuer's docs show it: one asyncpg connection for the worker (PgQueuer), another for
 the producer (Queries). The schema is installed with Queries.install() (the default,
@@ -24,7 +26,12 @@ import asyncpg
 import common
 from pgqueuer import Job, PgQueuer, Queries
 
-VARIANTS = ("defaults", "c100")
+VARIANTS = ("defaults", "c100", "c10")
+RUN_OPTIONS: dict[str, dict[str, int]] = {
+    "defaults": {},
+    "c100": {"max_concurrent_tasks": 100},
+    "c10": {"max_concurrent_tasks": 10, "batch_size": 5},
+}
 ENTRYPOINT = "noop"
 COUNT_SQL = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
 starts = common.Starts()
@@ -41,8 +48,7 @@ async def _worker(args: argparse.Namespace, stack: contextlib.AsyncExitStack) ->
         starts.mark(int(job.payload or b"0"))
         starts.finish()
 
-    options = {"max_concurrent_tasks": 100} if args.variant == "c100" else {}
-    task = asyncio.create_task(pgq.run(**options))
+    task = asyncio.create_task(pgq.run(**RUN_OPTIONS[args.variant]))
 
     async def stop() -> None:
         pgq.shutdown.set()
