@@ -51,6 +51,7 @@ from laneway.store.leases import DEFAULT_MAX_RECOVERIES
 
 logger = logging.getLogger(__name__)
 
+MAX_BATCH = 10_000  # instances per enqueue_many
 MAX_LIST_LIMIT = 500
 
 
@@ -198,17 +199,31 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
     async def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
         """Enqueue many instances in one transaction; all are validated before any is written.
 
+        Results come in the order of `requests`, each as `enqueue` would give it; keys hold
+        per request (a request naming an instance that exists, or one earlier in the batch,
+        returns it, not created).
+
         Raises:
-            InvalidInputError: any request is invalid (then nothing is written).
+            InvalidInputError: any request is invalid (then nothing is written); the message
+                starts with its index, `requests[3]: ...`.
         """
-        if len(requests) > 10_000:
-            raise InvalidInputError("at most 10000 instances per batch")
-        batch = [self._checked(request) for request in requests]
+        if len(requests) > MAX_BATCH:
+            raise InvalidInputError(f"at most {MAX_BATCH} instances per batch")
+        batch = []
+        for index, request in enumerate(requests):
+            try:
+                batch.append(self._checked(request))
+            except InvalidInputError as exc:
+                exc.args = (f"requests[{index}]: {exc}",)  # the same error, and which request
+                raise
         with tracing.span("laneway.enqueue_many", {"laneway.count": len(batch)}) as traced:
             if traced:
                 batch = [dataclasses.replace(new, trace_context=traced) for new in batch]
             results = await self.store.enqueue_many(batch)
         self.claim_loop.wake()
+        delays = [new.delay_ms for new in batch if new.delay_ms > 0]
+        if delays:
+            self.claim_loop.wake_in(min(delays) / 1000.0)
         return results
 
     async def get(self, instance_id: UUID) -> InstanceRecord | None:

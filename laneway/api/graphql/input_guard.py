@@ -130,7 +130,17 @@ RULES: Mapping[str, Rule] = {
 
 
 class _RefusedError(Exception):
-    """A value breaks its rule; the walk adds which argument of which field."""
+    """A value breaks its rule; the walk adds which argument of which field, and where in it
+    (`path`: list positions and input fields, outermost first)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.path: list[str] = []
+
+
+def _within(refused: _RefusedError, step: str) -> _RefusedError:
+    refused.path.insert(0, step)
+    return refused
 
 
 def _text(text: str, rule: Rule | None) -> None:
@@ -271,7 +281,8 @@ class _Walk:
             try:
                 self.value(node.value, definition.type, self.rules.get(name, DEFAULT_RULE), 0)
             except _RefusedError as refused:
-                message = f'argument "{name}" of {field_name} {refused}'
+                where = name + "".join(refused.path)  # requests[3].idempotencyKey
+                message = f'argument "{where}" of {field_name} {refused}'
                 raise coded(InvalidInputError(message)) from None
 
     def value(self, node: ValueNode, type_: GraphQLInputType, rule: Rule, depth: int) -> None:
@@ -292,8 +303,11 @@ class _Walk:
         if isinstance(type_, GraphQLList):
             _nesting(depth)
             items = node.values if isinstance(node, ListValueNode) else (node,)
-            for item in items:
-                self.value(item, type_.of_type, rule, depth + 1)
+            for index, item in enumerate(items):
+                try:
+                    self.value(item, type_.of_type, rule, depth + 1)
+                except _RefusedError as refused:
+                    raise _within(refused, f"[{index}]") from None
         elif isinstance(type_, GraphQLInputObjectType):
             _nesting(depth)
             if isinstance(node, ObjectValueNode):
@@ -301,7 +315,10 @@ class _Walk:
                     definition = type_.fields.get(field.name.value)
                     if definition is not None:
                         inner = self.rules.get(field.name.value, DEFAULT_RULE)
-                        self.value(field.value, definition.type, inner, depth + 1)
+                        try:
+                            self.value(field.value, definition.type, inner, depth + 1)
+                        except _RefusedError as refused:
+                            raise _within(refused, "." + field.name.value) from None
         elif isinstance(type_, GraphQLScalarType) and type_.name in _TEXT_SCALARS:
             if isinstance(node, StringValueNode | IntValueNode):  # an ID may be an integer
                 _text(node.value, rule)
@@ -339,8 +356,11 @@ class _Walk:
         if isinstance(type_, GraphQLList):
             _nesting(depth)
             items = value if isinstance(value, list) else (value,)
-            for item in items:
-                self.raw(item, type_.of_type, rule, depth + 1)
+            for index, item in enumerate(items):
+                try:
+                    self.raw(item, type_.of_type, rule, depth + 1)
+                except _RefusedError as refused:
+                    raise _within(refused, f"[{index}]") from None
         elif isinstance(type_, GraphQLInputObjectType):
             _nesting(depth)
             if isinstance(value, dict):
@@ -348,7 +368,10 @@ class _Walk:
                     definition = type_.fields.get(key)
                     if definition is not None:
                         inner = self.rules.get(key, DEFAULT_RULE)
-                        self.raw(item, definition.type, inner, depth + 1)
+                        try:
+                            self.raw(item, definition.type, inner, depth + 1)
+                        except _RefusedError as refused:
+                            raise _within(refused, "." + key) from None
         elif isinstance(type_, GraphQLScalarType) and type_.name in _TEXT_SCALARS:
             if isinstance(value, str):
                 _text(value, rule)

@@ -1,5 +1,5 @@
-"""Mutation resolvers: enqueue, cancel, resume, retry, signal, schedules and queue caps (the
-bulk cancel, retry and resume are bulk.py's).
+"""Mutation resolvers: cancel, resume, retry, signal, schedules and queue caps (enqueue and
+the batch enqueue are enqueue.py's, the bulk cancel, retry and resume bulk.py's).
 
 Owns LanewayMutation, the root fields a host's Mutation inherits (or uses as it is), and one
 engine call per field. Every field needs write access (permissions.CanWrite); the engine
@@ -21,6 +21,7 @@ from laneway.api.graphql.bulk import (
     resolve_retry_workflows,
 )
 from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.enqueue import resolve_enqueue_workflow, resolve_enqueue_workflows
 from laneway.api.graphql.types import (
     JSON,
     EnqueueResult,
@@ -29,35 +30,6 @@ from laneway.api.graphql.types import (
     SignalResult,
     WorkflowInstanceStatus,
 )
-
-
-async def resolve_enqueue_workflow(
-    info: Info[Any, Any],
-    name: str,
-    params: JSON | None = UNSET,
-    queue: str | None = UNSET,
-    priority: int | None = UNSET,
-    delay_ms: float | None = UNSET,
-    idempotency_key: str | None = UNSET,
-    singleton_key: str | None = UNSET,
-    concurrency_key: str | None = UNSET,
-    version: str | None = UNSET,
-) -> EnqueueResult:
-    """Create an instance, or return the one its idempotency or singleton key names. A
-    concurrencyKey puts it under its queue's caps per key (keyConcurrency, keyRatePerMinute).
-    It runs on `version` of the workflow, or else on the newest one this server has."""
-    result = await laneway_of(info.context).services.engine.enqueue(
-        name,
-        given(params),
-        queue=given(queue),
-        priority=given(priority) or 0,
-        delay_ms=given(delay_ms) or 0.0,
-        idempotency_key=given(idempotency_key),
-        singleton_key=given(singleton_key),
-        concurrency_key=given(concurrency_key),
-        version=given(version),
-    )
-    return EnqueueResult.from_record(result)
 
 
 async def resolve_cancel_workflow(
@@ -168,6 +140,7 @@ class LanewayMutation:
     """Laneway's mutations; a host's Mutation inherits them (or is this type)."""
 
     enqueue_workflow: EnqueueResult = fields.mutation(resolve_enqueue_workflow)
+    enqueue_workflows: list[EnqueueResult] = fields.mutation(resolve_enqueue_workflows)
     cancel_workflow: WorkflowInstanceStatus = fields.mutation(resolve_cancel_workflow)
     resume_workflow: WorkflowInstanceStatus = fields.mutation(resolve_resume_workflow)
     retry_workflow: WorkflowInstanceStatus = fields.mutation(resolve_retry_workflow)

@@ -1,0 +1,135 @@
+"""The enqueue mutations of the GraphQL API: enqueueWorkflow, one instance, and
+enqueueWorkflows, a batch of up to MAX_BATCH.
+
+Owns the EnqueueInput input (the arguments of enqueueWorkflow, as an object), how either form
+becomes the engine's EnqueueRequest, and the batch's rules beyond the engine's: at most
+MAX_BATCH requests a call, and a refused request names its index (`requests[3]: ...`). The
+batch is the engine's enqueue_many: every request is checked before any is written, all are
+written in one transaction, results come in request order, and idempotency and singleton keys
+hold per request (a request naming an instance that exists, or one earlier in the same batch,
+returns it with created false).
+"""
+
+from typing import Any
+
+import strawberry
+from strawberry.types import Info
+from strawberry.types.unset import UNSET
+
+from laneway.api.graphql.arguments import given
+from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.types import JSON, EnqueueResult
+from laneway.engine import EnqueueRequest
+from laneway.errors import InvalidInputError
+
+MAX_BATCH = 1000  # requests per enqueueWorkflows call
+
+
+@strawberry.input(name="EnqueueInput")
+class EnqueueInput:
+    """One instance to enqueue: the arguments of enqueueWorkflow."""
+
+    name: str
+    params: JSON | None = UNSET
+    queue: str | None = UNSET
+    priority: int | None = UNSET
+    delay_ms: float | None = strawberry.field(default=UNSET, name="delayMs")
+    idempotency_key: str | None = strawberry.field(default=UNSET, name="idempotencyKey")
+    singleton_key: str | None = strawberry.field(default=UNSET, name="singletonKey")
+    concurrency_key: str | None = strawberry.field(default=UNSET, name="concurrencyKey")
+    version: str | None = UNSET
+
+
+def enqueue_request(
+    name: str,
+    params: JSON | None = UNSET,
+    queue: str | None = UNSET,
+    priority: int | None = UNSET,
+    delay_ms: float | None = UNSET,
+    idempotency_key: str | None = UNSET,
+    singleton_key: str | None = UNSET,
+    concurrency_key: str | None = UNSET,
+    version: str | None = UNSET,
+) -> EnqueueRequest:
+    """The engine's request for the given arguments (left out or null: the default)."""
+    return EnqueueRequest(
+        name=name,
+        params=given(params),
+        queue=given(queue),
+        priority=given(priority) or 0,
+        delay_ms=given(delay_ms) or 0.0,
+        idempotency_key=given(idempotency_key),
+        singleton_key=given(singleton_key),
+        concurrency_key=given(concurrency_key),
+        version=given(version),
+    )
+
+
+async def resolve_enqueue_workflow(
+    info: Info[Any, Any],
+    name: str,
+    params: JSON | None = UNSET,
+    queue: str | None = UNSET,
+    priority: int | None = UNSET,
+    delay_ms: float | None = UNSET,
+    idempotency_key: str | None = UNSET,
+    singleton_key: str | None = UNSET,
+    concurrency_key: str | None = UNSET,
+    version: str | None = UNSET,
+) -> EnqueueResult:
+    """Create an instance, or return the one its idempotency or singleton key names. A
+    concurrencyKey puts it under its queue's caps per key (keyConcurrency, keyRatePerMinute).
+    It runs on `version` of the workflow, or else on the newest one this server has."""
+    request = enqueue_request(
+        name,
+        params,
+        queue,
+        priority,
+        delay_ms,
+        idempotency_key,
+        singleton_key,
+        concurrency_key,
+        version,
+    )
+    result = await laneway_of(info.context).services.engine.enqueue(
+        request.name,
+        request.params,
+        queue=request.queue,
+        priority=request.priority,
+        delay_ms=request.delay_ms,
+        idempotency_key=request.idempotency_key,
+        singleton_key=request.singleton_key,
+        concurrency_key=request.concurrency_key,
+        version=request.version,
+    )
+    return EnqueueResult.from_record(result)
+
+
+async def resolve_enqueue_workflows(
+    info: Info[Any, Any], requests: list[EnqueueInput]
+) -> list[EnqueueResult]:
+    """Enqueue up to 1000 instances at once, each as enqueueWorkflow would, in one
+    transaction: all are checked first, and one refused request refuses the call (its index
+    named) with nothing written. Results come in request order; a request whose idempotency
+    or singleton key names an instance that exists (or one earlier in this batch) returns it,
+    created false."""
+    if len(requests) > MAX_BATCH:
+        raise InvalidInputError(
+            f"requests holds {len(requests)} requests; at most {MAX_BATCH} per call"
+        )
+    batch = [
+        enqueue_request(
+            r.name,
+            r.params,
+            r.queue,
+            r.priority,
+            r.delay_ms,
+            r.idempotency_key,
+            r.singleton_key,
+            r.concurrency_key,
+            r.version,
+        )
+        for r in requests
+    ]
+    results = await laneway_of(info.context).services.engine.enqueue_many(batch)
+    return [EnqueueResult.from_record(result) for result in results]
