@@ -8,6 +8,7 @@ Does not run user code itself (runner.py) and writes no SQL (store).
 """
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -36,6 +37,7 @@ SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None,
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
+OWN_DOORBELLS = 16  # own NOTIFYs not yet come back, at most (a slow listener's backlog)
 WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
 WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are
 
@@ -74,7 +76,14 @@ class ClaimLoop:
         self._on_terminal = on_terminal
         self._spawn = spawn
         self._observer = observer
-        self._committer = Committer(store, owner_id, lease_seconds)
+        # The event ids this loop's own claims and group commits rang the doorbell with: their
+        # NOTIFY comes back to this process too, and must not wake it for a claim that would
+        # find nothing. A group commit that freed a queue's slot wakes the loop itself, at
+        # once; a run that ends wakes it only when this process's own slots bound the last
+        # claim (`_slots_bound`), so each freed room costs one claim, not one per run.
+        self._own_doorbells: collections.deque[int] = collections.deque(maxlen=OWN_DOORBELLS)
+        self._slots_bound = True
+        self._committer = Committer(store, owner_id, lease_seconds, committed=self._committed)
         # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
         # claimed while the other's group commit is in flight, instead of the claim and the
         # commit taking turns (no-op instances, 20,000 queued: ~9,000/s instead of ~7,500/s).
@@ -97,7 +106,19 @@ class ClaimLoop:
         """A NOTIFY arrived: wake the loop, and stop the handlers whose instances were cancelled."""
         for instance_id in notification.cancelled_ids:
             self.stop_run(instance_id, reason="cancelled")
+        if not notification.cancelled_ids and notification.last_event_id in self._own_doorbells:
+            self._own_doorbells.remove(notification.last_event_id)
+            return  # this loop's own write: what it changed has woken the loop already
         self._wake.set()
+
+    def _rang(self, event_id: int | None) -> None:
+        if event_id is not None and event_id not in self._own_doorbells:
+            self._own_doorbells.append(event_id)
+
+    def _committed(self, event_id: int | None, freed: bool) -> None:
+        self._rang(event_id)
+        if freed:
+            self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -200,9 +221,10 @@ class ClaimLoop:
         free = self.concurrency - len(self._runs)
         limit = free if limit is None else min(limit, free)
         with tracing.span("laneway.claim", {"laneway.limit": limit}):
-            claimed = await self._store.claim(
+            claimed, rung = await self._store.claim_rung(
                 self.owner_id, self._registry.runs(), limit, self.lease_seconds
             )
+        self._rang(rung)
         self._observer.claimed(claimed, self.lease_seconds)
         return claimed
 
@@ -259,6 +281,9 @@ class ClaimLoop:
                     claimable = await self._wake_waiters() or woken
                 limit = min(self._cohort, self.concurrency - len(self._runs))
                 claimed = await self.claim(limit) if claimable and limit > 0 else []
+                # A claim that got fewer than it asked for was bound by the queues' room (or
+                # their due work), which only a commit or another process can change.
+                self._slots_bound = limit <= 0 or len(claimed) == limit
                 failures = 0
             except Exception as exc:
                 # A lost or restarting database: the loop outlives it, backing off meanwhile.
@@ -272,7 +297,7 @@ class ClaimLoop:
                 continue
             for record in claimed:
                 self._start(group, record)
-            if claimed and len(self._runs) < self.concurrency:
+            if len(claimed) == limit and len(self._runs) < self.concurrency:
                 continue  # there may be more due work right now
             if claimable and limit > 0 and not claimed:
                 await self._wake_for_next_token()
@@ -352,7 +377,8 @@ class ClaimLoop:
             # A run whose lease was lost may end after the instance was claimed here again.
             if self._runs.get(run.record.instance_id) is run:
                 del self._runs[run.record.instance_id]
-            self._wake.set()
+            if self._slots_bound:
+                self._wake.set()
 
     async def _heartbeat(self, halted: asyncio.Event) -> None:
         interval = self.heartbeat_seconds

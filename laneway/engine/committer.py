@@ -8,11 +8,12 @@ laneway/writes.py.
 
 import asyncio
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 from laneway.engine import faults
 from laneway.errors import LeaseLostError
-from laneway.model import Transition
+from laneway.model import Status, Transition
 from laneway.store import Store
 from laneway.store.leases import RELEASED_AFTER_DATABASE_LOSS
 from laneway.store.pool import DATABASE_GONE
@@ -27,10 +28,19 @@ _Queued = tuple[RunnerWrite, "asyncio.Future[Transition | None]"]
 class Committer:
     """Group commit for runner writes: whoever gets the lock flushes everything queued."""
 
-    def __init__(self, store: Store, owner_id: str, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        owner_id: str,
+        lease_seconds: float,
+        committed: Callable[[int | None, bool], None] = lambda event_id, freed: None,
+    ) -> None:
         self._store = store
         self._owner_id = owner_id
         self._lease_seconds = lease_seconds
+        # Told after each group commit: the event id its doorbell rang with, and whether it
+        # freed a queue's slot (an instance left `running`).
+        self._committed = committed
         self._queued: list[_Queued] = []
         self._lock = asyncio.Lock()
 
@@ -80,9 +90,10 @@ class Committer:
 
     async def _flush(self, batch: list[_Queued]) -> None:
         try:
-            transitions = await self._store.write_runner_batch(
+            transitions, rung = await self._store.write_runner_batch_rung(
                 self._owner_id, self._lease_seconds, [item for item, _ in batch]
             )
+            self._committed(rung, any(t.status != Status.RUNNING for t in transitions))
             if faults.ARMED:
                 await faults.hit("after_checkpoint_commit")
         except Exception as exc:

@@ -26,6 +26,7 @@ from laneway.store import queries
 from laneway.store.base import EVENTS_LOCK_KEY, StoreBase
 from laneway.store.rows import (
     Conn,
+    Row,
     failure_from_row,
     instance_from_row,
     lock_from_row,
@@ -55,13 +56,21 @@ class LeaseStore(StoreBase):
         self, owner_id: str, runs: Sequence[str], limit: int, lease_seconds: float
     ) -> list[InstanceRecord]:
         """Claim up to `limit` due instances within every queue's caps, across processes."""
+        claimed, _ = await self.claim_rung(owner_id, runs, limit, lease_seconds)
+        return claimed
+
+    async def claim_rung(
+        self, owner_id: str, runs: Sequence[str], limit: int, lease_seconds: float
+    ) -> tuple[list[InstanceRecord], int | None]:
+        """`claim`, and the event id its doorbell rang with (None: it claimed nothing), so
+        the claimer can tell its own claim's NOTIFY from news of other transactions."""
         if limit <= 0 or not runs:
-            return []
+            return [], None
         async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.CLAIM, owner_id, list(runs), limit, lease_seconds, EVENTS_LOCK_KEY
             )
-        return [instance_from_row(row) for row in rows]
+        return [instance_from_row(row) for row in rows], _rung(rows)
 
     async def due_work(self, runs: Sequence[str]) -> DueWork:
         """One statement telling an idle engine which kinds of work are waiting."""
@@ -158,6 +167,13 @@ class LeaseStore(StoreBase):
         Returns one transition per applied write (a missing instance id means fenced out; an
         instance with operation rows and a step write here has two, the step's last).
         """
+        transitions, _ = await self.write_runner_batch_rung(owner_id, lease_seconds, writes)
+        return transitions
+
+    async def write_runner_batch_rung(
+        self, owner_id: str, lease_seconds: float, writes: Sequence[RunnerWrite]
+    ) -> tuple[list[Transition], int | None]:
+        """`write_runner_batch`, and the event id its doorbell rang with (None: none known)."""
         checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
         completions = [w for w in writes if isinstance(w, CompleteWrite)]
         failures = [w for w in writes if isinstance(w, FailWrite)]
@@ -216,7 +232,7 @@ class LeaseStore(StoreBase):
                 # A signal kept before its wait, or sent while the wait was being written, is
                 # seen by this statement's snapshot, which comes after the waits' row locks.
                 await self._consume_signals(conn, signal_waits)
-        return [transition_from_row(row) for row in rows]
+        return [transition_from_row(row) for row in rows], _rung(rows)
 
     async def failures(
         self, instance_ids: Sequence[UUID], limit: int
@@ -287,3 +303,8 @@ def _recovery_event(t: Transition) -> NewEvent:
         stage=t.stage,
         checkpoint=t.checkpoint,
     )
+
+
+def _rung(rows: Sequence[Row]) -> int | None:
+    """The doorbell's event id a claim's or a group commit's rows carry (None: no row)."""
+    return rows[0]["last_event_id"] if rows else None

@@ -98,7 +98,7 @@ async def test_rates_hold_at_60_and_600_per_minute_across_two_engines(
         ]
     )
     async with open_store(database_url) as other_store:
-        claims = [count_calls(monkeypatch, s, "claim") for s in (store, other_store)]
+        claims = [count_calls(monkeypatch, s, "claim_rung") for s in (store, other_store)]
         token_reads = [count_calls(monkeypatch, s, "next_token_due") for s in (store, other_store)]
         # The default fallback poll (2 s): only the token wake-ups can hold these rates.
         first = make_engine(store, slow, fast, per_key, owner_id="rates-a")
@@ -131,7 +131,7 @@ async def test_idle_engine_without_rate_limits_claims_and_reads_no_more_than_bef
     setup = make_engine(store, plain)
     await setup.configure_queue("plain", concurrency=10)
     polls = count_calls(monkeypatch, store, "due_work")
-    claims = count_calls(monkeypatch, store, "claim")
+    claims = count_calls(monkeypatch, store, "claim_rung")
     token_reads = count_calls(monkeypatch, store, "next_token_due")
     engine: Engine = make_engine(store, plain, owner_id="idle", poll_interval_seconds=0.05)
     async with engine.running():

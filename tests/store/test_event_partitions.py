@@ -112,7 +112,7 @@ async def test_the_migration_keeps_every_event_in_order_when_the_log_is_partitio
         read = "SELECT * FROM laneway.events ORDER BY event_id"
         before = [dict(r) for r in await conn.fetch(read)]
 
-        assert await apply_migrations(conn) == ["0022_partitioned_events"]
+        assert (await apply_migrations(conn))[0] == "0022_partitioned_events"
 
         after = [dict(r) for r in await conn.fetch(read)]
         kind = await conn.fetchval(

@@ -77,13 +77,18 @@ SELECT EXISTS (SELECT 1
            AND room.running < q.concurrency)::double precision AS next_token_in
 """
 
+# The last event id the statement's function drew (laneway.drawn_event_id(), read once): a
+# plpgsql function's rows all exist before the first is read, so it is the id of the
+# function's last event, which its doorbell carries.
+_DRAWN = "(SELECT laneway.drawn_event_id())"
+
 # $1 owner id, $2 the run keys registered here ('name@version', text[]), $3 at most this
 # many instances, $4 lease seconds, $5 the event-append advisory lock key
 # The whole claim (queue locks, caps and token buckets, the rows, their `started` events and
 # the doorbell) in one round trip: laneway/store/sql/functions.sql says why it is a function
-# and what it does.
+# and what it does. Each row also carries the id its doorbell rang with (_DRAWN).
 CLAIM = f"""
-SELECT {INSTANCE_COLUMNS}
+SELECT {INSTANCE_COLUMNS}, {_DRAWN} AS last_event_id
   FROM laneway.claim($1, $2::text[], $3, $4, $5)
 """
 
@@ -215,7 +220,8 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 # connection, not on every call.
 _BATCH_ARGS = ", ".join(f"${n}" for n in range(1, 45))  # the 44 above, in order
 WRITE_RUNNER_BATCH = f"""
-SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
+SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
+       {_DRAWN} AS last_event_id
   FROM laneway.write_runner_batch({_BATCH_ARGS})
 """
 

@@ -56,8 +56,10 @@ END;
 $$;
 
 -- laneway.claim(): a whole claim in one round trip (0004; probe 0006; plans 0008; events 0011;
--- keys 0015; versions 0019: p_names holds run keys, 'name@version'). Locks the queues with
--- due work first (a queue another claimer holds is skipped),
+-- keys 0015; versions 0019: p_names holds run keys, 'name@version'; room 0023). Locks the
+-- queues with due work and room first (a queue another claimer holds is skipped; a full one
+-- is not locked, so a claim that finds every queue full writes nothing and commits without
+-- a WAL flush),
 -- then, in a snapshot taken after that lock, fills each queue's free slots (queue_room():
 -- concurrency minus running instances across all processes, and for a rate-limited queue the
 -- whole tokens in its bucket). With no keyed work due, the unkeyed rows in claim order; else
@@ -112,6 +114,9 @@ BEGIN
              CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
              WHERE NOT q.paused
                AND (due.unkeyed OR due.keyed)
+               AND (SELECT room.slots
+                      FROM laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
+                                              q.tokens, q.tokens_at) AS room) > 0
              ORDER BY q.name
                FOR NO KEY UPDATE OF q SKIP LOCKED) AS q;
     IF locked IS NULL THEN
@@ -919,5 +924,22 @@ BEGIN
     EXECUTE format('ALTER TABLE laneway.events DETACH PARTITION laneway.%I', p_name);
     EXECUTE format('DROP TABLE laneway.%I', p_name);
     RETURN true;
+END;
+$$;
+
+-- laneway.drawn_event_id(): the last event id this session drew, NULL when it drew none yet
+-- (0023). The claim and the group commit return it beside their rows: it is the id their
+-- doorbell rang with, so the claimer can tell its own NOTIFY from other transactions' news.
+-- (A statement that appended nothing gets an id of an earlier one, whose NOTIFY has come
+-- already: it matches nothing later.)
+CREATE OR REPLACE FUNCTION laneway.drawn_event_id()
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    RETURN currval(pg_get_serial_sequence('laneway.events', 'event_id'));
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    RETURN NULL;
 END;
 $$;
