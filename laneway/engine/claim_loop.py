@@ -297,7 +297,7 @@ class ClaimLoop:
                 continue
             for record in claimed:
                 self._start(group, record)
-            if len(claimed) == limit and len(self._runs) < self.concurrency:
+            if claimed and len(claimed) == limit and len(self._runs) < self.concurrency:
                 continue  # there may be more due work right now
             if claimable and limit > 0 and not claimed:
                 await self._wake_for_next_token()

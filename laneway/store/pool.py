@@ -25,6 +25,9 @@ DATABASE_GONE: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    # A session the server ended in mid-statement can surface as a protocol-state error
+    # ("cannot switch to state 12") instead of a closed connection: gone all the same.
+    asyncpg.InternalClientError,
 )
 
 logger = logging.getLogger(__name__)
