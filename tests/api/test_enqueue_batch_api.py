@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings, wait_until
+from tests.api.test_input_guard import refusal
 
 BATCH = """
 mutation Batch($requests: [EnqueueInput!]!) {
@@ -23,14 +24,6 @@ async def idle(database_url: str) -> AsyncIterator[LiveServer]:
     """A server whose engine does not run: instances stay as the test puts them."""
     async with live_server(make_settings(database_url, engine_enabled=False)) as server:
         yield server
-
-
-def _refusal(body: dict[str, Any]) -> str:
-    assert body.get("data") is None, body
-    [error] = body["errors"]
-    assert error["extensions"]["code"] == "BAD_USER_INPUT", error
-    message: str = error["message"]
-    return message
 
 
 async def test_results_come_in_request_order_with_keys_per_request(
@@ -82,7 +75,7 @@ async def test_more_than_1000_requests_are_refused_and_nothing_is_written(
     idle: LiveServer, admin: asyncpg.Connection
 ) -> None:
     body = await idle.graphql(BATCH, requests=[{"name": "noop"}] * 1001)
-    assert "at most 1000 per call" in _refusal(body)
+    assert "at most 1000 per call" in refusal(body)
     assert await admin.fetchval(COUNT) == 0
     assert (await idle.graphql(BATCH, requests=[]))["data"]["enqueueWorkflows"] == []
 
@@ -99,7 +92,7 @@ async def test_one_refused_request_refuses_the_call_naming_its_index(
     idle: LiveServer, admin: asyncpg.Connection, bad: dict[str, Any], expected: str
 ) -> None:
     requests = [{"name": "noop"}, {"name": "noop"}, bad, {"name": "noop"}]
-    assert _refusal(await idle.graphql(BATCH, requests=requests)).startswith(expected)
+    assert refusal(await idle.graphql(BATCH, requests=requests)).startswith(expected)
     assert await admin.fetchval(COUNT) == 0
 
 
@@ -125,7 +118,7 @@ async def test_the_input_guard_checks_every_request_before_any_resolver(
     idle: LiveServer, admin: asyncpg.Connection, bad: dict[str, Any], expected: str
 ) -> None:
     body = await idle.graphql(BATCH, requests=[{"name": "noop"}, bad])
-    assert _refusal(body).startswith(expected)
+    assert refusal(body).startswith(expected)
     assert await admin.fetchval(COUNT) == 0
 
 
@@ -147,7 +140,7 @@ async def test_a_literal_batch_is_guarded_the_same(
         'mutation { enqueueWorkflows(requests: [{name: "noop"}, {name: "noop", priority: 1},'
         ' {name: "noop", singletonKey: "%s"}]) { created } }' % ("s" * 256)
     )
-    assert _refusal(await idle.graphql(literal)).startswith(
+    assert refusal(await idle.graphql(literal)).startswith(
         'argument "requests[2].singletonKey" of enqueueWorkflows must be at most 255 characters'
     )
     assert await admin.fetchval(COUNT) == 0

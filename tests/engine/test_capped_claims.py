@@ -1,7 +1,6 @@
 """Claims under a queue's cap: each freed room costs one claim, and a claim that finds every
 queue full writes nothing (claim_loop.py `_slots_bound`, `_own_doorbells`; migration 0023)."""
 
-import dataclasses
 from typing import Any
 
 import asyncpg
@@ -77,7 +76,7 @@ async def test_a_claim_that_finds_the_queue_full_is_read_only(
 async def test_a_queue_with_room_is_still_claimed_from(
     store: Store, concurrency: int | None
 ) -> None:
-    engine = make_engine(store, dataclasses.replace(lane))
+    engine = make_engine(store, lane)
     if concurrency is not None:
         await engine.configure_queue("lane", concurrency=concurrency)
     await engine.enqueue_many([EnqueueRequest(name="lane") for _ in range(3)])
