@@ -43,6 +43,10 @@ Per round and contestant:
       1000 over HTTP to the real service (runners/graphql_enqueue.py); "missing" while
       schema.graphql has no such mutation.
 
+After the rounds, on the same server: the retention run (bench/retention.py, --retention-events
+events of finished instances past the limit, 10,000,000 by default; 0 skips it and the
+targets table reads the last result left in bench/results/retention.json).
+
 Output: one table (medians over rounds, min–max, and the ratio of each median to the best
 peer's median for that figure) and issue #22's targets table (bench/targets.py: each ratio
 of this run's medians, its target, met or not; "not measured" where a figure is missing) on
@@ -72,6 +76,7 @@ import asyncpg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import retention  # noqa: E402
 import run_facts  # noqa: E402
 import tables  # noqa: E402
 import targets  # noqa: E402
@@ -722,7 +727,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--retention-result",
         type=Path,
         default=targets.RETENTION_RESULT,
-        help="the retention bench's JSON result, read for the targets table",
+        help="the retention bench's JSON result, written by the retention run, read for the"
+        " targets table",
+    )
+    parser.add_argument(
+        "--retention-events",
+        type=int,
+        default=retention.DEFAULT_EVENTS,
+        help="events in the retention run (0: no run, read the last result)",
     )
     parser.add_argument(
         "--markdown",
@@ -760,6 +772,13 @@ def main(argv: list[str]) -> int:
             f" {', '.join(args.contestants)}"
         )
         results = asyncio.run(bench(url, args, options))
+        if args.retention_events > 0:
+            log(f"retention: {args.retention_events:,} events")
+            try:
+                retention.run(url, args.retention_events, args.retention_result)
+            except Exception as exc:  # the table then says why the row is missing
+                results.failures.append(f"retention: {type(exc).__name__}: {exc}")
+                args.retention_result.unlink(missing_ok=True)
     minutes = (time.monotonic() - started) / 60
     command = shlex.join(
         [Path(sys.executable).relative_to(ROOT).as_posix(), "bench/compare.py", *argv]

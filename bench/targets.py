@@ -5,9 +5,9 @@ Owns which figures each target compares and how a verdict is reached; not the me
 (compare.py and bench/runners/) nor the table layout (tables.py). A figure this run did not
 take (a contestant left out, a phase that failed) reads "not measured"; nothing here raises.
 
-Retention is measured by a script of its own, not by compare.py: its result is read from
-RETENTION_RESULT (or --retention-result), a JSON object {"measured": "<text>", "met": true or
-false}, written by that script; without the file the row reads "not measured".
+Retention is measured by bench/retention.py (compare.py runs it after the rounds): its result
+is read from RETENTION_RESULT (or --retention-result), a JSON object {"measured": "<text>",
+"met": true or false, ...}; without the file the row reads "not measured".
 """
 
 import json

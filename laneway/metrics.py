@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
@@ -48,6 +49,24 @@ class _Snapshot:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     oldest_ready: dict[str, float] = field(default_factory=dict)
     read_at: float = -float("inf")
+
+
+M = TypeVar("M", Counter, Histogram)
+
+
+class _Children(Generic[M]):
+    """A labelled metric's children by label values, looked up once: `labels()` takes a lock
+    and checks its arguments on every call, which the hooks make for every instance."""
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._children: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *labels: str) -> M:
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._metric.labels(*labels)
+        return child
 
 
 class Metrics:
@@ -102,6 +121,11 @@ class Metrics:
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
+        self._started_of = _Children(self._started)
+        self._enqueue_to_start_of = _Children(self._enqueue_to_start)
+        self._steps_of = _Children(self._steps)
+        self._operations_of = _Children(self._operations)
+        self._outcomes_of = {o: _Children(c) for o, c in self._outcome_counters.items()}
         self._snapshot = _Snapshot()
         self._refreshing = asyncio.Lock()
         self._process = _ProcessCollector()
@@ -114,24 +138,24 @@ class Metrics:
         self._claims.inc()
         self._claim_sizes.observe(len(records))
         for record in records:
-            self._started.labels(record.name, record.queue).inc()
+            self._started_of(record.name, record.queue).inc()
             if record.attempts == 1 and record.lease_expires_at is not None:
                 started = record.lease_expires_at.timestamp() - lease_seconds
                 waited = started - record.run_after.timestamp()
-                self._enqueue_to_start.labels(record.name, record.queue).observe(max(waited, 0))
+                self._enqueue_to_start_of(record.name, record.queue).observe(max(waited, 0))
 
     def step_finished(self, workflow: str, action: str, seconds: float) -> None:
-        self._steps.labels(workflow, action).observe(seconds)
+        self._steps_of(workflow, action).observe(seconds)
 
     def operation_finished(
         self, workflow: str, operation: str, status: str, seconds: float
     ) -> None:
-        self._operations.labels(workflow, operation, status).observe(seconds)
+        self._operations_of(workflow, operation, status).observe(seconds)
 
     def transitioned(self, transition: Transition) -> None:
         outcome = _OUTCOMES.get(transition.status)
         if outcome is not None:
-            self._outcome_counters[outcome].labels(transition.name, transition.queue).inc()
+            self._outcomes_of[outcome](transition.name, transition.queue).inc()
 
     # -- what is read at scrape time -----------------------------------------------------------
 

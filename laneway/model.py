@@ -4,7 +4,7 @@ Owns names and shapes only. Does no I/O and imports nothing else from `laneway`.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeAlias
@@ -329,6 +329,18 @@ class DueWork:
     due_schedules: bool
     claimable: bool
     next_wake_in: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupCommit:
+    """What one group commit of runner writes did: a transition per applied write, the
+    instances it claimed in the same transaction (the room it freed), and the event ids the
+    doorbells of both rang with (None: that part rang none)."""
+
+    transitions: list["Transition"]
+    rung: int | None = None
+    claimed: list["InstanceRecord"] = field(default_factory=list)
+    claim_rung: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

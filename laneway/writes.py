@@ -99,3 +99,11 @@ class OperationsWrite:
 
 StepWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite
 RunnerWrite: TypeAlias = StepWrite | OperationsWrite
+
+
+def ends_run(write: RunnerWrite) -> bool:
+    """Whether the instance leaves `running` when this write commits (it ends, fails an
+    attempt, pauses or waits), freeing its queue's slot."""
+    if isinstance(write, CheckpointWrite):
+        return write.pause_label is not None or write.wait_json is not None
+    return not isinstance(write, OperationsWrite)

@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -24,7 +24,15 @@ from laneway.engine.observer import EngineObserver
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Run, RunnerTools, run_instance
 from laneway.engine.upkeep import Upkeep
-from laneway.model import InstanceRecord, NewInstance, Notification, ScheduleRecord, Transition
+from laneway.model import (
+    GroupCommit,
+    InstanceRecord,
+    NewInstance,
+    Notification,
+    ScheduleRecord,
+    Status,
+    Transition,
+)
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
@@ -83,7 +91,11 @@ class ClaimLoop:
         # claim (`_slots_bound`), so each freed room costs one claim, not one per run.
         self._own_doorbells: collections.deque[int] = collections.deque(maxlen=OWN_DOORBELLS)
         self._slots_bound = True
-        self._committer = Committer(store, owner_id, lease_seconds, committed=self._committed)
+        # A group commit that frees room claims it in its own transaction (room() and
+        # committed() below): while the loop runs, the claimed instances start in its group.
+        self._group: asyncio.TaskGroup | None = None
+        self._stopping: asyncio.Event | None = None
+        self._committer = Committer(store, owner_id, lease_seconds, rider=self)
         # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
         # claimed while the other's group commit is in flight, instead of the claim and the
         # commit taking turns (no-op instances, 20,000 queued: ~9,000/s instead of ~7,500/s).
@@ -91,12 +103,14 @@ class ClaimLoop:
         self._runs: dict[UUID, Run] = {}
         self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
         self._wake = asyncio.Event()
+        self._retime = asyncio.Event()  # a due time moved sooner while the loop slept
         self._next_wake: float | None = None  # monotonic deadline set by wake_in
         self._next_wakeup: float | None = None  # when waiting instances are next due to wake
         self._last_poll = -float("inf")
         self._upkeep = Upkeep(store, registry, retention_seconds)
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
         self._token_misses = 0  # claims in a row that found a token there but got nothing
+        self._token_checking = False  # a read of the next token's due time is in flight
         self.role = role  # in the workers registry: "serve" or "worker"
         self.heartbeat_seconds = max(lease_seconds / 3.0, 0.05)
 
@@ -115,9 +129,39 @@ class ClaimLoop:
         if event_id is not None and event_id not in self._own_doorbells:
             self._own_doorbells.append(event_id)
 
-    def _committed(self, event_id: int | None, freed: bool) -> None:
-        self._rang(event_id)
-        if freed:
+    def room(self, freed: int) -> tuple[Sequence[str], int]:
+        """What a group commit whose batch ends `freed` runs here may claim in its own
+        transaction (ClaimRider): as much as the loop's next claim would, counting the slots
+        of those runs as free; nothing while the loop is not running, or stops."""
+        if not freed or self._group is None or self._stopping is None or self._stopping.is_set():
+            return (), 0
+        limit = min(self._cohort, self.concurrency - len(self._runs) + freed)
+        return self._registry.runs(), max(limit, 0)
+
+    def committed(self, commit: GroupCommit, limit: int) -> None:
+        """A group commit is in (ClaimRider): start what its claim took, and wake the loop
+        when room it freed may be left (a commit that did not claim, or whose claim got all
+        it asked for)."""
+        self._rang(commit.rung)
+        self._rang(commit.claim_rung)
+        if commit.claimed and self._group is not None:
+            self._observer.claimed(commit.claimed, self.lease_seconds)
+            for record in commit.claimed:
+                self._start(self._group, record)
+        if limit > 0:
+            self._slots_bound = len(commit.claimed) == limit
+            if self._slots_bound:
+                self._wake.set()
+            elif (
+                self._group is not None
+                and not self._token_checking
+                and time.monotonic() >= self._token_check_after
+            ):
+                # Bound by the queues: a rate-limited one's next token may free more, as
+                # after the loop's own claim that fell short.
+                self._token_checking = True
+                self._group.create_task(self._retime_for_next_token())
+        elif any(t.status != Status.RUNNING for t in commit.transitions):
             self._wake.set()
 
     def wake(self) -> None:
@@ -129,6 +173,7 @@ class ClaimLoop:
         deadline = time.monotonic() + max(seconds, 0.0)
         if self._next_wake is None or deadline < self._next_wake:
             self._next_wake = deadline
+            self._retime.set()
 
     def wake_waiters_in(self, seconds: float) -> None:
         """Wake waiting instances after `seconds` (a wait's wake time this process knows of),
@@ -136,6 +181,7 @@ class ClaimLoop:
         deadline = time.monotonic() + max(seconds, 0.0) + WAKE_MARGIN_SECONDS
         if self._next_wakeup is None or deadline < self._next_wakeup:
             self._next_wakeup = deadline
+            self._retime.set()
 
     def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
         """Cancel the handler task of an instance running here; False if it is not here."""
@@ -269,6 +315,13 @@ class ClaimLoop:
             await self._unregister()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
+        self._group, self._stopping = group, stopping
+        try:
+            await self._claim_rounds(group, stopping)
+        finally:
+            self._group = None
+
+    async def _claim_rounds(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0
         woken = True  # the first round claims whatever is due
         while not stopping.is_set():
@@ -301,7 +354,7 @@ class ClaimLoop:
                 continue  # there may be more due work right now
             if claimable and limit > 0 and not claimed:
                 await self._wake_for_next_token()
-            woken = await _wait_any(stopping, self._wake, self._idle_seconds())
+            woken = await self._sleep(stopping)
             if woken and 0 < self.concurrency - len(self._runs) < self.concurrency // 4:
                 # Busy, and only a few slots free: a moment lets more runs finish, so one
                 # claim takes them all (every claim is a commit in the append-lock pipeline).
@@ -340,6 +393,12 @@ class ClaimLoop:
             )
             self._token_misses = min(self._token_misses + 1, 16)
 
+    async def _retime_for_next_token(self) -> None:
+        try:
+            await self._wake_for_next_token()  # wake_in() re-times the loop's sleep
+        finally:
+            self._token_checking = False
+
     def _idle_seconds(self) -> float:
         """How long the loop may sleep: until the next poll, or a known due time or wake-up
         before it."""
@@ -349,6 +408,15 @@ class ClaimLoop:
             if deadline is not None:
                 until = min(until, deadline)
         return max(until - now, 0.0)
+
+    async def _sleep(self, stopping: asyncio.Event) -> bool:
+        """Wait for a wake-up, a stop, or the next due time (re-read when it is moved sooner);
+        True when woken."""
+        while True:
+            self._retime.clear()
+            woken = await _wait_any(stopping, self._wake, self._idle_seconds(), self._retime)
+            if woken or stopping.is_set() or not self._retime.is_set():
+                return woken
 
     def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
         run = Run(record=record)
@@ -471,15 +539,16 @@ async def _wait(stopping: asyncio.Event, seconds: float) -> None:
             await stopping.wait()
 
 
-async def _wait_any(stopping: asyncio.Event, wake: asyncio.Event, seconds: float) -> bool:
-    """Wait for a wake-up, a stop, or the timeout; True when woken."""
+async def _wait_any(
+    stopping: asyncio.Event, wake: asyncio.Event, seconds: float, *others: asyncio.Event
+) -> bool:
+    """Wait for a wake-up, a stop, one of `others`, or the timeout; True when woken."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
-            stop_task = asyncio.ensure_future(stopping.wait())
-            wake_task = asyncio.ensure_future(wake.wait())
+            tasks = {asyncio.ensure_future(e.wait()) for e in (stopping, wake, *others)}
             try:
-                await asyncio.wait({stop_task, wake_task}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                stop_task.cancel()
-                wake_task.cancel()
+                for task in tasks:
+                    task.cancel()
     return wake.is_set()

@@ -48,13 +48,24 @@ def _context_of(traceparent: str | None) -> Any:
 _OFF: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
 
 
+def _unconfigured() -> bool:
+    """No tracer provider is set (the API's proxy stands in): a span would record nothing and
+    carry only its parent's context, so with no parent either the helpers skip making one."""
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def _in_a_span() -> bool:
+    return bool(trace.get_current_span().get_span_context().is_valid)
+
+
 def span(
     name: str, attributes: Mapping[str, str | int] | None = None
 ) -> contextlib.AbstractContextManager[str | None]:
     """A span around the block, a child of the current span; an exception leaving the block
     is recorded on it. Yields the span's own traceparent. When tracing is off: one shared
-    no-op context that yields None."""
-    if not ENABLED:
+    no-op context that yields None, as when no tracer provider is set and there is no current
+    span (such a span would carry no context)."""
+    if not ENABLED or (_unconfigured() and not _in_a_span()):
         return _OFF
     return _span(name, attributes, None, None, False)
 
@@ -88,8 +99,9 @@ def step_span(
 ) -> contextlib.AbstractContextManager[str | None]:
     """The span of one step of `record`: a child of the span that enqueued it, linked to its
     first failed attempt's span on a retry. Its attributes are built only when tracing is on
-    (this runs for every step)."""
-    if not ENABLED:
+    (this runs for every step). With no tracer provider set and no enqueue's context to carry
+    on, no span (it would carry no context)."""
+    if not ENABLED or (record.trace_context is None and _unconfigured()):
         return _OFF
     return _span(
         f"laneway.step {workflow}.{action}",

@@ -16,6 +16,7 @@ from laneway.model import (
     DueWork,
     EventType,
     FailureRecord,
+    GroupCommit,
     InstanceRecord,
     LockRecord,
     NewEvent,
@@ -167,13 +168,20 @@ class LeaseStore(StoreBase):
         Returns one transition per applied write (a missing instance id means fenced out; an
         instance with operation rows and a step write here has two, the step's last).
         """
-        transitions, _ = await self.write_runner_batch_rung(owner_id, lease_seconds, writes)
-        return transitions
+        return (await self.commit_runner_batch(owner_id, lease_seconds, writes)).transitions
 
-    async def write_runner_batch_rung(
-        self, owner_id: str, lease_seconds: float, writes: Sequence[RunnerWrite]
-    ) -> tuple[list[Transition], int | None]:
-        """`write_runner_batch`, and the event id its doorbell rang with (None: none known)."""
+    async def commit_runner_batch(
+        self,
+        owner_id: str,
+        lease_seconds: float,
+        writes: Sequence[RunnerWrite],
+        *,
+        runs: Sequence[str] = (),
+        claim_limit: int = 0,
+    ) -> GroupCommit:
+        """`write_runner_batch`, with the event id its doorbell rang with; and, when
+        `claim_limit` > 0, a claim of up to that many instances of `runs` (as `claim`) in the
+        same transaction, after the writes, so that it fills the room they freed."""
         checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
         completions = [w for w in writes if isinstance(w, CompleteWrite)]
         failures = [w for w in writes if isinstance(w, FailWrite)]
@@ -226,13 +234,26 @@ class LeaseStore(StoreBase):
             [o.seconds for _, _, o in outcomes],
             [max(now - o.finished_at, 0.0) for _, _, o in outcomes],
         )
+        claiming = claim_limit > 0 and bool(runs)
         async with self._acquire() as conn, _transaction_if(conn, bool(signal_waits)):
-            rows = await conn.fetch(queries.WRITE_RUNNER_BATCH, *args)
+            if claiming:
+                rows = await conn.fetch(
+                    queries.WRITE_RUNNER_BATCH_AND_CLAIM, *args, list(runs), claim_limit
+                )
+            else:
+                rows = await conn.fetch(queries.WRITE_RUNNER_BATCH, *args)
             if signal_waits:
                 # A signal kept before its wait, or sent while the wait was being written, is
                 # seen by this statement's snapshot, which comes after the waits' row locks.
                 await self._consume_signals(conn, signal_waits)
-        return [transition_from_row(row) for row in rows], _rung(rows)
+        written = [row for row in rows if not claiming or row["claimed"] is None]
+        claimed = [row["claimed"] for row in rows if claiming and row["claimed"] is not None]
+        return GroupCommit(
+            transitions=[transition_from_row(row) for row in written],
+            rung=_rung(written),
+            claimed=[instance_from_row(row) for row in claimed],
+            claim_rung=rows[-1]["last_event_id"] if claimed else None,
+        )
 
     async def failures(
         self, instance_ids: Sequence[UUID], limit: int

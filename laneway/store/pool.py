@@ -81,8 +81,11 @@ def _encode_jsonb(value: Any) -> bytes:
     return _JSONB_VERSION + _encode_json(value)
 
 
+_DECODE = json.JSONDecoder().decode  # json.loads without its per-call type checks
+
+
 def _decode_jsonb(data: bytes) -> Any:
-    return json.loads(data[1:])
+    return _DECODE(data[1:].decode())
 
 
 def server_settings(

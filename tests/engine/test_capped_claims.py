@@ -1,5 +1,6 @@
-"""Claims under a queue's cap: each freed room costs one claim, and a claim that finds every
-queue full writes nothing (claim_loop.py `_slots_bound`, `_own_doorbells`; migration 0023)."""
+"""Claims under a queue's cap: each freed room costs one claim, riding on the group commit
+that freed it, and a claim that finds every queue full writes nothing (claim_loop.py
+`room`, `_slots_bound`, `_own_doorbells`; migrations 0023, 0024)."""
 
 from typing import Any
 
@@ -8,7 +9,7 @@ import pytest
 
 from laneway.config import Settings
 from laneway.engine import Done, EnqueueRequest, HandlerContext, Workflow
-from laneway.model import InstanceRecord, Status
+from laneway.model import GroupCommit, InstanceRecord, Status
 from laneway.services import open_services
 from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine
@@ -25,35 +26,45 @@ lane = Workflow("lane", handlers={"run": _done}, initial="run", queue="lane")
 
 
 async def test_under_a_cap_each_freed_room_costs_one_claim(database_url: str) -> None:
-    # The engine may run 20 at once, the queue 3: after each group commit that ends some,
-    # the loop claims once. Neither the runs that end one by one, nor the doorbells of its
-    # own claims and commits coming back through the listener, make it claim again for
-    # nothing (they did: about three claims per freed room, two of them empty).
+    # The engine may run 20 at once, the queue 3: each group commit that ends some claims the
+    # room it freed in its own transaction, so the loop itself claims only to start. Neither
+    # the runs that end one by one, nor the doorbells of its own claims and commits coming
+    # back through the listener, make it claim again for nothing (they did: about three
+    # claims per freed room, two of them empty).
     settings = Settings(database_url=database_url, worker_concurrency=20, pool_size=5)
     async with open_services(settings, workflows=(lane,)) as services:
         engine, store = services.engine, services.store
         await engine.configure_queue("lane", concurrency=CAP)
         await engine.enqueue_many([EnqueueRequest(name="lane") for _ in range(COUNT)])
-        claims: list[int] = []
-        real = store.claim_rung
+        claims: list[int] = []  # the loop's own claims
+        rides: list[int] = []  # the claims that rode on a group commit
+        real_claim, real_commit = store.claim_rung, store.commit_runner_batch
 
-        async def counted(*args: Any, **kwargs: Any) -> tuple[list[InstanceRecord], int | None]:
-            claimed, rung = await real(*args, **kwargs)
+        async def claim(*args: Any, **kwargs: Any) -> tuple[list[InstanceRecord], int | None]:
+            claimed, rung = await real_claim(*args, **kwargs)
             claims.append(len(claimed))
             return claimed, rung
 
-        store.claim_rung = counted  # type: ignore[method-assign]
+        async def commit(*args: Any, **kwargs: Any) -> GroupCommit:
+            done = await real_commit(*args, **kwargs)
+            if kwargs.get("claim_limit", 0) > 0:
+                rides.append(len(done.claimed))
+            return done
+
+        store.claim_rung = claim  # type: ignore[method-assign]
+        store.commit_runner_batch = commit  # type: ignore[method-assign]
         async with engine.running():
             await eventually(
                 lambda: engine.list_instances(limit=100),
                 lambda found: [i.status for i in found] == [Status.COMPLETED] * COUNT,
                 timeout=30,
             )
-    assert sum(claims) == COUNT
-    assert max(claims) <= CAP
+    assert sum(claims) + sum(rides) == COUNT  # each instance claimed once
+    assert max(claims + rides) <= CAP
     rooms = COUNT // CAP
-    assert len(claims) <= rooms + 10, claims  # one claim per freed room, give or take
-    assert claims.count(0) <= 10, claims
+    assert len(claims) + len(rides) <= rooms + 10, (claims, rides)  # one per freed room
+    assert sum(rides) >= COUNT - 2 * CAP, (claims, rides)  # nearly all rode on a commit
+    assert (claims + rides).count(0) <= 10, (claims, rides)
 
 
 async def test_a_claim_that_finds_the_queue_full_is_read_only(

@@ -61,6 +61,7 @@ from laneway.store.queries.leases import (
     RELEASE_INSTANCES,
     RENEW_LEASES,
     WRITE_RUNNER_BATCH,
+    WRITE_RUNNER_BATCH_AND_CLAIM,
 )
 from laneway.store.queries.operations import (
     ACQUIRE_LOCK,
@@ -208,4 +209,5 @@ __all__ = [
     "WAITING_REASONS",
     "WAKE_DUE",
     "WRITE_RUNNER_BATCH",
+    "WRITE_RUNNER_BATCH_AND_CLAIM",
 ]

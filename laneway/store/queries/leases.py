@@ -225,6 +225,16 @@ SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint
   FROM laneway.write_runner_batch({_BATCH_ARGS})
 """
 
+# The 44 above, then $45 the run keys registered here ('name@version', text[]) and $46 at most
+# this many instances to claim: the group commit and, in its transaction, the claim of the
+# room it freed (laneway/store/sql/functions.sql). The batch's rows first (`claimed` NULL),
+# then one row per claimed instance (`claimed` its row); each with its doorbell's event id.
+WRITE_RUNNER_BATCH_AND_CLAIM = f"""
+SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
+       last_event_id, claimed
+  FROM laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $45, $46)
+"""
+
 # $1 keep finished instances this many seconds, $2 at most this many instances
 # Retention: instances that ended longer ago than the retention period go, with their
 # operation rows, signals and failures (their locks went when they ended). Oldest first, a
