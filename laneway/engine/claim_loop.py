@@ -1,18 +1,16 @@
 """ClaimLoop: the claim loop that starts runners for due instances, within queue caps.
 
-Owns claiming, lease renewal (heartbeat), expired-lease recovery, firing due schedules, the
-wake-up of waiting instances whose wake time came, this process's row in the live workers
-registry (written at start and at every heartbeat, removed at a clean stop), and, through
-upkeep.py, retention and the queue history roll-up. Tells its observer of claims and outcomes.
-Does not run user code itself (runner.py) and writes no SQL (store).
+Owns claiming (its own claims and those that ride on a group commit), expired-lease
+recovery, firing due schedules, the wake-up of waiting instances whose wake time came, and,
+through upkeep.py, retention and the queue history roll-up; through presence.py, the
+heartbeat, the workers registry row and the leases' renewal and hand-back. Tells its observer
+of claims and outcomes. Does not run user code itself (runner.py) and writes no SQL (store).
 """
 
 import asyncio
 import collections
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -21,6 +19,7 @@ from uuid import UUID
 from laneway.engine import faults, tracing
 from laneway.engine.committer import Committer
 from laneway.engine.observer import EngineObserver
+from laneway.engine.presence import Presence
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Run, RunnerTools, run_instance
 from laneway.engine.upkeep import Upkeep
@@ -44,7 +43,6 @@ TOKEN_RETRY_SECONDS = 0.005  # first back-off when a token was there but another
 SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
-UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
 OWN_DOORBELLS = 16  # own NOTIFYs not yet come back, at most (a slow listener's backlog)
 WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
 WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are
@@ -101,7 +99,6 @@ class ClaimLoop:
         # commit taking turns (no-op instances, 20,000 queued: ~9,000/s instead of ~7,500/s).
         self._cohort = max(concurrency // 2, 1)
         self._runs: dict[UUID, Run] = {}
-        self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
         self._wake = asyncio.Event()
         self._retime = asyncio.Event()  # a due time moved sooner while the loop slept
         self._next_wake: float | None = None  # monotonic deadline set by wake_in
@@ -111,8 +108,16 @@ class ClaimLoop:
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
         self._token_misses = 0  # claims in a row that found a token there but got nothing
         self._token_checking = False  # a read of the next token's due time is in flight
-        self.role = role  # in the workers registry: "serve" or "worker"
-        self.heartbeat_seconds = max(lease_seconds / 3.0, 0.05)
+        self._presence = Presence(
+            store,
+            registry,
+            self._runs,
+            lambda instance_id, why: self.stop_run(instance_id, reason=why),
+            owner_id=owner_id,
+            role=role,
+            lease_seconds=lease_seconds,
+            concurrency=concurrency,
+        )
 
     # -- signals from outside --------------------------------------------------------------------
 
@@ -297,22 +302,24 @@ class ClaimLoop:
         of the loop has ended (the last heartbeat included), then it removes its row.
         """
         halted = asyncio.Event()
-        await self.beat()
+        await self._presence.beat()
         try:
             async with asyncio.TaskGroup() as group:
                 # Leases are renewed until the hand-back, drain included.
-                heartbeat = group.create_task(self._heartbeat(halted), name="laneway-heartbeat")
+                heartbeat = group.create_task(
+                    self._presence.heartbeat(halted), name="laneway-heartbeat"
+                )
                 try:
                     await self._loop(group, stopping)
                 finally:
                     try:
-                        await self._drain()
+                        await self._presence.drain(self.shutdown_grace_seconds)
                     finally:
                         halted.set()
                         heartbeat.cancel()
-                        await self._shutdown()
+                        await self._presence.hand_back()
         finally:
-            await self._unregister()
+            await self._presence.unregister()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         self._group, self._stopping = group, stopping
@@ -448,89 +455,21 @@ class ClaimLoop:
             if self._slots_bound:
                 self._wake.set()
 
-    async def _heartbeat(self, halted: asyncio.Event) -> None:
-        interval = self.heartbeat_seconds
-        while not halted.is_set():
-            await _wait(halted, interval)
-            try:
-                await self.renew()
-            except Exception as exc:
-                logger.warning("lease renewal failed", extra={"error": str(exc)})
-            await self.beat()
+    @property
+    def role(self) -> str:
+        """In the workers registry: "serve" or "worker"."""
+        return self._presence.role
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        return self._presence.heartbeat_seconds
 
     async def beat(self) -> None:
-        """Write this process's row in the workers registry: one statement per heartbeat, which
-        also deletes the rows of processes that stopped heartbeating. A failure is only logged:
-        the row ages out, and the next heartbeat writes it again."""
-        try:
-            await self._store.heartbeat_worker(
-                owner_id=self.owner_id,
-                role=self.role,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                workflows=self._registry.names(),
-                versions=self._registry.runs(),
-                running=len(self._runs),
-                concurrency=self.concurrency,
-                heartbeat_seconds=self.heartbeat_seconds,
-            )
-        except Exception as exc:
-            logger.warning("worker heartbeat failed", extra={"error": str(exc)})
-
-    async def _unregister(self) -> None:
-        # Bounded: a stop does not wait on a database that is gone; the row ages out instead.
-        try:
-            async with asyncio.timeout(UNREGISTER_TIMEOUT_SECONDS):
-                await self._store.remove_worker(self.owner_id)
-        except Exception as exc:
-            logger.warning("worker removal at shutdown failed", extra={"error": repr(exc)})
+        await self._presence.beat()
 
     async def renew(self) -> None:
         """Renew every lease held here; stop the runs whose lease is gone."""
-        leases = self._leases()
-        if not leases:
-            return
-        held = await self._store.renew_leases(self.owner_id, leases, self.lease_seconds)
-        for instance_id in leases:
-            run = self._runs.get(instance_id)
-            # A run that settled while the renewal was in flight gave its lease up itself.
-            if instance_id not in held and run is not None and not run.settled:
-                self.stop_run(instance_id, reason="lease lost")
-
-    def _leases(self) -> dict[UUID, int]:
-        return {instance_id: run.record.lease_epoch for instance_id, run in self._runs.items()}
-
-    async def _drain(self) -> None:
-        """Let each run finish the step it is in; it stops at its next checkpoint (or ends).
-
-        A step still running after the grace period is interrupted by the hand-back; without
-        the wait, nearly every step in flight would run again in another process.
-        """
-        runs = list(self._runs.values())
-        for run in runs:
-            run.draining = True
-        tasks = [run.task for run in runs if run.task is not None]
-        if tasks and self.shutdown_grace_seconds > 0:
-            logger.info(
-                "draining", extra={"runs": len(tasks), "grace_s": self.shutdown_grace_seconds}
-            )
-            await asyncio.wait(tasks, timeout=self.shutdown_grace_seconds)
-        for run in runs:
-            if run.handed_back:
-                self._handed_back[run.record.instance_id] = run.record.lease_epoch
-
-    async def _shutdown(self) -> None:
-        leases = {**self._handed_back, **self._leases()}
-        self._handed_back = {}
-        for instance_id in leases:
-            self.stop_run(instance_id, reason="shutdown")
-        if leases:
-            try:
-                if faults.ARMED:
-                    await faults.hit("before_release")
-                await self._store.release(self.owner_id, leases)
-            except Exception as exc:
-                logger.warning("release at shutdown failed", extra={"error": str(exc)})
+        await self._presence.renew()
 
 
 async def _wait(stopping: asyncio.Event, seconds: float) -> None:

@@ -61,10 +61,11 @@ async def test_under_a_cap_each_freed_room_costs_one_claim(database_url: str) ->
             )
     assert sum(claims) + sum(rides) == COUNT  # each instance claimed once
     assert max(claims + rides) <= CAP
-    rooms = COUNT // CAP
-    assert len(claims) + len(rides) <= rooms + 10, (claims, rides)  # one per freed room
-    assert sum(rides) >= COUNT - 2 * CAP, (claims, rides)  # nearly all rode on a commit
-    assert (claims + rides).count(0) <= 10, (claims, rides)
+    # The loop claims by itself to start and seldom after: a claim costs no round trip of
+    # its own once the first runs end (the room they free is claimed by their commit).
+    assert len(claims) <= 10, (claims, rides)
+    assert sum(rides) >= COUNT - 2 * CAP, (claims, rides)
+    assert (claims + rides).count(0) <= 10, (claims, rides)  # hardly any claim for nothing
 
 
 async def test_a_claim_that_finds_the_queue_full_is_read_only(

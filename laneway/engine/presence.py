@@ -1,0 +1,140 @@
+"""Presence: one claim loop's heartbeat, its row in the live workers registry, and the
+leases its runs hold, from their renewal to their hand-back at a stop.
+
+Owns the heartbeat task (renew, then beat, every third of the lease), the registry row
+(written at start and at every heartbeat, removed at a clean stop), which runs lose their
+lease, and the drain and hand-back of a stopping process. Does not claim or run anything
+(claim_loop.py) and writes no SQL (store).
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from uuid import UUID
+
+from laneway.engine import faults
+from laneway.engine.registry import WorkflowRegistry
+from laneway.engine.runner import Run
+from laneway.store import Store
+
+logger = logging.getLogger(__name__)
+
+UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
+
+
+class Presence:
+    """The heartbeat of one claim loop, over the runs it holds (`runs`, the loop's own map)."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: WorkflowRegistry,
+        runs: Mapping[UUID, Run],
+        stop_run: Callable[[UUID, str], object],
+        *,
+        owner_id: str,
+        role: str,
+        lease_seconds: float,
+        concurrency: int,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._runs = runs
+        self._stop_run = stop_run  # (instance id, why): a lease is gone, or the process stops
+        self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
+        self._owner_id = owner_id
+        self.role = role
+        self._lease_seconds = lease_seconds
+        self._concurrency = concurrency
+        self.heartbeat_seconds = max(lease_seconds / 3.0, 0.05)
+
+    async def heartbeat(self, halted: asyncio.Event) -> None:
+        """Renew and beat every heartbeat_seconds until `halted`."""
+        while not halted.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.heartbeat_seconds):
+                    await halted.wait()
+            try:
+                await self.renew()
+            except Exception as exc:
+                logger.warning("lease renewal failed", extra={"error": str(exc)})
+            await self.beat()
+
+    async def beat(self) -> None:
+        """Write this process's row in the workers registry: one statement per heartbeat, which
+        also deletes the rows of processes that stopped heartbeating. A failure is only logged:
+        the row ages out, and the next heartbeat writes it again."""
+        try:
+            await self._store.heartbeat_worker(
+                owner_id=self._owner_id,
+                role=self.role,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                workflows=self._registry.names(),
+                versions=self._registry.runs(),
+                running=len(self._runs),
+                concurrency=self._concurrency,
+                heartbeat_seconds=self.heartbeat_seconds,
+            )
+        except Exception as exc:
+            logger.warning("worker heartbeat failed", extra={"error": str(exc)})
+
+    async def unregister(self) -> None:
+        """Remove the registry row, bounded: a stop does not wait on a database that is gone
+        (the row ages out instead)."""
+        try:
+            async with asyncio.timeout(UNREGISTER_TIMEOUT_SECONDS):
+                await self._store.remove_worker(self._owner_id)
+        except Exception as exc:
+            logger.warning("worker removal at shutdown failed", extra={"error": repr(exc)})
+
+    async def renew(self) -> None:
+        """Renew every lease held here; stop the runs whose lease is gone."""
+        leases = self.leases()
+        if not leases:
+            return
+        held = await self._store.renew_leases(self._owner_id, leases, self._lease_seconds)
+        for instance_id in leases:
+            run = self._runs.get(instance_id)
+            # A run that settled while the renewal was in flight gave its lease up itself.
+            if instance_id not in held and run is not None and not run.settled:
+                self._stop_run(instance_id, "lease lost")
+
+    def leases(self) -> dict[UUID, int]:
+        """The lease epoch of every instance running here."""
+        return {instance_id: run.record.lease_epoch for instance_id, run in self._runs.items()}
+
+    async def drain(self, grace_seconds: float) -> None:
+        """Let each run finish the step it is in; it stops at its next checkpoint (or ends).
+
+        A step still running after the grace period is interrupted by the hand-back; without
+        the wait, nearly every step in flight would run again in another process.
+        """
+        runs = list(self._runs.values())
+        for run in runs:
+            run.draining = True
+        tasks = [run.task for run in runs if run.task is not None]
+        if tasks and grace_seconds > 0:
+            logger.info("draining", extra={"runs": len(tasks), "grace_s": grace_seconds})
+            await asyncio.wait(tasks, timeout=grace_seconds)
+        for run in runs:
+            if run.handed_back:
+                self._handed_back[run.record.instance_id] = run.record.lease_epoch
+
+    async def hand_back(self) -> None:
+        """Stop every run still here and release its lease (and those handed back while
+        draining), so that another process resumes them from their last checkpoint now."""
+        leases = {**self._handed_back, **self.leases()}
+        self._handed_back = {}
+        for instance_id in leases:
+            self._stop_run(instance_id, "shutdown")
+        if leases:
+            try:
+                if faults.ARMED:
+                    await faults.hit("before_release")
+                await self._store.release(self._owner_id, leases)
+            except Exception as exc:
+                logger.warning("release at shutdown failed", extra={"error": str(exc)})
