@@ -8,7 +8,6 @@ of claims and outcomes. Does not run user code itself (runner.py) and writes no 
 """
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
@@ -18,6 +17,7 @@ from uuid import UUID
 
 from laneway.engine import faults, tracing
 from laneway.engine.committer import Committer
+from laneway.engine.doorbells import Doorbells
 from laneway.engine.observer import EngineObserver
 from laneway.engine.presence import Presence
 from laneway.engine.registry import WorkflowRegistry
@@ -43,7 +43,6 @@ TOKEN_RETRY_SECONDS = 0.005  # first back-off when a token was there but another
 SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
-OWN_DOORBELLS = 16  # own NOTIFYs not yet come back, at most (a slow listener's backlog)
 WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
 WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are
 
@@ -82,12 +81,12 @@ class ClaimLoop:
         self._on_terminal = on_terminal
         self._spawn = spawn
         self._observer = observer
-        # The event ids this loop's own claims and group commits rang the doorbell with: their
-        # NOTIFY comes back to this process too, and must not wake it for a claim that would
-        # find nothing. A group commit that freed a queue's slot wakes the loop itself, at
-        # once; a run that ends wakes it only when this process's own slots bound the last
-        # claim (`_slots_bound`), so each freed room costs one claim, not one per run.
-        self._own_doorbells: collections.deque[int] = collections.deque(maxlen=OWN_DOORBELLS)
+        # This loop's own claims and group commits ring the doorbell too, and their NOTIFY
+        # must not wake it for a claim that would find nothing (doorbells.py). A group commit
+        # that freed a queue's slot claims it itself, or wakes the loop at once; a run that
+        # ends wakes it only when this process's own slots bound the last claim
+        # (`_slots_bound`), so each freed room costs one claim, not one per run.
+        self._doorbells = Doorbells(self.wake)
         self._slots_bound = True
         # A group commit that frees room claims it in its own transaction (room() and
         # committed() below): while the loop runs, the claimed instances start in its group.
@@ -125,14 +124,14 @@ class ClaimLoop:
         """A NOTIFY arrived: wake the loop, and stop the handlers whose instances were cancelled."""
         for instance_id in notification.cancelled_ids:
             self.stop_run(instance_id, reason="cancelled")
-        if not notification.cancelled_ids and notification.last_event_id in self._own_doorbells:
-            self._own_doorbells.remove(notification.last_event_id)
-            return  # this loop's own write: what it changed has woken the loop already
-        self._wake.set()
+        if notification.cancelled_ids:
+            self._wake.set()
+        else:
+            self._doorbells.rang(notification.last_event_id)
 
-    def _rang(self, event_id: int | None) -> None:
-        if event_id is not None and event_id not in self._own_doorbells:
-            self._own_doorbells.append(event_id)
+    def writing(self) -> int:
+        """A group commit starts (ClaimRider): the doorbells that come in meanwhile may be its."""
+        return self._doorbells.writing()
 
     def room(self, freed: int) -> tuple[Sequence[str], int]:
         """What a group commit whose batch ends `freed` runs here may claim in its own
@@ -152,12 +151,14 @@ class ClaimLoop:
         limit = min(self._cohort, self.concurrency - len(self._runs) + freed)
         return self._registry.runs(), max(limit, 0)
 
-    def committed(self, commit: GroupCommit, limit: int) -> None:
-        """A group commit is in (ClaimRider): start what its claim took, and wake the loop
-        when room it freed may be left (a commit that did not claim, or whose claim got all
-        it asked for)."""
-        self._rang(commit.rung)
-        self._rang(commit.claim_rung)
+    def committed(self, token: int, commit: GroupCommit | None, limit: int) -> None:
+        """A group commit is in, or failed (None) (ClaimRider): start what its claim took, and
+        wake the loop when room it freed may be left (a commit that did not claim, or whose
+        claim got all it asked for)."""
+        if commit is None:
+            self._doorbells.wrote(token)
+            return
+        self._doorbells.wrote(token, commit.rung, commit.claim_rung)
         if commit.claimed and self._group is not None:
             self._observer.claimed(commit.claimed, self.lease_seconds)
             for record in commit.claimed:
@@ -280,11 +281,14 @@ class ClaimLoop:
     async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
         free = self.concurrency - len(self._runs)
         limit = free if limit is None else min(limit, free)
-        with tracing.span("laneway.claim", {"laneway.limit": limit}):
-            claimed, rung = await self._store.claim_rung(
-                self.owner_id, self._registry.runs(), limit, self.lease_seconds
-            )
-        self._rang(rung)
+        token, rung = self._doorbells.writing(), None
+        try:
+            with tracing.span("laneway.claim", {"laneway.limit": limit}):
+                claimed, rung = await self._store.claim_rung(
+                    self.owner_id, self._registry.runs(), limit, self.lease_seconds
+                )
+        finally:
+            self._doorbells.wrote(token, rung)
         self._observer.claimed(claimed, self.lease_seconds)
         return claimed
 

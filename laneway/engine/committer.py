@@ -35,8 +35,13 @@ class ClaimRider(Protocol):
         `freed` of this batch's writes end their run here."""
         ...
 
-    def committed(self, commit: GroupCommit, limit: int) -> None:
-        """The batch committed (`limit`: what its claim asked for); start what it claimed."""
+    def writing(self) -> int:
+        """A batch is being written; returns its token for `committed`."""
+        ...
+
+    def committed(self, token: int, commit: GroupCommit | None, limit: int) -> None:
+        """The batch committed (`limit`: what its claim asked for), or failed (None); start
+        what it claimed."""
         ...
 
 
@@ -104,13 +109,20 @@ class Committer:
     async def _flush(self, batch: list[_Queued]) -> None:
         writes = [item for item, _ in batch]
         freed = sum(1 for item in writes if ends_run(item))
-        runs, limit = self._rider.room(freed) if self._rider is not None else ((), 0)
+        rider = self._rider
+        token = rider.writing() if rider is not None else 0
+        runs, limit = rider.room(freed) if rider is not None else ((), 0)
         try:
-            commit = await self._store.commit_runner_batch(
-                self._owner_id, self._lease_seconds, writes, runs=runs, claim_limit=limit
-            )
-            if self._rider is not None:
-                self._rider.committed(commit, limit)
+            try:
+                commit = await self._store.commit_runner_batch(
+                    self._owner_id, self._lease_seconds, writes, runs=runs, claim_limit=limit
+                )
+            except BaseException:
+                if rider is not None:
+                    rider.committed(token, None, limit)
+                raise
+            if rider is not None:
+                rider.committed(token, commit, limit)
             transitions = commit.transitions
             if faults.ARMED:
                 await faults.hit("after_checkpoint_commit")
