@@ -41,3 +41,13 @@ def encode_json(value: JSONValue, *, what: str, max_bytes: int = MAX_PAYLOAD_BYT
     if len(text) > max_bytes:
         raise InvalidInputError(f"{what} is {len(text)} bytes encoded; the limit is {max_bytes}")
     return text
+
+
+def json_copy(value: JSONValue) -> JSONValue:
+    """A deep copy of a JSON value (its objects and arrays copied, the rest shared: immutable):
+    what copy.deepcopy gives for JSON, without its memo, at a fraction of its cost."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    return value

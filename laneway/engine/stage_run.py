@@ -7,7 +7,7 @@ and message the stage reports. Compiling a template into a workflow: template_in
 """
 
 import asyncio
-import copy
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -25,7 +25,7 @@ from laneway.engine.context import (
     Step,
 )
 from laneway.engine.handler_map import Handler
-from laneway.engine.payloads import encode_json
+from laneway.engine.payloads import encode_json, json_copy
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
@@ -320,20 +320,14 @@ class _StageRun:
                 stage=self._stage.name,
                 attempt=attempts,
                 max_attempts=operation.max_attempts,
-                context=copy.deepcopy(context),
-                initial_context=copy.deepcopy(initial),
+                context=_copied(context),
+                initial_context=_copied(initial),
                 workflow_type=self._template.type,
                 cancelled=ctx.cancelled,
             )
-            with tracing.span(
+            with tracing.lazy_span(
                 f"laneway.operation {operation.type}",
-                {
-                    "laneway.workflow": self._template.type,
-                    "laneway.instance_id": str(ctx.instance_id),
-                    "laneway.stage": self._stage.name,
-                    "laneway.operation": operation.type,
-                    "laneway.attempt": attempts,
-                },
+                functools.partial(self._span_attributes, operation, attempts),
             ):
                 result = await _attempt(handler, operation_ctx, operation.timeout_seconds)
                 if not result.is_completed:
@@ -395,6 +389,15 @@ class _StageRun:
             self._settled[position] = status
             self._report()
 
+    def _span_attributes(self, operation: Operation, attempt: int) -> dict[str, str | int]:
+        return {
+            "laneway.workflow": self._template.type,
+            "laneway.instance_id": str(self._ctx.instance_id),
+            "laneway.stage": self._stage.name,
+            "laneway.operation": operation.type,
+            "laneway.attempt": attempt,
+        }
+
     def _report(self) -> None:
         # Kept on the context and saved with the stage's checkpoint (the runner persists
         # reports only at checkpoints).
@@ -444,3 +447,8 @@ async def _attempt(
 
 def _reason(exc: BaseException) -> str:
     return (str(exc) or type(exc).__name__)[:MAX_REASON_CHARS]
+
+
+def _copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:
+    """The operation's own copy of a context (it may change it; the stage's stays)."""
+    return {key: json_copy(value) for key, value in context.items()}

@@ -14,7 +14,8 @@ context, nothing on the hot path but that test.
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from laneway.model import InstanceRecord
@@ -48,10 +49,25 @@ def _context_of(traceparent: str | None) -> Any:
 _OFF: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
 
 
+RECHECK_SECONDS = 1.0  # while no tracer provider is set, look again at most this often
+_provider_checked_at = -float("inf")
+_provider_set = False
+
+
 def _unconfigured() -> bool:
     """No tracer provider is set (the API's proxy stands in): a span would record nothing and
-    carry only its parent's context, so with no parent either the helpers skip making one."""
-    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    carry only its parent's context, so with no parent either the helpers skip making one.
+    Once set, a provider stays (the API allows one); until then the API is asked at most once
+    per RECHECK_SECONDS (each ask reads the environment), so one set after start-up counts
+    within a second."""
+    global _provider_checked_at, _provider_set
+    if _provider_set:
+        return False
+    now = time.monotonic()
+    if now - _provider_checked_at >= RECHECK_SECONDS:
+        _provider_checked_at = now
+        _provider_set = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return not _provider_set
 
 
 def _in_a_span() -> bool:
@@ -92,6 +108,15 @@ def _span(
         links=links,
     ):
         yield current_traceparent()
+
+
+def lazy_span(
+    name: str, attributes: Callable[[], Mapping[str, str | int]]
+) -> contextlib.AbstractContextManager[str | None]:
+    """`span`, with attributes built only when a span is made (this runs per operation)."""
+    if not ENABLED or (_unconfigured() and not _in_a_span()):
+        return _OFF
+    return _span(name, attributes(), None, None, False)
 
 
 def step_span(
