@@ -94,8 +94,8 @@ async def _add_past_partitions(conn: asyncpg.Connection, days: int, first_back: 
 async def _seed(url: str, events: int) -> int:
     """The old and the kept instances and their events; returns how many old instances."""
     instances = max(events // EVENTS_PER_INSTANCE, PAST_DAYS)
-    async with open_store(url, pool_size=2) as store, store.connection() as conn:
-        await conn.execute("SET statement_timeout = 0")
+    conn = await asyncpg.connect(url, command_timeout=None)  # seeding takes minutes
+    try:
         await _add_past_partitions(conn, PAST_DAYS, RETENTION_DAYS + 1)
         await conn.execute(SEED_INSTANCES, instances, RETENTION_DAYS + 1, PAST_DAYS)
         await conn.execute(SEED_EVENTS, "old", EVENTS_PER_INSTANCE)
@@ -103,6 +103,8 @@ async def _seed(url: str, events: int) -> int:
         await conn.execute(SEED_EVENTS, "kept", EVENTS_PER_INSTANCE)
         await conn.execute("VACUUM (ANALYZE) laneway.events")
         await conn.execute("VACUUM (ANALYZE) laneway.instances")
+    finally:
+        await conn.close()
     return instances
 
 
