@@ -316,8 +316,12 @@ class ClaimLoop:
         """
         halted = asyncio.Event()
         await self._presence.beat()
+        self._stopping = stopping
         try:
             async with asyncio.TaskGroup() as group:
+                # Until every run here has ended: what a commit in flight when the loop
+                # stops claims still starts here, and is drained and handed back with the rest.
+                self._group = group
                 # Leases are renewed until the hand-back, drain included.
                 heartbeat = group.create_task(
                     self._presence.heartbeat(halted), name="laneway-heartbeat"
@@ -332,16 +336,10 @@ class ClaimLoop:
                         heartbeat.cancel()
                         await self._presence.hand_back()
         finally:
+            self._group = None
             await self._presence.unregister()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
-        self._group, self._stopping = group, stopping
-        try:
-            await self._claim_rounds(group, stopping)
-        finally:
-            self._group = None
-
-    async def _claim_rounds(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0
         woken = True  # the first round claims whatever is due
         while not stopping.is_set():
