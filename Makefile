@@ -28,7 +28,7 @@ worker: install                         ## run an engine-only worker
 	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m laneway worker
 test: install                           ## the whole suite on a throwaway PostgreSQL
 	$(PY) -m pytest -n 2 --dist loadfile
-chaos: install                          ## full reliability tier: production leases, ~20 min (docs/reliability.md)
+chaos: install                          ## full reliability tier: production leases, ~45 min on the 2-core box (docs/reliability.md)
 	$(PY) -m tests.chaos.full
 soak: install                           ## K-01 soak: 20/s, 20 websockets, kills, LISTEN cuts; one table (SOAK_MINUTES, default 60)
 	$(PY) -m tests.chaos.soak --minutes $${SOAK_MINUTES:-60}
