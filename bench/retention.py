@@ -108,8 +108,9 @@ async def _seed(url: str, events: int) -> int:
     return instances
 
 
-async def _writer(url: str, stop: asyncio.Event, waits: list[float]) -> None:
-    """Append one event at a time (an enqueue), every APPEND_EVERY_SECONDS, timing each."""
+async def _writer(url: str, stop: asyncio.Event, waits: list[float], warmed: asyncio.Event) -> None:
+    """Append one event at a time (an enqueue), every APPEND_EVERY_SECONDS, timing each;
+    `warmed` is set after the first ten."""
     async with open_store(url, pool_size=1) as store:
         while not stop.is_set():
             started = time.perf_counter()
@@ -126,6 +127,8 @@ async def _writer(url: str, stop: asyncio.Event, waits: list[float]) -> None:
                 )
             )
             waits.append((time.perf_counter() - started) * 1000)
+            if len(waits) == 10:
+                warmed.set()
             await asyncio.sleep(APPEND_EVERY_SECONDS)
 
 
@@ -142,8 +145,10 @@ async def measure(server_url: str, events: int) -> dict[str, object]:
         async with open_store(url, pool_size=2) as store:
             old_before = await _count(store, "old")
             partitions_before = len(await store.event_partitions())
-            writer = asyncio.create_task(_writer(url, stop, waits))
-            await asyncio.sleep(0.5)  # the writer's first appends, before retention starts
+            warmed = asyncio.Event()
+            writer = asyncio.create_task(_writer(url, stop, waits, warmed))
+            async with asyncio.timeout(30):  # the writer's first appends, before retention
+                await warmed.wait()
             started = time.perf_counter()
             pruned = 0
             while batch := await store.prune_finished(RETENTION_DAYS * 86_400.0):

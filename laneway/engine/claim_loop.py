@@ -107,7 +107,8 @@ class ClaimLoop:
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
         self._token_misses = 0  # claims in a row that found a token there but got nothing
         self._token_checking = False  # a read of the next token's due time is in flight
-        self._presence = Presence(
+        # The heartbeat, the workers row and the leases' renewal and hand-back.
+        self.presence = Presence(
             store,
             registry,
             self._runs,
@@ -315,7 +316,7 @@ class ClaimLoop:
         of the loop has ended (the last heartbeat included), then it removes its row.
         """
         halted = asyncio.Event()
-        await self._presence.beat()
+        await self.presence.beat()
         self._stopping = stopping
         try:
             async with asyncio.TaskGroup() as group:
@@ -324,20 +325,20 @@ class ClaimLoop:
                 self._group = group
                 # Leases are renewed until the hand-back, drain included.
                 heartbeat = group.create_task(
-                    self._presence.heartbeat(halted), name="laneway-heartbeat"
+                    self.presence.heartbeat(halted), name="laneway-heartbeat"
                 )
                 try:
                     await self._loop(group, stopping)
                 finally:
                     try:
-                        await self._presence.drain(self.shutdown_grace_seconds)
+                        await self.presence.drain(self.shutdown_grace_seconds)
                     finally:
                         halted.set()
                         heartbeat.cancel()
-                        await self._presence.hand_back()
+                        await self.presence.hand_back()
         finally:
             self._group = None
-            await self._presence.unregister()
+            await self.presence.unregister()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0
@@ -465,22 +466,6 @@ class ClaimLoop:
                 del self._runs[run.record.instance_id]
             if self._slots_bound:
                 self._wake.set()
-
-    @property
-    def role(self) -> str:
-        """In the workers registry: "serve" or "worker"."""
-        return self._presence.role
-
-    @property
-    def heartbeat_seconds(self) -> float:
-        return self._presence.heartbeat_seconds
-
-    async def beat(self) -> None:
-        await self._presence.beat()
-
-    async def renew(self) -> None:
-        """Renew every lease held here; stop the runs whose lease is gone."""
-        await self._presence.renew()
 
 
 async def _wait(stopping: asyncio.Event, seconds: float) -> None:

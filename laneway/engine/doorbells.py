@@ -40,13 +40,17 @@ class Doorbells:
             if waiting_for and event_id not in self._own:
                 self._undecided.append((event_id, waiting_for))
             else:
-                self.rang(event_id, decide=True)
+                self._decide(event_id)
 
-    def rang(self, event_id: int | None, *, decide: bool = False) -> None:
+    def rang(self, event_id: int | None) -> None:
         """A doorbell came (the last event id of its transaction)."""
+        if event_id is not None and event_id not in self._own and self._in_flight:
+            self._undecided.append((event_id, set(self._in_flight)))
+        else:
+            self._decide(event_id)
+
+    def _decide(self, event_id: int | None) -> None:
         if event_id is not None and event_id in self._own:
             self._own.remove(event_id)  # this process's own write: it woke the loop already
-        elif event_id is not None and self._in_flight and not decide:
-            self._undecided.append((event_id, set(self._in_flight)))
         else:
             self._wake()

@@ -46,16 +46,16 @@ class Presence:
         self._stop_run = stop_run  # (instance id, why): a lease is gone, or the process stops
         self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
         self._owner_id = owner_id
-        self.role = role
+        self._role = role
         self._lease_seconds = lease_seconds
         self._concurrency = concurrency
-        self.heartbeat_seconds = max(lease_seconds / 3.0, 0.05)
+        self._heartbeat_seconds = max(lease_seconds / 3.0, 0.05)
 
     async def heartbeat(self, halted: asyncio.Event) -> None:
         """Renew and beat every heartbeat_seconds until `halted`."""
         while not halted.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.heartbeat_seconds):
+                async with asyncio.timeout(self._heartbeat_seconds):
                     await halted.wait()
             try:
                 await self.renew()
@@ -70,14 +70,14 @@ class Presence:
         try:
             await self._store.heartbeat_worker(
                 owner_id=self._owner_id,
-                role=self.role,
+                role=self._role,
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 workflows=self._registry.names(),
                 versions=self._registry.runs(),
                 running=len(self._runs),
                 concurrency=self._concurrency,
-                heartbeat_seconds=self.heartbeat_seconds,
+                heartbeat_seconds=self._heartbeat_seconds,
             )
         except Exception as exc:
             logger.warning("worker heartbeat failed", extra={"error": str(exc)})

@@ -70,8 +70,12 @@ def _unconfigured() -> bool:
     return not _provider_set
 
 
-def _in_a_span() -> bool:
-    return bool(trace.get_current_span().get_span_context().is_valid)
+def _skipped() -> bool:
+    """Whether `span` makes no span: tracing is off, or no provider is set and there is no
+    current span (such a span would carry no context)."""
+    return not ENABLED or (
+        _unconfigured() and not trace.get_current_span().get_span_context().is_valid
+    )
 
 
 def span(
@@ -81,7 +85,7 @@ def span(
     is recorded on it. Yields the span's own traceparent. When tracing is off: one shared
     no-op context that yields None, as when no tracer provider is set and there is no current
     span (such a span would carry no context)."""
-    if not ENABLED or (_unconfigured() and not _in_a_span()):
+    if _skipped():
         return _OFF
     return _span(name, attributes, None, None, False)
 
@@ -114,7 +118,7 @@ def lazy_span(
     name: str, attributes: Callable[[], Mapping[str, str | int]]
 ) -> contextlib.AbstractContextManager[str | None]:
     """`span`, with attributes built only when a span is made (this runs per operation)."""
-    if not ENABLED or (_unconfigured() and not _in_a_span()):
+    if _skipped():
         return _OFF
     return _span(name, attributes(), None, None, False)
 

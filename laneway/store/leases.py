@@ -246,8 +246,12 @@ class LeaseStore(StoreBase):
                 # A signal kept before its wait, or sent while the wait was being written, is
                 # seen by this statement's snapshot, which comes after the waits' row locks.
                 await self._consume_signals(conn, signal_waits)
-        written = [row for row in rows if not claiming or row["claimed"] is None]
-        claimed = [row["claimed"] for row in rows if claiming and row["claimed"] is not None]
+        if not claiming:
+            return GroupCommit(
+                transitions=[transition_from_row(row) for row in rows], rung=_rung(rows)
+            )
+        written = [row for row in rows if row["claimed"] is None]
+        claimed = [row["claimed"] for row in rows if row["claimed"] is not None]
         return GroupCommit(
             transitions=[transition_from_row(row) for row in written],
             rung=_rung(written),

@@ -395,7 +395,9 @@ async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
     await asyncio.wait_for(entered.wait(), timeout=10)
     run = engine.claim_loop._runs[enqueued.instance_id]
     assert run.settled
-    await engine.claim_loop.renew()  # the instance is completed: the renewal does not hold it
+    await (
+        engine.claim_loop.presence.renew()
+    )  # the instance is completed: the renewal does not hold it
     assert not run.cancelled.is_set()
     gate.set()
     await asyncio.wait_for(tick, timeout=10)
@@ -411,6 +413,6 @@ async def test_a_renewal_stops_a_run_whose_lease_was_taken(store: Store) -> None
     async with store.connection() as conn:  # another owner took it over
         await conn.execute("UPDATE laneway.instances SET owner_id = 'thief'")
     run = engine.claim_loop._runs[enqueued.instance_id]
-    await engine.claim_loop.renew()
+    await engine.claim_loop.presence.renew()
     assert run.cancelled.is_set()
     await asyncio.wait_for(tick, timeout=10)

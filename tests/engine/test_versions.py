@@ -98,7 +98,7 @@ async def test_a_worker_claims_only_the_versions_it_registered(store: Store) -> 
 
 async def test_the_workers_registry_lists_each_processes_versions(store: Store) -> None:
     engine = make_engine(store, versioned("1"), versioned("2"), versioned("1", name="other"))
-    await engine.claim_loop.beat()
+    await engine.claim_loop.presence.beat()
     (worker,) = await engine.workers()
     assert worker.versions == (("other", "1"), ("shipper", "1"), ("shipper", "2"))
     assert worker.workflows == ("other", "shipper")
