@@ -1,9 +1,10 @@
 """One side of the tracing test, run as its own process with the OpenTelemetry SDK and an
 in-memory exporter: `enqueue` (a request span that enqueues `flaky` with one failure, then
-prints the instance id) or `work INSTANCE_ID` (an engine that runs it to completion). Each
+prints the instance id), `graphql` (an enqueueWorkflows mutation through the schema) or
+`work INSTANCE_ID` (an engine that runs it to completion). Each
 prints its finished spans as JSON lines: name, trace and span ids, parent, links, attributes.
 
-Run as `python -m tests.tracing_process enqueue|work [ID]` with TRACING_DATABASE_URL set.
+Run as `python -m tests.tracing_process enqueue|graphql|work [ID]` with TRACING_DATABASE_URL set.
 """
 
 import asyncio
@@ -19,7 +20,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from app.examples import flaky
 from laneway.model import Status
+from laneway.services import open_services
 from laneway.store import open_store
+from tests.api.conftest import executor, make_settings
 from tests.engine.helpers import make_engine, until_status
 
 EXPORTER = InMemorySpanExporter()
@@ -37,6 +40,7 @@ def _dump() -> None:
                     "span_id": f"{context.span_id:016x}",
                     "parent_id": f"{finished.parent.span_id:016x}" if finished.parent else None,
                     "links": [f"{link.context.span_id:016x}" for link in finished.links],
+                    "kind": finished.kind.name,
                     "attributes": dict(finished.attributes or {}),
                 }
             ),
@@ -44,7 +48,29 @@ def _dump() -> None:
         )
 
 
+MUTATION = (
+    "mutation Many($requests: [EnqueueInput!]!) { enqueueWorkflows(requests: $requests)"
+    " { instanceID created } }"
+)
+
+
+async def _graphql() -> None:
+    settings = make_settings(os.environ["TRACING_DATABASE_URL"], engine_enabled=False)
+    async with open_services(settings) as services:
+        run = executor(services)
+        requests = [{"name": "flaky", "params": {"failTimes": 0, "secret": "s"}}] * 2
+        result = await run(MUTATION, requests=requests)
+        assert result.errors is None, result.errors
+        assert result.data is not None
+        for answer in result.data["enqueueWorkflows"]:
+            print(json.dumps({"instance_id": answer["instanceID"]}), flush=True)
+
+
 async def main(role: str, instance: str | None) -> None:
+    if role == "graphql":
+        await _graphql()
+        _dump()
+        return
     async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
         engine = make_engine(store, flaky, poll_interval_seconds=0.05)
         if role == "enqueue":

@@ -114,6 +114,21 @@ def _span(
         yield current_traceparent()
 
 
+def server_span(name: str, attributes: Mapping[str, str]) -> Any | None:
+    """A started SERVER span (a request served; the caller ends it, and makes it current with
+    `current`), or None where `span` makes none."""
+    if _skipped():
+        return None
+    tracer = trace.get_tracer(TRACER_NAME)
+    return tracer.start_span(name, kind=SpanKind.SERVER, attributes=dict(attributes))
+
+
+def current(started: Any) -> contextlib.AbstractContextManager[Any]:
+    """`started` (a server_span) as the current span for the block, not ended by it; an
+    exception leaving the block is recorded on it."""
+    return trace.use_span(started, end_on_exit=False)
+
+
 def lazy_span(
     name: str, attributes: Callable[[], Mapping[str, str | int]]
 ) -> contextlib.AbstractContextManager[str | None]:

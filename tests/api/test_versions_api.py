@@ -11,6 +11,7 @@ ENQUEUE = """mutation ($version: String) {
 }"""
 STATUS = """query ($id: ID!) { workflowInstance(instanceID: $id) {
   version waitingReason { code message } } }"""
+WAITING = "query ($id: ID!) { workflowInstance(instanceID: $id) { status } }"
 PREFLIGHT = """query ($workflows: [WorkflowSpecInput!]!) {
   deployPreflight(workflows: $workflows) { name version reason detail count sampleIDs }
 }"""
@@ -60,7 +61,15 @@ async def test_versions_over_graphql(database_url: str) -> None:
         assert unknown["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
         assert "no version '3'" in unknown["errors"][0]["message"]
 
-        # Both in flight (waiting for `go`). Dropping v1 would strand the pinned one.
+        async def both_waiting() -> bool:
+            for instance in (newest, pinned):
+                found = await _data(server, WAITING, id=instance)
+                if found["workflowInstance"]["status"] != "waiting":
+                    return False
+            return True
+
+        # Both in flight (waiting for `go`, past `start`). Dropping v1 would strand the pinned one.
+        await wait_until(both_waiting)
         assert (await _data(server, PREFLIGHT, workflows=[V1, V2]))["deployPreflight"] == []
         (finding,) = (await _data(server, PREFLIGHT, workflows=[V2]))["deployPreflight"]
         assert finding == {

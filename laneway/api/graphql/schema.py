@@ -37,6 +37,7 @@ from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
+from laneway.api.graphql.spans import OperationSpans
 from laneway.api.graphql.subscription import LanewaySubscription
 from laneway.engine import tracing
 
@@ -125,11 +126,9 @@ def schema_extensions() -> list[Extension]:
         ErrorCodes,
     ]
     if tracing.ENABLED:
-        # Strawberry's own extension: a span per operation (and per resolver that is not a
-        # plain attribute), so an enqueueWorkflow's span is the parent of the instance's steps.
-        from strawberry.extensions.tracing import OpenTelemetryExtension
-
-        extensions.append(OpenTelemetryExtension)
+        # A span per operation, current while it executes, so an enqueueWorkflow's span is
+        # the parent of the instance's steps (spans.py).
+        extensions.append(OperationSpans)
     return extensions
 
 

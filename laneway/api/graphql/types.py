@@ -263,14 +263,19 @@ class EnqueueResult:
 
     instance_id: strawberry.ID = strawberry.field(name="instanceID")
     created: bool
-    instance: WorkflowInstanceStatus
+    record: strawberry.Private[InstanceRecord]
+
+    @strawberry.field
+    def instance(self) -> WorkflowInstanceStatus:
+        # Built when selected: a batch of 1,000 that asks only for ids builds none.
+        return WorkflowInstanceStatus.from_record(self.record)
 
     @classmethod
     def from_record(cls, record: EnqueueRecord) -> Self:
         return cls(
             instance_id=strawberry.ID(str(record.instance_id)),
             created=record.created,
-            instance=WorkflowInstanceStatus.from_record(record.instance),
+            record=record.instance,
         )
 
 
