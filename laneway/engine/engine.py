@@ -453,10 +453,7 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         return self._ready
 
     async def _after_terminal(self, transition: Transition) -> None:
-        if not any(
-            self.registry.get(transition.name, version).on_terminal is not None
-            for version in self.registry.versions(transition.name)
-        ):
+        if not self.registry.has_terminal_hook(transition.name):
             return
         record = await self.store.get_instance(transition.instance_id)
         if record is not None:

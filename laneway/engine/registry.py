@@ -116,6 +116,11 @@ class WorkflowRegistry:
         """The versions of `name` registered here, newest first (none: [])."""
         return sorted(self._workflows.get(name, {}), key=version_order, reverse=True)
 
+    def has_terminal_hook(self, name: str) -> bool:
+        """Whether any version of `name` here has an on_terminal hook (asked as each instance
+        ends: no sorting of versions)."""
+        return any(w.on_terminal is not None for w in self._workflows.get(name, {}).values())
+
     def names(self) -> list[str]:
         return sorted(self._workflows)
 

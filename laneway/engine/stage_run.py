@@ -385,9 +385,10 @@ class _StageRun:
         self._settle(position, SKIPPED)
 
     def _settle(self, position: int, status: str) -> None:
+        # Counted for the stage's report, which is made when the stage ends: a report is read
+        # only by the step's own write (runner._call_handler), so one per operation was waste.
         if position < FIX_POSITION_BASE:
             self._settled[position] = status
-            self._report()
 
     def _span_attributes(self, operation: Operation, attempt: int) -> dict[str, str | int]:
         return {
