@@ -917,7 +917,7 @@ AS $$
 BEGIN
     RETURN QUERY
     SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
-           w.checkpoint, laneway.drawn_event_id(), NULL::laneway.instances
+           w.checkpoint, (SELECT laneway.drawn_event_id()), NULL::laneway.instances
       FROM laneway.write_runner_batch(
                p_owner, p_lease_seconds, p_events_lock_key, p_checkpoint_ids,
                p_checkpoint_states, p_checkpoint_next_actions, p_checkpoint_next_params,
@@ -935,7 +935,7 @@ BEGIN
     IF p_limit > 0 AND cardinality(p_names) > 0 THEN
         RETURN QUERY
         SELECT NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
-               NULL::text, NULL::text, laneway.drawn_event_id(), c
+               NULL::text, NULL::text, (SELECT laneway.drawn_event_id()), c
           FROM laneway.claim(p_owner, p_names, p_limit, p_lease_seconds, p_events_lock_key) AS c;
     END IF;
 END;
