@@ -8,8 +8,8 @@ The defaults (3 rounds of 11 contestants, 10,000 jobs, 200 latency samples) take
 estimated 15 minutes on the 2-core reference machine with nothing else running (from the
 rates of the last full run and smoke runs' fixed costs): about 20 s per
 contestant and round for Laneway's and PgQueuer's (10 s of it the latency samples), DBOS
-1-step about 75 s, and DBOS 3-step (10,000 workflows at 70-80/s, not a default; add it with
---contestants) would add about 8 minutes more.
+1-step about 50 s (its runs take at most DBOS_COUNT, 3,000, jobs: it processes ~100/s), and
+DBOS 3-step (not a default; add it with --contestants) about 3 minutes more.
 
 Contestants: Laneway's handler maps of 1 and 3 steps uncapped (Settings() defaults, queue
 concurrency 100) and on a queue of concurrency 10 (-c10, the shape of a lane), and two
@@ -115,12 +115,21 @@ class Contestant:
     system: str
     variant: str
     default: bool = True
+    # At most this many jobs a run (None: --count). DBOS runs ~100 jobs/s here: 3,000 of
+    # them measure its rates as well as 10,000, in a third of the time (the default run kept
+    # under 20 minutes on a slow hour of the shared box).
+    max_count: int | None = None
 
     @property
     def peer(self) -> bool:
         return SYSTEMS[self.system].peer
 
+    def count(self, options: "Options") -> int:
+        """The jobs of each of this contestant's runs."""
+        return min(options.count, self.max_count or options.count)
 
+
+DBOS_COUNT = 3_000  # jobs per DBOS run (see Contestant.max_count)
 CONTESTANTS = {
     c.key: c
     for c in (
@@ -157,15 +166,18 @@ CONTESTANTS = {
             "defaults",
             default=False,
         ),
-        Contestant("dbos-1", "DBOS 1-step", "dbos", "one-step"),
+        Contestant("dbos-1", "DBOS 1-step", "dbos", "one-step", max_count=DBOS_COUNT),
         # 8 of a default run's minutes by itself; the targets do not compare it.
-        Contestant("dbos-3", "DBOS 3-step", "dbos", "three-step", default=False),
+        Contestant(
+            "dbos-3", "DBOS 3-step", "dbos", "three-step", default=False, max_count=DBOS_COUNT
+        ),
         Contestant(
             "dbos-1-wc100",
             "DBOS 1-step worker_concurrency=100",
             "dbos",
             "one-step-wc100",
             default=False,
+            max_count=DBOS_COUNT,
         ),
     )
 }
@@ -256,7 +268,7 @@ async def run_phase(
         "--variant",
         contestant.variant,
         "--count",
-        str(options.count),
+        str(contestant.count(options)),
         "--samples",
         str(options.samples),
         "--spacing-ms",
@@ -375,7 +387,7 @@ async def contestant_round(
         phase, figure = fill
         answer = await run_phase(options, contestant, phase, url, setup=True)
         if figure is not None:
-            rate = options.count / number(answer, "seconds")
+            rate = contestant.count(options) / number(answer, "seconds")
             results.add(figure, system.name, rate)
             notes.append(f"{phase} {rate:,.0f}/s")
         await server.settle(name)
@@ -383,15 +395,16 @@ async def contestant_round(
         answer = await run_phase(options, contestant, "process", url, setup=False)
         await server.settle(name)
         after = await server.commits(name)
-    processed = options.count / number(answer, "seconds")
-    commits = (after - before - number(answer, "monitor_transactions")) / options.count
+    count = contestant.count(options)
+    processed = count / number(answer, "seconds")
+    commits = (after - before - number(answer, "monitor_transactions")) / count
     results.add("processed", contestant.label, processed)
     results.add("commits", contestant.label, commits)
     notes += [f"processed {processed:,.0f}/s", f"commits/instance {commits:.2f}"]
     if extra_batch:
         async with server.database(contestant.key) as (_, url):
             answer = await run_phase(options, contestant, "enqueue-batch", url, setup=True)
-        rate = options.count / number(answer, "seconds")
+        rate = count / number(answer, "seconds")
         results.add("enqueue_batch", system.name, rate)
         notes.append(f"enqueue-batch {rate:,.0f}/s")
     if graphql:
@@ -422,7 +435,7 @@ async def graphql_round(
         if isinstance(why, str):
             results.missing["enqueue_graphql"] = f"the service has no enqueueWorkflows ({why})"
             return "enqueue-graphql missing"
-        rate = options.count / number(answer, "seconds")
+        rate = contestant.count(options) / number(answer, "seconds")
     except (RuntimeError, TimeoutError, ValueError) as error:
         results.failures.append(f"{contestant.key} enqueue-graphql: {error}")
         return "enqueue-graphql FAILED"
@@ -621,7 +634,8 @@ def report(
         f"Python {host['python']}, {host['os']}; PostgreSQL on the same machine"
     )
     sizes = (
-        f"{args.rounds} rounds, {args.count:,} jobs per processing run, "
+        f"{args.rounds} rounds, {args.count:,} jobs per processing run "
+        f"(DBOS {min(args.count, DBOS_COUNT):,}), "
         f"{args.samples} latency samples {args.spacing_ms:g} ms apart (±50 %); "
         f"{minutes:.1f} minutes"
     )
