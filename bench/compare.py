@@ -124,9 +124,9 @@ class Contestant:
     def peer(self) -> bool:
         return SYSTEMS[self.system].peer
 
-    def count(self, options: "Options") -> int:
-        """The jobs of each of this contestant's runs."""
-        return min(options.count, self.max_count or options.count)
+    def jobs(self, count: int) -> int:
+        """The jobs of each of this contestant's runs, given --count."""
+        return min(count, self.max_count or count)
 
 
 DBOS_COUNT = 3_000  # jobs per DBOS run (see Contestant.max_count)
@@ -268,7 +268,7 @@ async def run_phase(
         "--variant",
         contestant.variant,
         "--count",
-        str(contestant.count(options)),
+        str(contestant.jobs(options.count)),
         "--samples",
         str(options.samples),
         "--spacing-ms",
@@ -387,7 +387,7 @@ async def contestant_round(
         phase, figure = fill
         answer = await run_phase(options, contestant, phase, url, setup=True)
         if figure is not None:
-            rate = contestant.count(options) / number(answer, "seconds")
+            rate = contestant.jobs(options.count) / number(answer, "seconds")
             results.add(figure, system.name, rate)
             notes.append(f"{phase} {rate:,.0f}/s")
         await server.settle(name)
@@ -395,7 +395,7 @@ async def contestant_round(
         answer = await run_phase(options, contestant, "process", url, setup=False)
         await server.settle(name)
         after = await server.commits(name)
-    count = contestant.count(options)
+    count = contestant.jobs(options.count)
     processed = count / number(answer, "seconds")
     commits = (after - before - number(answer, "monitor_transactions")) / count
     results.add("processed", contestant.label, processed)
@@ -435,7 +435,7 @@ async def graphql_round(
         if isinstance(why, str):
             results.missing["enqueue_graphql"] = f"the service has no enqueueWorkflows ({why})"
             return "enqueue-graphql missing"
-        rate = contestant.count(options) / number(answer, "seconds")
+        rate = contestant.jobs(options.count) / number(answer, "seconds")
     except (RuntimeError, TimeoutError, ValueError) as error:
         results.failures.append(f"{contestant.key} enqueue-graphql: {error}")
         return "enqueue-graphql FAILED"
@@ -633,9 +633,16 @@ def report(
         f"{host['nproc']} cores ({host['cpu']}), {host['memory']} memory, "
         f"Python {host['python']}, {host['os']}; PostgreSQL on the same machine"
     )
+    fewer = sorted(
+        {
+            f"{SYSTEMS[c.system].name} {c.jobs(args.count):,}"
+            for key in args.contestants
+            if (c := CONTESTANTS[key]).jobs(args.count) < args.count
+        }
+    )
     sizes = (
-        f"{args.rounds} rounds, {args.count:,} jobs per processing run "
-        f"(DBOS {min(args.count, DBOS_COUNT):,}), "
+        f"{args.rounds} rounds, {args.count:,} jobs per processing run"
+        f"{' (' + ', '.join(fewer) + ')' if fewer else ''}, "
         f"{args.samples} latency samples {args.spacing_ms:g} ms apart (±50 %); "
         f"{minutes:.1f} minutes"
     )

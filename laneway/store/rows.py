@@ -48,10 +48,12 @@ def _slot_setter(name: str) -> _SlotSetter:
     return setter
 
 
+_ALL_SLOTS = tuple(
+    (field.name, _slot_setter(field.name)) for field in dataclasses.fields(InstanceRecord)
+)
+# A row's columns but status and state, which are converted (instance_from_row).
 _INSTANCE_SLOTS = tuple(
-    (field.name, _slot_setter(field.name))
-    for field in dataclasses.fields(InstanceRecord)
-    if field.name not in {"status", "state"}
+    (name, setter) for name, setter in _ALL_SLOTS if name not in {"status", "state"}
 )
 _set_status, _set_state = _slot_setter("status"), _slot_setter("state")
 
@@ -87,11 +89,6 @@ def jsonb_value(text: str) -> Any:
     in jsonb's order (shorter first, then bytewise), so a record built from what was written
     reads the same as the row read back."""
     return _JSONB_DECODER.decode(text)
-
-
-_ALL_SLOTS = tuple(
-    (field.name, _slot_setter(field.name)) for field in dataclasses.fields(InstanceRecord)
-)
 
 
 def new_instance_record(new: NewInstance, row: Row | Mapping[str, Any]) -> InstanceRecord:

@@ -395,9 +395,8 @@ async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
     await asyncio.wait_for(entered.wait(), timeout=10)
     run = engine.claim_loop._runs[enqueued.instance_id]
     assert run.settled
-    await (
-        engine.claim_loop.presence.renew()
-    )  # the instance is completed: the renewal does not hold it
+    # The instance is completed: the renewal does not hold it.
+    await engine.claim_loop.presence.renew()
     assert not run.cancelled.is_set()
     gate.set()
     await asyncio.wait_for(tick, timeout=10)
