@@ -73,9 +73,16 @@ class FakeTools:
     async def finished_operations(self) -> list[OperationRecord]:
         return list(self.operations)
 
-    async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
-        encode_json(operation.data, what="operation data")
-        encode_json(operation.metadata, what="operation metadata")
+    async def record_operation(
+        self,
+        operation: OperationRecord,
+        *,
+        seconds: float,
+        encoded: tuple[str, str] | None = None,
+    ) -> None:
+        if encoded is None:
+            encode_json(operation.data, what="operation data")
+            encode_json(operation.metadata, what="operation metadata")
         now = datetime.now(UTC)
         recorded = replace(operation, started_at=now - timedelta(seconds=seconds), finished_at=now)
         key = (operation.stage, operation.position)

@@ -132,9 +132,16 @@ class InstanceTools(Protocol):
         """The operation outcomes recorded for this instance so far."""
         ...
 
-    async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
+    async def record_operation(
+        self,
+        operation: OperationRecord,
+        *,
+        seconds: float,
+        encoded: tuple[str, str] | None = None,
+    ) -> None:
         """Record one finished operation: kept until the instance's next write carries it, or
-        written soon after on its own (write_operations)."""
+        written soon after on its own (write_operations). `encoded`: its data and metadata
+        as JSON text already (else they are encoded here)."""
         ...
 
     async def write_operations(self) -> None:

@@ -103,22 +103,35 @@ class RunnerTools:
             self._finished = {(row.stage, row.position): row for row in rows}
         return list(self._finished.values())
 
-    async def record_operation(self, operation: OperationRecord, *, seconds: float) -> None:
+    async def record_operation(
+        self,
+        operation: OperationRecord,
+        *,
+        seconds: float,
+        encoded: tuple[str, str] | None = None,
+    ) -> None:
+        if encoded is None:
+            encoded = (
+                encode_json(operation.data, what="operation data"),
+                encode_json(operation.metadata, what="operation metadata"),
+            )
+        finished_at = time.monotonic()
         self._unwritten.append(
             OperationOutcome(
                 record=operation,
-                data_json=encode_json(operation.data, what="operation data"),
-                metadata_json=encode_json(operation.metadata, what="operation metadata"),
+                data_json=encoded[0],
+                metadata_json=encoded[1],
                 seconds=seconds,
-                finished_at=time.monotonic(),
+                finished_at=finished_at,
             )
         )
         if self._finished is not None:
             self._finished[(operation.stage, operation.position)] = operation
         self._observer.operation_finished(self._name, operation.type, operation.status, seconds)
         if self._timer is None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(OPERATION_WRITE_DELAY_SECONDS, self._write_later)
+            self._timer = asyncio.get_running_loop().call_at(
+                finished_at + OPERATION_WRITE_DELAY_SECONDS, self._write_later
+            )
 
     async def write_operations(self) -> None:
         """Write the outcomes kept so far now (raises LeaseLostError when the lease is gone)."""
@@ -137,23 +150,27 @@ class RunnerTools:
             self._unwritten[:0] = outcomes  # the step's own write carries them, or fails too
             raise
 
-    async def carried_by(self, write: StepWrite) -> StepWrite:
-        """The step's write with the outcomes not written yet (after a write of them that is
-        in flight, which must not come after the step's)."""
+    async def carried(self) -> tuple[OperationOutcome, ...]:
+        """The outcomes not written yet, for the step's own write to carry (after a write of
+        them that is in flight, which must not come after the step's)."""
         if self._writing is not None:
             await asyncio.wait([self._writing])
-        outcomes = self._take()
-        return dataclasses.replace(write, operations=outcomes) if outcomes else write
+        return self._take()
 
     def _take(self) -> tuple[OperationOutcome, ...]:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        # The timer stays armed: when it fires it looks at what is unwritten then (one timer
+        # per instance's burst of operations, not one set and cancelled per operation).
         outcomes, self._unwritten = tuple(self._unwritten), []
         return outcomes
 
     def _write_later(self) -> None:
         self._timer = None
+        if not self._unwritten:
+            return
+        due = self._unwritten[0].finished_at + OPERATION_WRITE_DELAY_SECONDS
+        if due > time.monotonic():  # the oldest came after the timer was set: wait for it
+            self._timer = asyncio.get_running_loop().call_at(due, self._write_later)
+            return
         self._writing = asyncio.create_task(self._write_in_background())
 
     async def _write_in_background(self) -> None:
@@ -240,7 +257,7 @@ async def run_instance(
         started = time.perf_counter()
         with tracing.step_span(record, workflow.name, action, attempt) as traced:
             try:
-                write = await _call_handler(ctx, workflow, action, record.lease_epoch)
+                write = await _call_handler(ctx, workflow, action, record.lease_epoch, tools)
             except LeaseLostError:
                 return None
             if isinstance(write, FailWrite):
@@ -253,7 +270,6 @@ async def run_instance(
         if faults.ARMED and parked:
             await faults.hit("pause_transition")
         try:
-            write = await tools.carried_by(write)
             transition = await committer.write(write)
         except LeaseLostError:
             logger.info(
@@ -323,14 +339,17 @@ def _check_actions(workflow: Workflow, action: str, *names: str | None) -> None:
 
 
 async def _call_handler(
-    ctx: HandlerContext, workflow: Workflow, action: str, epoch: int
+    ctx: HandlerContext, workflow: Workflow, action: str, epoch: int, tools: RunnerTools
 ) -> StepWrite:
-    """Call one handler and turn its outcome into the write (fenced by `epoch`) that records it."""
+    """Call one handler and turn its outcome into the write (fenced by `epoch`) that records it,
+    with the operation outcomes it recorded that are not written yet."""
     handler = workflow.handlers.get(action)
+    operations: tuple[OperationOutcome, ...] = ()
     try:
         if handler is None:
             raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
         step = await handler(ctx, ctx.params)
+        operations = await tools.carried()
         workflow.check_state(ctx.state)
         if isinstance(step, Next | Pause | Sleep | WaitForSignal):
             next_action, next_params, on_timeout = _continuation(step)
@@ -350,6 +369,7 @@ async def _call_handler(
                 stage=ctx.stage,
                 pause_label=step.label if isinstance(step, Pause) else None,
                 wait_json=None if wait is None else encode_json(wait, what="wait"),
+                operations=operations,
             )
         if isinstance(step, Done):
             return CompleteWrite(
@@ -360,6 +380,7 @@ async def _call_handler(
                 state_json=encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES),
                 stage=ctx.stage,
                 message=ctx.message,
+                operations=operations,
             )
         raise InvalidInputError(
             f"handler {action!r} returned {type(step).__name__}; "
@@ -371,6 +392,9 @@ async def _call_handler(
         # A handler's exception is data: a failed attempt, recorded (type, message, traceback)
         # and retried by policy; logged once its outcome is known (_log_failure).
         failure = failure_of(exc)
+        # Taken here too when the handler raised, or its step was refused after they were
+        # taken: an operation that completed keeps its row whatever the step's outcome.
+        operations += await tools.carried()
         return FailWrite(
             instance_id=ctx.instance_id,
             attempt=ctx.attempt,
@@ -383,6 +407,7 @@ async def _call_handler(
             traceback=failure.traceback,
             stage=failure.stage or ctx.stage,
             operation=failure.operation,
+            operations=operations,
         )
 
 

@@ -41,7 +41,6 @@ from laneway.engine.template import (
     merge_context,
     operation_id_for,
     stage_message,
-    stage_progress,
     step_after_stage,
 )
 from laneway.errors import InvalidInputError
@@ -53,6 +52,9 @@ FIX_POSITION_BASE = 1000
 """Rows of fix operations sit at positions 1000 + i, apart from the stage's own 0 + i."""
 
 MAX_REASON_CHARS = 2000
+
+_NO_DATA = ("null", "null")
+"""The data and metadata texts of a failure that has neither."""
 
 
 class StageFailedError(PermanentFailure):
@@ -119,8 +121,10 @@ class _StageRun:
             context = dict(initial)
         if int(state.get("stages_done") or 0) > self._index:
             return await self._finish(context)
-        self._report()
         stage = self._stage
+        # The stage's progress and status line are reported when it ends (only a checkpoint
+        # saves a report); from here on, a failure is this stage's.
+        self._ctx.report(stage=stage.name)
         if stage.condition is not None and not stage.condition(MappingProxyType(context)):
             for position, operation in enumerate(stage.operations):
                 await self._record_skipped(operation, position, "stage condition is false")
@@ -308,7 +312,9 @@ class _StageRun:
         handler = self._operations.get(operation.type)
         started = time.monotonic()
         attempts = 0
-        result = failed(f"no handler registered for operation type {operation.type!r}")
+        encoded = _NO_DATA
+        if handler is None:
+            result = failed(f"no handler registered for operation type {operation.type!r}")
         while handler is not None and attempts < operation.max_attempts:
             if attempts:
                 await asyncio.sleep(operation.retry_delay_ms(attempts) / 1000.0)
@@ -329,7 +335,7 @@ class _StageRun:
                 f"laneway.operation {operation.type}",
                 functools.partial(self._span_attributes, operation, attempts),
             ):
-                result = await _attempt(handler, operation_ctx, operation.timeout_seconds)
+                result, encoded = await _attempt(handler, operation_ctx, operation.timeout_seconds)
                 if not result.is_completed:
                     tracing.mark_failed(result.reason or result.status)
             if result.is_completed:
@@ -350,7 +356,9 @@ class _StageRun:
         )
         # Recorded as it finishes, written with the stage's next write or on its own soon
         # after (runner.RunnerTools): a crash later in the stage keeps this outcome.
-        await self._tools.record_operation(record, seconds=time.monotonic() - started)
+        await self._tools.record_operation(
+            record, seconds=time.monotonic() - started, encoded=encoded
+        )
         if not result.is_completed:
             logger.info(
                 "operation failed",
@@ -399,18 +407,6 @@ class _StageRun:
             "laneway.attempt": attempt,
         }
 
-    def _report(self) -> None:
-        # Kept on the context and saved with the stage's checkpoint (the runner persists
-        # reports only at checkpoints).
-        count = len(self._stage.operations)
-        self._ctx.report(
-            stage=self._stage.name,
-            progress=stage_progress(
-                self._index, len(self._template.stages), len(self._settled), count
-            ),
-            message=self._message(),
-        )
-
     def _message(self) -> str:
         return stage_message(
             self._stage.name, self._settled.values(), len(self._stage.operations), self._fix_cycle
@@ -419,31 +415,35 @@ class _StageRun:
 
 async def _attempt(
     handler: OperationHandler, ctx: OperationContext, timeout_seconds: float
-) -> OperationResult:
-    """Call a handler once; an exception, a timeout or a bad return value is a failure."""
+) -> tuple[OperationResult, tuple[str, str]]:
+    """Call a handler once; an exception, a timeout or a bad return value is a failure. With
+    the outcome, its row's data and metadata as JSON text: checked here, so that a value that
+    is not JSON fails the attempt, and then written as they are."""
     scope = asyncio.timeout(timeout_seconds)
     try:
         async with scope:
             result: object = await handler(ctx)
     except TimeoutError as exc:
         if scope.expired():
-            return failed(f"timed out after {timeout_seconds:g}s")
-        return failed(_reason(exc))
+            return failed(f"timed out after {timeout_seconds:g}s"), _NO_DATA
+        return failed(_reason(exc)), _NO_DATA
     except Exception as exc:  # the operation's own error is its failure reason
-        return failed(_reason(exc))
+        return failed(_reason(exc)), _NO_DATA
     if not isinstance(result, OperationResult):
         return failed(
             f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
-        )
+        ), _NO_DATA
     try:
-        encode_json(result.metadata, what="operation metadata")
-        if result.is_completed:
-            encode_json(result.data, what="operation data")
+        metadata = encode_json(result.metadata, what="operation metadata")
+        data = encode_json(result.data, what="operation data") if result.is_completed else "null"
     except InvalidInputError as exc:
-        return failed(str(exc))
+        return failed(str(exc)), _NO_DATA
     if not result.is_completed:
-        return failed((result.reason or "failed")[:MAX_REASON_CHARS], result.metadata)
-    return result
+        return failed((result.reason or "failed")[:MAX_REASON_CHARS], result.metadata), (
+            data,
+            metadata,
+        )
+    return result, (data, metadata)
 
 
 def _reason(exc: BaseException) -> str:

@@ -314,11 +314,15 @@ def step_after_stage(
     stages = template.stages
     following = stages[index + 1].name if index + 1 < len(stages) else stages[index].name
     if ran:
-        view = MappingProxyType(dict(context))
+        view: Mapping[str, JSONValue] | None = None  # made once, when a condition asks
         for checkpoint in template.checkpoints:
-            if checkpoint.after_stage == stages[index].name and (
-                checkpoint.condition is None or checkpoint.condition(view)
-            ):
+            if checkpoint.after_stage != stages[index].name:
+                continue
+            if checkpoint.condition is None:
+                return checkpoint.pause(following)
+            if view is None:
+                view = MappingProxyType(dict(context))
+            if checkpoint.condition(view):
                 return checkpoint.pause(following)
     return Next(following)
 

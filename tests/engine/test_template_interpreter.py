@@ -595,6 +595,59 @@ async def test_non_critical_failures_are_recorded_and_the_stage_goes_on(store: S
     assert rows["enrich", 3].attempts == 0
 
 
+async def test_an_outcome_that_is_not_json_fails_its_attempt_and_is_retried(
+    store: Store,
+) -> None:
+    calls: list[OperationContext] = []
+
+    async def sloppy(ctx: OperationContext) -> OperationResult:
+        calls.append(ctx)
+        if ctx.attempt == 1:
+            return completed({"when": {1, 2}})
+        if ctx.attempt == 2:
+            return completed({"n": float("nan")})
+        return completed({"n": 1}, metadata={"attempt": ctx.attempt})
+
+    async def bad_metadata(ctx: OperationContext) -> OperationResult:
+        return failed("refused", metadata={"bytes": b"\x00"})
+
+    template = Template(
+        type="sloppy",
+        stages=[
+            Stage(
+                name="s",
+                operations=[
+                    fast("sloppy"),
+                    fast("bad_metadata", critical=False, max_attempts=1),
+                ],
+            )
+        ],
+        retry=NO_RETRY,
+    )
+    operations = OperationRegistry({"sloppy": sloppy, "bad_metadata": bad_metadata})
+    engine = make_engine(store, compile_template(template, operations))
+    enqueued = await engine.enqueue("sloppy")
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    assert [c.attempt for c in calls] == [1, 2, 3]
+    rows = by_slot(await engine.operations(enqueued.instance_id))
+    first = rows["s", 0]
+    assert (first.status, first.attempts, first.data, first.metadata) == (
+        "completed",
+        3,
+        {"n": 1},
+        {"attempt": 3},
+    )
+    second = rows["s", 1]
+    assert second.status == "failed"
+    assert second.error is not None
+    assert second.error.startswith("operation metadata must be JSON")
+    assert (second.data, second.metadata) == (None, None)
+    assert done.result == {"context": {"n": 1}}
+
+
 async def test_critical_failure_fails_the_instance_and_later_stages_never_run(
     store: Store,
 ) -> None:
