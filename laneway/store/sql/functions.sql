@@ -593,7 +593,7 @@ END;
 $$;
 
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
--- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021).
+-- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021; answers 0026).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
@@ -827,11 +827,14 @@ BEGIN
         HAVING count(*) > 0
     )
     -- An instance with operation rows and no other write here answers as it was (running);
-    -- its rows come first, so a caller keying by instance keeps the write's row after them.
+    -- one whose step's write carries them answers with that write's row alone (0026).
     SELECT i.instance_id, i.name, i.queue, i.status, i.attempts, NULL::text, i.stage,
            i.checkpoint
       FROM laneway.instances AS i
-     WHERE i.instance_id = ANY(ARRAY(SELECT DISTINCT o.instance_id FROM operated AS o))
+     WHERE i.instance_id = ANY(ARRAY(SELECT DISTINCT o.instance_id FROM operated AS o
+                                      WHERE o.instance_id <> ALL($4)
+                                        AND o.instance_id <> ALL($14)
+                                        AND o.instance_id <> ALL($18)))
        AND (SELECT count(a.last_event_id) FROM appended AS a) >= 0
     UNION ALL
     SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
