@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from laneway.engine import tracing
+from laneway.engine import time_limit, tracing
 from laneway.engine.context import (
     Done,
     HandlerContext,
@@ -419,14 +419,10 @@ async def _attempt(
     """Call a handler once; an exception, a timeout or a bad return value is a failure. With
     the outcome, its row's data and metadata as JSON text: checked here, so that a value that
     is not JSON fails the attempt, and then written as they are."""
-    scope = asyncio.timeout(timeout_seconds)
     try:
-        async with scope:
-            result: object = await handler(ctx)
-    except TimeoutError as exc:
-        if scope.expired():
-            return failed(f"timed out after {timeout_seconds:g}s"), _NO_DATA
-        return failed(_reason(exc)), _NO_DATA
+        result: object = await time_limit.within(handler(ctx), timeout_seconds)
+    except time_limit.TimeLimitExceededError:
+        return failed(f"timed out after {timeout_seconds:g}s"), _NO_DATA
     except Exception as exc:  # the operation's own error is its failure reason
         return failed(_reason(exc)), _NO_DATA
     if not isinstance(result, OperationResult):
