@@ -66,6 +66,29 @@ async def test_a_graphql_operation_is_the_parent_of_its_enqueues(database_url: s
     assert {span["name"] for span in spans} == {"mutation Many", "laneway.enqueue_many"}
 
 
+async def test_a_templates_operations_are_spans_of_their_stages_step(database_url: str) -> None:
+    lines = await _side(database_url, "template")
+    (instance_id,) = [line["instance_id"] for line in lines if "instance_id" in line]
+    spans = [line for line in lines if "name" in line]
+    steps = {s["name"]: s for s in spans if s["name"].startswith("laneway.step traced.")}
+    assert set(steps) == {"laneway.step traced.fan", "laneway.step traced.last"}
+    operations = {s["name"]: s for s in spans if s["name"].startswith("laneway.operation ")}
+    assert set(operations) == {"laneway.operation a", "laneway.operation b", "laneway.operation c"}
+    for name, stage in (("a", "fan"), ("b", "fan"), ("c", "last")):
+        operation = operations[f"laneway.operation {name}"]
+        step = steps[f"laneway.step traced.{stage}"]
+        # Parallel ones run in tasks of their own, in copies of the step's context.
+        assert operation["parent_id"] == step["span_id"]
+        assert operation["trace_id"] == step["trace_id"]
+        assert operation["attributes"] == {
+            "laneway.workflow": "traced",
+            "laneway.instance_id": instance_id,
+            "laneway.stage": stage,
+            "laneway.operation": name,
+            "laneway.attempt": 1,
+        }
+
+
 async def test_without_the_extra_tracing_is_off_and_costs_one_test() -> None:
     script = (
         "import sys; sys.modules['opentelemetry'] = None\n"  # as if the extra were not installed

@@ -1,10 +1,12 @@
 """One side of the tracing test, run as its own process with the OpenTelemetry SDK and an
 in-memory exporter: `enqueue` (a request span that enqueues `flaky` with one failure, then
-prints the instance id), `graphql` (an enqueueWorkflows mutation through the schema) or
+prints the instance id), `graphql` (an enqueueWorkflows mutation through the schema),
+`template` (a template instance enqueued under a request span and run here) or
 `work INSTANCE_ID` (an engine that runs it to completion). Each
 prints its finished spans as JSON lines: name, trace and span ids, parent, links, attributes.
 
-Run as `python -m tests.tracing_process enqueue|graphql|work [ID]` with TRACING_DATABASE_URL set.
+Run as `python -m tests.tracing_process enqueue|graphql|template|work [ID]` with
+TRACING_DATABASE_URL set.
 """
 
 import asyncio
@@ -19,6 +21,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.examples import flaky
+from laneway import (
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
+    Stage,
+    Template,
+    compile_template,
+    completed,
+)
 from laneway.model import Status
 from laneway.services import open_services
 from laneway.store import open_store
@@ -66,7 +78,38 @@ async def _graphql() -> None:
             print(json.dumps({"instance_id": answer["instanceID"]}), flush=True)
 
 
+async def _noted(ctx: OperationContext) -> OperationResult:
+    await asyncio.sleep(0)
+    return completed({ctx.operation_type: ctx.attempt})
+
+
+TRACED_TEMPLATE = compile_template(
+    Template(
+        type="traced",
+        stages=[
+            Stage(name="fan", parallel=True, operations=[Operation(type="a"), Operation(type="b")]),
+            Stage(name="last", operations=[Operation(type="c")]),
+        ],
+    ),
+    OperationRegistry({"a": _noted, "b": _noted, "c": _noted}),
+)
+
+
+async def _template() -> None:
+    async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
+        engine = make_engine(store, TRACED_TEMPLATE, poll_interval_seconds=0.05)
+        with trace.get_tracer("test").start_as_current_span("request"):
+            enqueued = await engine.enqueue("traced", {})
+        async with engine.running():
+            await until_status(store, enqueued.instance_id, Status.COMPLETED, timeout=30)
+        print(json.dumps({"instance_id": str(enqueued.instance_id)}), flush=True)
+
+
 async def main(role: str, instance: str | None) -> None:
+    if role == "template":
+        await _template()
+        _dump()
+        return
     if role == "graphql":
         await _graphql()
         _dump()

@@ -106,6 +106,8 @@ class _StageRun:
         self._tools: InstanceTools = ctx.require_tools()
         self._settled: dict[int, str] = {}
         self._fix_cycle = 0
+        # Asked once: the stage's operations run in its context (parallel ones in copies).
+        self._spans = tracing.spans_made()
 
     async def run(self, params: JSONValue) -> Step:
         state = self._ctx.state
@@ -331,9 +333,13 @@ class _StageRun:
                 workflow_type=self._template.type,
                 cancelled=ctx.cancelled,
             )
-            with tracing.lazy_span(
-                f"laneway.operation {operation.type}",
-                functools.partial(self._span_attributes, operation, attempts),
+            with (
+                tracing.lazy_span(
+                    f"laneway.operation {operation.type}",
+                    functools.partial(self._span_attributes, operation, attempts),
+                )
+                if self._spans
+                else tracing.NO_SPAN
             ):
                 result, encoded = await _attempt(handler, operation_ctx, operation.timeout_seconds)
                 if not result.is_completed:

@@ -47,6 +47,7 @@ def _context_of(traceparent: str | None) -> Any:
 
 
 _OFF: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
+NO_SPAN = _OFF  # what the helpers return when they make no span
 
 
 RECHECK_SECONDS = 1.0  # while no tracer provider is set, look again at most this often
@@ -127,6 +128,12 @@ def current(started: Any) -> contextlib.AbstractContextManager[Any]:
     """`started` (a server_span) as the current span for the block, not ended by it; an
     exception leaving the block is recorded on it."""
     return trace.use_span(started, end_on_exit=False)
+
+
+def spans_made() -> bool:
+    """Whether `span` would make a span here and now (a caller about to make many in one
+    context asks once: each ask reads the current context)."""
+    return not _skipped()
 
 
 def lazy_span(
