@@ -6,8 +6,9 @@ keys. Cancel, resume and retry are bulk.py's
 (one instance is their batch of one).
 """
 
+import asyncio
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from laneway.errors import InvalidInputError
@@ -33,9 +34,10 @@ from laneway.store.rows import (
 # From this many instances without keys, a batch is copied in (COPY, the bulk insert path)
 # rather than inserted by the statement; below it, the statement's one round trip is cheaper.
 COPY_FROM = 64
+RECORDS_BETWEEN_TURNS = 100  # records built between the copy task's turns on the loop
 
 
-def _copied_instance(new: NewInstance, record: InstanceRecord) -> tuple[object, ...]:
+def _copied_instance(new: NewInstance, run_after: datetime) -> tuple[object, ...]:
     """A copied instance's values, in queries.COPIED_INSTANCE_COLUMNS' order."""
     return (
         new.instance_id,
@@ -43,7 +45,7 @@ def _copied_instance(new: NewInstance, record: InstanceRecord) -> tuple[object, 
         new.queue,
         new.priority,
         new.max_attempts,
-        record.run_after,
+        run_after,
         new.params_json,
         new.first_action,
         new.params_json,
@@ -216,35 +218,53 @@ class InstanceStore(StoreBase):
         """Copy instances without keys and their `enqueued` events in, in one transaction, and
         ring the doorbell: what ENQUEUE_INSTANCES does, at the bulk path's speed. Their run_after
         is the transaction's now() plus the delay (the database clock, as the statement has it);
-        everything else a record holds is what was copied."""
+        everything else a record holds is what was copied.
+
+        The records are built while the database takes the copies in (the copy runs as a task
+        on the connection, and the building gives way to it every RECORDS_BETWEEN_TURNS
+        records), so a batch costs about the larger of the two, not their sum."""
         async with conn.transaction():
             now = await conn.fetchval(queries.DB_NOW)
-            records = [
-                new_instance_record(
-                    new,
-                    {
-                        "params": jsonb_value(new.params_json),
-                        "created_at": now,
-                        "run_after": now + timedelta(milliseconds=new.delay_ms),
-                    },
-                )
-                for new in batch
+            run_after = [
+                now + timedelta(milliseconds=n.delay_ms) if n.delay_ms else now for n in batch
             ]
-            await conn.copy_records_to_table(
-                "instances",
-                schema_name="laneway",
-                columns=queries.COPIED_INSTANCE_COLUMNS,
-                records=[_copied_instance(n, r) for n, r in zip(batch, records, strict=True)],
+            copying = asyncio.ensure_future(
+                self._copy_rows(
+                    conn,
+                    [_copied_instance(n, at) for n, at in zip(batch, run_after, strict=True)],
+                    [(n.instance_id, n.name, "enqueued", "pending", now, 0) for n in batch],
+                )
             )
-            await conn.execute(queries.LOCK_EVENT_APPENDS, EVENTS_LOCK_KEY)
-            await conn.copy_records_to_table(
-                "events",
-                schema_name="laneway",
-                columns=queries.COPIED_EVENT_COLUMNS,
-                records=[(n.instance_id, n.name, "enqueued", "pending", now, 0) for n in batch],
-            )
-            await conn.fetchrow(queries.RING_AFTER_COPIED_EVENTS)
+            try:
+                records = []
+                for index, (new, at) in enumerate(zip(batch, run_after, strict=True)):
+                    if index % RECORDS_BETWEEN_TURNS == 0:
+                        await asyncio.sleep(0)  # the copy's turn: its answers, its next rows
+                    fields = {"params": jsonb_value(new.params_json), "created_at": now}
+                    fields["run_after"] = at
+                    records.append(new_instance_record(new, fields))
+                await copying
+            finally:
+                if not copying.done():  # cancelled or failed meanwhile: the connection is freed
+                    copying.cancel()
+                    await asyncio.gather(copying, return_exceptions=True)
         return [EnqueueResult(instance=record, created=True) for record in records]
+
+    @staticmethod
+    async def _copy_rows(
+        conn: Conn, instances: list[tuple[object, ...]], events: list[tuple[object, ...]]
+    ) -> None:
+        await conn.copy_records_to_table(
+            "instances",
+            schema_name="laneway",
+            columns=queries.COPIED_INSTANCE_COLUMNS,
+            records=instances,
+        )
+        await conn.execute(queries.LOCK_EVENT_APPENDS, EVENTS_LOCK_KEY)
+        await conn.copy_records_to_table(
+            "events", schema_name="laneway", columns=queries.COPIED_EVENT_COLUMNS, records=events
+        )
+        await conn.fetchrow(queries.RING_AFTER_COPIED_EVENTS)
 
     async def _enqueue_on(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
         found: dict[UUID, EnqueueResult] = {}
