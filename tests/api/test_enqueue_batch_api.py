@@ -54,6 +54,32 @@ async def test_results_come_in_request_order_with_keys_per_request(
     assert [r["created"] for r in again["data"]["enqueueWorkflows"]] == [False, False, False]
 
 
+async def test_a_null_field_takes_its_default_as_in_enqueue_workflow(
+    idle: LiveServer, admin: asyncpg.Connection
+) -> None:
+    nulls = {
+        "params": None,
+        "queue": None,
+        "priority": None,
+        "delayMs": None,
+        "idempotencyKey": None,
+        "singletonKey": None,
+        "concurrencyKey": None,
+        "version": None,
+    }
+    body = await idle.graphql(BATCH, requests=[{"name": "noop", **nulls}, {"name": "noop"}])
+    results = body["data"]["enqueueWorkflows"]
+    assert [r["created"] for r in results] == [True, True]
+    shown = [r["instance"] for r in results]
+    assert shown[0] == shown[1]
+    assert shown[0]["priority"] == 0 and shown[0]["version"] == "1"
+    rows = await admin.fetch(
+        "SELECT run_after <= now() AS due, idempotency_key, singleton_key, concurrency_key"
+        " FROM laneway.instances"
+    )
+    assert [tuple(row) for row in rows] == [(True, None, None, None)] * 2
+
+
 async def test_a_batch_of_1000_is_written_and_run(
     database_url: str, admin: asyncpg.Connection
 ) -> None:
