@@ -72,7 +72,8 @@ async def test_a_null_field_takes_its_default_as_in_enqueue_workflow(
     assert [r["created"] for r in results] == [True, True]
     shown = [r["instance"] for r in results]
     assert shown[0] == shown[1]
-    assert shown[0]["priority"] == 0 and shown[0]["version"] == "1"
+    assert shown[0]["priority"] == 0
+    assert shown[0]["version"] == "1"
     rows = await admin.fetch(
         "SELECT run_after <= now() AS due, idempotency_key, singleton_key, concurrency_key"
         " FROM laneway.instances"
