@@ -125,6 +125,7 @@ class Settings:
     max_connections: int = 1000
     metrics_port: int | None = None  # a worker serves /metrics here (the API at its own /metrics)
     metrics_host: str = "127.0.0.1"
+    gc_freeze: bool = True  # freeze the start-up heap once services are built (heap.py)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -185,6 +186,7 @@ class Settings:
             limit_local_clients=_flag(environ, "LANEWAY_LIMIT_LOCAL_CLIENTS", False),
             metrics_port=metrics_port,
             metrics_host=environ.get("LANEWAY_METRICS_HOST") or "127.0.0.1",
+            gc_freeze=_flag(environ, "LANEWAY_GC_FREEZE", True),
         )
 
     def check_bind(self, host: str) -> None:

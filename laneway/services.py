@@ -1,8 +1,9 @@
 """open_services(): builds one process's object graph and tears it down in reverse order.
 
 Owns composition only: database (embedded or DATABASE_URL), store, workflow registry, engine,
-event hub and metrics (and a worker's metrics server), wired together. Holds no global state;
-the entry point that calls it owns the background loops.
+event hub and metrics (and a worker's metrics server), wired together, and then the start-up
+heap frozen once per process (heap.py, unless Settings.gc_freeze is off). Holds no other global
+state; the entry point that calls it owns the background loops.
 """
 
 import contextlib
@@ -13,6 +14,7 @@ from laneway.config import Settings
 from laneway.engine import Engine, Workflow, WorkflowRegistry, check_workflows
 from laneway.engine.engine import default_owner_id
 from laneway.events import EventHub
+from laneway.heap import freeze_startup_heap
 from laneway.metrics import Metrics, metrics_server
 from laneway.store import Store, open_store
 from laneway.store.embedded import embedded_postgres
@@ -101,6 +103,8 @@ async def open_services(
                     metrics, store, host=settings.metrics_host, port=settings.metrics_port
                 )
             )
+        if settings.gc_freeze:
+            freeze_startup_heap()  # everything built above lives as long as the process
         yield Services(
             settings=settings,
             database_url=database_url,
