@@ -182,58 +182,10 @@ class LeaseStore(StoreBase):
         """`write_runner_batch`, with the event id its doorbell rang with; and, when
         `claim_limit` > 0, a claim of up to that many instances of `runs` (as `claim`) in the
         same transaction, after the writes, so that it fills the room they freed."""
-        checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
-        completions = [w for w in writes if isinstance(w, CompleteWrite)]
-        failures = [w for w in writes if isinstance(w, FailWrite)]
-        outcomes = [(w.instance_id, w.epoch, o) for w in writes for o in w.operations]
-        signal_waits = [w.instance_id for w in checkpoints if _waits_for_signal(w)]
-        now = time.monotonic()
-        args = (
-            owner_id,
-            lease_seconds,
-            EVENTS_LOCK_KEY,
-            [w.instance_id for w in checkpoints],
-            [w.state_json for w in checkpoints],
-            [w.next_action for w in checkpoints],
-            [w.next_params_json for w in checkpoints],
-            [w.progress for w in checkpoints],
-            [w.message for w in checkpoints],
-            [w.stage for w in checkpoints],
-            [w.pause_label for w in checkpoints],
-            [w.epoch for w in checkpoints],
-            [w.attempt for w in checkpoints],
-            [w.instance_id for w in completions],
-            [w.result_json for w in completions],
-            [w.state_json for w in completions],
-            [w.epoch for w in completions],
-            [w.instance_id for w in failures],
-            [w.error for w in failures],
-            [w.delay_ms for w in failures],
-            [w.final for w in failures],
-            [w.epoch for w in failures],
-            [w.wait_json for w in checkpoints],
-            [w.type for w in failures],
-            [w.message for w in failures],
-            [w.traceback for w in failures],
-            [w.stage for w in failures],
-            [w.operation for w in failures],
-            [w.trace for w in failures],
-            [w.stage for w in completions],
-            [w.message for w in completions],
-            [instance_id for instance_id, _, _ in outcomes],
-            [epoch for _, epoch, _ in outcomes],
-            [o.record.operation_id for _, _, o in outcomes],
-            [o.record.stage for _, _, o in outcomes],
-            [o.record.position for _, _, o in outcomes],
-            [o.record.type for _, _, o in outcomes],
-            [o.record.status for _, _, o in outcomes],
-            [o.record.attempts for _, _, o in outcomes],
-            [o.record.error for _, _, o in outcomes],
-            [o.data_json for _, _, o in outcomes],
-            [o.metadata_json for _, _, o in outcomes],
-            [o.seconds for _, _, o in outcomes],
-            [max(now - o.finished_at, 0.0) for _, _, o in outcomes],
-        )
+        args = runner_batch_args(owner_id, lease_seconds, writes)
+        signal_waits = [
+            w.instance_id for w in writes if isinstance(w, CheckpointWrite) and _waits_for_signal(w)
+        ]
         claiming = claim_limit > 0 and bool(runs)
         async with self._acquire() as conn, _transaction_if(conn, bool(signal_waits)):
             if claiming:
@@ -301,6 +253,64 @@ class LeaseStore(StoreBase):
         async with self._acquire() as conn:
             row = await conn.fetchrow(queries.GET_LOCK, entity_type, entity_id)
         return lock_from_row(row) if row else None
+
+
+def runner_batch_args(
+    owner_id: str, lease_seconds: float, writes: Sequence[RunnerWrite]
+) -> tuple[object, ...]:
+    """The arguments of laneway.write_runner_batch (queries.WRITE_RUNNER_BATCH) for `writes`,
+    in its parameters' order (laneway/store/sql/functions.sql)."""
+    checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
+    completions = [w for w in writes if isinstance(w, CompleteWrite)]
+    failures = [w for w in writes if isinstance(w, FailWrite)]
+    outcomes = [(w.instance_id, w.epoch, o) for w in writes for o in w.operations]
+    now = time.monotonic()
+    return (
+        owner_id,
+        lease_seconds,
+        EVENTS_LOCK_KEY,
+        [w.instance_id for w in checkpoints],
+        [w.state_json for w in checkpoints],
+        [w.next_action for w in checkpoints],
+        [w.next_params_json for w in checkpoints],
+        [w.progress for w in checkpoints],
+        [w.message for w in checkpoints],
+        [w.stage for w in checkpoints],
+        [w.pause_label for w in checkpoints],
+        [w.epoch for w in checkpoints],
+        [w.attempt for w in checkpoints],
+        [w.instance_id for w in completions],
+        [w.result_json for w in completions],
+        [w.state_json for w in completions],
+        [w.epoch for w in completions],
+        [w.instance_id for w in failures],
+        [w.error for w in failures],
+        [w.delay_ms for w in failures],
+        [w.final for w in failures],
+        [w.epoch for w in failures],
+        [w.wait_json for w in checkpoints],
+        [w.type for w in failures],
+        [w.message for w in failures],
+        [w.traceback for w in failures],
+        [w.stage for w in failures],
+        [w.operation for w in failures],
+        [w.trace for w in failures],
+        [w.stage for w in completions],
+        [w.message for w in completions],
+        [instance_id for instance_id, _, _ in outcomes],
+        [epoch for _, epoch, _ in outcomes],
+        [o.record.operation_id for _, _, o in outcomes],
+        [o.record.stage for _, _, o in outcomes],
+        [o.record.position for _, _, o in outcomes],
+        [o.record.type for _, _, o in outcomes],
+        [o.record.status for _, _, o in outcomes],
+        [o.record.attempts for _, _, o in outcomes],
+        [o.record.error for _, _, o in outcomes],
+        [o.data_json for _, _, o in outcomes],
+        [o.metadata_json for _, _, o in outcomes],
+        [o.seconds for _, _, o in outcomes],
+        [max(now - o.finished_at, 0.0) for _, _, o in outcomes],
+    )
 
 
 def _waits_for_signal(write: CheckpointWrite) -> bool:
