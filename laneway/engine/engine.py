@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from uuid import UUID
 
 from laneway.engine import faults, tracing
@@ -28,7 +28,7 @@ from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import check_key, new_instance, planned_fire
+from laneway.engine.requests import check_key, keyless, new_instance, planned_fire
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
@@ -197,7 +197,7 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         return result
 
     async def enqueue_many(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueResult]:
-        """Enqueue many instances in one transaction; all are validated before any is written.
+        """Enqueue many instances in one transaction, or none if any request is invalid.
 
         Results come in the order of `requests`, each as `enqueue` would give it; keys hold
         per request (a request naming an instance that exists, or one earlier in the batch,
@@ -209,22 +209,33 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         """
         if len(requests) > MAX_BATCH:
             raise InvalidInputError(f"at most {MAX_BATCH} instances per batch")
-        batch = []
-        for index, request in enumerate(requests):
-            try:
-                batch.append(self._checked(request))
-            except InvalidInputError as exc:
-                exc.args = (f"requests[{index}]: {exc}",)  # the same error, and which request
-                raise
-        with tracing.span("laneway.enqueue_many", {"laneway.count": len(batch)}) as traced:
-            if traced:
-                batch = [dataclasses.replace(new, trace_context=traced) for new in batch]
-            results = await self.store.enqueue_many(batch)
+        with tracing.span("laneway.enqueue_many", {"laneway.count": len(requests)}) as traced:
+            # Checked as the store reads them: a large batch is copied in a chunk at a time
+            # while the next is checked; a request that fails its check writes nothing.
+            results = await self.store.enqueue_checked(
+                self._checked_all(requests, traced),
+                size=len(requests),
+                keyless=all(keyless(request) for request in requests),
+            )
         self.claim_loop.wake()
-        delays = [new.delay_ms for new in batch if new.delay_ms > 0]
+        delays = [float(request.delay_ms) for request in requests if request.delay_ms]
         if delays:
             self.claim_loop.wake_in(min(delays) / 1000.0)
         return results
+
+    def _checked_all(
+        self, requests: Sequence[EnqueueRequest], trace: str | None
+    ) -> Iterator[NewInstance]:
+        """`requests` checked one by one, in order; an invalid one raises InvalidInputError
+        naming its index (`requests[3]: ...`)."""
+        for index, request in enumerate(requests):
+            try:
+                new = self._checked(request)
+            except InvalidInputError as exc:
+                exc.args = (f"requests[{index}]: {exc}",)  # the same error, and which request
+                raise
+            # Its steps' spans, in whatever process runs them, are children of the batch's.
+            yield dataclasses.replace(new, trace_context=trace) if trace else new
 
     async def get(self, instance_id: UUID) -> InstanceRecord | None:
         return await self.store.get_instance(instance_id)

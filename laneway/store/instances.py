@@ -7,7 +7,7 @@ keys. Cancel, resume and retry are bulk.py's
 """
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -35,6 +35,7 @@ from laneway.store.rows import (
 # rather than inserted by the statement; below it, the statement's one round trip is cheaper.
 COPY_FROM = 64
 RECORDS_BETWEEN_TURNS = 100  # records built between the copy task's turns on the loop
+COPY_CHUNK = 100  # instances per COPY of a batch copied in, each copied while the next is read
 
 
 def _copied_instance(new: NewInstance, run_after: datetime) -> tuple[object, ...]:
@@ -58,6 +59,32 @@ def _copied_instance(new: NewInstance, run_after: datetime) -> tuple[object, ...
 def _keyless(new: NewInstance) -> bool:
     """Nothing but its fresh id could make it conflict with another row."""
     return new.idempotency_key is None and new.singleton_key is None and new.concurrency_key is None
+
+
+def _run_after(new: NewInstance, now: datetime) -> datetime:
+    """When a copied instance is due: the transaction's now() plus its delay."""
+    return now + timedelta(milliseconds=new.delay_ms) if new.delay_ms else now
+
+
+def _chunks(batch: Iterable[NewInstance], size: int) -> Iterator[list[NewInstance]]:
+    chunk: list[NewInstance] = []
+    for new in batch:
+        chunk.append(new)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+async def _settled(copying: "asyncio.Task[str] | None", *, cancel: bool) -> None:
+    """A copy still running when its batch failed (a check of the next chunk, say), or was
+    given up (`cancel`: then it is cancelled): waited for, so that the connection is at rest
+    when the transaction rolls back and the connection goes back."""
+    if copying is not None and not copying.done():
+        if cancel:
+            copying.cancel()
+        await asyncio.gather(copying, return_exceptions=True)
 
 
 def filter_args(where: InstanceFilter) -> tuple[object, ...]:
@@ -207,64 +234,93 @@ class InstanceStore(StoreBase):
         """
         if not batch:
             return []
+        if len(batch) >= COPY_FROM and all(_keyless(new) for new in batch):
+            return await self._copy_in(batch)
         async with self._acquire() as conn:
             for queue in {new.queue for new in batch}:
                 await self._ensure_queue(conn, queue)
-            if len(batch) >= COPY_FROM and all(_keyless(new) for new in batch):
-                return await self._copy_in(conn, batch)
             return await self._enqueue_on(conn, batch)
 
-    async def _copy_in(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
+    async def enqueue_checked(
+        self, batch: Iterable[NewInstance], *, size: int, keyless: bool
+    ) -> list[EnqueueResult]:
+        """`enqueue_many` of a batch the caller checks as it is read: `size` instances, none
+        with a key when `keyless`, as the caller knows before checking them. A batch that is
+        copied in is read chunk by chunk while the copy of the chunk before runs, so the
+        checks and the database's work overlap; if reading it raises, nothing is written
+        and the error goes on. Any other batch is read whole first."""
+        if keyless and size >= COPY_FROM:
+            return await self._copy_in(batch)
+        return await self.enqueue_many(list(batch))
+
+    async def _copy_in(self, batch: Iterable[NewInstance]) -> list[EnqueueResult]:
         """Copy instances without keys and their `enqueued` events in, in one transaction, and
         ring the doorbell: what ENQUEUE_INSTANCES does, at the bulk path's speed. Their run_after
         is the transaction's now() plus the delay (the database clock, as the statement has it);
         everything else a record holds is what was copied.
 
-        The records are built while the database takes the copies in (the copy runs as a task
-        on the connection, and the building gives way to it every RECORDS_BETWEEN_TURNS
-        records), so a batch costs about the larger of the two, not their sum."""
-        async with conn.transaction():
+        The instances go in COPY_CHUNK at a time, each chunk's copy running on the connection
+        while the next is read from `batch` (a caller's checks), and their records are built
+        while the database takes their events in: a batch costs about the larger of the
+        caller's, this process's and the database's work, not their sum. Queues the batch
+        names that this store has not made yet are made in the same transaction (an instance
+        row needs none: no foreign key, 0007), and known here only once it committed."""
+        copied: list[tuple[NewInstance, datetime]] = []
+        async with self._acquire() as conn, conn.transaction():
             now = await conn.fetchval(queries.DB_NOW)
-            run_after = [
-                now + timedelta(milliseconds=n.delay_ms) if n.delay_ms else now for n in batch
+            copying: asyncio.Task[str] | None = None
+            try:
+                for chunk in _chunks(batch, COPY_CHUNK):  # a caller's checks may raise here
+                    rows = [(new, _run_after(new, now)) for new in chunk]
+                    copied += rows
+                    if copying is not None:
+                        await copying
+                    copying = asyncio.create_task(
+                        conn.copy_records_to_table(
+                            "instances",
+                            schema_name="laneway",
+                            columns=queries.COPIED_INSTANCE_COLUMNS,
+                            records=[_copied_instance(new, at) for new, at in rows],
+                        )
+                    )
+                    await asyncio.sleep(0)  # its turn: it sends the chunk before the next is read
+                if copying is not None:
+                    await copying
+            except BaseException as exc:
+                await _settled(copying, cancel=not isinstance(exc, Exception))
+                raise
+            if not copied:
+                return []
+            made = {new.queue for new, _ in copied} - self._known_queues
+            for queue in sorted(made):
+                await conn.execute(queries.ENSURE_QUEUE, queue)
+            events = [
+                (new.instance_id, new.name, "enqueued", "pending", now, 0) for new, _ in copied
             ]
-            copying = asyncio.ensure_future(
-                self._copy_rows(
-                    conn,
-                    [_copied_instance(n, at) for n, at in zip(batch, run_after, strict=True)],
-                    [(n.instance_id, n.name, "enqueued", "pending", now, 0) for n in batch],
+            await conn.execute(queries.LOCK_EVENT_APPENDS, EVENTS_LOCK_KEY)
+            copying = asyncio.create_task(
+                conn.copy_records_to_table(
+                    "events",
+                    schema_name="laneway",
+                    columns=queries.COPIED_EVENT_COLUMNS,
+                    records=events,
                 )
             )
             try:
                 records = []
-                for index, (new, at) in enumerate(zip(batch, run_after, strict=True)):
+                for index, (new, at) in enumerate(copied):
                     if index % RECORDS_BETWEEN_TURNS == 0:
                         await asyncio.sleep(0)  # the copy's turn: its answers, its next rows
                     fields = {"params": jsonb_value(new.params_json), "created_at": now}
                     fields["run_after"] = at
                     records.append(new_instance_record(new, fields))
                 await copying
-            finally:
-                if not copying.done():  # cancelled or failed meanwhile: the connection is freed
-                    copying.cancel()
-                    await asyncio.gather(copying, return_exceptions=True)
+            except BaseException as exc:
+                await _settled(copying, cancel=not isinstance(exc, Exception))
+                raise
+            await conn.fetchrow(queries.RING_AFTER_COPIED_EVENTS)
+        self._known_queues |= made
         return [EnqueueResult(instance=record, created=True) for record in records]
-
-    @staticmethod
-    async def _copy_rows(
-        conn: Conn, instances: list[tuple[object, ...]], events: list[tuple[object, ...]]
-    ) -> None:
-        await conn.copy_records_to_table(
-            "instances",
-            schema_name="laneway",
-            columns=queries.COPIED_INSTANCE_COLUMNS,
-            records=instances,
-        )
-        await conn.execute(queries.LOCK_EVENT_APPENDS, EVENTS_LOCK_KEY)
-        await conn.copy_records_to_table(
-            "events", schema_name="laneway", columns=queries.COPIED_EVENT_COLUMNS, records=events
-        )
-        await conn.fetchrow(queries.RING_AFTER_COPIED_EVENTS)
 
     async def _enqueue_on(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
         found: dict[UUID, EnqueueResult] = {}

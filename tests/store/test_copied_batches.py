@@ -12,9 +12,10 @@ import pytest
 
 from laneway.engine import EnqueueRequest
 from laneway.engine.requests import new_instance
+from laneway.errors import InvalidInputError
 from laneway.model import EnqueueResult
 from laneway.store import Store
-from laneway.store.instances import COPY_FROM, RECORDS_BETWEEN_TURNS
+from laneway.store.instances import COPY_CHUNK, COPY_FROM, RECORDS_BETWEEN_TURNS
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 
@@ -71,6 +72,30 @@ async def test_a_copy_that_fails_writes_nothing_and_the_store_goes_on(store: Sto
     )
     assert len(results) == SIZE
     assert await _count(store) == (SIZE, SIZE)
+
+
+async def test_a_request_refused_after_chunks_were_copied_writes_nothing(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # Checked as they are copied, a chunk at a time: by the time the bad request is checked,
+    # the chunks before it are in the transaction, which the refusal rolls back. The queue only
+    # that batch named is not made, and not taken for made: a later batch makes it.
+    engine = make_engine(store, noop)
+    size = 3 * COPY_CHUNK + 5
+    bad = 2 * COPY_CHUNK + 3
+    requests = [
+        EnqueueRequest(name="noop", queue="only_here" if i == 1 else None) for i in range(size)
+    ]
+    requests[bad] = EnqueueRequest(name="noop", priority=10**9)
+    with pytest.raises(InvalidInputError, match=rf"^requests\[{bad}\]: priority must be within"):
+        await engine.enqueue_many(requests)
+    assert await _count(store) == (0, 0)
+    assert not await admin.fetchval("SELECT count(*) FROM laneway.queues WHERE name = 'only_here'")
+    requests[bad] = EnqueueRequest(name="noop")
+    results = await engine.enqueue_many(requests)
+    assert [r.instance.queue for r in results[:3]] == ["noop", "only_here", "noop"]
+    assert await _count(store) == (size, size)
+    assert await admin.fetchval("SELECT count(*) FROM laneway.queues WHERE name = 'only_here'") == 1
 
 
 async def test_a_batch_given_up_at_any_point_is_all_or_nothing(store: Store) -> None:

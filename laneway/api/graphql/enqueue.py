@@ -4,8 +4,8 @@ enqueueWorkflows, a batch of up to MAX_BATCH.
 Owns the EnqueueInput input (the arguments of enqueueWorkflow, as an object), how either form
 becomes the engine's EnqueueRequest, and the batch's rules beyond the engine's: at most
 MAX_BATCH requests a call, and a refused request names its index (`requests[3]: ...`). The
-batch is the engine's enqueue_many: every request is checked before any is written, all are
-written in one transaction, results come in request order, and idempotency and singleton keys
+batch is the engine's enqueue_many: all are written in one transaction, or none when a
+request is refused, results come in request order, and idempotency and singleton keys
 hold per request (a request naming an instance that exists, or one earlier in the same batch,
 returns it with created false).
 """
