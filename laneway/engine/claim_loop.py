@@ -137,17 +137,12 @@ class ClaimLoop:
     def room(self, freed: int) -> tuple[Sequence[str], int]:
         """What a group commit whose batch ends `freed` runs here may claim in its own
         transaction (ClaimRider): as much as the loop's next claim would, counting the slots
-        of those runs as free. Only while the queues' room bounds the claims: when this
-        process's own slots do (no cap, or caps above them), the loop's claims overlap the
-        commits instead (a claim inside the commit made its runners wait for it: 1-step
-        uncapped ~6,800 -> ~5,700/s). Nothing while the loop is not running, or stops."""
-        if (
-            not freed
-            or self._slots_bound
-            or self._group is None
-            or self._stopping is None
-            or self._stopping.is_set()
-        ):
+        of those runs as free. Whether the queues' room or this process's slots bound it: the
+        committer sends its next batch while the runs this claim took start, so a busy engine
+        keeps two cohorts of runs, each claimed by the commit of the other's batch, and one
+        commit per cohort instead of a commit and a claim. Nothing while the loop is not
+        running, or stops."""
+        if not freed or self._group is None or self._stopping is None or self._stopping.is_set():
             return (), 0
         limit = min(self._cohort, self.concurrency - len(self._runs) + freed)
         return self._registry.runs(), max(limit, 0)
@@ -155,7 +150,7 @@ class ClaimLoop:
     def committed(self, token: int, commit: GroupCommit | None, limit: int) -> None:
         """A group commit is in, or failed (None) (ClaimRider): start what its claim took, and
         wake the loop when room it freed may be left (a commit that did not claim, or whose
-        claim got all it asked for)."""
+        claim got all it asked for, a cohort's worth)."""
         if commit is None:
             self._doorbells.wrote(token)
             return
@@ -166,7 +161,7 @@ class ClaimLoop:
                 self._start(self._group, record)
         if limit > 0:
             self._slots_bound = len(commit.claimed) == limit
-            if self._slots_bound:
+            if self._slots_bound and limit >= self._cohort:
                 self._wake.set()
             elif (
                 self._group is not None

@@ -1,14 +1,16 @@
 """Committer: the group commit of runner writes.
 
-Owns batching: whoever gets the lock flushes every write queued meanwhile (step writes and
-template operations' outcomes of every runner here), in one transaction. Also the hand-back of
-an instance whose write failed because the database went away. What a write means:
-laneway/writes.py.
+Owns batching: one flush at a time writes every write queued meanwhile (step writes and
+template operations' outcomes of every runner here) in one transaction, and the next batch is
+sent the moment the answer to the one before is in. Also the hand-back of an instance whose
+write failed because the database went away. What a write means: laneway/writes.py.
 """
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
 
@@ -20,10 +22,23 @@ from laneway.store.leases import RELEASED_AFTER_DATABASE_LOSS
 from laneway.store.pool import DATABASE_GONE
 from laneway.writes import RunnerWrite, ends_run
 
+logger = logging.getLogger(__name__)
+
 HAND_BACK_FIRST_DELAY_SECONDS = 0.05
 HAND_BACK_MAX_DELAY_SECONDS = 1.0
 
 _Queued = tuple[RunnerWrite, "asyncio.Future[Transition | None]"]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Flight:
+    """A batch sent to the database: its writes, its rider's token and claim limit, and the
+    statement in flight."""
+
+    batch: list[_Queued]
+    token: int
+    limit: int
+    answer: "asyncio.Task[GroupCommit]"
 
 
 class ClaimRider(Protocol):
@@ -46,7 +61,8 @@ class ClaimRider(Protocol):
 
 
 class Committer:
-    """Group commit for runner writes: whoever gets the lock flushes everything queued."""
+    """Group commit for runner writes: a flusher task writes everything queued, one batch in
+    flight at a time, until nothing is queued."""
 
     def __init__(
         self,
@@ -60,7 +76,7 @@ class Committer:
         self._lease_seconds = lease_seconds
         self._rider = rider
         self._queued: list[_Queued] = []
-        self._lock = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
 
     async def write(self, item: RunnerWrite) -> Transition:
         """Apply one write (batched with whatever else is ready).
@@ -70,15 +86,10 @@ class Committer:
         """
         future: asyncio.Future[Transition | None] = asyncio.get_running_loop().create_future()
         self._queued.append((item, future))
-        # One turn of the event loop lets the other runners that are ready now queue their
-        # writes too, so the first writer does not commit alone.
-        await asyncio.sleep(0)
-        async with self._lock:
-            if not future.done():
-                batch, self._queued = self._queued, []
-                # Shielded: a cancelled runner must not abort the transaction of the others.
-                await asyncio.shield(self._flush(batch))
-        transition = future.result()
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_all(), name="laneway-group-commit")
+        # Shielded: a cancelled runner stops waiting; the batch it is in goes on for the others.
+        transition = await asyncio.shield(future)
         if transition is None:
             raise LeaseLostError(item.instance_id)
         return transition
@@ -106,32 +117,81 @@ class Committer:
             return bool(released)
         return False
 
-    async def _flush(self, batch: list[_Queued]) -> None:
+    async def _flush_all(self) -> None:
+        """Flush until nothing is queued, one batch in flight at a time. The next batch (what
+        was queued while one was in flight) is sent as soon as that one's answer is in, before
+        the answer is handled: the runs its claim took start, and its runners go on, while the
+        database takes the next batch, so a busy engine keeps the database busy instead of
+        waiting for this process between batches."""
+        # One turn of the event loop lets the other runners that are ready now queue their
+        # writes too, so the first writer does not commit alone.
+        await asyncio.sleep(0)
+        flights: list[_Flight] = []  # sent, their answers not handed out yet; oldest first
+        try:
+            while flights or self._queued:
+                if not flights:
+                    flights.append(self._send())
+                try:
+                    commit: GroupCommit | Exception = await flights[0].answer
+                except Exception as exc:
+                    commit = exc
+                if self._queued:
+                    flights.append(self._send())
+                    await asyncio.sleep(0)  # the next batch's statement goes out first
+                await self._settle(flights[0], commit)
+                del flights[0]
+        except BaseException:  # cancelled (the loop is closing): nobody is left waiting
+            for flight in flights:
+                flight.answer.cancel()
+                if self._rider is not None:
+                    self._rider.committed(flight.token, None, flight.limit)
+            for _, future in [queued for flight in flights for queued in flight.batch]:
+                future.cancel()
+            for _, future in self._queued:
+                future.cancel()
+            self._queued = []
+            raise
+        finally:
+            self._flusher = None
+
+    def _send(self) -> _Flight:
+        """Send everything queued as one batch, with the claim the rider asks to ride on it."""
+        batch, self._queued = self._queued, []
         writes = [item for item, _ in batch]
-        freed = sum(1 for item in writes if ends_run(item))
         rider = self._rider
         token = rider.writing() if rider is not None else 0
+        freed = sum(1 for item in writes if ends_run(item))
         runs, limit = rider.room(freed) if rider is not None else ((), 0)
+        answer = asyncio.ensure_future(
+            self._store.commit_runner_batch(
+                self._owner_id, self._lease_seconds, writes, runs=runs, claim_limit=limit
+            )
+        )
+        return _Flight(batch=batch, token=token, limit=limit, answer=answer)
+
+    async def _settle(self, flight: _Flight, commit: GroupCommit | Exception) -> None:
+        """Hand a batch's answer out: the rider starts what it claimed, then each write's
+        runner gets its transition (None: fenced out), or the error of the batch."""
+        rider = self._rider
         try:
-            try:
-                commit = await self._store.commit_runner_batch(
-                    self._owner_id, self._lease_seconds, writes, runs=runs, claim_limit=limit
-                )
-            except BaseException:
-                if rider is not None:
-                    rider.committed(token, None, limit)
-                raise
             if rider is not None:
-                rider.committed(token, commit, limit)
-            transitions = commit.transitions
+                rider.committed(
+                    flight.token, None if isinstance(commit, Exception) else commit, flight.limit
+                )
+            if isinstance(commit, Exception):
+                raise commit
             if faults.ARMED:
                 await faults.hit("after_checkpoint_commit")
         except Exception as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            _fail(flight.batch, exc)
             return
-        by_id = {t.instance_id: t for t in transitions}  # a step's row comes after its rows'
-        for item, future in batch:
+        by_id = {t.instance_id: t for t in commit.transitions}  # a step's row comes after its rows'
+        for item, future in flight.batch:
             if not future.done():
                 future.set_result(by_id.get(item.instance_id))
+
+
+def _fail(batch: list[_Queued], exc: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
