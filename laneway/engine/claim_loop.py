@@ -161,8 +161,9 @@ class ClaimLoop:
                 self._start(self._group, record)
         if limit > 0:
             self._slots_bound = len(commit.claimed) == limit
-            if self._slots_bound and limit >= self._cohort:
-                self._wake.set()
+            if self._slots_bound:
+                if limit >= self._cohort:  # a cohort's worth: there may be more room
+                    self._wake.set()
             elif (
                 self._group is not None
                 and not self._token_checking
