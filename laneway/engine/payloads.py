@@ -17,6 +17,8 @@ MAX_STATE_BYTES = 8 * 1024 * 1024
 # which was half the cost of encoding a small payload (a step's state, a result, params).
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
+_CONSTANT_TEXT: dict[type, str] = {type(None): "null", dict: "{}", list: "[]"}
+
 # A \u0000 escape, or a surrogate escape that is not part of a high+low pair.
 _BAD_ESCAPE = re.compile(
     r"(?<!\\)(?:\\\\)*\\u(?:0000|d[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})"
@@ -32,6 +34,8 @@ def encode_json(value: JSONValue, *, what: str, max_bytes: int = MAX_PAYLOAD_BYT
         InvalidInputError: the value is not JSON, holds NaN/Infinity, a NUL character or a
             lone surrogate, or is larger than `max_bytes` once encoded.
     """
+    if value is None or (type(value) in (dict, list) and not value):
+        return _CONSTANT_TEXT[type(value)]  # null, {} and []: what most operations return
     try:
         text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:

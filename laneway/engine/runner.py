@@ -309,7 +309,9 @@ async def run_instance(
         stage = ctx.stage
         # The next handler gets exactly what was checkpointed, so an uninterrupted instance
         # and one resumed after a crash see the same params.
-        action, params, attempt = write.next_action, json.loads(write.next_params_json), 1
+        params_json = write.next_params_json
+        action, attempt = write.next_action, 1
+        params = None if params_json == "null" else json.loads(params_json)
 
 
 def _wake_of(write: StepWrite) -> DueAgain | None:

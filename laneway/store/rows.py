@@ -190,7 +190,7 @@ def transition_from_row(row: Row) -> Transition:
         instance_id=row["instance_id"],
         name=row["name"],
         queue=row["queue"],
-        status=Status(row["status"]),
+        status=_STATUSES[row["status"]],
         attempts=row["attempts"],
         error=row.get("last_error"),
         stage=row.get("stage"),

@@ -5,12 +5,15 @@ Engine, driven by tick() or running(), with events as gates instead of sleeps.
 """
 
 import asyncio
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from laneway.engine import Done, HandlerContext, RetryPolicy, Workflow, WorkflowRegistry
 from laneway.engine.context import Next, Pause
@@ -365,6 +368,25 @@ def test_child_params_are_the_final_context_overlaid_with_next_params() -> None:
 def test_operation_id_is_stable_per_slot() -> None:
     assert operation_id_for(_ID, "s", 0) == operation_id_for(_ID, "s", 0)
     assert len({operation_id_for(_ID, s, p) for s in ("s", "t") for p in (0, 1)}) == 4
+
+
+@given(
+    instance=st.uuids(),
+    stage=st.text(max_size=80),
+    position=st.integers(min_value=0, max_value=10**6),
+)
+def test_operation_id_is_the_uuid5_of_its_slot(instance: UUID, stage: str, position: int) -> None:
+    # The id handlers use as an idempotency key, and rows already written carry: it must stay
+    # uuid5(instance id, "stage/position") whichever way it is computed.
+    expected = uuid.uuid5(instance, f"{stage}/{position}")
+    found = operation_id_for(instance, stage, position)
+    assert (found, str(found), hash(found), found.version) == (
+        expected,
+        str(expected),
+        hash(expected),
+        5,
+    )
+    assert found.is_safe == expected.is_safe
 
 
 # -- running on PostgreSQL ----------------------------------------------------------------------
