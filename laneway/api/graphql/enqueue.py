@@ -139,8 +139,8 @@ async def resolve_enqueue_workflows(
     requests: Annotated[list[EnqueueRequest], strawberry.argument(graphql_type=list[EnqueueInput])],
 ) -> list[EnqueueResult]:
     """Enqueue up to 1000 instances at once, each as enqueueWorkflow would, in one
-    transaction: all are checked first, and one refused request refuses the call (its index
-    named) with nothing written. Results come in request order; a request whose idempotency
+    transaction: one refused request refuses the call (its index named) with nothing
+    written. Results come in request order; a request whose idempotency
     or singleton key names an instance that exists (or one earlier in this batch) returns it,
     created false."""
     if len(requests) > MAX_BATCH:
