@@ -79,6 +79,7 @@ class FakeTools:
         *,
         seconds: float,
         encoded: tuple[str, str] | None = None,
+        carried: bool = False,
     ) -> None:
         if encoded is None:
             encode_json(operation.data, what="operation data")

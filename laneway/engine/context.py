@@ -138,10 +138,13 @@ class InstanceTools(Protocol):
         *,
         seconds: float,
         encoded: tuple[str, str] | None = None,
+        carried: bool = False,
     ) -> None:
         """Record one finished operation: kept until the instance's next write carries it, or
         written soon after on its own (write_operations). `encoded`: its data and metadata
-        as JSON text already (else they are encoded here)."""
+        as JSON text already (else they are encoded here). `carried`: the caller writes
+        before anything waits (a sequence's next operation, the step's own write), so no
+        write of its own is scheduled."""
         ...
 
     async def write_operations(self) -> None:

@@ -68,8 +68,11 @@ class RunnerTools:
     Operation outcomes are kept until the instance's next write carries them (a template's
     last operation of a stage is recorded with the stage's checkpoint, in one commit), or
     written on their own through the group commit: before the next operation of a sequence
-    starts, or OPERATION_WRITE_DELAY_SECONDS after they finished. The finished operations are
-    read once per run (never for a new instance, which has none) and kept up to date here.
+    starts, or OPERATION_WRITE_DELAY_SECONDS after they finished unless the caller said its
+    next write carries them (`carried`: a sequence, whose next write comes before anything
+    waits; a parallel stage's siblings run on, so its outcomes get the timer). The finished
+    operations are read once per run (never for a new instance, which has none) and kept up
+    to date here.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class RunnerTools:
         *,
         seconds: float,
         encoded: tuple[str, str] | None = None,
+        carried: bool = False,
     ) -> None:
         if encoded is None:
             encoded = (
@@ -128,7 +132,7 @@ class RunnerTools:
         if self._finished is not None:
             self._finished[(operation.stage, operation.position)] = operation
         self._observer.operation_finished(self._name, operation.type, operation.status, seconds)
-        if self._timer is None:
+        if self._timer is None and not carried:
             self._timer = asyncio.get_running_loop().call_at(
                 finished_at + OPERATION_WRITE_DELAY_SECONDS, self._write_later
             )

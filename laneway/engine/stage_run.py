@@ -129,7 +129,9 @@ class _StageRun:
         self._ctx.report(stage=stage.name)
         if stage.condition is not None and not stage.condition(MappingProxyType(context)):
             for position, operation in enumerate(stage.operations):
-                await self._record_skipped(operation, position, "stage condition is false")
+                await self._record_skipped(
+                    operation, position, "stage condition is false", carried=True
+                )
             ran = False
         else:
             rows = {
@@ -236,7 +238,9 @@ class _StageRun:
                 # What finished before is recorded before this starts: a crash in this one
                 # never runs those again.
                 await self._tools.write_operations()
-                record = await self._run_unless_skipped(operation, position, context, initial)
+                record = await self._run_unless_skipped(
+                    operation, position, context, initial, carried=True
+                )
             if record is None:
                 continue
             context = merge_context(context, [record])
@@ -265,7 +269,9 @@ class _StageRun:
                         records[position] = reused
                         continue
                     tasks[position] = group.create_task(
-                        self._run_unless_skipped(operation, position, context, initial)
+                        self._run_unless_skipped(
+                            operation, position, context, initial, carried=False
+                        )
                     )
         except ExceptionGroup as errors:
             # A lost lease (or a bug) in one operation stops its siblings; surface the cause.
@@ -295,11 +301,18 @@ class _StageRun:
         position: int,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
+        *,
+        carried: bool,
     ) -> OperationRecord | None:
+        """Run the operation, or record it skipped when its condition is false. `carried`:
+        its outcome waits for the stage's next write (in sequence), else it is also written
+        soon on its own (its siblings run on)."""
         if operation.condition is not None and not operation.condition(MappingProxyType(context)):
-            await self._record_skipped(operation, position, "operation condition is false")
+            await self._record_skipped(
+                operation, position, "operation condition is false", carried=carried
+            )
             return None
-        return await self._run_operation(operation, position, context, initial)
+        return await self._run_operation(operation, position, context, initial, carried=carried)
 
     async def _run_operation(
         self,
@@ -307,6 +320,8 @@ class _StageRun:
         position: int,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
+        *,
+        carried: bool,
     ) -> OperationRecord:
         """Attempt one operation until it completes or runs out of attempts; record it."""
         ctx = self._ctx
@@ -363,7 +378,7 @@ class _StageRun:
         # Recorded as it finishes, written with the stage's next write or on its own soon
         # after (runner.RunnerTools): a crash later in the stage keeps this outcome.
         await self._tools.record_operation(
-            record, seconds=time.monotonic() - started, encoded=encoded
+            record, seconds=time.monotonic() - started, encoded=encoded, carried=carried
         )
         if not result.is_completed:
             logger.info(
@@ -380,7 +395,9 @@ class _StageRun:
         self._settle(position, result.status)
         return record
 
-    async def _record_skipped(self, operation: Operation, position: int, reason: str) -> None:
+    async def _record_skipped(
+        self, operation: Operation, position: int, reason: str, *, carried: bool
+    ) -> None:
         record = OperationRecord(
             operation_id=operation_id_for(self._ctx.instance_id, self._stage.name, position),
             instance_id=self._ctx.instance_id,
@@ -395,7 +412,7 @@ class _StageRun:
             started_at=None,
             finished_at=None,
         )
-        await self._tools.record_operation(record, seconds=0.0)
+        await self._tools.record_operation(record, seconds=0.0, carried=carried)
         self._settle(position, SKIPPED)
 
     def _settle(self, position: int, status: str) -> None:
