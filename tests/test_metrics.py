@@ -7,14 +7,16 @@ import dataclasses
 import signal
 import socket
 import sys
+import uuid
 
 import httpx
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.examples import flaky, hello
 from laneway.config import Settings
-from laneway.metrics import Metrics
-from laneway.model import Status
+from laneway.metrics import STEP_BUCKETS, Metrics
+from laneway.model import Status, Transition
 from laneway.services import open_services
 from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine, until_status
@@ -159,3 +161,61 @@ async def test_laneway_worker_takes_a_metrics_port(database_url: str) -> None:
         worker.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):
             await worker.wait()
+
+
+def _families(
+    text: str, names: set[str]
+) -> dict[str, tuple[str, str, list[tuple[str, tuple[tuple[str, str], ...], float | None]]]]:
+    """The families named, as (type, help, samples); a `_created` sample's value (a clock
+    reading) left out."""
+    return {
+        family.name: (
+            family.type,
+            family.documentation,
+            [
+                (
+                    sample.name,
+                    tuple(sorted(sample.labels.items())),
+                    None if sample.name.endswith("_created") else sample.value,
+                )
+                for sample in family.samples
+            ],
+        )
+        for family in text_string_to_metric_families(text)
+        if family.name in names
+    }
+
+
+def test_the_per_step_series_expose_what_the_client_library_would() -> None:
+    # Kept in plain numbers for speed, they must read as prometheus_client's own Counter and
+    # Histogram would: names, types, help, labels, cumulative buckets, sums and counts.
+    metrics = Metrics()
+    reference = CollectorRegistry()
+    steps = Histogram(
+        "laneway_step_duration_seconds",
+        "How long one handler call took, by workflow and action.",
+        ("workflow", "action"),
+        buckets=STEP_BUCKETS,
+        registry=reference,
+    )
+    completed = Counter(
+        "laneway_instances_completed",
+        "Attempts of instances that completed in this process, by workflow and queue.",
+        ("workflow", "queue"),
+        registry=reference,
+    )
+    for seconds in (0.0, 0.0004, 0.001, 0.003, 0.01, 7.0, 300.0, 1000.0):  # bounds, and past all
+        for action in ("first", "second"):
+            metrics.step_finished("w", action, seconds)
+            steps.labels("w", action).observe(seconds)
+    for queue in ("q1", "q2", "q1"):
+        transition = Transition(
+            instance_id=uuid.uuid4(), name="w", queue=queue, status=Status.COMPLETED, attempts=1
+        )
+        metrics.transitioned(transition)
+        completed.labels("w", queue).inc()
+    names = {"laneway_step_duration_seconds", "laneway_instances_completed"}
+    ours = _families(metrics.render().decode(), names)
+    theirs = _families(generate_latest(reference).decode(), names)
+    assert set(ours) == names
+    assert ours == theirs
