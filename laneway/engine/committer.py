@@ -7,7 +7,6 @@ write failed because the database went away. What a write means: laneway/writes.
 """
 
 import asyncio
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ from laneway.store import Store
 from laneway.store.leases import RELEASED_AFTER_DATABASE_LOSS
 from laneway.store.pool import DATABASE_GONE
 from laneway.writes import RunnerWrite, ends_run
-
-logger = logging.getLogger(__name__)
 
 HAND_BACK_FIRST_DELAY_SECONDS = 0.05
 HAND_BACK_MAX_DELAY_SECONDS = 1.0
@@ -140,16 +137,18 @@ class Committer:
                     await asyncio.sleep(0)  # the next batch's statement goes out first
                 await self._settle(flights[0], commit)
                 del flights[0]
-        except BaseException:  # cancelled (the loop is closing): nobody is left waiting
+        except BaseException as exc:  # cancelled (the loop closes), or a bug: none may wait on
             for flight in flights:
                 flight.answer.cancel()
                 if self._rider is not None:
                     self._rider.committed(flight.token, None, flight.limit)
-            for _, future in [queued for flight in flights for queued in flight.batch]:
-                future.cancel()
-            for _, future in self._queued:
-                future.cancel()
+            left = [queued for flight in flights for queued in flight.batch] + self._queued
             self._queued = []
+            if isinstance(exc, Exception):
+                _fail(left, exc)
+            else:
+                for _, future in left:
+                    future.cancel()
             raise
         finally:
             self._flusher = None
