@@ -1,12 +1,13 @@
-"""Small helpers for engine tests: building engines, waiting with deadlines."""
+"""Small helpers for engine tests: building engines, waiting with deadlines, watching claims."""
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 from uuid import UUID
 
 from laneway.engine import Engine, Workflow, WorkflowRegistry
-from laneway.model import EventRecord, EventType, InstanceRecord, Status
+from laneway.model import EventRecord, EventType, GroupCommit, InstanceRecord, Status
 from laneway.store import Store
 
 T = TypeVar("T")
@@ -49,3 +50,39 @@ async def until_status(
     found = await eventually(probe, lambda r: r is not None and r.status in statuses, timeout)
     assert found is not None
     return found
+
+
+@dataclass
+class Claims:
+    """What `watch_claims` saw: the sizes of the claim loop's own claims, and per group commit
+    the mark taken as it was sent (a count the test keeps), the claim limit it carried (0: none
+    rode on it) and its answer."""
+
+    own: list[int] = field(default_factory=list)
+    commits: list[tuple[int, int, GroupCommit]] = field(default_factory=list)
+
+    @property
+    def rides(self) -> list[int]:
+        """How many instances each claim that rode on a group commit took."""
+        return [len(done.claimed) for _, limit, done in self.commits if limit > 0]
+
+
+def watch_claims(store: Store, mark: Callable[[], int] = lambda: 0) -> Claims:
+    """Record the claims and group commits of the engines on `store` (the real calls, wrapped)."""
+    seen = Claims()
+    real_claim, real_commit = store.claim_rung, store.commit_runner_batch
+
+    async def claim(*args: Any, **kwargs: Any) -> tuple[list[InstanceRecord], int | None]:
+        claimed, rung = await real_claim(*args, **kwargs)
+        seen.own.append(len(claimed))
+        return claimed, rung
+
+    async def commit(*args: Any, **kwargs: Any) -> GroupCommit:
+        sent = mark()
+        done = await real_commit(*args, **kwargs)
+        seen.commits.append((sent, kwargs.get("claim_limit", 0), done))
+        return done
+
+    store.claim_rung = claim  # type: ignore[method-assign]
+    store.commit_runner_batch = commit  # type: ignore[method-assign]
+    return seen

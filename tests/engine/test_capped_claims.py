@@ -2,17 +2,15 @@
 that freed it, and a claim that finds every queue full writes nothing (claim_loop.py
 `room`, `_slots_bound`, `_own_doorbells`; migrations 0023, 0024)."""
 
-from typing import Any
-
 import asyncpg
 import pytest
 
 from laneway.config import Settings
 from laneway.engine import Done, EnqueueRequest, HandlerContext, Workflow
-from laneway.model import GroupCommit, InstanceRecord, Status
+from laneway.model import Status
 from laneway.services import open_services
 from laneway.store import Store
-from tests.engine.helpers import eventually, make_engine
+from tests.engine.helpers import eventually, make_engine, watch_claims
 
 CAP = 3
 COUNT = 60
@@ -36,29 +34,14 @@ async def test_under_a_cap_each_freed_room_costs_one_claim(database_url: str) ->
         engine, store = services.engine, services.store
         await engine.configure_queue("lane", concurrency=CAP)
         await engine.enqueue_many([EnqueueRequest(name="lane") for _ in range(COUNT)])
-        claims: list[int] = []  # the loop's own claims
-        rides: list[int] = []  # the claims that rode on a group commit
-        real_claim, real_commit = store.claim_rung, store.commit_runner_batch
-
-        async def claim(*args: Any, **kwargs: Any) -> tuple[list[InstanceRecord], int | None]:
-            claimed, rung = await real_claim(*args, **kwargs)
-            claims.append(len(claimed))
-            return claimed, rung
-
-        async def commit(*args: Any, **kwargs: Any) -> GroupCommit:
-            done = await real_commit(*args, **kwargs)
-            if kwargs.get("claim_limit", 0) > 0:
-                rides.append(len(done.claimed))
-            return done
-
-        store.claim_rung = claim  # type: ignore[method-assign]
-        store.commit_runner_batch = commit  # type: ignore[method-assign]
+        seen = watch_claims(store)
         async with engine.running():
             await eventually(
                 lambda: engine.list_instances(limit=100),
                 lambda found: [i.status for i in found] == [Status.COMPLETED] * COUNT,
                 timeout=30,
             )
+    claims, rides = seen.own, seen.rides  # the loop's own, those riding on a group commit
     assert sum(claims) + sum(rides) == COUNT  # each instance claimed once
     assert max(claims + rides) <= CAP
     # The loop claims by itself to start and seldom after: a claim costs no round trip of

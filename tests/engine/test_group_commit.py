@@ -13,11 +13,11 @@ import pytest
 from laneway.config import Settings
 from laneway.engine import Done, EnqueueRequest, HandlerContext, Workflow
 from laneway.engine.committer import Committer
-from laneway.model import GroupCommit, InstanceRecord, Status
+from laneway.model import InstanceRecord, Status
 from laneway.services import open_services
 from laneway.store import Store
 from laneway.writes import CompleteWrite
-from tests.engine.helpers import eventually, make_engine
+from tests.engine.helpers import eventually, make_engine, watch_claims
 from tests.workflows import noop
 
 CONCURRENCY = 20
@@ -52,26 +52,13 @@ async def test_a_busy_engine_claims_on_its_commits_and_sends_the_next_batch_firs
     async with open_services(settings, workflows=(busy,)) as services:
         engine, store = services.engine, services.store
         await engine.enqueue_many([EnqueueRequest(name="busy") for _ in range(COUNT)])
-        claims: list[int] = []  # the loop's own claims
-        commits: list[tuple[int, list[UUID]]] = []  # (handlers run before it was sent, claimed)
-        real_claim, real_commit = store.claim_rung, store.commit_runner_batch
-
-        async def claim(*args: Any, **kwargs: Any) -> tuple[list[InstanceRecord], int | None]:
-            claimed, rung = await real_claim(*args, **kwargs)
-            claims.append(len(claimed))
-            return claimed, rung
-
-        async def commit(*args: Any, **kwargs: Any) -> GroupCommit:
-            sent = len(started)
-            done = await real_commit(*args, **kwargs)
-            commits.append((sent, [record.instance_id for record in done.claimed]))
-            return done
-
-        store.claim_rung = claim  # type: ignore[method-assign]
-        store.commit_runner_batch = commit  # type: ignore[method-assign]
+        seen = watch_claims(store, mark=lambda: len(started))  # handlers run when it was sent
         async with engine.running():
             await eventually(lambda: _completed(store), lambda n: n == COUNT, timeout=60)
-    rides = [len(claimed) for _, claimed in commits]
+    claims, rides = seen.own, seen.rides
+    commits = [
+        (sent, [record.instance_id for record in done.claimed]) for sent, _, done in seen.commits
+    ]
     assert sum(claims) + sum(rides) == COUNT  # each instance claimed once
     assert len(started) == COUNT  # each ran once
     assert len(set(started)) == COUNT
