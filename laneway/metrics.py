@@ -95,7 +95,7 @@ class _Series(Collector):
         values[2 + bisect.bisect_left(self._bounds, value)] += 1.0
 
     def collect(self) -> Iterable[Metric]:
-        series = sorted(self._values.items())  # a copy: observations may come meanwhile
+        series = sorted(self._values.items())  # by labels; on the loop, nothing changes meanwhile
         if not self._bounds:
             counter = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
             for labels, (created, value) in series:
