@@ -28,7 +28,7 @@ from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import check_key, keyless, new_instance, planned_fire
+from laneway.engine.requests import check_key, new_instance, planned_fire
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
@@ -47,6 +47,7 @@ from laneway.model import (
     WaitingReason,
 )
 from laneway.store import Store
+from laneway.store.instances import keyless
 from laneway.store.leases import DEFAULT_MAX_RECOVERIES
 
 logger = logging.getLogger(__name__)

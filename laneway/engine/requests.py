@@ -48,16 +48,6 @@ class EnqueueRequest:
     version: str | None = None  # None: the newest version registered in the enqueuing process
 
 
-def keyless(request: EnqueueRequest) -> bool:
-    """Whether `request` names no idempotency, singleton or concurrency key: nothing but its
-    fresh id could make its instance conflict with another row."""
-    return (
-        request.idempotency_key is None
-        and request.singleton_key is None
-        and request.concurrency_key is None
-    )
-
-
 def check_key(value: str | None, what: str) -> str | None:
     """`value` if it is a usable idempotency, singleton or concurrency key (None stays None)."""
     if value is None:

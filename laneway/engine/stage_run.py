@@ -108,6 +108,10 @@ class _StageRun:
         self._fix_cycle = 0
         # Asked once: the stage's operations run in its context (parallel ones in copies).
         self._spans = tracing.spans_made()
+        # In sequence the stage writes before anything waits (before the next operation, or
+        # its own step), which carries what finished; in parallel the siblings run on, so an
+        # outcome is also written on its own soon after (RunnerTools).
+        self._carried = not self._stage.parallel
 
     async def run(self, params: JSONValue) -> Step:
         state = self._ctx.state
@@ -129,9 +133,7 @@ class _StageRun:
         self._ctx.report(stage=stage.name)
         if stage.condition is not None and not stage.condition(MappingProxyType(context)):
             for position, operation in enumerate(stage.operations):
-                await self._record_skipped(
-                    operation, position, "stage condition is false", carried=True
-                )
+                await self._record_skipped(operation, position, "stage condition is false")
             ran = False
         else:
             rows = {
@@ -238,9 +240,7 @@ class _StageRun:
                 # What finished before is recorded before this starts: a crash in this one
                 # never runs those again.
                 await self._tools.write_operations()
-                record = await self._run_unless_skipped(
-                    operation, position, context, initial, carried=True
-                )
+                record = await self._run_unless_skipped(operation, position, context, initial)
             if record is None:
                 continue
             context = merge_context(context, [record])
@@ -269,9 +269,7 @@ class _StageRun:
                         records[position] = reused
                         continue
                     tasks[position] = group.create_task(
-                        self._run_unless_skipped(
-                            operation, position, context, initial, carried=False
-                        )
+                        self._run_unless_skipped(operation, position, context, initial)
                     )
         except ExceptionGroup as errors:
             # A lost lease (or a bug) in one operation stops its siblings; surface the cause.
@@ -301,18 +299,11 @@ class _StageRun:
         position: int,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
-        *,
-        carried: bool,
     ) -> OperationRecord | None:
-        """Run the operation, or record it skipped when its condition is false. `carried`:
-        its outcome waits for the stage's next write (in sequence), else it is also written
-        soon on its own (its siblings run on)."""
         if operation.condition is not None and not operation.condition(MappingProxyType(context)):
-            await self._record_skipped(
-                operation, position, "operation condition is false", carried=carried
-            )
+            await self._record_skipped(operation, position, "operation condition is false")
             return None
-        return await self._run_operation(operation, position, context, initial, carried=carried)
+        return await self._run_operation(operation, position, context, initial)
 
     async def _run_operation(
         self,
@@ -320,8 +311,6 @@ class _StageRun:
         position: int,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
-        *,
-        carried: bool,
     ) -> OperationRecord:
         """Attempt one operation until it completes or runs out of attempts; record it."""
         ctx = self._ctx
@@ -378,7 +367,7 @@ class _StageRun:
         # Recorded as it finishes, written with the stage's next write or on its own soon
         # after (runner.RunnerTools): a crash later in the stage keeps this outcome.
         await self._tools.record_operation(
-            record, seconds=time.monotonic() - started, encoded=encoded, carried=carried
+            record, seconds=time.monotonic() - started, encoded=encoded, carried=self._carried
         )
         if not result.is_completed:
             logger.info(
@@ -395,9 +384,7 @@ class _StageRun:
         self._settle(position, result.status)
         return record
 
-    async def _record_skipped(
-        self, operation: Operation, position: int, reason: str, *, carried: bool
-    ) -> None:
+    async def _record_skipped(self, operation: Operation, position: int, reason: str) -> None:
         record = OperationRecord(
             operation_id=operation_id_for(self._ctx.instance_id, self._stage.name, position),
             instance_id=self._ctx.instance_id,
@@ -412,7 +399,7 @@ class _StageRun:
             started_at=None,
             finished_at=None,
         )
-        await self._tools.record_operation(record, seconds=0.0, carried=carried)
+        await self._tools.record_operation(record, seconds=0.0, carried=self._carried)
         self._settle(position, SKIPPED)
 
     def _settle(self, position: int, status: str) -> None:

@@ -9,6 +9,7 @@ keys. Cancel, resume and retry are bulk.py's
 import asyncio
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
+from typing import Protocol
 from uuid import UUID
 
 from laneway.errors import InvalidInputError
@@ -56,9 +57,24 @@ def _copied_instance(new: NewInstance, run_after: datetime) -> tuple[object, ...
     )
 
 
-def _keyless(new: NewInstance) -> bool:
-    """Nothing but its fresh id could make it conflict with another row."""
-    return new.idempotency_key is None and new.singleton_key is None and new.concurrency_key is None
+class Keys(Protocol):
+    """What decides whether an enqueue can conflict with a row that exists: its keys (a
+    NewInstance, or the engine's EnqueueRequest before it is checked)."""
+
+    @property
+    def idempotency_key(self) -> str | None: ...
+    @property
+    def singleton_key(self) -> str | None: ...
+    @property
+    def concurrency_key(self) -> str | None: ...
+
+
+def keyless(item: Keys) -> bool:
+    """Nothing but its fresh id could make it conflict with another row: no idempotency,
+    singleton or concurrency key."""
+    return (
+        item.idempotency_key is None and item.singleton_key is None and item.concurrency_key is None
+    )
 
 
 def _run_after(new: NewInstance, now: datetime) -> datetime:
@@ -209,11 +225,7 @@ class InstanceStore(StoreBase):
 
     async def enqueue(self, new: NewInstance) -> EnqueueResult:
         """Insert an instance with its `enqueued` event, or return the one its keys name."""
-        if (
-            new.idempotency_key is not None
-            or new.singleton_key is not None
-            or new.concurrency_key is not None
-        ):
+        if not keyless(new):
             (result,) = await self.enqueue_many([new])
             return result
         # Without keys it can only conflict on its fresh id: one insert, nothing to look up.
@@ -232,14 +244,9 @@ class InstanceStore(StoreBase):
         vanished before it could be read (a singleton that just ended) lets the next insert
         round through.
         """
-        if not batch:
-            return []
-        if len(batch) >= COPY_FROM and all(_keyless(new) for new in batch):
-            return await self._copy_in(batch)
-        async with self._acquire() as conn:
-            for queue in {new.queue for new in batch}:
-                await self._ensure_queue(conn, queue)
-            return await self._enqueue_on(conn, batch)
+        return await self.enqueue_checked(
+            batch, size=len(batch), keyless=all(keyless(new) for new in batch)
+        )
 
     async def enqueue_checked(
         self, batch: Iterable[NewInstance], *, size: int, keyless: bool
@@ -251,7 +258,13 @@ class InstanceStore(StoreBase):
         and the error goes on. Any other batch is read whole first."""
         if keyless and size >= COPY_FROM:
             return await self._copy_in(batch)
-        return await self.enqueue_many(list(batch))
+        todo = list(batch)
+        if not todo:
+            return []
+        async with self._acquire() as conn:
+            for queue in {new.queue for new in todo}:
+                await self._ensure_queue(conn, queue)
+            return await self._enqueue_on(conn, todo)
 
     async def _copy_in(self, batch: Iterable[NewInstance]) -> list[EnqueueResult]:
         """Copy instances without keys and their `enqueued` events in, in one transaction, and

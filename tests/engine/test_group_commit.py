@@ -71,6 +71,7 @@ async def test_a_busy_engine_claims_on_its_commits_and_sends_the_next_batch_firs
         for (_, claimed), (sent_next, _) in itertools.pairwise(commits)
         if claimed
     ]
+    assert followed  # commits that claimed, each with a batch after it
     sent_first = [min(position[i] for i in claimed) >= sent for claimed, sent in followed]
     assert sent_first.count(True) >= len(followed) // 2, sent_first
 
