@@ -6,6 +6,7 @@ lone surrogates; they are refused here first, with a clear error and no database
 
 import json
 import re
+from collections.abc import Callable, Iterable
 
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue
@@ -16,6 +17,27 @@ MAX_STATE_BYTES = 8 * 1024 * 1024
 # One encoder for every call: json.dumps with options builds a new JSONEncoder each time,
 # which was half the cost of encoding a small payload (a step's state, a result, params).
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# And its C encoder, made once: JSONEncoder.encode makes one per call (with a dict to detect
+# circular values), which was half of what encoding a template's state costs. Without that dict
+# a circular value recurses until Python's recursion limit stops it (RecursionError, refused
+# below like any other value that is not JSON). Absent on Pythons without the C accelerator.
+_MakeEncoder = Callable[..., Callable[[object, int], Iterable[str]]]
+_make_c_encoder: _MakeEncoder | None = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE = (
+    None
+    if _make_c_encoder is None
+    else _make_c_encoder(
+        None,  # markers: no circular check (see above)
+        _ENCODER.default,
+        json.encoder.encode_basestring_ascii,
+        None,  # indent
+        ":",  # key separator
+        ",",  # item separator
+        False,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+)
 
 _CONSTANT_TEXT: dict[type, str] = {type(None): "null", dict: "{}", list: "[]"}
 
@@ -37,9 +59,13 @@ def encode_json(value: JSONValue, *, what: str, max_bytes: int = MAX_PAYLOAD_BYT
     if value is None or (type(value) in (dict, list) and not value):
         return _CONSTANT_TEXT[type(value)]  # null, {} and []: what most operations return
     try:
-        text = _ENCODER.encode(value)
+        text = _ENCODER.encode(value) if _C_ENCODE is None else "".join(_C_ENCODE(value, 0))
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"{what} must be JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInputError(
+            f"{what} must be JSON: it refers to itself, or nests too deeply"
+        ) from None
     if "\\u" in text and _BAD_ESCAPE.search(text):
         raise InvalidInputError(f"{what} holds a NUL character or a lone surrogate")
     if len(text) > max_bytes:

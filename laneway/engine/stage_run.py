@@ -10,7 +10,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -210,19 +210,20 @@ class _StageRun:
             text += f" and {self._fix_cycle} fix cycle(s)"
         return f"{text}: {record.error}"
 
-    async def _run_pass(
+    def _run_pass(
         self,
         operations: Sequence[Operation],
         base: int,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
         rows: Mapping[int, OperationRecord],
-    ) -> _Pass:
-        """Run `operations` once (at positions base + i), reusing completed `rows`."""
+    ) -> Coroutine[object, None, _Pass]:
+        """Run `operations` once (at positions base + i), reusing completed `rows`. (The run
+        itself is the coroutine returned: a pass costs no frame of its own.)"""
         slots = [(base + offset, operation) for offset, operation in enumerate(operations)]
         if self._stage.parallel:
-            return await self._run_parallel(slots, context, initial, rows)
-        return await self._run_sequence(slots, context, initial, rows)
+            return self._run_parallel(slots, context, initial, rows)
+        return self._run_sequence(slots, context, initial, rows)
 
     async def _run_sequence(
         self,
@@ -243,7 +244,8 @@ class _StageRun:
                 record = await self._run_unless_skipped(operation, position, context, initial)
             if record is None:
                 continue
-            context = merge_context(context, [record])
+            if record.data:  # completed with data to merge (else the context stays as it is)
+                context = merge_context(context, (record,))
             if record.status == FAILED and operation.critical:
                 return _Pass(context=context, failure=record)
         return _Pass(context=context, failure=None)
@@ -293,17 +295,17 @@ class _StageRun:
         self._settle(position, COMPLETED)
         return row
 
-    async def _run_unless_skipped(
+    def _run_unless_skipped(
         self,
         operation: Operation,
         position: int,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
-    ) -> OperationRecord | None:
+    ) -> Coroutine[object, None, OperationRecord | None]:
+        """The operation's run, or its record as skipped (which returns None)."""
         if operation.condition is not None and not operation.condition(MappingProxyType(context)):
-            await self._record_skipped(operation, position, "operation condition is false")
-            return None
-        return await self._run_operation(operation, position, context, initial)
+            return self._record_skipped(operation, position, "operation condition is false")
+        return self._run_operation(operation, position, context, initial)
 
     async def _run_operation(
         self,
@@ -458,4 +460,7 @@ def _reason(exc: BaseException) -> str:
 
 def _copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:
     """The operation's own copy of a context (it may change it; the stage's stays)."""
-    return {key: json_copy(value) for key, value in context.items()}
+    return {
+        key: json_copy(value) if isinstance(value, dict | list) else value
+        for key, value in context.items()
+    }

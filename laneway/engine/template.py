@@ -344,7 +344,10 @@ def stage_message(
 ) -> str:
     """A status line such as `analyze: 2 of 3 operations done (1 failed)`."""
     counted = list(statuses)
-    text = f"{stage}: {counted.count(COMPLETED)} of {operation_count} operations done"
+    done = counted.count(COMPLETED)
+    text = f"{stage}: {done} of {operation_count} operations done"
+    if done == len(counted) and not fix_cycle:
+        return text  # nothing failed or skipped
     notes = [f"{counted.count(s)} {s}" for s in (FAILED, SKIPPED) if counted.count(s)]
     if fix_cycle:
         notes.append(f"fix cycle {fix_cycle}")
