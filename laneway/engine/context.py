@@ -10,6 +10,7 @@ from typing import Protocol
 from uuid import UUID
 
 from laneway.engine.names import check_name
+from laneway.engine.payloads import storable_text
 from laneway.engine.waits import (
     ExpiryAction,
     check_expiry,
@@ -223,9 +224,9 @@ class HandlerContext:
                 raise ValueError("progress must be between 0 and 1")
             self.progress = progress
         if message is not None:
-            self.message = message[:500]
+            self.message = storable_text(message[:500])
         if stage is not None:
-            self.stage = stage[:200]
+            self.stage = storable_text(stage[:200])
 
     def require_tools(self) -> InstanceTools:
         """The instance's durable helpers; only a context made by the engine has them."""

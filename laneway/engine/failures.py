@@ -12,6 +12,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from laneway.engine.payloads import storable_text
+
 MAX_MESSAGE_CHARS = 4000
 MAX_TRACEBACK_CHARS = 8000
 _ENGINE_DIR = str(Path(__file__).resolve().parent)
@@ -44,13 +46,16 @@ def type_name(exc: BaseException) -> str:
 
 
 def failure_of(exc: BaseException) -> Failure:
-    """The failure an exception makes, with the stage and operation a template's carries."""
+    """The failure an exception makes, with the stage and operation a template's carries; its
+    texts as a text column can hold them (payloads.storable_text)."""
+    traceback = format_traceback(exc)
+    stage, operation = getattr(exc, "stage", None), getattr(exc, "operation", None)
     return Failure(
-        type=type_name(exc),
-        message=str(exc)[:MAX_MESSAGE_CHARS],
-        traceback=format_traceback(exc),
-        stage=getattr(exc, "stage", None),
-        operation=getattr(exc, "operation", None),
+        type=storable_text(type_name(exc)),
+        message=storable_text(str(exc)[:MAX_MESSAGE_CHARS]),
+        traceback=None if traceback is None else storable_text(traceback),
+        stage=storable_text(stage) if isinstance(stage, str) else None,
+        operation=storable_text(operation) if isinstance(operation, str) else None,
     )
 
 

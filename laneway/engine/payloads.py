@@ -73,6 +73,20 @@ def encode_json(value: JSONValue, *, what: str, max_bytes: int = MAX_PAYLOAD_BYT
     return text
 
 
+def storable_text(text: str) -> str:
+    """`text` as a text column can hold it: a NUL character and each lone surrogate become
+    U+FFFD. For what the engine writes on a user's behalf that is not refused (an exception's
+    message and traceback, an operation's reason, a reported status line): PostgreSQL would
+    refuse the whole group commit it rides in, the other instances' writes with it."""
+    if text.isascii():
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # lone surrogates (a pair in a str is two of them)
+        text = "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 def json_copy(value: JSONValue) -> JSONValue:
     """A deep copy of a JSON value (its objects and arrays copied, the rest shared: immutable):
     what copy.deepcopy gives for JSON, without its memo, at a fraction of its cost."""

@@ -25,7 +25,7 @@ from laneway.engine.context import (
     Step,
 )
 from laneway.engine.handler_map import Handler
-from laneway.engine.payloads import encode_json, json_copy
+from laneway.engine.payloads import encode_json, json_copy, storable_text
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
@@ -447,7 +447,8 @@ async def _attempt(
     except InvalidInputError as exc:
         return failed(str(exc)), _NO_DATA
     if not result.is_completed:
-        return failed((result.reason or "failed")[:MAX_REASON_CHARS], result.metadata), (
+        reason = storable_text((result.reason or "failed")[:MAX_REASON_CHARS])
+        return failed(reason, result.metadata), (
             data,
             metadata,
         )
@@ -455,7 +456,7 @@ async def _attempt(
 
 
 def _reason(exc: BaseException) -> str:
-    return (str(exc) or type(exc).__name__)[:MAX_REASON_CHARS]
+    return storable_text((str(exc) or type(exc).__name__)[:MAX_REASON_CHARS])
 
 
 def _copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:

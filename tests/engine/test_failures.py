@@ -7,6 +7,7 @@ import pytest
 
 from laneway.engine import Done, HandlerContext, Next, Pause, RetryPolicy, Workflow
 from laneway.engine.failures import MAX_TRACEBACK_CHARS, failure_of, format_traceback
+from laneway.engine.payloads import storable_text
 from laneway.model import JSONValue, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine
@@ -183,3 +184,58 @@ async def test_a_retried_attempt_logs_a_warning_and_the_final_failure_an_error(
         assert record.__dict__["instance_id"] == str(enqueued.instance_id)
         assert "RuntimeError: attempt" in record.__dict__["error"]
         assert "in _flaky" in record.__dict__["traceback"]
+
+
+async def test_texts_postgres_cannot_hold_are_replaced_and_spoil_no_other_write(
+    store: Store,
+) -> None:
+    # A NUL character or a lone surrogate in an exception's message (so in its traceback too),
+    # or in a reported status line, made PostgreSQL refuse the whole group commit: the other
+    # instances of the batch stayed running with it. They are written as U+FFFD instead.
+    async def poisoned(ctx: HandlerContext, params: JSONValue) -> Done:
+        raise ValueError("nul \x00 and lone \udc80 here")
+
+    async def reporting(ctx: HandlerContext, params: JSONValue) -> Done:
+        ctx.report(message="half \x00 done", stage="st\udc80ge")
+        return Done({"ok": True})
+
+    engine = make_engine(
+        store,
+        Workflow(
+            "poisoned",
+            handlers={"a": poisoned},
+            initial="a",
+            retry=RetryPolicy(max_attempts=1),
+        ),
+        Workflow("reporting", handlers={"a": reporting}, initial="a"),
+    )
+    bad = await engine.enqueue("poisoned")
+    good = await engine.enqueue("reporting")
+    await engine.tick()  # both run, and their writes share one group commit
+    [failed, completed] = [await engine.get(e.instance_id) for e in (bad, good)]
+    assert completed is not None
+    assert completed.status == Status.COMPLETED
+    assert (completed.message, completed.stage) == ("half \ufffd done", "st\ufffdge")
+    assert failed is not None
+    assert failed.status == Status.FAILED
+    assert failed.last_error == "ValueError: nul \ufffd and lone \ufffd here"
+    [failure] = (await store.failures([bad.instance_id], 10))[bad.instance_id]
+    assert failure.message == "nul \ufffd and lone \ufffd here"
+    assert failure.traceback is not None
+    assert "\x00" not in failure.traceback
+    assert failure.traceback.rstrip().endswith("ValueError: nul \ufffd and lone \ufffd here")
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("plain", "plain"),
+        ("a\x00b\x00", "a\ufffdb\ufffd"),
+        ("ünïcode \U0001f600", "ünïcode \U0001f600"),
+        ("pair as two \ud83d\ude00 and \x00", "pair as two \ufffd\ufffd and \ufffd"),
+    ],
+)
+def test_storable_text_replaces_only_what_a_text_column_refuses(text: str, stored: str) -> None:
+    assert storable_text(text) == stored
+    stored.encode()  # valid UTF-8, no NUL
+    assert "\x00" not in stored
