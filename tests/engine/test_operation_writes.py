@@ -11,6 +11,7 @@ from laneway.engine.template import (
     Stage,
     Template,
     completed,
+    failed,
 )
 from laneway.engine.template_interpreter import compile_template
 from laneway.model import EventType, Status
@@ -103,3 +104,60 @@ async def test_a_parallel_operation_is_written_while_its_siblings_still_run(
     assert done.status == Status.COMPLETED
     rows = await store.operations(enqueued.instance_id)
     assert sorted(row.type for row in rows) == ["quick", "slow"]
+
+
+async def test_outcomes_reach_their_rows_exactly_as_the_operations_returned_them(
+    store: Store,
+) -> None:
+    # What the group commit writes of each outcome comes back as it was: quotes, backslashes,
+    # non-ASCII text, nested data and nulls, a failure's reason (a NUL in it written as
+    # U+FFFD, payloads.storable_text), a null data or metadata stored as jsonb null.
+    data = {"quote": 'say "hi"\\n', "naïve": ["ü", 1.5, None, {"deep": [True]}], "n": 10**20}
+
+    async def rich(ctx: OperationContext) -> OperationResult:
+        return completed(data, metadata={"tab": "a\tb", "emoji": "\U0001f600"})
+
+    async def refuses(ctx: OperationContext) -> OperationResult:
+        return failed('no "way" \\ back, ünïcode \x00')  # NUL: see payloads.storable_text
+
+    template = Template(
+        type="round_trip",
+        stages=[
+            Stage(
+                name="stage.one:x-1",
+                operations=[
+                    Operation(type="rich"),
+                    Operation(type="refuses", critical=False, max_attempts=1),
+                ],
+            )
+        ],
+    )
+    engine = make_engine(
+        store, compile_template(template, OperationRegistry({"rich": rich, "refuses": refuses}))
+    )
+    enqueued = await engine.enqueue("round_trip")
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    rows = sorted(await store.operations(enqueued.instance_id), key=lambda row: row.position)
+    assert [(row.stage, row.type, row.status, row.attempts) for row in rows] == [
+        ("stage.one:x-1", "rich", "completed", 1),
+        ("stage.one:x-1", "refuses", "failed", 1),
+    ]
+    assert rows[0].data == data
+    assert rows[0].metadata == {"tab": "a\tb", "emoji": "\U0001f600"}
+    assert rows[0].error is None
+    assert rows[1].error == 'no "way" \\ back, ünïcode \ufffd'
+    assert rows[1].data is None
+    for row in rows:
+        assert row.started_at is not None
+        assert row.finished_at is not None
+        assert row.started_at <= row.finished_at
+    async with store.connection() as conn:
+        stored = await conn.fetch(
+            "SELECT position, jsonb_typeof(data) AS data, jsonb_typeof(metadata) AS metadata"
+            "  FROM laneway.operations WHERE instance_id = $1 ORDER BY position",
+            enqueued.instance_id,
+        )
+    assert [tuple(row) for row in stored] == [(0, "object", "object"), (1, "null", "null")]
