@@ -73,18 +73,23 @@ def encode_json(value: JSONValue, *, what: str, max_bytes: int = MAX_PAYLOAD_BYT
     return text
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_storable(text: str) -> bool:
+    """Whether a text column can hold `text` as it is: no NUL, no lone surrogate (a str holds
+    a surrogate code point only on its own: decoded JSON and UTF-8 make pairs characters)."""
+    return "\x00" not in text and (text.isascii() or _SURROGATE.search(text) is None)
+
+
 def storable_text(text: str) -> str:
     """`text` as a text column can hold it: a NUL character and each lone surrogate become
     U+FFFD. For what the engine writes on a user's behalf that is not refused (an exception's
     message and traceback, an operation's reason, a reported status line): PostgreSQL would
     refuse the whole group commit it rides in, the other instances' writes with it."""
-    if text.isascii():
-        return text.replace("\x00", "\ufffd") if "\x00" in text else text
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # lone surrogates (a pair in a str is two of them)
-        text = "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    if text_storable(text):
+        return text
+    return _SURROGATE.sub("\ufffd", text).replace("\x00", "\ufffd")
 
 
 def json_copy(value: JSONValue) -> JSONValue:

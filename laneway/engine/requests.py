@@ -11,7 +11,7 @@ from datetime import datetime
 from uuid import UUID
 
 from laneway.engine.handler_map import Workflow, check_name
-from laneway.engine.payloads import encode_json
+from laneway.engine.payloads import encode_json, text_storable
 from laneway.engine.schedules import fire_key, parse_recurrence
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, NewInstance, ScheduleRecord
@@ -54,8 +54,8 @@ def check_key(value: str | None, what: str) -> str | None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
         raise InvalidInputError(f"{what} must be 1-{MAX_KEY_CHARS} characters")
-    if "\x00" in value:
-        raise InvalidInputError(f"{what} must not contain NUL characters")
+    if not text_storable(value):
+        raise InvalidInputError(f"{what} must not contain NUL or lone surrogate characters")
     return value
 
 

@@ -11,7 +11,6 @@ refuses the whole operation with BAD_USER_INPUT naming the argument, so nothing 
 Turning a value into what the engine takes stays in arguments.py and the resolvers.
 """
 
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +56,7 @@ from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
 from laneway.engine.engine import MAX_LIST_LIMIT
 from laneway.engine.page_calls import MAX_CURSOR_CHARS, MAX_PAGE_SIZE
+from laneway.engine.payloads import text_storable
 from laneway.engine.queue_calls import MAX_HISTORY_MINUTES
 from laneway.engine.requests import (
     MAX_CONCURRENCY,
@@ -73,7 +73,6 @@ MAX_GRAPHQL_INT = 2**31 - 1
 _TEXT_SCALARS = frozenset({"String", "ID"})
 _NUMBER_SCALARS = frozenset({"Int", "Float"})
 _MAX_INT_LITERAL_DIGITS = 20  # longer cannot be in any range below (and int() stays cheap)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,8 +150,7 @@ def _text(text: str, rule: Rule | None) -> None:
     """
     if rule is not None and len(text) > rule.max_chars:
         raise _RefusedError(f"must be at most {rule.max_chars} characters")
-    # Decoded JSON holds a surrogate code point only when it was not half of a pair.
-    if "\x00" in text or (not text.isascii() and _SURROGATE.search(text)):
+    if not text_storable(text):
         raise _RefusedError("must not contain NUL or lone surrogate characters")
     if rule is not None and rule.parse is not None:
         try:
