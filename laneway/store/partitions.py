@@ -76,32 +76,39 @@ class PartitionStore(StoreBase):
         return added
 
     async def retire_event_partitions(self, *, ended_seconds_ago: float = 0.0) -> list[str]:
-        """Detach and drop every partition that ended over `ended_seconds_ago` (and over an
-        hour) ago and holds no event of an instance that still exists, one transaction each;
-        returns the names dropped. One that could not get its lock in time is left for the
-        next call.
+        """Detach every partition that ended over `ended_seconds_ago` (and over an hour) ago
+        and holds no event of an instance that still exists, one transaction each, then drop
+        what was detached in a transaction of its own (migrations/0028: appends wait for the
+        detach's commit, not for the drop's); returns the names dropped, a partition a crash
+        left detached included. One that could not get its lock in time is left for the next
+        call.
 
         Retention passes its own period: a younger partition still holds instances retention
         keeps (those that ended late in its day, as a rule), and checking it would read it for
         nothing."""
-        retired: list[str] = []
         async with self._acquire() as conn:
             rows = await conn.fetch(queries.RETIRING_EVENT_PARTITIONS, ended_seconds_ago)
-            names = [r["name"] for r in rows]
-            for name in names:
+            for name in [r["name"] for r in rows]:
                 try:
                     async with conn.transaction():
                         if not await conn.fetchval(
                             queries.TRY_LOCK_PARTITIONS, PARTITIONS_LOCK_KEY
                         ):
-                            return retired
-                        if await conn.fetchval(queries.RETIRE_EVENT_PARTITION, name):
-                            retired.append(name)
+                            break
+                        await conn.fetchval(queries.RETIRE_EVENT_PARTITION, name)
                 except asyncpg.LockNotAvailableError as exc:
                     logger.info(
                         "event partition not retired", extra={"partition": name, "error": str(exc)}
                     )
-        return retired
+            try:
+                async with conn.transaction():
+                    if not await conn.fetchval(queries.TRY_LOCK_PARTITIONS, PARTITIONS_LOCK_KEY):
+                        return []
+                    dropped = await conn.fetch(queries.DROP_DETACHED_EVENT_PARTITIONS)
+            except asyncpg.LockNotAvailableError as exc:
+                logger.info("detached event partitions not dropped", extra={"error": str(exc)})
+                return []
+        return [r["name"] for r in dropped]
 
     async def analyze_events(self, *, every_seconds: float = ANALYZE_EVERY_SECONDS) -> bool:
         """ANALYZE the partitioned event log if its statistics are older than `every_seconds`

@@ -234,6 +234,31 @@ async def test_retention_drops_a_partition_of_finished_instances_and_keeps_one_a
     assert len(await store.event_partitions()) == 3
 
 
+async def test_a_partition_is_dropped_after_its_detach_committed_and_a_crash_between_leaves_nothing(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # The detach commits first (it holds the log's lock, which appends wait for); the drop,
+    # whose commit unlinks the files, comes after in a transaction of its own (0028). A
+    # partition a crash left detached is dropped by the next retirement.
+    for days in (12, 11):
+        await admin.execute(ADD_DAY, -days)
+    twelve, eleven = (await store.event_partitions())[:2]
+    assert await admin.fetchval("SELECT laneway.retire_event_partition($1)", twelve.name)
+    # As a crash would leave it: out of the log, still a table.
+    assert twelve.name not in [p.name for p in await store.event_partitions()]
+    assert await admin.fetchval("SELECT to_regclass($1) IS NOT NULL", f"laneway.{twelve.name}")
+    ids = await _append(store, uuid.uuid4(), 2)  # the log takes appends meanwhile
+    assert len(ids) == 2
+
+    assert await store.retire_event_partitions() == [twelve.name, eleven.name]
+    for gone in (twelve, eleven):
+        assert await admin.fetchval("SELECT to_regclass($1) IS NULL", f"laneway.{gone.name}")
+    assert await store.retire_event_partitions() == []  # safe to repeat
+    # Nothing but a detached event partition is dropped: the default one and today's stay.
+    assert await admin.fetchval("SELECT to_regclass('laneway.events_default') IS NOT NULL")
+    assert len(await store.event_partitions()) == 3
+
+
 async def test_a_resume_cursor_returns_every_later_event_once_in_order_across_partitions(
     store: Store, admin: asyncpg.Connection, database_url: str
 ) -> None:

@@ -1,7 +1,8 @@
 """The event log's time partitions: adding them ahead, retiring past ones, analysing the parent.
 
 See laneway/store/queries/__init__.py for how statements are written; the DDL itself is in the
-functions laneway.add_event_partition and laneway.retire_event_partition (functions.sql).
+functions laneway.add_event_partition, laneway.retire_event_partition and
+laneway.drop_detached_event_partitions (functions.sql).
 """
 
 # $1 advisory lock key
@@ -50,9 +51,15 @@ SELECT name
  WHERE upper <= now() - greatest($1::double precision, 3600) * interval '1 second'
 """
 
-# $1 partition name; true when it was detached and dropped
+# $1 partition name; true when it was detached (laneway.retire_event_partition)
 RETIRE_EVENT_PARTITION = """
 SELECT laneway.retire_event_partition($1)
+"""
+
+# The names of the detached partitions dropped now (laneway.drop_detached_event_partitions): a
+# transaction of its own, after the detach's has committed, so that no append waits for it.
+DROP_DETACHED_EVENT_PARTITIONS = """
+SELECT name FROM laneway.drop_detached_event_partitions() AS name
 """
 
 # $1 seconds: whether the parent's statistics are older than that (or missing). Autovacuum
