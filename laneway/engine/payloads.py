@@ -1,7 +1,9 @@
 """JSON payloads (params, state, results): validation, encoding and size limits (pure).
 
-Owns what may be stored as JSON. PostgreSQL's jsonb refuses NaN, Infinity, NUL characters and
-lone surrogates; they are refused here first, with a clear error and no database call.
+Owns what may be stored as JSON, and as text. PostgreSQL's jsonb refuses NaN, Infinity, NUL
+characters and lone surrogates; they are refused here first, with a clear error and no
+database call. Its text columns refuse NUL and lone surrogates too: text_storable tells, and
+storable_text replaces them in what the engine writes on a user's behalf.
 """
 
 import json
