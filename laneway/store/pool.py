@@ -273,8 +273,10 @@ class ConnectionPool:
     async def _settle(self, conn: asyncpg.Connection, *, check: bool) -> None:
         """Lend a connection that did not end at rest again once it is: a cancelled statement
         has ended on the server (asyncpg lets its cancel request land before it sends the next
-        statement) and a trivial one answers outside a transaction. Otherwise, or without
-        `check` (an expired idle connection), close it."""
+        statement) and a trivial one answers outside a transaction. Then its session is reset
+        (asyncpg's reset: what the block left of a transaction on the client, its session
+        advisory locks, LISTENs and settings; the settings of its start-up stay). Otherwise,
+        or without `check` (an expired idle connection), close it."""
         task = asyncio.current_task()
         at_rest = False
         try:
@@ -282,7 +284,12 @@ class ConnectionPool:
                 try:
                     async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
                         await conn.execute("SELECT 1")
-                    at_rest = not conn.is_in_transaction()
+                        if not conn.is_in_transaction():
+                            # A cancel that stopped the block's BEGIN on the server left
+                            # asyncpg's transaction behind, failed, as the connection's own:
+                            # the next one would take itself for a nested one (SAVEPOINT).
+                            await conn.reset()
+                            at_rest = not conn.is_in_transaction()
                 except Exception:  # lost, frozen or broken: not lent again either way
                     pass
             if not at_rest:

@@ -192,3 +192,40 @@ async def test_after_expiry_new_demand_opens_connections_again(database_url: str
     finally:
         await pool.close()
     assert pool.size == 0
+
+
+async def test_a_block_cancelled_as_its_transaction_began_leaves_a_usable_connection(
+    pool: ConnectionPool,
+) -> None:
+    # A cancel whose request reaches the server while it runs a block's BEGIN stops the BEGIN
+    # there; asyncpg keeps its failed transaction as the connection's top one. Lent as it was,
+    # the next `conn.transaction()` took itself for a nested one and sent SAVEPOINT outside any
+    # transaction (a batch enqueue's test met it under load). The same state, made at will:
+    with pytest.raises(asyncio.CancelledError):
+        await _cancelled_with_a_stale_transaction(pool)
+    await until(lambda: pool.idle == pool.size)
+    for _ in range(pool.size):  # whichever connection is lent
+        async with pool.acquire() as conn, conn.transaction():
+            assert await conn.fetchval("SELECT 1") == 1
+
+
+async def _cancelled_with_a_stale_transaction(pool: ConnectionPool) -> None:
+    async with pool.acquire() as conn:
+        await conn.transaction().start()
+        await conn.execute("ROLLBACK")  # the server's side, as the stopped BEGIN left it
+        raise asyncio.CancelledError
+
+
+async def test_a_cancelled_block_leaves_no_session_lock_behind(
+    pool: ConnectionPool, admin: asyncpg.Connection
+) -> None:
+    pid = await backend_pid(pool)
+    with pytest.raises(TimeoutError):
+        async with pool.acquire() as conn, asyncio.timeout(0.2):
+            await conn.execute("SELECT pg_advisory_lock(7461); SELECT pg_sleep(30)")
+    await until(lambda: pool.idle == pool.size)
+    assert pid in {await backend_pid(pool) for _ in range(3)}  # lent again, and
+    held = await admin.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7461"
+    )
+    assert held == 0  # its session's lock went with the block
