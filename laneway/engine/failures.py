@@ -48,12 +48,12 @@ def type_name(exc: BaseException) -> str:
 def failure_of(exc: BaseException) -> Failure:
     """The failure an exception makes, with the stage and operation a template's carries; its
     texts as a text column can hold them (payloads.storable_text)."""
-    traceback = format_traceback(exc)
+    frames = format_traceback(exc)
     stage, operation = getattr(exc, "stage", None), getattr(exc, "operation", None)
     return Failure(
         type=storable_text(type_name(exc)),
         message=storable_text(str(exc)[:MAX_MESSAGE_CHARS]),
-        traceback=None if traceback is None else storable_text(traceback),
+        traceback=None if frames is None else storable_text(frames),
         stage=storable_text(stage) if isinstance(stage, str) else None,
         operation=storable_text(operation) if isinstance(operation, str) else None,
     )
