@@ -7,7 +7,7 @@ import pytest
 
 from laneway.engine import Done, HandlerContext, Next, Pause, RetryPolicy, Workflow
 from laneway.engine.failures import MAX_TRACEBACK_CHARS, failure_of, format_traceback
-from laneway.engine.payloads import storable_text
+from laneway.engine.payloads import storable_text, text_storable
 from laneway.model import JSONValue, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine
@@ -236,6 +236,7 @@ async def test_texts_postgres_cannot_hold_are_replaced_and_spoil_no_other_write(
     ],
 )
 def test_storable_text_replaces_only_what_a_text_column_refuses(text: str, stored: str) -> None:
-    assert storable_text(text) == stored
-    stored.encode()  # valid UTF-8, no NUL
-    assert "\x00" not in stored
+    result = storable_text(text)
+    assert result == stored
+    assert text_storable(result)  # valid UTF-8, no NUL: what the column takes
+    assert text_storable(text) == (result == text)  # untouched exactly when it was storable
