@@ -64,6 +64,12 @@ class LeaseLostError(LanewayError):
         super().__init__(f"lease on instance {instance_id} was lost")
 
 
+class StepWriteRefusedError(LanewayError):
+    """The database refused the write of a step's outcome (its checkpoint, result or failure)
+    for what the write held, not because it went away: the attempt fails instead, retried as
+    the workflow's policy says, and its slot is free at once."""
+
+
 class MigrationsMissingError(LanewayError):
     """This Laneway installation carries no migration files, so it cannot create its schema."""
 

@@ -2,8 +2,10 @@
 
 Owns batching: one flush at a time writes every write queued meanwhile (step writes and
 template operations' outcomes of every runner here) in one transaction, and the next batch is
-sent the moment the answer to the one before is in. Also the hand-back of an instance whose
-write failed because the database went away. What a write means: laneway/writes.py.
+sent the moment the answer to the one before is in. A batch the database refused for what it
+held (not because it went away) is written again one write per transaction, so that one
+write's fault fails that write alone. Also the hand-back of an instance whose write failed
+because the database went away. What a write means: laneway/writes.py.
 """
 
 import asyncio
@@ -73,6 +75,7 @@ class Committer:
         self._lease_seconds = lease_seconds
         self._rider = rider
         self._queued: list[_Queued] = []
+        self._alone: list[_Queued] = []  # of a refused batch: each sent in a batch of its own
         self._flusher: asyncio.Task[None] | None = None
 
     async def write(self, item: RunnerWrite) -> Transition:
@@ -125,14 +128,18 @@ class Committer:
         await asyncio.sleep(0)
         flights: list[_Flight] = []  # sent, their answers not handed out yet; oldest first
         try:
-            while flights or self._queued:
+            while flights or self._queued or self._alone:
                 if not flights:
                     flights.append(self._send())
                 try:
                     commit: GroupCommit | Exception = await flights[0].answer
                 except Exception as exc:
                     commit = exc
-                if self._queued:
+                if _refused(commit) and len(flights[0].batch) > 1:
+                    # Its claim rolled back with it; its writes go again, one per batch, first.
+                    self._alone += flights[0].batch
+                    flights[0].batch = []
+                if self._queued or self._alone:
                     flights.append(self._send())
                     await asyncio.sleep(0)  # the next batch's statement goes out first
                 await self._settle(flights[0], commit)
@@ -142,8 +149,8 @@ class Committer:
                 flight.answer.cancel()
                 if self._rider is not None:
                     self._rider.committed(flight.token, None, flight.limit)
-            left = [queued for flight in flights for queued in flight.batch] + self._queued
-            self._queued = []
+            left = [q for flight in flights for q in flight.batch] + self._alone + self._queued
+            self._queued, self._alone = [], []
             if isinstance(exc, Exception):
                 _fail(left, exc)
             else:
@@ -154,13 +161,19 @@ class Committer:
             self._flusher = None
 
     def _send(self) -> _Flight:
-        """Send everything queued as one batch, with the claim the rider asks to ride on it."""
-        batch, self._queued = self._queued, []
+        """Send everything queued as one batch, with the claim the rider asks to ride on it;
+        or, while a refused batch's writes are left, the next of them alone (no claim rides
+        on it: the loop claims the room it frees)."""
+        alone = bool(self._alone)
+        if alone:
+            batch = [self._alone.pop(0)]
+        else:
+            batch, self._queued = self._queued, []
         writes = [item for item, _ in batch]
         rider = self._rider
         token = rider.writing() if rider is not None else 0
         freed = sum(1 for item in writes if ends_run(item))
-        runs, limit = rider.room(freed) if rider is not None else ((), 0)
+        runs, limit = rider.room(freed) if rider is not None and not alone else ((), 0)
         answer = asyncio.ensure_future(
             self._store.commit_runner_batch(
                 self._owner_id, self._lease_seconds, writes, runs=runs, claim_limit=limit
@@ -188,6 +201,12 @@ class Committer:
         for item, future in flight.batch:
             if not future.done():
                 future.set_result(by_id.get(item.instance_id))
+
+
+def _refused(commit: GroupCommit | Exception) -> bool:
+    """The database answered the batch with an error of its own (a value it would not take, a
+    constraint, a timeout): not a lost connection, after which the writes are handed back."""
+    return isinstance(commit, Exception) and not isinstance(commit, DATABASE_GONE)
 
 
 def _fail(batch: list[_Queued], exc: BaseException) -> None:

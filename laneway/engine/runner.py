@@ -26,12 +26,12 @@ from laneway.engine.context import (
     Sleep,
     WaitForSignal,
 )
-from laneway.engine.failures import failure_of
+from laneway.engine.failures import failure_of, type_name
 from laneway.engine.handler_map import Workflow
 from laneway.engine.observer import EngineObserver
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
 from laneway.engine.waits import with_retry
-from laneway.errors import InvalidInputError, LeaseLostError
+from laneway.errors import InvalidInputError, LeaseLostError, StepWriteRefusedError
 from laneway.model import (
     InstanceRecord,
     JSONValue,
@@ -274,7 +274,21 @@ async def run_instance(
         if faults.ARMED and parked:
             await faults.hit("pause_transition")
         try:
-            transition = await committer.write(write)
+            try:
+                transition = await committer.write(write)
+            except Exception as exc:
+                # Refused for what it held (alone: the committer wrote its batch-mates apart):
+                # the attempt fails with why, unless this was that failure's own write.
+                if isinstance(exc, _NOT_REFUSED) or (
+                    isinstance(write, FailWrite) and write.type == _REFUSED
+                ):
+                    raise
+                write = _refused(write, exc, workflow)
+                logger.warning(
+                    "step write refused; the attempt fails",
+                    extra={"instance_id": str(record.instance_id), "error": write.error},
+                )
+                transition = await committer.write(write)
         except LeaseLostError:
             logger.info(
                 "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
@@ -316,6 +330,28 @@ async def run_instance(
         params_json = write.next_params_json
         action, attempt = write.next_action, 1
         params = None if params_json == "null" else json.loads(params_json)
+
+
+_REFUSED = type_name(StepWriteRefusedError())
+_NOT_REFUSED: tuple[type[BaseException], ...] = (LeaseLostError, *DATABASE_GONE)
+
+
+def _refused(write: StepWrite, exc: Exception, workflow: Workflow) -> FailWrite:
+    """The failed attempt a refused write becomes: the database's reason, no operation
+    outcomes (one of them may be what it refused; an operation not recorded runs again)."""
+    failure = failure_of(
+        StepWriteRefusedError(f"the database refused this step's write: {type_name(exc)}: {exc}")
+    )
+    return FailWrite(
+        instance_id=write.instance_id,
+        attempt=write.attempt,
+        epoch=write.epoch,
+        error=failure.last_error,
+        delay_ms=workflow.retry.delay_ms(write.attempt),
+        type=failure.type,
+        message=failure.message,
+        stage=write.stage,
+    )
 
 
 def _wake_of(write: StepWrite) -> DueAgain | None:

@@ -2,6 +2,9 @@
 type, message and a bounded traceback; lastError reads `Type: message`; attempts never go
 back; a workflow's state validator checks the state before it is checkpointed."""
 
+from typing import Any
+from uuid import UUID
+
 import pydantic
 import pytest
 
@@ -224,6 +227,71 @@ async def test_texts_postgres_cannot_hold_are_replaced_and_spoil_no_other_write(
     assert failure.traceback is not None
     assert "\x00" not in failure.traceback
     assert failure.traceback.rstrip().endswith("ValueError: nul \ufffd and lone \ufffd here")
+
+
+async def _done(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done()
+
+
+async def test_a_write_the_database_refuses_fails_its_own_attempt_and_no_other(
+    store: Store,
+) -> None:
+    # The database refuses one instance's completion (a trigger stands for any value or
+    # constraint it will not take). Its batch-mates are written again apart and complete; the
+    # refused one fails its attempt at once, with the database's reason, instead of crashing
+    # its runner and holding its slot until its lease runs out.
+    async with store.connection() as conn:
+        await conn.execute(
+            """
+            CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'check_violation'; END
+            $$;
+            CREATE TRIGGER refuse BEFORE UPDATE ON laneway.instances FOR EACH ROW
+              WHEN (NEW.status = 'completed' AND NEW.params ->> 'refuse' = 'yes')
+              EXECUTE FUNCTION refuse();
+            """
+        )
+    batches: list[set[UUID]] = []
+    commit = store.commit_runner_batch
+
+    async def watched(owner_id: str, lease_seconds: float, writes: Any, **kwargs: Any) -> Any:
+        batches.append({write.instance_id for write in writes})
+        return await commit(owner_id, lease_seconds, writes, **kwargs)
+
+    store.commit_runner_batch = watched  # type: ignore[method-assign]
+    engine = make_engine(
+        store,
+        Workflow(
+            "refusable", handlers={"a": _done}, initial="a", retry=RetryPolicy(max_attempts=2)
+        ),
+    )
+    refused = await engine.enqueue("refusable", {"refuse": "yes"})
+    others = [await engine.enqueue("refusable", {"refuse": "no"}) for _ in range(3)]
+    await engine.tick()  # all four run, and their writes share one group commit
+    ids = {e.instance_id for e in others}
+    assert batches[0] == ids | {refused.instance_id}  # refused as a whole, then written apart
+    assert sorted(map(len, batches[1:5])) == [1, 1, 1, 1]
+    for e in others:
+        record = await engine.get(e.instance_id)
+        assert record is not None
+        assert (record.status, record.attempts) == (Status.COMPLETED, 1)
+    record = await engine.get(refused.instance_id)
+    assert record is not None
+    assert record.status == Status.PENDING  # its second attempt is due after the backoff
+    assert record.last_error is not None
+    assert record.last_error.startswith(
+        "StepWriteRefusedError: the database refused this step's write: "
+    )
+    assert "refused by the test" in record.last_error
+    [failure] = (await store.failures([refused.instance_id], 10))[refused.instance_id]
+    assert failure.type == "StepWriteRefusedError"
+    # Its second attempt is refused alike, and was the last one: it fails for good.
+    async with store.connection() as conn:
+        await conn.execute("UPDATE laneway.instances SET run_after = now()")
+    await engine.tick()
+    record = await engine.get(refused.instance_id)
+    assert record is not None
+    assert (record.status, record.attempts) == (Status.FAILED, 2)
 
 
 @pytest.mark.parametrize(
