@@ -316,8 +316,8 @@ def runner_batch_args(
 def _column(values: list[object]) -> list[object] | None:
     """A column of the batch as its array argument, or NULL when every value in it is None:
     the statement unnests its columns side by side, which pads a NULL one with NULLs, and
-    asyncpg checks each element of an array it sends (two isinstance calls of an ABC each),
-    which a NULL spares."""
+    asyncpg checks each element of an array it sends (an isinstance of an ABC, two for a
+    text), which a NULL spares."""
     return None if values.count(None) == len(values) else values
 
 
