@@ -16,7 +16,12 @@ from laneway.api.graphql.context import laneway_context
 from laneway.api.graphql.errors import ERROR_CODES
 from laneway.api.graphql.schema import schema
 from laneway.cli.client import CommandError
-from laneway.errors import LanewayError, LeaseLostError, MigrationsMissingError
+from laneway.errors import (
+    LanewayError,
+    LeaseLostError,
+    MigrationsMissingError,
+    StepWriteRefusedError,
+)
 from laneway.model import Status
 from laneway.services import Services
 from tests.api.conftest import (
@@ -71,7 +76,7 @@ def test_every_public_error_has_a_graphql_code() -> None:
         cls
         for cls in all_subclasses(LanewayError)
         # Internal, or the command line's own (it never leaves a GraphQL field).
-        if cls not in {LeaseLostError, MigrationsMissingError, CommandError}
+        if cls not in {LeaseLostError, MigrationsMissingError, StepWriteRefusedError, CommandError}
     }
     assert public == set(ERROR_CODES)
 
