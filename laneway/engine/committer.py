@@ -12,11 +12,12 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeGuard
 from uuid import UUID
 
 from laneway.engine import faults
-from laneway.errors import LeaseLostError
+from laneway.engine.failures import type_name
+from laneway.errors import LeaseLostError, StepWriteRefusedError
 from laneway.model import GroupCommit, Transition
 from laneway.store import Store
 from laneway.store.leases import RELEASED_AFTER_DATABASE_LOSS
@@ -183,13 +184,18 @@ class Committer:
 
     async def _settle(self, flight: _Flight, commit: GroupCommit | Exception) -> None:
         """Hand a batch's answer out: the rider starts what it claimed, then each write's
-        runner gets its transition (None: fenced out), or the error of the batch."""
+        runner gets its transition (None: fenced out), or the error of the batch (a refusal
+        as StepWriteRefusedError, the database's error its cause)."""
         rider = self._rider
         try:
             if rider is not None:
                 rider.committed(
                     flight.token, None if isinstance(commit, Exception) else commit, flight.limit
                 )
+            if _refused(commit):  # a batch of one by now (_flush_all): this write's own fault
+                raise StepWriteRefusedError(
+                    f"the database refused this step's write: {type_name(commit)}: {commit}"
+                ) from commit
             if isinstance(commit, Exception):
                 raise commit
             if faults.ARMED:
@@ -203,7 +209,7 @@ class Committer:
                 future.set_result(by_id.get(item.instance_id))
 
 
-def _refused(commit: GroupCommit | Exception) -> bool:
+def _refused(commit: GroupCommit | Exception) -> TypeGuard[Exception]:
     """The database answered the batch with an error of its own (a value it would not take, a
     constraint, a timeout): not a lost connection, after which the writes are handed back."""
     return isinstance(commit, Exception) and not isinstance(commit, DATABASE_GONE)

@@ -26,7 +26,7 @@ from laneway.engine.context import (
     Sleep,
     WaitForSignal,
 )
-from laneway.engine.failures import failure_of, type_name
+from laneway.engine.failures import failure_of
 from laneway.engine.handler_map import Workflow
 from laneway.engine.observer import EngineObserver
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
@@ -274,21 +274,7 @@ async def run_instance(
         if faults.ARMED and parked:
             await faults.hit("pause_transition")
         try:
-            try:
-                transition = await committer.write(write)
-            except Exception as exc:
-                # Refused for what it held (alone: the committer wrote its batch-mates apart):
-                # the attempt fails with why, unless this was that failure's own write.
-                if isinstance(exc, _NOT_REFUSED) or (
-                    isinstance(write, FailWrite) and write.type == _REFUSED
-                ):
-                    raise
-                write = _refused(write, exc, workflow)
-                logger.warning(
-                    "step write refused; the attempt fails",
-                    extra={"instance_id": str(record.instance_id), "error": write.error},
-                )
-                transition = await committer.write(write)
+            write, transition = await _written(committer, write, workflow)
         except LeaseLostError:
             logger.info(
                 "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
@@ -332,16 +318,27 @@ async def run_instance(
         params = None if params_json == "null" else json.loads(params_json)
 
 
-_REFUSED = type_name(StepWriteRefusedError())
-_NOT_REFUSED: tuple[type[BaseException], ...] = (LeaseLostError, *DATABASE_GONE)
+async def _written(
+    committer: Committer, write: StepWrite, workflow: Workflow
+) -> tuple[StepWrite, Transition]:
+    """Write a step's outcome; one the database refused for what it held (the committer wrote
+    its batch-mates apart) is written as the failed attempt it becomes instead. Returns what
+    was written and its transition; a refusal of that failure too is raised."""
+    try:
+        return write, await committer.write(write)
+    except StepWriteRefusedError as refusal:
+        failed = _refused(write, refusal, workflow)
+        logger.warning(
+            "step write refused; the attempt fails",
+            extra={"instance_id": str(write.instance_id), "error": failed.error},
+        )
+        return failed, await committer.write(failed)
 
 
-def _refused(write: StepWrite, exc: Exception, workflow: Workflow) -> FailWrite:
+def _refused(write: StepWrite, refusal: StepWriteRefusedError, workflow: Workflow) -> FailWrite:
     """The failed attempt a refused write becomes: the database's reason, no operation
     outcomes (one of them may be what it refused; an operation not recorded runs again)."""
-    failure = failure_of(
-        StepWriteRefusedError(f"the database refused this step's write: {type_name(exc)}: {exc}")
-    )
+    failure = failure_of(refusal)
     return FailWrite(
         instance_id=write.instance_id,
         attempt=write.attempt,
