@@ -26,8 +26,9 @@ interleaved (each round runs every contestant once, in an order rotated per roun
 
 Per round and contestant:
 
-  (b) processing: a fresh database, the system's schema, --count no-op jobs enqueued, then
-      a worker runs them all: jobs/s from the first handler start to the moment all are
+  (b) processing: a fresh database, the system's schema, --count no-op jobs enqueued, a
+      CHECKPOINT (every contestant's worker starts with no dirty pages), then a worker runs
+      them all: jobs/s from the first handler start to the moment all are
       completed in the database. (d) commits per instance: pg_stat_database.xact_commit
       of that database after minus before the worker process (read once all its
       connections are gone, so its statistics are flushed), less the completion
@@ -309,6 +310,7 @@ class Server:
     def __init__(self, url: str, admin: asyncpg.Connection) -> None:
         self.url = url
         self.admin = admin
+        self.checkpoints = True
 
     @contextlib.asynccontextmanager
     async def database(self, label: str) -> AsyncIterator[tuple[str, str]]:
@@ -331,6 +333,18 @@ class Server:
                 return
             await asyncio.sleep(0.05)
         log(f"  warning: sessions still connected to {name} after {deadline:.0f} s")
+
+    async def checkpoint(self) -> None:
+        """Write every dirty page out before a timed phase, so that none of them starts in the
+        middle of a checkpoint, nor with pages a checkpoint left clean and the next change of
+        each writes whole to the WAL (full_page_writes): every contestant's phase starts alike.
+        A role that may not (not a superuser, no pg_checkpoint) goes on without."""
+        if self.checkpoints:
+            try:
+                await self.admin.execute("CHECKPOINT")
+            except asyncpg.InsufficientPrivilegeError as exc:
+                self.checkpoints = False
+                log(f"  warning: no CHECKPOINT before timed phases ({exc})")
 
     async def commits(self, name: str) -> int:
         value = await self.admin.fetchval(
@@ -391,6 +405,7 @@ async def contestant_round(
             results.add(figure, system.name, rate)
             notes.append(f"{phase} {rate:,.0f}/s")
         await server.settle(name)
+        await server.checkpoint()
         before = await server.commits(name)
         answer = await run_phase(options, contestant, "process", url, setup=False)
         await server.settle(name)
