@@ -270,9 +270,13 @@ class _StageRun:
                     if reused is not None:
                         records[position] = reused
                         continue
-                    tasks[position] = group.create_task(
-                        self._run_unless_skipped(operation, position, context, initial)
+                    started = time_limit.started(
+                        self._run_unless_skipped(operation, position, context, initial), group
                     )
+                    if isinstance(started, asyncio.Task):
+                        tasks[position] = started
+                    elif started is not None:
+                        records[position] = started
         except ExceptionGroup as errors:
             # A lost lease (or a bug) in one operation stops its siblings; surface the cause.
             raise errors.exceptions[0] from None

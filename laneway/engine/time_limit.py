@@ -1,14 +1,17 @@
-"""A time limit that costs nothing for a call that never waits (a template operation's).
+"""A time limit, and a start of a parallel operation, that cost nothing for a call that never
+waits (a template operation's).
 
 asyncio.timeout arms a timer for every call (a handle in the loop's heap, cancelled after),
 yet a coroutine can only be stopped where it waits: one that finishes without waiting (a
 transform, a check, a cache hit) pays for a timer that could never have fired. Here the
 coroutine's first step runs at once; only one that then waits goes on under the deadline,
 counted from the call's start, as asyncio.timeout would have counted it. Pure asyncio; what
-Python 3.12 does for tasks with its eager task factory, for one await.
+Python 3.12 does for tasks with its eager task factory, for one await. `started` does the same
+for the operations of a parallel stage: one that finishes at once needs no task of its own.
 """
 
 import asyncio
+import contextvars
 import types
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
@@ -36,6 +39,23 @@ async def within(call: Awaitable[T], seconds: float) -> T:
     except StopIteration as done:
         return cast(T, done.value)  # finished without waiting: nothing to limit
     return await _limited(_Resumed(coroutine, waiting), deadline)
+
+
+def started(coroutine: Coroutine[Any, Any, T], group: asyncio.TaskGroup) -> "T | asyncio.Task[T]":
+    """Start `coroutine` at once, in a copy of the current context as a task would: its value
+    if it finished without waiting, else the task in `group` that goes on from where it
+    waits. (An error of its first step is raised here, before any later sibling starts; a
+    task group would have cancelled those before they ran.)"""
+    context = contextvars.copy_context()
+    try:
+        waiting = context.run(coroutine.send, None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    return group.create_task(_resume(_Resumed(coroutine, waiting)), context=context)
+
+
+async def _resume(resumed: "_Resumed[T]") -> T:
+    return await resumed
 
 
 async def _limited(call: Awaitable[T], deadline: float) -> T:

@@ -5,6 +5,7 @@ Engine, driven by tick() or running(), with events as gates instead of sleeps.
 """
 
 import asyncio
+import contextvars
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -531,6 +532,66 @@ async def test_parallel_operations_run_at_once_and_merge_in_position_order(store
         "context": {"seed": 7, "winner": "third", "first": 7, "second": 7, "third": 7}
     }
     assert done.message == "analyze: 3 of 3 operations done"
+
+
+MARKER: contextvars.ContextVar[str | None] = contextvars.ContextVar("marker", default=None)
+
+
+async def test_parallel_operations_that_never_wait_run_apart_as_tasks_would(store: Store) -> None:
+    # An operation that finishes without waiting runs at once, with no task of its own; it
+    # still gets a context of its own, as a task would, and a sibling that waits goes on.
+    seen: dict[str, str | None] = {}
+    release = asyncio.Event()
+
+    def worker(name: str) -> OperationHandler:
+        async def handle(ctx: OperationContext) -> OperationResult:
+            seen[name] = MARKER.get()
+            MARKER.set(name)
+            if name == "waits":
+                await release.wait()  # set by "frees", which starts after this one waits
+                seen["waits after"] = MARKER.get()
+            if name == "frees":
+                release.set()
+            if name == "later":
+                return completed({"later": True})
+            return completed({"winner": name, name: True})
+
+        return handle
+
+    names = ("first", "waits", "frees")
+    template = Template(
+        type="eager_fan_out",
+        stages=[
+            Stage(name="fan", parallel=True, operations=[fast(n) for n in names]),
+            Stage(name="after", operations=[fast("later")]),
+        ],
+        retry=NO_RETRY,
+    )
+    operations = OperationRegistry({n: worker(n) for n in (*names, "later")})
+    engine = make_engine(store, compile_template(template, operations))
+    enqueued = await engine.enqueue("eager_fan_out", {})
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED, done.last_error
+    # None saw another's value: not a sibling's, nor, in the next stage, the fan's.
+    assert seen == {
+        "first": None,
+        "waits": None,
+        "frees": None,
+        "waits after": "waits",
+        "later": None,
+    }
+    assert done.result == {
+        "context": {"winner": "frees", "first": True, "waits": True, "frees": True, "later": True}
+    }
+    rows = await engine.operations(enqueued.instance_id)
+    assert sorted((r.stage, r.position, r.status) for r in rows) == [
+        ("after", 0, "completed"),
+        ("fan", 0, "completed"),
+        ("fan", 1, "completed"),
+        ("fan", 2, "completed"),
+    ]
 
 
 async def test_failed_attempts_are_retried_inside_the_stage(store: Store) -> None:
