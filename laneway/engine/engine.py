@@ -28,7 +28,7 @@ from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import check_key, new_instance, planned_fire
+from laneway.engine.requests import check_key, new_instance, new_instance_ids, planned_fire
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
@@ -142,8 +142,8 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
 
     # -- instances -------------------------------------------------------------------------------
 
-    def _checked(self, request: EnqueueRequest) -> NewInstance:
-        return new_instance(self._workflow(request.name, request.version), request)
+    def _checked(self, request: EnqueueRequest, instance_id: UUID | None = None) -> NewInstance:
+        return new_instance(self._workflow(request.name, request.version), request, instance_id)
 
     async def enqueue(
         self,
@@ -229,9 +229,11 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
     ) -> Iterator[NewInstance]:
         """`requests` checked one by one, in order; an invalid one raises InvalidInputError
         naming its index (`requests[3]: ...`)."""
-        for index, request in enumerate(requests):
+        for index, (request, instance_id) in enumerate(
+            zip(requests, new_instance_ids(len(requests)), strict=True)
+        ):
             try:
-                new = self._checked(request)
+                new = self._checked(request, instance_id)
             except InvalidInputError as exc:
                 exc.args = (f"requests[{index}]: {exc}",)  # the same error, and which request
                 raise

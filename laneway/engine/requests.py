@@ -4,8 +4,10 @@ Owns the limits of an enqueue's input (key length, delay, priority), the instanc
 (time-ordered), and the NewInstance records of an enqueue and of a schedule's fire.
 """
 
-import secrets
+import os
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -25,11 +27,34 @@ MAX_RATE_PER_MINUTE = 1e9
 
 def new_instance_id() -> UUID:
     """A UUIDv7-style id: time-ordered, so new rows land at the right edge of the index."""
-    millis = time.time_ns() // 1_000_000
-    value = (millis & (2**48 - 1)) << 80 | secrets.randbits(80)
-    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
-    return UUID(int=value)
+    return next(new_instance_ids(1))
+
+
+def new_instance_ids(count: int) -> Iterator[UUID]:
+    """`count` ids as new_instance_id makes them (this millisecond's, each with 74 random
+    bits), their randomness drawn at once: one read of the system's CSPRNG for a batch, not
+    one per id (that read was a fifth of a batch enqueue's Python)."""
+    stamp = (time.time_ns() // 1_000_000 & _MILLIS) << 80 | _UUID7_SET
+    noise = os.urandom(10 * count)
+    for offset in range(0, 10 * count, 10):
+        yield uuid_from_int(stamp | int.from_bytes(noise[offset : offset + 10]) & _UUID7_RANDOM)
+
+
+def uuid_from_int(value: int) -> UUID:
+    """UUID(int=value) for a value known to be a 128-bit id, without the constructor's checks
+    and conversions (half the cost of one id)."""
+    made: UUID = _new_uuid(UUID)
+    _set_uuid_field(made, "int", value)
+    _set_uuid_field(made, "is_safe", uuid.SafeUUID.unknown)
+    return made
+
+
+_MILLIS = 2**48 - 1
+# Of the 80 bits after the time: the version's 4 (7) and the variant's 2 (RFC 4122) are set.
+_UUID7_RANDOM = 2**80 - 1 & ~(0xF << 76) & ~(0x3 << 62)
+_UUID7_SET = (0x7 << 76) | (0x2 << 62)
+_new_uuid = object.__new__
+_set_uuid_field = object.__setattr__
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,8 +96,11 @@ def check_rate(value: float | None, what: str) -> None:
         raise InvalidInputError(f"{what} must be positive (or null for no limit)")
 
 
-def new_instance(workflow: Workflow, request: EnqueueRequest) -> NewInstance:
-    """The validated row of `request` for `workflow`: queue, priority, delay, params and keys.
+def new_instance(
+    workflow: Workflow, request: EnqueueRequest, instance_id: UUID | None = None
+) -> NewInstance:
+    """The validated row of `request` for `workflow`: queue, priority, delay, params and keys;
+    its id `instance_id` (one of a batch's new_instance_ids), else a new one.
 
     Raises:
         InvalidInputError: a bad queue name, priority, delay, params or key.
@@ -91,7 +119,7 @@ def new_instance(workflow: Workflow, request: EnqueueRequest) -> NewInstance:
         raise InvalidInputError(f"delayMs must be between 0 and {MAX_DELAY_MS:.0f}")
     params = workflow.validate_params(request.params)
     return NewInstance(
-        instance_id=new_instance_id(),
+        instance_id=instance_id or new_instance_id(),
         name=workflow.name,
         queue=queue,
         priority=request.priority,

@@ -2,11 +2,17 @@
 `_copy_in`); what it returns, writes and rings must be what the statement path gives."""
 
 import asyncio
+import functools
 import json
+import operator
+import time
+import uuid
+from uuid import UUID
 
 import asyncpg
 
 from laneway.engine import EnqueueRequest
+from laneway.engine.requests import new_instance_id, new_instance_ids
 from laneway.model import EventType, Status
 from laneway.store import Store
 from laneway.store.instances import COPY_FROM
@@ -74,3 +80,21 @@ async def test_a_batch_with_a_key_takes_the_statement_and_keeps_its_rules(store:
         done = await engine.get(result.instance_id)
         assert done is not None
         assert done.status == Status.COMPLETED
+
+
+def test_a_batch_of_ids_is_time_ordered_random_and_well_formed() -> None:
+    before = time.time_ns() // 1_000_000
+    ids = list(new_instance_ids(1000))
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == 1000
+    for instance_id in ids:
+        assert (instance_id.version, instance_id.variant) == (7, uuid.RFC_4122)
+        assert before <= instance_id.int >> 80 <= after  # the millisecond it was made in
+        assert UUID(str(instance_id)) == instance_id  # an ordinary UUID, though built bare
+        assert hash(UUID(bytes=instance_id.bytes)) == hash(instance_id)
+    # The 74 random bits differ: no two ids share their last 8 bytes, and every bit varies.
+    assert len({instance_id.bytes[8:] for instance_id in ids}) == 1000
+    varying = [instance_id.int ^ ids[0].int for instance_id in ids[1:]]
+    random_bits = 2**80 - 1 & ~(0xF << 76) & ~(0x3 << 62)
+    assert functools.reduce(operator.or_, varying) == random_bits
+    assert new_instance_id().version == 7
