@@ -33,7 +33,7 @@ def new_instance_id() -> UUID:
 def new_instance_ids(count: int) -> Iterator[UUID]:
     """`count` ids as new_instance_id makes them (this millisecond's, each with 74 random
     bits), their randomness drawn at once: one read of the system's CSPRNG for a batch, not
-    one per id (that read was a fifth of a batch enqueue's Python)."""
+    one per id (1.3 us of the ~19 us of Python a batch enqueue spends per row)."""
     stamp = (time.time_ns() // 1_000_000 & _MILLIS) << 80 | _UUID7_SET
     noise = os.urandom(10 * count)
     for offset in range(0, 10 * count, 10):
