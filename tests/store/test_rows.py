@@ -2,14 +2,16 @@
 builds the very record __init__ builds, from full rows and from summaries."""
 
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import pytest
 
+from laneway.engine.requests import EnqueueRequest, new_instance
 from laneway.model import InstanceRecord, Status
 from laneway.store import Store, queries
-from laneway.store.rows import instance_from_row
+from laneway.store.rows import instance_from_row, new_instance_record
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 
@@ -62,3 +64,14 @@ async def test_instance_from_row_builds_the_record_init_builds(
         assert (records[0].state, records[0].next_params) == ({}, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         records[0].message = "changed"  # type: ignore[misc]
+
+
+def test_new_instance_records_share_no_mutable_state() -> None:
+    now = datetime.now(UTC)
+    new = new_instance(noop, EnqueueRequest(name="noop", params={"a": 1}))
+    row = {"params": {"a": 1}, "created_at": now, "run_after": now}
+    first, second = new_instance_record(new, row), new_instance_record(new, row)
+    assert first == second
+    first.state["x"] = 1  # a handler's state starts as this dict
+    assert second.state == {}
+    assert (first.status, first.next_params, first.updated_at) == (Status.PENDING, {"a": 1}, now)
