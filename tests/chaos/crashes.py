@@ -89,14 +89,19 @@ async def r01_kills(
     rate_per_second: float,
     min_instances: int = 0,
 ) -> Outcome:
-    """SIGKILL a busy worker `kills` times, one worker down at a time, while load runs."""
+    """SIGKILL a busy worker, one worker down at a time, while load runs, until `kills` kills
+    have each cost a lease."""
     async with chaos_run(database_url, config, log_dir) as run:
 
         async def kill_busy_workers() -> None:
-            for _ in range(kills):
+            costly = 0
+            while costly < kills:
                 await run.wait_completed(await run.completed() + progress_between_kills)
                 await run.wait_ready()
-                await run.supervisor.kill(await run.slot_holding_work())
+                victim = await run.supervisor.kill(await run.slot_holding_work())
+                # Its runs may all have ended between the look and the kill: that kill cost no
+                # lease, and another one is made in its place.
+                costly += (await run.running_by_owner()).get(victim.owner_id, 0) > 0
 
         async with asyncio.TaskGroup() as group:
             killing = group.create_task(kill_busy_workers())
