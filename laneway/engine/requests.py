@@ -119,7 +119,7 @@ def new_instance(
         raise InvalidInputError(f"delayMs must be between 0 and {MAX_DELAY_MS:.0f}")
     params = workflow.validate_params(request.params)
     return NewInstance(
-        instance_id=instance_id or new_instance_id(),
+        instance_id=new_instance_id() if instance_id is None else instance_id,
         name=workflow.name,
         queue=queue,
         priority=request.priority,

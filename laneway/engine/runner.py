@@ -327,7 +327,7 @@ async def _written(
     try:
         return write, await committer.write(write)
     except StepWriteRefusedError as refusal:
-        failed = _refused(write, refusal, workflow)
+        failed = _failed_attempt(write, refusal, workflow)
         logger.warning(
             "step write refused; the attempt fails",
             extra={"instance_id": str(write.instance_id), "error": failed.error},
@@ -335,7 +335,9 @@ async def _written(
         return failed, await committer.write(failed)
 
 
-def _refused(write: StepWrite, refusal: StepWriteRefusedError, workflow: Workflow) -> FailWrite:
+def _failed_attempt(
+    write: StepWrite, refusal: StepWriteRefusedError, workflow: Workflow
+) -> FailWrite:
     """The failed attempt a refused write becomes: the database's reason, no operation
     outcomes (one of them may be what it refused; an operation not recorded runs again)."""
     failure = failure_of(refusal)
