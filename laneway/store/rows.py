@@ -300,7 +300,15 @@ def _key(row: Row) -> str:
 
 
 _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
-    "READY": lambda row, _: f"ready: queue {row['queue']!r} has room, it starts at the next claim",
+    "READY": lambda row, _: (
+        f"ready: queue {row['queue']!r} has room, it starts at the next claim"
+        + (
+            f" of a process that runs nothing else (its worker was lost {row['recoveries']}"
+            " times: it runs alone)"
+            if row["isolated"]
+            else ""
+        )
+    ),
     "DELAYED": lambda _, until: f"delayed until {_at(until)}",
     "RETRY_BACKOFF": lambda row, until: (
         f"attempt {row['attempts']} failed; the next attempt waits until {_at(until)}"

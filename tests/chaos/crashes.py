@@ -320,12 +320,17 @@ async def r06_poison(
     rate_per_second: float,
     max_recoveries: int = 3,
 ) -> Outcome:
-    """One instance whose step two SIGKILLs its worker, among `others` ordinary ones."""
+    """One instance whose step two SIGKILLs its worker, among `others` ordinary ones (steps of
+    100-300 ms, so that several are in flight on every worker when the poison kills it)."""
     cap = {"LANEWAY_MAX_RECOVERIES": str(max_recoveries)}
     config = replace(config, worker_env={**config.worker_env, **cap})
     async with chaos_run(database_url, config, log_dir) as run:
         poison = await run.enqueue_one("poison", {"n": -1, "poison": True})
-        await run.enqueue(others, rate_per_second=rate_per_second)
+        await run.enqueue(
+            others,
+            rate_per_second=rate_per_second,
+            params=lambda n: {"n": n, "step_ms": [100, 300]},
+        )
         settle = (max_recoveries + 1) * (config.reclaim_max_seconds + 10) + 60
         await run.wait_settled(timeout=settle)
         history = await run.history()
@@ -356,6 +361,21 @@ async def r06_poison(
         for final in history.stored.instances.values()
         if final.instance_id != poison and (final.last_error or "").startswith("DeadLettered:")
     ]
+    # The others that lost their worker with the poison, at each of its deaths (a recovery's
+    # audit row names the owner it was taken from). From its second loss it runs alone.
+    lost = [
+        row
+        for row in history.stored.audit
+        if row.old_status == "running"
+        and row.new_status in ("pending", "failed")  # not a completion after an earlier loss
+        and row.new_owner is None
+        and (row.last_error or "").startswith(("WorkerLost:", "DeadLettered:"))
+    ]
+    lost_with = [
+        sum(1 for other in lost if other.instance_id != poison and other.old_owner == row.old_owner)
+        for row in lost
+        if row.instance_id == poison
+    ]
     return run.outcome(
         "R-06 poison pill",
         f"1 poison + {others} W3, cap {max_recoveries}",
@@ -364,10 +384,13 @@ async def r06_poison(
             "dead-lettered after the cap": recoveries == ["pending"] * max_recoveries + ["failed"],
             "one failed event": history.stored.instances[poison].terminal_events == 1,
             "deaths = cap + 1": len(run.supervisor.incidents("died")) == max_recoveries + 1,
+            "alone from its second loss": len(lost_with) == max_recoveries + 1
+            and not any(lost_with[min(max_recoveries, 2) :]),
         },
         {
             "worker deaths": str(len(run.supervisor.incidents("died"))),
             COLLATERAL: str(len(collateral)),
+            "others lost with it, per death": ", ".join(map(str, lost_with)),
             "others' throughput / input rate": f"{throughput / rate_per_second:.0%}",
         },
     )

@@ -63,6 +63,9 @@ def scenarios(quick: bool) -> list[Scenario]:
         2: "after_checkpoint_commit=raise_conn_lost@0.05",
     }
     runner_min, poison_others = pick(60, 2000), pick(150, 1000)
+    # R-06's others arrive over about as long as the poison takes to die four times (a lease
+    # and a reboot each), so that its last deaths, run alone, have others around to take.
+    poison_rate = pick(10, 8)
     p01_n, p02_n, p02_stop = pick(300, 10_000), pick(200, 1500), pick(4, 45)
     p01_schedule = pick(
         [(60, "restart:fast"), (150, "restart:immediate")],
@@ -150,9 +153,9 @@ def scenarios(quick: bool) -> list[Scenario]:
         Scenario(
             "R-06",
             "1 poison + 1,000 W3, dead-lettered after 3 recoveries",
-            f"1 poison + {poison_others} W3 at 30/s, cap 3",
+            f"1 poison + {poison_others} W3 at {poison_rate}/s (its four deaths' span), cap 3",
             lambda url, logs: crashes.r06_poison(
-                url, logs, r06_config, others=poison_others, rate_per_second=30
+                url, logs, r06_config, others=poison_others, rate_per_second=poison_rate
             ),
         ),
         Scenario(

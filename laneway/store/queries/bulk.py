@@ -91,7 +91,8 @@ WITH held AS (
              ORDER BY queue, concurrency_key) AS k
 )
 UPDATE laneway.instances
-   SET status = 'pending', attempt_base = attempts, recoveries = 0, run_after = now(),
+   SET status = 'pending', attempt_base = attempts, recoveries = 0, isolated = false,
+       run_after = now(),
        finished_at = NULL, updated_at = now()
  WHERE instance_id = ANY($1::uuid[])
    AND status = 'failed'

@@ -101,7 +101,10 @@ SELECT {INSTANCE_COLUMNS}, {_DRAWN} AS last_event_id
 # worker after worker. The first recovery is claimable at once (a crashed worker's instances
 # resume without delay); later ones wait a random 0-1 s, 0-2 s, 0-4 s ... (at most 30 s), so
 # instances that keep dying together with a poison pill on one worker are spread out instead
-# of being claimed in one batch and killed with it again, until only the poison is left.
+# of being claimed in one batch and killed with it again. An instance lost twice, or whose next
+# loss dead-letters it, is marked `isolated`: it runs alone on a process that runs nothing
+# else (laneway.claim, migrations/0029), so a poison pill cannot take an innocent instance to
+# the cap with it.
 RECOVER_EXPIRED_LEASES = """
 WITH expired AS (
     SELECT instance_id
@@ -131,6 +134,7 @@ UPDATE laneway.instances AS i
                              'WorkerLost: lease expired during attempt ' || i.attempts),
        finished_at = CASE WHEN j.final_error IS NULL THEN NULL ELSE now() END,
        recoveries = i.recoveries + 1,
+       isolated = i.isolated OR i.recoveries + 1 >= LEAST($2::integer, 2),
        run_after = now() + CASE WHEN i.recoveries = 0 THEN interval '0'
                                 ELSE random() * LEAST(power(2, i.recoveries - 1), 30)
                                      * interval '1 second' END,

@@ -16,7 +16,7 @@ from laneway.store.queries.workers import LIVE
 # known. The facts behind the reason come along for its message.
 WAITING_REASONS = f"""
 SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
-       i.wait_signal, r.code,
+       i.wait_signal, i.isolated, i.recoveries, r.code,
        CASE WHEN r.code = 'VERSION_UNAVAILABLE'
             THEN ARRAY(SELECT DISTINCT split_part(v.key, '@', 2)
                          FROM laneway.workers AS w, unnest(w.versions) AS v (key)

@@ -76,6 +76,9 @@ $$;
 -- an index's order with a LIMIT, and bitmap and sequential scans are off (a generic plan's
 -- guesses for a small queue_keys chose a sort of all keys). No JIT: compiling cost ~50 ms where
 -- the claim takes under 1 ms.
+-- Instances that run alone (`isolated`, set by the recovery of expired leases: lost twice, or
+-- at their last chance): a process running one claims nothing else; one is claimed only by a
+-- process that runs nothing, and alone (laneway.isolation_kept(), isolation 0029).
 
 CREATE OR REPLACE FUNCTION laneway.claim(
     p_owner text,
@@ -114,6 +117,11 @@ BEGIN
              CROSS JOIN LATERAL laneway.queue_due(q.name, p_names) AS due
              WHERE NOT q.paused
                AND (due.unkeyed OR due.keyed)
+               AND NOT EXISTS (SELECT 1  -- this process runs an instance alone: nothing else
+                                 FROM laneway.instances AS alone
+                                WHERE alone.owner_id = p_owner
+                                  AND alone.status = 'running'
+                                  AND alone.isolated)
                AND (SELECT room.slots
                       FROM laneway.queue_room(q.name, q.concurrency, q.rate_per_minute,
                                               q.tokens, q.tokens_at) AS room) > 0
@@ -134,10 +142,10 @@ BEGIN
              WHERE q.name = ANY(locked)
         ),
         picked AS (
-            SELECT p.instance_id, p.priority, p.run_after, p.seq
+            SELECT p.instance_id, p.priority, p.run_after, p.seq, p.isolated
               FROM allowance AS a
              CROSS JOIN LATERAL (
-                SELECT i.instance_id, i.priority, i.run_after, i.seq
+                SELECT i.instance_id, i.priority, i.run_after, i.seq, i.isolated
                   FROM laneway.instances AS i
                  WHERE i.queue = a.name
                    AND i.status = 'pending'
@@ -150,6 +158,17 @@ BEGIN
              ORDER BY p.priority DESC, p.run_after, p.seq
              LIMIT p_limit
         ),
+        kept AS (
+            SELECT laneway.isolation_kept(
+                       p_owner, p_lease_seconds,
+                       array_agg(picked.instance_id ORDER BY picked.priority DESC,
+                                 picked.run_after, picked.seq),
+                       array_agg(picked.isolated ORDER BY picked.priority DESC,
+                                 picked.run_after, picked.seq),
+                       array_agg(picked.run_after ORDER BY picked.priority DESC,
+                                 picked.run_after, picked.seq)) AS ids
+              FROM picked
+        ),
         claimed AS (
             UPDATE laneway.instances AS i
                SET status = 'running', owner_id = p_owner, attempts = i.attempts + 1,
@@ -157,7 +176,7 @@ BEGIN
                    lease_renewed_at = now(),
                    lease_expires_at = now() + p_lease_seconds * interval '1 second',
                    updated_at = now()
-             WHERE i.instance_id = ANY(ARRAY(SELECT picked.instance_id FROM picked))
+             WHERE i.instance_id = ANY((SELECT kept.ids FROM kept)::uuid[])
             RETURNING i.*
         ),
         spent AS (
@@ -246,11 +265,12 @@ BEGIN
               FROM allowance AS a
         ),
         candidates AS (
-            SELECT p.instance_id, p.priority, p.run_after, p.seq, l.queue, l.key, l.served_at
+            SELECT p.instance_id, p.priority, p.run_after, p.seq, p.isolated, l.queue, l.key,
+                   l.served_at
               FROM lanes AS l
               JOIN shares AS s ON s.name = l.queue
              CROSS JOIN LATERAL (
-                SELECT i.instance_id, i.priority, i.run_after, i.seq
+                SELECT i.instance_id, i.priority, i.run_after, i.seq, i.isolated
                   FROM laneway.instances AS i
                  WHERE i.queue = l.queue
                    AND i.concurrency_key = l.key
@@ -261,10 +281,11 @@ BEGIN
                  LIMIT LEAST(l.room, s.share)
                    FOR UPDATE SKIP LOCKED) AS p
             UNION ALL
-            SELECT p.instance_id, p.priority, p.run_after, p.seq, s.name, NULL, s.unkeyed_served_at
+            SELECT p.instance_id, p.priority, p.run_after, p.seq, p.isolated, s.name, NULL,
+                   s.unkeyed_served_at
               FROM shares AS s
              CROSS JOIN LATERAL (
-                SELECT i.instance_id, i.priority, i.run_after, i.seq
+                SELECT i.instance_id, i.priority, i.run_after, i.seq, i.isolated
                   FROM laneway.instances AS i
                  WHERE i.queue = s.name
                    AND i.status = 'pending'
@@ -288,12 +309,23 @@ BEGIN
                       FROM candidates AS c) AS c
         ),
         picked AS (
-            SELECT t.instance_id
+            SELECT t.instance_id, t.priority, t.place, t.run_after, t.seq, t.isolated
               FROM turns AS t
               JOIN shares AS s ON s.name = t.queue
              WHERE t.place <= s.slots
              ORDER BY t.priority DESC, t.place, t.run_after, t.seq
              LIMIT p_limit
+        ),
+        kept AS (
+            SELECT laneway.isolation_kept(
+                       p_owner, p_lease_seconds,
+                       array_agg(picked.instance_id ORDER BY picked.priority DESC, picked.place,
+                                 picked.run_after, picked.seq),
+                       array_agg(picked.isolated ORDER BY picked.priority DESC, picked.place,
+                                 picked.run_after, picked.seq),
+                       array_agg(picked.run_after ORDER BY picked.priority DESC, picked.place,
+                                 picked.run_after, picked.seq)) AS ids
+              FROM picked
         ),
         claimed AS (
             UPDATE laneway.instances AS i
@@ -301,7 +333,7 @@ BEGIN
                    lease_epoch = i.lease_epoch + 1, claimed_at = now(), lease_renewed_at = now(),
                    lease_expires_at = now() + p_lease_seconds * interval '1 second',
                    updated_at = now()
-             WHERE i.instance_id = ANY(ARRAY(SELECT picked.instance_id FROM picked))
+             WHERE i.instance_id = ANY((SELECT kept.ids FROM kept)::uuid[])
             RETURNING i.*
         ),
         spent AS (
@@ -408,6 +440,48 @@ BEGIN
            AND k.key = d.key
            AND NOT held.held;
     END IF;
+END;
+$$;
+
+-- laneway.isolation_kept(): of a claim's picked instances, in claim order, the ones it takes
+-- (0029). An instance whose worker was lost twice (or whose next loss dead-letters it) runs
+-- alone, so that a step that kills its worker takes nothing else down with it: a process that
+-- runs nothing takes it, and only it, when it comes first in claim order. A busy process
+-- leaves it to one that is idle and takes the rest; but once it has been due for more than a
+-- lease, a busy process takes nothing from it on in claim order, so that it drains and takes
+-- it (it is not starved where every process stays busy). With no such instance among them
+-- (nearly always), the ids as they came.
+
+CREATE OR REPLACE FUNCTION laneway.isolation_kept(
+    p_owner text,
+    p_lease_seconds double precision,
+    p_ids uuid[],
+    p_isolated boolean[],
+    p_due timestamp with time zone[]
+) RETURNS uuid[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    overdue bigint;
+BEGIN
+    IF NOT coalesce(true = ANY(p_isolated), false) THEN
+        RETURN p_ids;
+    END IF;
+    IF p_isolated[1] AND NOT EXISTS (SELECT 1
+                                       FROM laneway.instances AS i
+                                      WHERE i.owner_id = p_owner
+                                        AND i.status = 'running') THEN
+        RETURN p_ids[1:1];
+    END IF;
+    SELECT min(u.n) INTO overdue
+      FROM unnest(p_isolated, p_due) WITH ORDINALITY AS u (isolated, due, n)
+     WHERE u.isolated
+       AND u.due < now() - p_lease_seconds * interval '1 second';
+    RETURN ARRAY(SELECT u.id
+                   FROM unnest(p_ids, p_isolated) WITH ORDINALITY AS u (id, isolated, n)
+                  WHERE NOT u.isolated
+                    AND (overdue IS NULL OR u.n < overdue)
+                  ORDER BY u.n);
 END;
 $$;
 

@@ -1,0 +1,167 @@
+"""An instance whose worker was lost twice runs alone (migrations/0029): a step that kills its
+worker cannot take an innocent instance to the recovery cap with it (chaos R-06)."""
+
+from uuid import UUID
+
+from laneway.engine import RetryPolicy, Workflow
+from laneway.model import Status
+from laneway.store import Store
+from tests.engine.helpers import make_engine
+from tests.workflows import noop
+
+RUN = ["noop@1"]
+LEASE = 30.0
+
+
+async def _isolated(store: Store, instance_id: UUID) -> bool:
+    async with store.connection() as conn:
+        flag: bool = await conn.fetchval(
+            "SELECT isolated FROM laneway.instances WHERE instance_id = $1", instance_id
+        )
+    return flag
+
+
+async def _enqueued(store: Store, count: int, **options: object) -> list[UUID]:
+    """`count` noop instances, due one millisecond apart in enqueue order (claim order)."""
+    engine = make_engine(store, noop)
+    ids = [(await engine.enqueue("noop", **options)).instance_id for _ in range(count)]  # type: ignore[arg-type]
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances AS i SET run_after = now() - interval '1 second'"
+            " + u.n * interval '1 millisecond'"
+            "  FROM unnest($1::uuid[]) WITH ORDINALITY AS u (id, n) WHERE i.instance_id = u.id",
+            ids,
+        )
+    return ids
+
+
+async def _isolate(
+    store: Store, instance_id: UUID, *, due_seconds_ago: float | None = None
+) -> None:
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances"
+            "   SET isolated = true,"
+            "       run_after = COALESCE(now() - $2::float8 * interval '1 second', run_after)"
+            " WHERE instance_id = $1",
+            instance_id,
+            due_seconds_ago,
+        )
+
+
+async def _claim(store: Store, owner: str, limit: int = 10) -> list[UUID]:
+    return [record.instance_id for record in await store.claim(owner, RUN, limit, LEASE)]
+
+
+async def _finish(store: Store, instance_id: UUID) -> None:
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET status = 'completed', owner_id = NULL,"
+            " lease_expires_at = NULL WHERE instance_id = $1",
+            instance_id,
+        )
+
+
+async def test_a_recovery_isolates_an_instance_at_its_second_loss_and_a_retry_clears_it(
+    store: Store,
+) -> None:
+    workflow = Workflow(
+        "noop", handlers=dict(noop.handlers), initial="run", retry=RetryPolicy(max_attempts=10)
+    )
+    engine = make_engine(store, workflow)
+    instance_id = (await engine.enqueue("noop")).instance_id
+    seen = []
+    for _ in range(4):
+        async with store.connection() as conn:  # any backoff of the last recovery is over
+            await conn.execute("UPDATE laneway.instances SET run_after = now()")
+        assert await _claim(store, "doomed") == [instance_id]
+        async with store.connection() as conn:
+            await conn.execute(
+                "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+            )
+        await store.recover_expired_leases(max_recoveries=3)
+        seen.append(await _isolated(store, instance_id))
+    assert seen == [False, True, True, True]  # lost once: not yet; lost twice: alone from then on
+    retried = await engine.retry(instance_id)
+    assert retried.recoveries == 0
+    assert not await _isolated(store, instance_id)
+
+
+async def test_a_recovery_isolates_at_once_where_the_next_loss_dead_letters(store: Store) -> None:
+    (instance_id,) = await _enqueued(store, 1)
+    assert await _claim(store, "doomed") == [instance_id]
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+        )
+    (recovered,) = await store.recover_expired_leases(max_recoveries=1)
+    assert recovered.status == Status.PENDING
+    assert await _isolated(store, instance_id)
+
+
+async def test_an_idle_process_claims_an_isolated_instance_alone_and_then_nothing_else(
+    store: Store,
+) -> None:
+    alone, *others = await _enqueued(store, 3)
+    await _isolate(store, alone)
+    assert await _claim(store, "idle") == [alone]
+    assert await _claim(store, "idle") == []  # it runs alone while it runs
+    assert await _claim(store, "other") == others
+    await _finish(store, alone)
+    (late,) = await _enqueued(store, 1)
+    assert await _claim(store, "idle") == [late]  # alone no more once it ended
+
+
+async def test_a_busy_process_leaves_an_isolated_instance_to_an_idle_one(store: Store) -> None:
+    first, alone, last = await _enqueued(store, 3)
+    assert await _claim(store, "busy", limit=1) == [first]
+    await _isolate(store, alone)
+    assert await _claim(store, "busy") == [last]  # it takes what comes after, not the isolated
+    assert await _claim(store, "idle") == [alone]
+
+
+async def test_a_busy_process_drains_for_an_isolated_instance_due_for_more_than_a_lease(
+    store: Store,
+) -> None:
+    first, before, alone, after = await _enqueued(store, 4)
+    assert await _claim(store, "busy", limit=1) == [first]
+    await _isolate(store, alone, due_seconds_ago=LEASE + 5)
+    async with store.connection() as conn:  # `before` is due before it, `after` after it
+        await conn.execute(
+            "UPDATE laneway.instances SET run_after = now() - $2::float8 * interval '1 second'"
+            " WHERE instance_id = $1",
+            before,
+            LEASE + 10,
+        )
+    assert await _claim(store, "busy") == [before]  # claim order stops at the overdue one
+    assert await _claim(store, "busy") == []  # drains while it runs anything
+    await _finish(store, first)
+    await _finish(store, before)
+    assert await _claim(store, "busy") == [alone]
+    await _finish(store, alone)
+    assert await _claim(store, "busy") == [after]
+
+
+async def test_keyed_lanes_keep_an_isolated_instance_alone_too(store: Store) -> None:
+    alone, *others = await _enqueued(store, 3, concurrency_key="tenant-a")
+    await _isolate(store, alone)
+    assert await _claim(store, "idle") == [alone]
+    assert await _claim(store, "idle") == []
+    assert sorted(await _claim(store, "other")) == sorted(others)
+
+
+async def test_its_waiting_reason_says_it_runs_alone(store: Store) -> None:
+    await store.heartbeat_worker(
+        owner_id="live", role="worker", host="here", pid=1, workflows=["noop"], versions=RUN,
+        running=0, concurrency=10, heartbeat_seconds=60.0,
+    )  # fmt: skip
+    plain, alone = await _enqueued(store, 2)
+    await _isolate(store, alone)
+    async with store.connection() as conn:
+        await conn.execute("UPDATE laneway.instances SET recoveries = 2 WHERE isolated")
+    reasons = await store.waiting_reasons([plain, alone])
+    assert reasons[plain].code == reasons[alone].code == "READY"
+    assert "alone" not in reasons[plain].message
+    assert reasons[alone].message.endswith(
+        "of a process that runs nothing else (its worker was lost 2 times: it runs alone)"
+    )
