@@ -21,10 +21,11 @@ async def _isolated(store: Store, instance_id: UUID) -> bool:
     return flag
 
 
-async def _enqueued(store: Store, count: int, **options: object) -> list[UUID]:
-    """`count` noop instances, due one millisecond apart in enqueue order (claim order)."""
+async def _enqueued(store: Store, count: int, *, key: str | None = None) -> list[UUID]:
+    """`count` noop instances (of concurrency key `key`), due one millisecond apart in enqueue
+    order (claim order)."""
     engine = make_engine(store, noop)
-    ids = [(await engine.enqueue("noop", **options)).instance_id for _ in range(count)]  # type: ignore[arg-type]
+    ids = [(await engine.enqueue("noop", concurrency_key=key)).instance_id for _ in range(count)]
     async with store.connection() as conn:
         await conn.execute(
             "UPDATE laneway.instances AS i SET run_after = now() - interval '1 second'"
@@ -143,7 +144,7 @@ async def test_a_busy_process_drains_for_an_isolated_instance_due_for_more_than_
 
 
 async def test_keyed_lanes_keep_an_isolated_instance_alone_too(store: Store) -> None:
-    alone, *others = await _enqueued(store, 3, concurrency_key="tenant-a")
+    alone, *others = await _enqueued(store, 3, key="tenant-a")
     await _isolate(store, alone)
     assert await _claim(store, "idle") == [alone]
     assert await _claim(store, "idle") == []
