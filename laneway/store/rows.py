@@ -304,7 +304,7 @@ _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
         f"ready: queue {row['queue']!r} has room, it starts at the next claim"
         + (
             f" of a process that runs nothing else (its worker was lost {row['recoveries']}"
-            " times: it runs alone)"
+            f" time{'' if row['recoveries'] == 1 else 's'}: it runs alone)"
             if row["isolated"]
             else ""
         )
