@@ -166,3 +166,7 @@ async def test_its_waiting_reason_says_it_runs_alone(store: Store) -> None:
     assert reasons[alone].message.endswith(
         "of a process that runs nothing else (its worker was lost 2 times: it runs alone)"
     )
+    async with store.connection() as conn:  # isolated at its first loss: a cap of 1
+        await conn.execute("UPDATE laneway.instances SET recoveries = 1 WHERE isolated")
+    reasons = await store.waiting_reasons([alone])
+    assert reasons[alone].message.endswith("(its worker was lost 1 time: it runs alone)")
