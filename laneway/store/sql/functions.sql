@@ -78,7 +78,7 @@ $$;
 -- the claim takes under 1 ms.
 -- Instances that run alone (`isolated`, set by the recovery of expired leases: lost twice, or
 -- at their last chance): a process running one claims nothing else; one is claimed only by a
--- process that runs nothing, and alone (laneway.isolation_kept(), isolation 0029).
+-- process that runs nothing, and alone (laneway.isolation_kept(); migration 0029).
 
 CREATE OR REPLACE FUNCTION laneway.claim(
     p_owner text,
