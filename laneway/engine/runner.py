@@ -139,9 +139,9 @@ class RunnerTools:
 
     async def write_operations(self) -> None:
         """Write the outcomes kept so far now (raises LeaseLostError when the lease is gone)."""
-        outcomes = self._take()
-        if not outcomes:
+        if not self._unwritten:
             return
+        outcomes = self._take()
         try:
             await self._committer.write(
                 OperationsWrite(

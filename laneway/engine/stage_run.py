@@ -129,8 +129,10 @@ class _StageRun:
             return await self._finish(context)
         stage = self._stage
         # The stage's progress and status line are reported when it ends (only a checkpoint
-        # saves a report); from here on, a failure is this stage's.
-        self._ctx.report(stage=stage.name)
+        # saves a report); from here on, a failure is this stage's. Set as report() would:
+        # a stage's name is a checked name, its status line is made of it and numbers, so
+        # both are storable and short.
+        self._ctx.stage = stage.name
         if stage.condition is not None and not stage.condition(MappingProxyType(context)):
             for position, operation in enumerate(stage.operations):
                 await self._record_skipped(operation, position, "stage condition is false")
@@ -146,10 +148,9 @@ class _StageRun:
         state["initial_context"] = initial
         state["context"] = context
         state["stages_done"] = self._index + 1
-        self._ctx.report(
-            stage=stage.name,
-            progress=(self._index + 1) / len(self._template.stages),
-            message=self._message() if ran else f"{stage.name}: skipped (condition is false)",
+        self._ctx.progress = (self._index + 1) / len(self._template.stages)
+        self._ctx.message = (
+            self._message() if ran else f"{stage.name}: skipped (condition is false)"
         )
         step = step_after_stage(self._template, self._index, context, ran=ran)
         if isinstance(step, Next) and self._index == len(self._template.stages) - 1:
@@ -325,6 +326,7 @@ class _StageRun:
         started = time.monotonic()
         attempts = 0
         encoded = _NO_DATA
+        done = False
         if handler is None:
             result = failed(f"no handler registered for operation type {operation.type!r}")
         while handler is not None and attempts < operation.max_attempts:
@@ -352,9 +354,10 @@ class _StageRun:
                 else tracing.NO_SPAN
             ):
                 result, encoded = await _attempt(handler, operation_ctx, operation.timeout_seconds)
-                if not result.is_completed:
+                done = result.status == COMPLETED
+                if not done:
                     tracing.mark_failed(result.reason or result.status)
-            if result.is_completed:
+            if done:
                 break
         record = OperationRecord(
             operation_id=operation_id,
@@ -365,7 +368,7 @@ class _StageRun:
             status=result.status,
             attempts=attempts,
             error=result.reason,
-            data=result.data if result.is_completed else None,
+            data=result.data if done else None,
             metadata=result.metadata,
             started_at=None,
             finished_at=None,
@@ -375,7 +378,7 @@ class _StageRun:
         await self._tools.record_operation(
             record, seconds=time.monotonic() - started, encoded=encoded, carried=self._carried
         )
-        if not result.is_completed:
+        if not done:
             logger.info(
                 "operation failed",
                 extra={
@@ -445,12 +448,13 @@ async def _attempt(
         return failed(
             f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
         ), _NO_DATA
+    done = result.status == COMPLETED
     try:
         metadata = encode_json(result.metadata, what="operation metadata")
-        data = encode_json(result.data, what="operation data") if result.is_completed else "null"
+        data = encode_json(result.data, what="operation data") if done else "null"
     except InvalidInputError as exc:
         return failed(str(exc)), _NO_DATA
-    if not result.is_completed:
+    if not done:
         reason = storable_text((result.reason or "failed")[:MAX_REASON_CHARS])
         return failed(reason, result.metadata), (
             data,
@@ -465,7 +469,10 @@ def _reason(exc: BaseException) -> str:
 
 def _copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:
     """The operation's own copy of a context (it may change it; the stage's stays)."""
-    return {
-        key: json_copy(value) if isinstance(value, dict | list) else value
-        for key, value in context.items()
-    }
+    for value in context.values():
+        if isinstance(value, dict | list):
+            return {
+                key: json_copy(value) if isinstance(value, dict | list) else value
+                for key, value in context.items()
+            }
+    return context.copy()  # nothing nested (the usual): a copy of the dict is a deep copy

@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeVar, overload
 from uuid import UUID
 
 from laneway.engine.backoff import retry_delay_ms
@@ -28,6 +28,7 @@ MAX_ATTEMPTS_LIMIT = 100
 MAX_FIX_CYCLES_LIMIT = 100
 
 COMPLETED, FAILED, SKIPPED = "completed", "failed", "skipped"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -282,6 +283,18 @@ class OperationRegistry(Mapping[str, OperationHandler]):
 
     def __getitem__(self, operation_type: str) -> OperationHandler:
         return self._handlers[operation_type]
+
+    @overload
+    def get(self, operation_type: str, /) -> OperationHandler | None: ...
+
+    @overload
+    def get(
+        self, operation_type: str, /, default: OperationHandler | _T
+    ) -> OperationHandler | _T: ...
+
+    def get(self, operation_type: str, /, default: object = None) -> object:
+        # One lookup per operation run, not Mapping's __getitem__ inside a try.
+        return self._handlers.get(operation_type, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._handlers))

@@ -31,14 +31,15 @@ async def within(call: Awaitable[T], seconds: float) -> T:
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    if type(call) is not types.CoroutineType:
+    if not isinstance(call, types.CoroutineType):
         return await _limited(call, deadline)  # a future or another awaitable: as it is
-    coroutine = cast(Coroutine[Any, Any, T], call)
     try:
-        waiting = coroutine.send(None)
+        waiting = call.send(None)
     except StopIteration as done:
-        return cast(T, done.value)  # finished without waiting: nothing to limit
-    return await _limited(_Resumed(coroutine, waiting), deadline)
+        value: T = done.value  # finished without waiting: nothing to limit
+        return value
+    resumed: _Resumed[T] = _Resumed(call, waiting)
+    return await _limited(resumed, deadline)
 
 
 def started(coroutine: Coroutine[Any, Any, T], group: asyncio.TaskGroup) -> "T | asyncio.Task[T]":
@@ -50,7 +51,8 @@ def started(coroutine: Coroutine[Any, Any, T], group: asyncio.TaskGroup) -> "T |
     try:
         waiting = context.run(coroutine.send, None)
     except StopIteration as done:
-        return cast(T, done.value)
+        value: T = done.value
+        return value
     return group.create_task(_resume(_Resumed(coroutine, waiting)), context=context)
 
 
