@@ -345,18 +345,11 @@ class _StageRun:
                 workflow_type=self._template.type,
                 cancelled=ctx.cancelled,
             )
-            with (
-                tracing.lazy_span(
-                    f"laneway.operation {operation.type}",
-                    functools.partial(self._span_attributes, operation, attempts),
-                )
-                if self._spans
-                else tracing.NO_SPAN
-            ):
+            if self._spans:
+                result, encoded = await self._traced_attempt(handler, operation_ctx, operation)
+            else:  # no span, not even a null context (two calls per operation)
                 result, encoded = await _attempt(handler, operation_ctx, operation.timeout_seconds)
-                done = result.status == COMPLETED
-                if not done:
-                    tracing.mark_failed(result.reason or result.status)
+            done = result.status == COMPLETED
             if done:
                 break
         record = OperationRecord(
@@ -392,6 +385,18 @@ class _StageRun:
             )
         self._settle(position, result.status)
         return record
+
+    async def _traced_attempt(
+        self, handler: OperationHandler, operation_ctx: OperationContext, operation: Operation
+    ) -> tuple[OperationResult, tuple[str, str]]:
+        with tracing.lazy_span(
+            f"laneway.operation {operation.type}",
+            functools.partial(self._span_attributes, operation, operation_ctx.attempt),
+        ):
+            outcome = await _attempt(handler, operation_ctx, operation.timeout_seconds)
+            if outcome[0].status != COMPLETED:
+                tracing.mark_failed(outcome[0].reason or outcome[0].status)
+            return outcome
 
     async def _record_skipped(self, operation: Operation, position: int, reason: str) -> None:
         record = OperationRecord(
