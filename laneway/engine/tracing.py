@@ -47,7 +47,6 @@ def _context_of(traceparent: str | None) -> Any:
 
 
 _OFF: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
-NO_SPAN = _OFF  # what the helpers return when they make no span
 
 
 RECHECK_SECONDS = 1.0  # while no tracer provider is set, look again at most this often
