@@ -236,7 +236,7 @@ class _StageRun:
         # In sequence, each operation sees the data of those before it, and a critical
         # failure stops the ones after it.
         for position, operation in slots:
-            record = self._reusable(position, operation, rows)
+            record = self._reusable(position, operation, rows) if rows else None
             if record is None:
                 self._ctx.raise_if_cancelled()
                 # What finished before is recorded before this starts: a crash in this one
@@ -267,7 +267,7 @@ class _StageRun:
         try:
             async with asyncio.TaskGroup() as group:
                 for position, operation in slots:
-                    reused = self._reusable(position, operation, rows)
+                    reused = self._reusable(position, operation, rows) if rows else None
                     if reused is not None:
                         records[position] = reused
                         continue
