@@ -1,11 +1,13 @@
 """An instance whose worker was lost twice runs alone (migrations/0029): a step that kills its
 worker cannot take an innocent instance to the recovery cap with it (chaos R-06)."""
 
+import asyncio
 from uuid import UUID
 
 from laneway.engine import RetryPolicy, Workflow
 from laneway.model import Status
 from laneway.store import Store
+from laneway.store.base import EVENTS_LOCK_KEY
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 
@@ -149,6 +151,39 @@ async def test_keyed_lanes_keep_an_isolated_instance_alone_too(store: Store) -> 
     assert await _claim(store, "idle") == [alone]
     assert await _claim(store, "idle") == []
     assert sorted(await _claim(store, "other")) == sorted(others)
+
+
+async def test_a_process_claims_nothing_while_another_claim_of_its_own_is_under_way(
+    store: Store,
+) -> None:
+    """Its loop's claim and the claim on its group commit can overlap, on different queues;
+    neither sees what the other took until it commits (migrations/0030)."""
+    second = Workflow("noop2", handlers=dict(noop.handlers), initial="run", queue="second")
+    runs = [*RUN, "noop2@1"]
+    alone = (await make_engine(store, noop).enqueue("noop")).instance_id
+    await _isolate(store, alone)
+    beside = (await make_engine(store, second).enqueue("noop2")).instance_id
+    due = "UPDATE laneway.instances SET run_after = now() + $2::float8 * interval '1 second'"
+    due += " WHERE instance_id = $1"
+    async with store.connection() as conn:
+        await conn.execute(due, beside, 3600.0)  # not due yet
+    claim = "SELECT instance_id FROM laneway.claim($1, $2::text[], 10, 30, $3)"
+    async with store.connection() as held, held.transaction():
+        # The process runs nothing: it takes the isolated instance, alone, not yet committed
+        # (it locked the one queue with due work then).
+        assert await held.fetch(claim, "proc", runs, EVENTS_LOCK_KEY) == [(alone,)]
+        async with store.connection() as other:
+            await other.execute(due, beside, -1.0)  # due now, on a queue that claim left
+            # Its other claim takes nothing, at once (without the lock it would take the
+            # instance beside the isolated one, and wait for the first claim's event append).
+            assert (
+                await asyncio.wait_for(
+                    other.fetch(claim, "proc", runs, EVENTS_LOCK_KEY), timeout=10
+                )
+                == []
+            )
+    assert await _claim(store, "proc") == []  # committed: it runs alone while it runs
+    assert await store.claim("elsewhere", runs, 10, LEASE) != []
 
 
 async def test_its_waiting_reason_says_it_runs_alone(store: Store) -> None:

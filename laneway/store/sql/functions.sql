@@ -78,7 +78,9 @@ $$;
 -- the claim takes under 1 ms.
 -- Instances that run alone (`isolated`, set by the recovery of expired leases: lost twice, or
 -- at their last chance): a process running one claims nothing else; one is claimed only by a
--- process that runs nothing, and alone (laneway.isolation_kept(); migration 0029).
+-- process that runs nothing, and alone (laneway.isolation_kept(); migration 0029). A process's
+-- claims do not overlap (0030: an owner's transaction-level advisory lock, tried, never waited
+-- for), so a claim sees the instances its process's other claim took.
 
 CREATE OR REPLACE FUNCTION laneway.claim(
     p_owner text,
@@ -107,6 +109,13 @@ DECLARE
     stuck_queues text[];
     stuck_keys text[];
 BEGIN
+    -- One claim at a time per process (0030): a claim of this process already under way (its
+    -- loop's, or the one riding on its group commit) has this claim take nothing, as a queue
+    -- another claimer holds is skipped below. So every claim sees what the process's last one
+    -- committed: which instances it runs, and whether one of them runs alone. Never waits.
+    IF NOT pg_try_advisory_xact_lock(7461, hashtext(p_owner)) THEN
+        RETURN;
+    END IF;
     -- A queue another process is claiming from is skipped this round. NO KEY UPDATE: claimers
     -- exclude each other; enqueues never lock the queue row (no foreign key since 0007).
     SELECT array_agg(q.name ORDER BY q.name), bool_or(q.keyed),
