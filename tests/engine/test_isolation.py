@@ -167,21 +167,17 @@ async def test_a_process_claims_nothing_while_another_claim_of_its_own_is_under_
     due += " WHERE instance_id = $1"
     async with store.connection() as conn:
         await conn.execute(due, beside, 3600.0)  # not due yet
-    claim = "SELECT instance_id FROM laneway.claim($1, $2::text[], 10, 30, $3)"
+    claim = "SELECT array_agg(instance_id) FROM laneway.claim($1, $2::text[], 10, 30, $3)"
     async with store.connection() as held, held.transaction():
         # The process runs nothing: it takes the isolated instance, alone, not yet committed
         # (it locked the one queue with due work then).
-        assert await held.fetch(claim, "proc", runs, EVENTS_LOCK_KEY) == [(alone,)]
+        assert await held.fetchval(claim, "proc", runs, EVENTS_LOCK_KEY) == [alone]
         async with store.connection() as other:
             await other.execute(due, beside, -1.0)  # due now, on a queue that claim left
             # Its other claim takes nothing, at once (without the lock it would take the
             # instance beside the isolated one, and wait for the first claim's event append).
-            assert (
-                await asyncio.wait_for(
-                    other.fetch(claim, "proc", runs, EVENTS_LOCK_KEY), timeout=10
-                )
-                == []
-            )
+            taken = other.fetchval(claim, "proc", runs, EVENTS_LOCK_KEY)
+            assert await asyncio.wait_for(taken, timeout=10) is None
     assert await _claim(store, "proc") == []  # committed: it runs alone while it runs
     assert await store.claim("elsewhere", runs, 10, LEASE) != []
 
