@@ -149,13 +149,17 @@ class ChaosRun:
         params: Callable[[int], object] | None = None,
         key_prefix: str = "c",
     ) -> list[UUID]:
-        """Enqueue `count` instances at a steady rate (deadline-paced, so retries catch up)."""
+        """Enqueue `count` instances at a steady rate (deadline-paced, so retries catch up). It
+        returns once the batch's time is up too (count / rate), so that batches in a row keep
+        the rate: a batch of one would otherwise go out as fast as enqueues do."""
         started = time.monotonic()
-        ids = []
-        for n in range(count):
+        ids: list[UUID] = []
+        for n in range(count + 1):
             delay = started + n / rate_per_second - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if n == count:
+                return ids
             value = params(n) if params is not None else {"n": n}
             ids.append(await self.enqueue_one(f"{key_prefix}-{n}", value, workflow))
         return ids
