@@ -50,6 +50,13 @@ def w3_oracle(final: FinalInstance, params: object) -> bool:
     return final.status == "completed" and final.result == expected_result(params)
 
 
+async def _until(deadline: float) -> None:
+    """Sleep until the monotonic clock reads `deadline` (at once when it is past)."""
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
 @dataclass(kw_only=True)
 class Outcome:
     """What a scenario measured: the checker's verdict, named pass conditions, figures."""
@@ -153,15 +160,12 @@ class ChaosRun:
         returns once the batch's time is up too (count / rate), so that batches in a row keep
         the rate: a batch of one would otherwise go out as fast as enqueues do."""
         started = time.monotonic()
-        ids: list[UUID] = []
-        for n in range(count + 1):
-            delay = started + n / rate_per_second - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if n == count:
-                return ids
+        ids = []
+        for n in range(count):
+            await _until(started + n / rate_per_second)
             value = params(n) if params is not None else {"n": n}
             ids.append(await self.enqueue_one(f"{key_prefix}-{n}", value, workflow))
+        await _until(started + count / rate_per_second)
         return ids
 
     async def enqueue_until(
