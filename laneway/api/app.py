@@ -15,7 +15,7 @@ import uvicorn
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
@@ -31,6 +31,7 @@ from strawberry.types.unset import UNSET, UnsetType
 from laneway.api import lifespan
 from laneway.api.auth import BearerTokens, Decision, Permission
 from laneway.api.graphql.context import LanewayContext, laneway_context
+from laneway.api.graphql.errors import error_body
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import build_schema, schema
 from laneway.api.http.body_limits import DECODED_BODY
@@ -54,7 +55,16 @@ WS_MAX_MESSAGE_BYTES = 64 * 1024
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
 CONNECTION_INIT_TIMEOUT = timedelta(seconds=5)
 NO_ACK_PAYLOAD: UnsetType = UNSET
-POST_OPERATION_TYPES = frozenset(OperationType.from_http("POST"))
+# What GraphQL over HTTP serves here: queries by GET or POST, mutations by POST only (by GET:
+# 405). Subscriptions are the websocket's (graphql-transport-ws); Strawberry would run one sent
+# over HTTP as a query, whose stream field cannot be a value: an internal error for bad input.
+HTTP_OPERATION_TYPES = {
+    "GET": frozenset({OperationType.QUERY}),
+    "POST": frozenset({OperationType.QUERY, OperationType.MUTATION}),
+}
+SUBSCRIPTION_OVER_HTTP = (
+    "Subscriptions are served over a websocket at this path (graphql-transport-ws), not over HTTP."
+)
 
 
 class MutationByGetError(HTTPException):
@@ -69,7 +79,8 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
 
     Also GraphQL over HTTP as the spec has it: application/graphql-response+json for a client
     that asks for it (http/media_type.py), 405 with `Allow` for a wrong method or a mutation by
-    GET; and websocket Origins that the host allow-list admitted (http/hosts.py).
+    GET, 400 for a subscription (the websocket's), every request error a JSON error document;
+    and websocket Origins that the host allow-list admitted (http/hosts.py).
     """
 
     graphql_transport_ws_handler_class = LanewayTransportWSHandler
@@ -96,7 +107,8 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         return strict_json_loads(data)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Strawberry's, with the `Allow` header a 405 needs."""
+        """Strawberry's, with the `Allow` header a 405 needs, and a request error answered
+        with a JSON error document, as RequestLimits answers the errors it finds."""
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
@@ -107,7 +119,12 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
             headers = {}
             if exc.status_code == 405:
                 headers["allow"] = exc.allow if isinstance(exc, MutationByGetError) else "GET, POST"
-            response = PlainTextResponse(exc.reason, status_code=exc.status_code, headers=headers)
+            response = Response(
+                error_body(exc.reason),
+                status_code=exc.status_code,
+                headers=headers,
+                media_type="application/json",
+            )
         await response(scope, receive, send)
 
     async def _posted(self, request: Request) -> Response | None:
@@ -116,10 +133,9 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         Ordinary: a JSON body RequestLimits has already decoded, holding one operation with
         well-typed fields, and no streaming transport asked for. It is executed as Strawberry's
         view executes it, with the same hooks (context, root value, sub-response, result
-        processing, response), minus what that path repeats: reading and decoding the body
-        again and parsing its content type, about a third of a trivial query's server CPU.
-        Anything else, and every request error before execution, takes Strawberry's path,
-        which answers it with its own status and message; nothing has run by then.
+        processing, response) and the same request errors (`_execute`), minus what that path
+        repeats: reading and decoding the body again and parsing its content type, about a
+        third of a trivial query's server CPU. Anything else takes Strawberry's path.
         """
         body = request.scope.get(DECODED_BODY)
         if request.scope["method"] != "POST" or not isinstance(body, dict):
@@ -136,18 +152,10 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
             return None
         sub_response = await self.get_sub_response(request)
         context = await self.get_context(request, response=sub_response)
-        try:
-            result = await self.schema.execute(
-                query,
-                root_value=None,  # the view has none: GraphQL[LanewayContext, None]
-                variable_values=variables,
-                context_value=context,
-                operation_name=name,
-                allowed_operation_types=POST_OPERATION_TYPES,
-                operation_extensions=extensions,
-            )
-        except (CannotGetOperationTypeError, InvalidOperationTypeError, MissingQueryError):
-            return None
+        request_data = GraphQLRequestData(
+            query=query, variables=variables, operation_name=name, extensions=extensions
+        )
+        result = await self._execute("POST", context, request_data)
         response_data = await self.process_result(request, result)
         if result.errors:
             self._handle_errors(result.errors, response_data)
@@ -162,21 +170,38 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         root_value: None,
         request_data: GraphQLRequestData,
     ) -> ExecutionResult:
-        """Strawberry's, except that a mutation by GET is 405, not 400; it is refused once
-        parsed, before it is validated or runs."""
+        """Strawberry's, with the operation types HTTP_OPERATION_TYPES allows (`_execute`)."""
+        return await self._execute(request_adapter.method, context, request_data)
+
+    async def _execute(
+        self, method: str, context: LanewayContext, request_data: GraphQLRequestData
+    ) -> ExecutionResult:
+        """Execute one operation sent by `method`, as Strawberry's view does, but with the
+        operation types HTTP serves here: a mutation by GET is 405 and a subscription 400,
+        refused once parsed, before it is validated or runs.
+
+        Raises:
+            HTTPException: a request error (nothing has run): no query, no operation to run, or
+                an operation type this method does not serve.
+        """
         try:
-            return await super().execute_single(
-                request, request_adapter, sub_response, context, root_value, request_data
+            return await self.schema.execute(
+                request_data.query,
+                root_value=None,  # the view has none: GraphQL[LanewayContext, None]
+                variable_values=request_data.variables,
+                context_value=context,
+                operation_name=request_data.operation_name,
+                allowed_operation_types=HTTP_OPERATION_TYPES.get(method, frozenset()),
+                operation_extensions=request_data.extensions,
             )
-        except HTTPException as exc:
-            cause = exc.__cause__
-            if (
-                request_adapter.method == "GET"
-                and isinstance(cause, InvalidOperationTypeError)
-                and cause.operation_type is OperationType.MUTATION
-            ):
-                raise MutationByGetError(405, exc.reason) from cause
-            raise
+        except CannotGetOperationTypeError as exc:
+            raise HTTPException(400, exc.as_http_error_reason()) from exc
+        except InvalidOperationTypeError as exc:
+            if exc.operation_type is OperationType.SUBSCRIPTION:
+                raise HTTPException(400, SUBSCRIPTION_OVER_HTTP) from exc
+            raise MutationByGetError(405, exc.as_http_error_reason(method)) from exc
+        except MissingQueryError as exc:
+            raise HTTPException(400, "No GraphQL query found in the request") from exc
 
     async def get_sub_response(self, request: Request | WebSocket) -> Response:
         sub_response = await super().get_sub_response(request)

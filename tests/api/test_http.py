@@ -315,6 +315,37 @@ async def test_other_methods_and_get_mutations_are_refused(server: LiveServer) -
         assert_no_internals(response)
 
 
+async def test_a_subscription_over_http_is_a_request_error(server: LiveServer) -> None:
+    subscription = "subscription { workflowEvents { eventID } }"
+    multipart = {"accept": "multipart/mixed;subscriptionSpec=1.0"}
+    responses = [
+        await server.client.post("/graphql", json={"query": subscription}),
+        await server.client.post("/graphql", json={"query": subscription}, headers=multipart),
+        await server.client.get("/graphql", params={"query": subscription}),
+    ]
+    for response in responses:
+        assert_no_internals(response)
+        assert response.status_code == 400, response.text
+        assert response.headers["content-type"] == "application/json"
+        (error,) = response.json()["errors"]
+        assert "over a websocket" in error["message"]
+
+
+async def test_strawberrys_request_errors_are_json_documents(server: LiveServer) -> None:
+    empty = await server.client.post("/graphql", json={})
+    unsupported = await server.client.post(
+        "/graphql", content=DOC.encode(), headers={"content-type": "text/plain"}
+    )
+    for response, message in (
+        (empty, "No GraphQL query found"),
+        (unsupported, "Unsupported content type"),
+    ):
+        assert response.status_code == 400
+        assert response.headers["content-type"] == "application/json"
+        (error,) = response.json()["errors"]
+        assert message in error["message"]
+
+
 async def test_a_body_at_the_limit_is_accepted(server: LiveServer) -> None:
     payload = json.dumps({"query": DOC}).encode()
     padded = payload[:-1] + b" " * (MAX_BODY_BYTES - len(payload)) + b"}"
