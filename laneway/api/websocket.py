@@ -42,6 +42,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
 )
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import Message
 from strawberry.types.base import get_object_definition
 
 from laneway.api.auth import Decision
@@ -211,6 +212,16 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
     The context is Laneway's own or a host's carrying one (graphql/context.py); the direct
     path asks the same Permission as the subscription field would (permissions.decide).
     """
+
+    async def handle_message(self, message: Message) -> None:
+        """Strawberry's, with a frame that is JSON but not an object (`[1]`, `null`) closed
+        with 4400 as any other bad frame is; Strawberry's own fails on it and drops the
+        socket without a close code."""
+        frame: object = message  # as decoded: any JSON value
+        if not isinstance(frame, dict):
+            await self.handle_invalid_message("Failed to parse message")
+            return
+        await super().handle_message(message)
 
     async def run_operation(self, operation: Operation[Any, Any]) -> None:
         renderer: EventRenderer | None = getattr(self.view, "event_renderer", None)

@@ -350,23 +350,26 @@ async def test_a_mutation_with_a_request_error_runs_nothing(open_server: LiveSer
 async def test_field_errors_under_graphql_response_json_stay_200_with_data(
     open_server: LiveServer,
 ) -> None:
-    partial = await graphql_response(
+    # An unknown workflow is the resolver's error (a field error): it ran, so `data` is there.
+    null = await graphql_response(
+        open_server,
+        {"query": 'mutation { enqueueWorkflow(name: "no-such") { instanceID } }'},
+        APOLLO,
+    )
+    assert null.status_code == 200, null.text
+    assert null.headers["content-type"] == GRAPHQL_RESPONSE_CONTENT_TYPE
+    assert null.json()["data"] is None
+    assert null.json()["errors"][0]["path"] == ["enqueueWorkflow"]
+    assert null.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+    # A malformed id is the argument guard's (a request error): nothing ran, no `data`.
+    malformed = await graphql_response(
         open_server,
         {"query": '{ workflows { name } workflowInstance(instanceID: "nope") { name } }'},
         APOLLO,
     )
-    assert partial.status_code == 200, partial.text
-    assert partial.headers["content-type"] == GRAPHQL_RESPONSE_CONTENT_TYPE
-    document = partial.json()
-    assert document["data"]["workflows"]
-    assert document["data"]["workflowInstance"] is None
-    assert document["errors"][0]["path"] == ["workflowInstance"]
-    null = await graphql_response(
-        open_server, {"query": 'mutation { enqueueWorkflow(name: "no-such") { instanceID } }'}
-    )
-    assert null.status_code == 200, null.text
-    assert null.json()["data"] is None
-    assert null.json()["errors"][0]["path"] == ["enqueueWorkflow"]  # an unknown workflow
+    assert malformed.status_code == 400, malformed.text
+    assert "data" not in malformed.json()
+    assert "instanceID must be a UUID" in malformed.text
 
 
 async def test_success_under_graphql_response_json_names_the_media_type(

@@ -13,7 +13,7 @@ import asyncpg
 import httpx
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
 from laneway.api.http.rate_limits import RateLimiter, TokenBucket, client_key, root_field_cost
@@ -279,6 +279,35 @@ async def test_over_the_limit_a_websocket_operation_gets_rate_limited_and_the_so
         # The HTTP side spends from the same bucket.
         response = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
         assert response.status_code == 429
+
+
+async def read_until_closed(ws: Any) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            await ws.recv()
+
+
+async def test_a_subscribe_before_connection_init_closes_with_4401_even_when_rate_limited(
+    database_url: str,
+) -> None:
+    settings = make_settings(
+        database_url,
+        limit_local_clients=True,
+        engine_enabled=False,
+        rate_limit_per_second=0.01,
+        rate_burst=1,
+    )
+    async with live_server(settings) as server:
+        spent = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
+        assert spent.status_code == 200
+        empty = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
+        assert empty.status_code == 429  # the bucket is empty: a limited subscribe is refused
+        async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:  # type: ignore[list-item]
+            await subscribe(ws, "s1")
+            with pytest.raises(ConnectionClosed) as closed:
+                await read_until_closed(ws)
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == 4401
 
 
 async def test_websocket_handshakes_are_capped_per_address(database_url: str) -> None:

@@ -275,6 +275,55 @@ async def test_non_json_frame_closes_with_4400(server: LiveServer) -> None:
         assert await closed_with(ws, init) == 4400
 
 
+async def acked(server: LiveServer) -> ClientConnection:
+    """A raw socket past connection_ack (the caller closes it)."""
+    ws = await connect(server.ws_url, subprotocols=[PROTOCOL])  # type: ignore[list-item]
+    await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+    async with asyncio.timeout(15):
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+    return ws
+
+
+@pytest.mark.parametrize("frame", ["[1, 2]", "null", "42", '"subscribe"', "true"])
+async def test_a_json_frame_that_is_not_an_object_closes_with_4400(
+    server: LiveServer, frame: str
+) -> None:
+    ws = await acked(server)
+    try:
+        assert await closed_with(ws, frame) == 4400
+    finally:
+        await ws.close()
+
+
+async def test_an_operation_name_the_document_lacks_closes_with_4400(server: LiveServer) -> None:
+    payload = {"query": "subscription A { workflowEvents { eventID } }", "operationName": "B"}
+    ws = await acked(server)
+    try:
+        message = json.dumps({"id": "1", "type": "subscribe", "payload": payload})
+        assert await closed_with(ws, message) == 4400
+        assert ws.close_reason == 'Unknown operation named "B".'
+    finally:
+        await ws.close()
+
+
+async def test_a_malformed_instance_id_refuses_the_subscription_before_it_starts(
+    server: LiveServer,
+) -> None:
+    query = 'subscription { workflowEvents(instanceID: "nope") { eventID } }'
+    ws = await acked(server)
+    try:
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query}}))
+        async with asyncio.timeout(15):
+            reply = json.loads(await ws.recv())
+        assert reply["type"] == "error", reply
+        (error,) = reply["payload"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert 'argument "instanceID" of workflowEvents' in error["message"]
+        assert "instanceID must be a UUID" in error["message"]
+    finally:
+        await ws.close()
+
+
 async def restart_postgres(admin: asyncpg.Connection) -> None:
     """Restart the (embedded) server with pg_ctl, as the user that owns its data folder."""
     pgdata = Path(await admin.fetchval("SHOW data_directory"))

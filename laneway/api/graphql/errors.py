@@ -25,6 +25,7 @@ import asyncpg
 from graphql import GraphQLError
 from strawberry.extensions import FieldExtension
 from strawberry.extensions.field_extension import AsyncExtensionResolver, SyncExtensionResolver
+from strawberry.schema.exceptions import CannotGetOperationTypeError
 from strawberry.types import Info
 
 from laneway.api.http.asgi import Send
@@ -176,11 +177,13 @@ def is_expected(error: GraphQLError) -> bool:
     """True for errors a client may see as they are.
 
     An error without an original exception comes from parsing or validation (including the
-    depth, alias and token limits); a GraphQLError raised on purpose, or a mapped
-    LanewayError, is deliberate. Anything else is an internal fault.
+    depth, alias and token limits); so does a document with no operation of the name asked
+    for (over a websocket, Strawberry then closes the socket with 4400, as for a syntax
+    error); a GraphQLError raised on purpose, or a mapped LanewayError, is deliberate.
+    Anything else is an internal fault.
     """
     original = error.original_error
-    if original is None or isinstance(original, GraphQLError):
+    if original is None or isinstance(original, GraphQLError | CannotGetOperationTypeError):
         return True
     return code_for(original) is not None
 

@@ -3,11 +3,12 @@
 Owns what an argument may hold beyond its GraphQL type: no NUL and no lone surrogate in any
 string (String and ID arguments, their list items and input fields, the strings and keys inside
 JSON), a maximum length for String and ID arguments, a range for every number that reaches
-PostgreSQL, the event-id format, and the nesting depth of JSON. RULES holds them, keyed by the
-argument's name, which means the same thing on every field (a host's own `limit` or `name`
-gets the same rule). The walk reads the operation the parser already built: each argument's
-literal, or the request's value of its variable (or the variable's default). Anything refused
-refuses the whole operation with BAD_USER_INPUT naming the argument, so nothing is written.
+PostgreSQL, the event-id and instance-id formats, and the nesting depth of JSON. RULES holds
+them, keyed by the argument's name, which means the same thing on every field (a host's own
+`limit` or `name` gets the same rule). The walk reads the operation the parser already built:
+each argument's literal, or the request's value of its variable (or the variable's default).
+Anything refused refuses the whole operation with BAD_USER_INPUT naming the argument, so
+nothing is written.
 Turning a value into what the engine takes stays in arguments.py and the resolvers.
 """
 
@@ -50,7 +51,7 @@ from graphql.type.introspection import TypeMetaFieldDef
 from graphql.validation import ASTValidationRule
 from strawberry.extensions import SchemaExtension
 
-from laneway.api.graphql.arguments import parse_event_id
+from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.bulk import MAX_TIME_MS
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
@@ -108,6 +109,9 @@ RULES: Mapping[str, Rule] = {
     "idempotencyKey": _KEY,
     "singletonKey": _KEY,
     "concurrencyKey": _KEY,
+    # Ids: an instance id is a UUID (also where a subscription's resolver would read it only
+    # once its stream starts).
+    "instanceID": Rule(parse=parse_instance_id),
     # Numbers that reach PostgreSQL (bigint event ids, integer and double columns, LIMIT).
     "afterEventID": Rule(parse=parse_event_id),
     "limit": Rule(low=1, high=MAX_LIST_LIMIT),

@@ -11,7 +11,8 @@ GraphQL view does:
   connection ends, however it ends;
 - `subscribe` messages spend from the same buckets as HTTP requests (http/rate_limits.py) at the
   same cost; over the limit, that operation gets an `error` message with code RATE_LIMITED
-  and the socket stays open.
+  and the socket stays open. A `subscribe` before `connection_init` spends nothing: the view
+  closes the socket with 4401.
 
 Also `refuse_handshake`, the HTTP answer instead of an upgrade that the host allow-list
 (hosts.py) sends too.
@@ -173,7 +174,11 @@ class _Connection:
                         }
                     )
                     return {"type": "websocket.disconnect", "code": TOO_MANY_CONNECTIONS}
-            elif frame.get("type") == "subscribe" and not await self._may_subscribe(frame):
+            elif (
+                frame.get("type") == "subscribe"
+                and self.initialised  # before connection_init, the view closes with 4401
+                and not await self._may_subscribe(frame)
+            ):
                 continue
             return message
 
