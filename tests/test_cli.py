@@ -8,11 +8,13 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 import pytest
@@ -375,6 +377,52 @@ async def test_serve_and_worker_refuse_to_start_without_workflows(command: str) 
     assert "no workflows to run: LANEWAY_WORKFLOWS is not set" in err
     assert "--allow-no-workflows" in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+async def test_preflight_without_workflows_names_what_it_reads_them_from() -> None:
+    env = environment(None, LANEWAY_WORKFLOWS="")
+    url = ("--url", "http://127.0.0.1:1")  # never reached: the modules are read first
+    code, _, err = await laneway("preflight", *url, env=env)
+    assert code == 2
+    assert "no workflows to run: LANEWAY_WORKFLOWS is not set" in err
+    assert "--allow-no-workflows" not in err  # preflight has no such option
+    code, _, err = await laneway("preflight", "--workflows", " , ", *url, env=env)
+    assert code == 2
+    assert "no workflows to run: --workflows names no module" in err
+    assert "as in --workflows workflows" in err
+
+
+def unusable_database_urls(database_url: str) -> list[tuple[str, int, str]]:
+    """(DATABASE_URL, exit code, what the one line says) for databases a command cannot use."""
+    parts = urlsplit(database_url)
+    missing = urlunsplit(parts._replace(path="/laneway_no_such_database"))
+    return [
+        ("postgresql://postgres@127.0.0.1:1/none", 1, "cannot use the database: "),
+        (missing, 1, 'database "laneway_no_such_database" does not exist'),
+        ("not-a-url", 2, "DATABASE_URL is not a PostgreSQL URL it can use: invalid DSN"),
+    ]
+
+
+async def test_a_database_it_cannot_use_is_one_line_not_a_traceback(database_url: str) -> None:
+    for url, exit_code, says in unusable_database_urls(database_url):
+        for command in (("migrate",), ("status", "00000000-0000-7000-8000-000000000000")):
+            code, _, err = await laneway(*command, env=environment(url))
+            assert code == exit_code, err
+            assert err.startswith("laneway: "), err
+            assert says in err, err
+            assert len(err.strip().splitlines()) == 1, err
+
+
+async def test_serve_says_in_one_line_why_it_did_not_start(database_url: str) -> None:
+    url, _, says = unusable_database_urls(database_url)[0]
+    code, _, err = await laneway("serve", "--port", "0", env=environment(url))
+    assert code == 1, err
+    assert err.strip().splitlines()[-1].startswith("laneway: " + says), err
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        code, _, err = await laneway("serve", "--port", port, env=environment(database_url))
+    assert code == 1, err
+    assert err.strip() == f"laneway: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
 def write_module(folder: Path, name: str, text: str) -> None:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, database_error
 from laneway.cli.parser import build_parser
 from laneway.config import Settings
 from laneway.errors import InvalidInputError, LanewayError
@@ -61,3 +61,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return _fail(str(exc), EXIT_USAGE if isinstance(exc, InvalidInputError) else EXIT_FAILED)
     except KeyboardInterrupt:
         return EXIT_OK
+    except Exception as exc:
+        refused = database_error(exc)
+        if refused is None:
+            raise  # a fault of Laneway's own: its traceback is what a bug report needs
+        return _fail(*refused)

@@ -5,6 +5,7 @@ over HTTP and websockets, local.py in-process against the database) and how an e
 `extensions.code` becomes an exit code. Prints nothing.
 """
 
+import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -67,6 +68,29 @@ EXIT_CODES = {
 }
 
 JSONObject = dict[str, Any]
+
+
+def database_error(exc: BaseException) -> tuple[str, int] | None:
+    """The one line and exit code for an error of reaching or entering the database (a URL
+    that is not one: 2; a server that cannot be reached, a database or role it does not have,
+    a password it refuses: 1), or None for any other error."""
+    import asyncpg  # here, once a command failed: `--url` commands never load the driver
+
+    if isinstance(exc, asyncpg.ClientConfigurationError):
+        return f"DATABASE_URL is not a PostgreSQL URL it can use: {exc}", EXIT_USAGE
+    unreachable = (
+        ConnectionError,
+        socket.gaierror,
+        TimeoutError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.CannotConnectNowError,
+        asyncpg.InterfaceError,
+        asyncpg.InvalidCatalogNameError,  # no such database
+        asyncpg.InvalidAuthorizationSpecificationError,  # no such role, or a wrong password
+    )
+    if isinstance(exc, unreachable):
+        return f"cannot use the database: {str(exc) or type(exc).__name__}", EXIT_FAILED
+    return None
 
 
 class CommandError(LanewayError):

@@ -32,9 +32,12 @@ def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObj
     from laneway.cli.process import check_workflows
     from laneway.engine.preflight import specs_of
 
-    if args.workflows:
+    named_by = "LANEWAY_WORKFLOWS"
+    if args.workflows is not None:
         modules = tuple(m.strip() for m in args.workflows.split(",") if m.strip())
         settings = dataclasses.replace(settings, workflow_modules=modules)
+        named_by = "--workflows"
+    registry = check_workflows(settings, allow_none=False, named_by=named_by, allow_flag=None)
     return [
         {
             "name": spec.name,
@@ -42,7 +45,7 @@ def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObj
             "actions": list(spec.actions),
             "stages": list(spec.stages) if spec.stages is not None else None,
         }
-        for spec in specs_of(check_workflows(settings, allow_none=False))
+        for spec in specs_of(registry)
     ]
 
 

@@ -15,11 +15,12 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, database_error
 from laneway.config import Settings
 from laneway.engine import WorkflowRegistry
 from laneway.errors import InvalidInputError
@@ -41,8 +42,17 @@ def current_folder_on_path() -> None:
         sys.path.insert(0, os.getcwd())
 
 
-def check_workflows(settings: Settings, *, allow_none: bool) -> WorkflowRegistry:
-    """Import LANEWAY_WORKFLOWS now, so that what cannot run refuses before anything starts.
+def check_workflows(
+    settings: Settings,
+    *,
+    allow_none: bool,
+    named_by: str = "LANEWAY_WORKFLOWS",
+    allow_flag: str | None = "--allow-no-workflows",
+) -> WorkflowRegistry:
+    """Import the workflow modules of `settings` now, so that what cannot run refuses before
+    anything starts. `named_by` is where the modules were named (the variable, or an
+    option), and `allow_flag` the option that starts without workflows, as the refusal
+    tells them (None: the command has none).
 
     Raises:
         InvalidInputError: a module cannot be imported (from_modules says which and why).
@@ -52,14 +62,17 @@ def check_workflows(settings: Settings, *, allow_none: bool) -> WorkflowRegistry
     registry = WorkflowRegistry.from_modules(settings.workflow_modules)
     if len(registry) == 0 and not allow_none:
         modules = ",".join(settings.workflow_modules)
-        cause = (
-            f"the modules of LANEWAY_WORKFLOWS={modules} define no Workflow at their top level"
-            if modules
-            else "LANEWAY_WORKFLOWS is not set"
-        )
+        if modules:
+            cause = f"the modules of {named_by}={modules} define no Workflow at their top level"
+        elif named_by.startswith("--"):
+            cause = f"{named_by} names no module"
+        else:
+            cause = f"{named_by} is not set"
+        example = f"{named_by} workflows" if named_by.startswith("--") else f"{named_by}=workflows"
+        escape = f", or pass {allow_flag}" if allow_flag else ""
         raise CommandError(
-            f"no workflows to run: {cause}. Name your modules, as in LANEWAY_WORKFLOWS=workflows"
-            " (the current folder is on the import path), or pass --allow-no-workflows",
+            f"no workflows to run: {cause}. Name your modules, as in {example}"
+            f" (the current folder is on the import path){escape}",
             EXIT_USAGE,
         )
     return registry
@@ -84,9 +97,61 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     # modules the environment names are checked for it.
     check_workflows(settings, allow_none=args.allow_no_workflows or bool(args.app))
     build = app_factory(args.app) if args.app else create_app
-    server = uvicorn.Server(server_config(build(settings), host=host, port=port, settings=settings))
-    await server.serve()
+    config = server_config(build(settings), host=host, port=port, settings=settings)
+    # Listening comes first, so that a port in use is one line before anything starts (uvicorn
+    # would start the app, engine included, then fail to bind and exit on its own).
+    listening = listen(host, port, config.backlog)
+    config.app = startup = StartupWatch(config.app)
+    server = uvicorn.Server(config)
+    logger.info("listening", extra={"url": f"http://{host}:{listening.getsockname()[1]}"})
+    try:
+        await server.serve(sockets=[listening])
+    except SystemExit:  # uvicorn's own exit when the app did not start
+        raise startup.refusal() from None
+    finally:
+        listening.close()
     return EXIT_OK if server.started else EXIT_FAILED
+
+
+def listen(host: str, port: int, backlog: int) -> socket.socket:
+    """A socket listening on `host`:`port` (0: any free port), as uvicorn would bind it.
+
+    Raises:
+        CommandError: the address cannot be listened on (in use, not of this machine; exit 1).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=backlog)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise CommandError(f"cannot listen on {host}:{port}: {reason}") from None
+
+
+class StartupWatch:
+    """The served app, keeping what its lifespan startup raised: uvicorn logs it and exits,
+    and `serve` says it in one line."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.failure: BaseException | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except BaseException as exc:
+            if scope["type"] == "lifespan" and self.failure is None:
+                self.failure = exc
+            raise
+
+    def refusal(self) -> BaseException:
+        """Why the app did not start: a database error as it came (`main` says it in one
+        line), anything else as a CommandError (exit 1)."""
+        failure = self.failure
+        if failure is None:
+            return CommandError("the server did not start (the log above says why)")
+        if database_error(failure) is not None:
+            return failure
+        return CommandError(f"the app did not start: {type(failure).__name__}: {failure}")
 
 
 def app_factory(reference: str) -> "Callable[[Settings], Starlette]":
