@@ -43,7 +43,7 @@ from laneway.api.http.media_type import (
 )
 from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.stack import middleware_for
-from laneway.api.http.strict_json import strict_json_loads
+from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
 from laneway.api.metrics_route import metrics_endpoint
 from laneway.api.routes import graphiql_asset, graphiql_response, healthz, home
 from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
@@ -104,7 +104,7 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         return graphiql_response()
 
     def decode_json(self, data: str | bytes) -> object:
-        return strict_json_loads(data)
+        return strict_json_loads(data, max_depth=MAX_REQUEST_DEPTH)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Strawberry's, with the `Allow` header a 405 needs, and a request error answered

@@ -242,10 +242,35 @@ async def test_lengths_ranges_and_nesting_are_refused_before_the_database(
     assert await row_counts(admin) == before
 
 
+async def test_json_depth_is_the_same_for_a_variable_as_for_a_literal(
+    server: LiveServer, admin: asyncpg.Connection
+) -> None:
+    variable = 'mutation ($v: JSON) { enqueueWorkflow(name: "noop", params: $v) { created } }'
+
+    def literal(levels: int) -> str:
+        nested = "[" * levels + "]" * levels
+        return f'mutation {{ enqueueWorkflow(name: "noop", params: {nested}) {{ created }} }}'
+
+    # 64 levels pass either way (the body's own limit leaves room for the request around it).
+    at_limit = json.loads("[" * 64 + "]" * 64)
+    assert (await post(server, variable, v=at_limit))["data"]["enqueueWorkflow"]["created"]
+    assert (await post(server, literal(64)))["data"]["enqueueWorkflow"]["created"]
+    # 65 are refused either way, by the guard, which names the argument.
+    count = "SELECT count(*) FROM laneway.instances"
+    assert await admin.fetchval(count) == 2
+    over = json.loads("[" * 65 + "]" * 65)
+    for body in (await post(server, variable, v=over), await post(server, literal(65))):
+        assert 'argument "params" of enqueueWorkflow is nested deeper than 64 levels' in (
+            refusal(body)
+        )
+    assert await admin.fetchval(count) == 2  # the two at the limit, and nothing more
+
+
 async def test_deeply_nested_json_in_a_variable_is_refused_in_process(
     run: Execute, admin: asyncpg.Connection
 ) -> None:
-    # Over HTTP and websockets the body's own depth limit (strict_json.py) answers first.
+    # Far past the limit: over HTTP and websockets the body's own depth limit (strict_json.py,
+    # MAX_REQUEST_DEPTH) answers first.
     query = 'mutation ($v: JSON) { enqueueWorkflow(name: "noop", params: $v) { created } }'
     result = await run(query, v={"deep": json.loads("[" * 500 + "]" * 500)})
     assert codes(result) == ["BAD_USER_INPUT"]

@@ -330,9 +330,9 @@ async def test_an_ordinary_post_is_decoded_once_and_answered_as_before(
 
     decoded: list[object] = []
 
-    def counting(data: str | bytes) -> object:
+    def counting(data: str | bytes, *, max_depth: int) -> object:
         decoded.append(data)
-        return strict_json_loads(data)
+        return strict_json_loads(data, max_depth=max_depth)
 
     monkeypatch.setattr(body_limits, "strict_json_loads", counting)
     monkeypatch.setattr(app_module, "strict_json_loads", counting)

@@ -188,26 +188,28 @@ def _number_literal(node: IntValueNode | FloatValueNode, rule: Rule) -> None:
 
 
 def _nesting(depth: int) -> None:
-    """Refuse a list, input object or JSON value nested deeper than JSON bodies may be.
+    """Refuse a list, input object, JSON array or JSON object inside `depth` others when it
+    is one level more than MAX_JSON_DEPTH, as strict_json counts a value's levels.
 
     Raises:
-        _RefusedError: deeper than MAX_JSON_DEPTH.
+        _RefusedError: nested deeper than MAX_JSON_DEPTH.
     """
-    if depth > MAX_JSON_DEPTH:
+    if depth >= MAX_JSON_DEPTH:
         raise _RefusedError(f"is nested deeper than {MAX_JSON_DEPTH} levels")
 
 
 def _json(value: object, depth: int) -> None:
     """Every string and key of a JSON value (or of any scalar but String, ID, Int, Float)."""
-    _nesting(depth)
     if isinstance(value, str):
         _text(value, None)
     elif isinstance(value, dict):
+        _nesting(depth)
         for key, item in value.items():
             if isinstance(key, str):
                 _text(key, None)
             _json(item, depth + 1)
     elif isinstance(value, list):
+        _nesting(depth)
         for item in value:
             _json(item, depth + 1)
 
@@ -333,13 +335,14 @@ class _Walk:
     def json_literal(self, node: ValueNode, depth: int) -> None:
         """A JSON literal (or one of any scalar but String, ID, Int, Float), whose variables
         the scalar reads where they stand."""
-        _nesting(depth)
         if isinstance(node, StringValueNode):
             _text(node.value, None)
         elif isinstance(node, ListValueNode):
+            _nesting(depth)
             for item in node.values:
                 self.json_literal(item, depth + 1)
         elif isinstance(node, ObjectValueNode):
+            _nesting(depth)
             for field in node.fields:  # field names are GraphQL names: [_A-Za-z0-9]
                 self.json_literal(field.value, depth + 1)
         elif isinstance(node, VariableNode):

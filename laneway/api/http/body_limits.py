@@ -16,7 +16,7 @@ from graphql import GraphQLError, OperationDefinitionNode
 from laneway.api.graphql.documents import parsed
 from laneway.api.graphql.errors import send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
-from laneway.api.http.strict_json import strict_json_loads
+from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class RequestLimits:
             return
         if _is_json(scope):
             try:
-                decoded = strict_json_loads(body)
+                decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 await send_error(send, 400, PARSE_ERROR)
                 return

@@ -10,6 +10,12 @@ import math
 from typing import Any
 
 MAX_JSON_DEPTH = 64
+ENVELOPE_DEPTH = 8
+"""Levels a request may wrap around an argument's JSON value (the body, `variables`, a list
+and an input object, a websocket frame's `payload`): a body or frame may nest this much deeper
+than a value, so that the argument guard, whose refusal names the argument, decides how deep
+a value is, the same for a variable as for a literal."""
+MAX_REQUEST_DEPTH = MAX_JSON_DEPTH + ENVELOPE_DEPTH
 MAX_INT_DIGITS = 4300  # CPython's own int_max_str_digits default
 
 
@@ -53,11 +59,12 @@ def _depth_exceeds(value: object, limit: int) -> bool:
     return False
 
 
-def strict_json_loads(data: str | bytes) -> object:
+def strict_json_loads(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> object:
     """Decode JSON, refusing what Python's json accepts but JSON (or we) do not.
 
-    Refused: NaN/Infinity, duplicate keys, nesting deeper than 64, integers longer than
-    4300 digits, and numbers that overflow to infinity.
+    Refused: NaN/Infinity, duplicate keys, nesting deeper than `max_depth` (a value: 64; a
+    request body or frame: MAX_REQUEST_DEPTH), integers longer than 4300 digits, and numbers
+    that overflow to infinity.
 
     Raises:
         json.JSONDecodeError: for any of those, or malformed JSON.
@@ -78,6 +85,6 @@ def strict_json_loads(data: str | bytes) -> object:
     except ValueError as exc:
         raise json.JSONDecodeError(str(exc), text, 0) from None
     # Counting brackets first spares the walk for every ordinary body.
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth_exceeds(value, MAX_JSON_DEPTH):
-        raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH}", text, 0)
+    if text.count("[") + text.count("{") > max_depth and _depth_exceeds(value, max_depth):
+        raise json.JSONDecodeError(f"nested deeper than {max_depth}", text, 0)
     return value
