@@ -37,6 +37,7 @@ from laneway.api import (
     LanewayContext,
     LanewayMutation,
     LanewayQuery,
+    LanewaySchema,
     LanewaySubscription,
     create_app,
     laneway_context,
@@ -68,7 +69,7 @@ class Query(LanewayQuery):
         return f"hello {info.context.user}"
 
 
-schema = strawberry.Schema(
+schema = LanewaySchema(
     query=Query,
     mutation=LanewayMutation,
     subscription=LanewaySubscription,

@@ -5,7 +5,8 @@ context and either
 
 - mounts that app, `Mount("/laneway", laneway_app)`, entering `laneway_app.running()` in its
   own lifespan; or
-- builds its schema from LanewayQuery, LanewayMutation and LanewaySubscription (with
+- builds its schema as a LanewaySchema (a strawberry.Schema that logs only unexpected errors)
+  from LanewayQuery, LanewayMutation and LanewaySubscription (with
   `extensions=schema_extensions()`), enters `running(settings)` in its lifespan, and puts
   `await laneway_context(services, request, permission)` on its context as `laneway`.
 
@@ -17,7 +18,7 @@ from laneway.api.auth import BearerTokens, Caller, Decision, Permission
 from laneway.api.graphql.context import LanewayContext, laneway_context
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
-from laneway.api.graphql.schema import schema_config, schema_extensions
+from laneway.api.graphql.schema import LanewaySchema, schema_config, schema_extensions
 from laneway.api.graphql.subscription import LanewaySubscription
 from laneway.api.lifespan import running
 
@@ -29,6 +30,7 @@ __all__ = [
     "LanewayContext",
     "LanewayMutation",
     "LanewayQuery",
+    "LanewaySchema",
     "LanewaySubscription",
     "Permission",
     "create_app",

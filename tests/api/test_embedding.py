@@ -7,6 +7,7 @@ permission rule, the names a host schema gets, and the context a dict can carry.
 """
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -161,7 +162,10 @@ async def test_host_enqueues_through_its_schema_and_its_permission_refuses_other
     assert instances["data"]["workflowInstances"] == [{"instanceID": instance_id}]
 
 
-async def test_laneway_errors_keep_their_codes_in_the_host_schema(hosted: LiveServer) -> None:
+async def test_laneway_errors_keep_their_codes_in_the_host_schema(
+    hosted: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
     admin = host_headers(host.ADMIN)
     bad = await post(hosted.client, "/graphql", STATUS, admin, id="not-a-uuid")
     assert error_codes(bad) == ["BAD_USER_INPUT"]
@@ -189,6 +193,8 @@ async def test_laneway_errors_keep_their_codes_in_the_host_schema(hosted: LiveSe
     nested = "{ workflowInstances { events(limit: 0) { type } } }"
     deep = await post(hosted.client, "/graphql", nested, admin)
     assert error_codes(deep) == ["BAD_USER_INPUT"]
+    # A client's mistakes are answered, not logged as the server's errors (LanewaySchema).
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_host_websocket_route_delivers_workflow_events(hosted: LiveServer) -> None:
