@@ -221,6 +221,8 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
     ("batch", {"json": [{"query": DOC}, {"query": DOC}]}, 400, "Batching is not enabled"),
     ("query-not-string", {"json": {"query": 123}}, 400, "must be a string"),
     ("variables-list", {"json": {"query": DOC, "variables": [1, 2]}}, 400, "must be an object"),
+    ("name-number", {"json": {"query": DOC, "operationName": 5}}, 400, "must be a string or null"),
+    ("extensions-list", {"json": {"query": DOC, "extensions": []}}, 400, "must be an object"),
     ("empty", {"json": {"query": ""}}, 400, "No GraphQL query found"),
     (
         "two-operations",

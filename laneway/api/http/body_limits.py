@@ -10,6 +10,7 @@ rules themselves are strict_json.py's; the wall clock is deadline.py's.
 
 import json
 import logging
+from typing import Any
 
 from graphql import GraphQLError, OperationDefinitionNode
 
@@ -36,6 +37,15 @@ def not_an_object(body: object) -> str | None:
         return "Batching is not enabled: the request body must be a JSON object, not an array."
     kind = next((name for types, name in _JSON_KINDS if isinstance(body, types)), "null")
     return f"The request body must be a JSON object, not {kind}."
+
+
+def operation_name_refusal(body: dict[str, Any]) -> str | None:
+    """Why a request's `operationName` is not one (GraphQL over HTTP: a string or null), or
+    None; Strawberry checks the other members but would look this one up as it came."""
+    name = body.get("operationName")
+    if name is None or isinstance(name, str):
+        return None
+    return "The GraphQL operation's `operationName` must be a string or null, if provided."
 
 
 def has_several_unnamed_operations(body: object, max_tokens: int) -> bool:
@@ -115,6 +125,8 @@ class RequestLimits:
                 await send_error(send, 400, PARSE_ERROR)
                 return
             refusal = not_an_object(decoded)
+            if refusal is None and isinstance(decoded, dict):
+                refusal = operation_name_refusal(decoded)
             if refusal is not None:
                 await send_error(send, 400, refusal)
                 return
