@@ -302,7 +302,7 @@ async def test_a_subscribe_before_connection_init_closes_with_4401_even_when_rat
         assert spent.status_code == 200
         empty = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
         assert empty.status_code == 429  # the bucket is empty: a limited subscribe is refused
-        async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:  # type: ignore[list-item]
+        async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:
             await subscribe(ws, "s1")
             with pytest.raises(ConnectionClosed) as closed:
                 await read_until_closed(ws)
