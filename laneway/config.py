@@ -9,10 +9,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from laneway.errors import InvalidInputError
 
 DEFAULT_DATA_DIR = Path(".laneway")
+MAX_PORT = 65_535
+DAY_SECONDS = 86_400.0
+MAX_TIMEOUT_SECONDS = 2_147_483.0  # PostgreSQL's timeouts are int milliseconds (~24.8 days)
+MAX_COUNT = 1_000_000  # concurrency, rates, bursts and caps: far past any real setting
 ANY_HOST = "*"
 _HOST = re.compile(
     r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)\.?(?::(?P<port>[0-9]{1,5}))?"
@@ -31,7 +36,14 @@ def _flag(environ: Mapping[str, str], key: str, default: bool) -> bool:
     raise InvalidInputError(f"{key} must be 0 or 1, not {raw!r}")
 
 
-def _number(environ: Mapping[str, str], key: str, default: float, minimum: float) -> float:
+def _number(
+    environ: Mapping[str, str], key: str, default: float, minimum: float, maximum: float
+) -> float:
+    """A finite number from `minimum` to `maximum` (the default when unset or blank).
+
+    Raises:
+        InvalidInputError: not a number, not finite, or out of that range; names `key`.
+    """
     raw = environ.get(key)
     if raw is None or raw.strip() == "":
         return default
@@ -39,9 +51,27 @@ def _number(environ: Mapping[str, str], key: str, default: float, minimum: float
         value = float(raw)
     except ValueError:
         raise InvalidInputError(f"{key} must be a number, not {raw!r}") from None
-    if not value >= minimum:
-        raise InvalidInputError(f"{key} must be at least {minimum}, not {raw!r}")
+    if not minimum <= value <= maximum:  # also NaN and the infinities
+        raise InvalidInputError(
+            f"{key} must be a number from {_shown(minimum)} to {_shown(maximum)}, not {raw!r}"
+        )
     return value
+
+
+def _shown(bound: float) -> str:
+    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
+
+
+def _whole(environ: Mapping[str, str], key: str, default: int, minimum: int, maximum: int) -> int:
+    """`_number`, and a whole number.
+
+    Raises:
+        InvalidInputError: as `_number`, or it has a fraction; names `key`.
+    """
+    value = float(_number(environ, key, default, minimum, maximum))
+    if not value.is_integer():
+        raise InvalidInputError(f"{key} must be a whole number, not {environ.get(key)!r}")
+    return int(value)
 
 
 def _names(raw: str | None) -> tuple[str, ...]:
@@ -84,6 +114,34 @@ def _hosts(environ: Mapping[str, str], key: str) -> tuple[str, ...]:
                 f"{key}: {entry!r} is not a host name, name:port, *.domain or *"
             )
     return entries
+
+
+def _database_url(url: str | None) -> str | None:
+    """DATABASE_URL, when it names a PostgreSQL server (postgresql:// or postgres://).
+
+    Raises:
+        InvalidInputError: it names something else.
+    """
+    if url is None:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        # Not echoed: a mistyped value may hold a password.
+        scheme = url.partition("://")[0] if "://" in url else None
+        given = f", not a {scheme}:// one" if scheme and scheme.isalnum() else ""
+        raise InvalidInputError(
+            "DATABASE_URL must be a PostgreSQL URL, as in "
+            f"postgresql://user:password@host:5432/db{given}"
+        )
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError as exc:  # a malformed [IPv6] address
+        raise InvalidInputError(f"DATABASE_URL is not a valid URL: {exc}") from None
+    for address in netloc.rpartition("@")[2].split(","):  # host[:port], one or several
+        after_name = address.rsplit("]", 1)[-1]
+        port = after_name.rpartition(":")[2] if ":" in after_name else ""
+        if port and not port.isdigit():
+            raise InvalidInputError(f"DATABASE_URL: {port!r} is not a port number")
+    return url
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,56 +193,58 @@ class Settings:
         Raises:
             InvalidInputError: a value is malformed.
         """
-        port = int(_number(environ, "PORT", 8000, 0))
-        if port > 65535:
-            raise InvalidInputError(f"PORT must be at most 65535, not {port}")
-        metrics_port = (
-            int(_number(environ, "LANEWAY_METRICS_PORT", -1, 0))
-            if environ.get("LANEWAY_METRICS_PORT")
-            else None
-        )
-        if metrics_port is not None and metrics_port > 65535:
-            raise InvalidInputError(
-                f"LANEWAY_METRICS_PORT must be at most 65535, not {metrics_port}"
-            )
         return cls(
-            database_url=environ.get("DATABASE_URL") or None,
+            database_url=_database_url(environ.get("DATABASE_URL") or None),
             data_dir=Path(environ.get("LANEWAY_DATA_DIR") or DEFAULT_DATA_DIR),
             workflow_modules=_names(environ.get("LANEWAY_WORKFLOWS")),
             engine_enabled=_flag(environ, "LANEWAY_ENGINE", True),
             host=environ.get("HOST") or "127.0.0.1",
-            port=port,
+            port=_whole(environ, "PORT", 8000, 0, MAX_PORT),
             api_tokens=_names(environ.get("LANEWAY_API_TOKENS")),
             allowed_hosts=_hosts(environ, "LANEWAY_ALLOWED_HOSTS"),
             open_reads=_flag(environ, "LANEWAY_OPEN_READS", False),
             allow_insecure=_flag(environ, "LANEWAY_ALLOW_INSECURE", False),
-            lease_seconds=_number(environ, "LANEWAY_LEASE_SECONDS", 30.0, 0.5),
-            poll_interval_seconds=_number(environ, "LANEWAY_POLL_SECONDS", 2.0, 0.01),
-            worker_concurrency=int(_number(environ, "LANEWAY_WORKER_CONCURRENCY", 100, 1)),
+            lease_seconds=_number(environ, "LANEWAY_LEASE_SECONDS", 30.0, 0.5, DAY_SECONDS),
+            poll_interval_seconds=_number(environ, "LANEWAY_POLL_SECONDS", 2.0, 0.01, 3600.0),
+            worker_concurrency=_whole(environ, "LANEWAY_WORKER_CONCURRENCY", 100, 1, MAX_COUNT),
             owner_id=environ.get("LANEWAY_OWNER_ID") or None,
-            max_recoveries=int(_number(environ, "LANEWAY_MAX_RECOVERIES", 3, 0)),
-            shutdown_grace_seconds=_number(environ, "LANEWAY_SHUTDOWN_GRACE", 8.0, 0.0),
-            retention_days=_number(environ, "LANEWAY_RETENTION_DAYS", 7.0, 0.0),
-            statement_timeout_seconds=_number(environ, "LANEWAY_STATEMENT_TIMEOUT", 30.0, 0.0),
-            lock_timeout_seconds=_number(environ, "LANEWAY_LOCK_TIMEOUT", 2.0, 0.0),
+            max_recoveries=_whole(environ, "LANEWAY_MAX_RECOVERIES", 3, 0, 1000),
+            shutdown_grace_seconds=_number(
+                environ, "LANEWAY_SHUTDOWN_GRACE", 8.0, 0.0, DAY_SECONDS
+            ),
+            retention_days=_number(environ, "LANEWAY_RETENTION_DAYS", 7.0, 0.0, 36_500.0),
+            statement_timeout_seconds=_number(
+                environ, "LANEWAY_STATEMENT_TIMEOUT", 30.0, 0.0, MAX_TIMEOUT_SECONDS
+            ),
+            lock_timeout_seconds=_number(
+                environ, "LANEWAY_LOCK_TIMEOUT", 2.0, 0.0, MAX_TIMEOUT_SECONDS
+            ),
             idle_in_transaction_timeout_seconds=_number(
-                environ, "LANEWAY_IDLE_IN_TRANSACTION_TIMEOUT", 60.0, 0.0
+                environ, "LANEWAY_IDLE_IN_TRANSACTION_TIMEOUT", 60.0, 0.0, MAX_TIMEOUT_SECONDS
             ),
-            pool_size=int(_number(environ, "LANEWAY_POOL_SIZE", 10, 2)),
+            pool_size=_whole(environ, "LANEWAY_POOL_SIZE", 10, 2, 1000),
             graphiql=_flag(environ, "LANEWAY_GRAPHIQL", True),
-            rate_limit_per_second=_number(environ, "LANEWAY_RATE_LIMIT", 20.0, 0.0),
-            rate_burst=int(_number(environ, "LANEWAY_RATE_BURST", 40, 1)),
-            ws_handshakes_per_minute=int(
-                _number(environ, "LANEWAY_WS_HANDSHAKES_PER_MINUTE", 10, 0)
+            rate_limit_per_second=_number(environ, "LANEWAY_RATE_LIMIT", 20.0, 0.0, MAX_COUNT),
+            rate_burst=_whole(environ, "LANEWAY_RATE_BURST", 40, 1, MAX_COUNT),
+            ws_handshakes_per_minute=_whole(
+                environ, "LANEWAY_WS_HANDSHAKES_PER_MINUTE", 10, 0, MAX_COUNT
             ),
-            ws_connections_per_token=int(
-                _number(environ, "LANEWAY_WS_CONNECTIONS_PER_TOKEN", 5, 0)
+            ws_connections_per_token=_whole(
+                environ, "LANEWAY_WS_CONNECTIONS_PER_TOKEN", 5, 0, MAX_COUNT
             ),
-            operation_timeout_seconds=_number(environ, "LANEWAY_OPERATION_TIMEOUT", 10.0, 0.0),
-            header_timeout_seconds=_number(environ, "LANEWAY_HEADER_TIMEOUT", 5.0, 0.0),
-            max_connections=int(_number(environ, "LANEWAY_MAX_CONNECTIONS", 1000, 0)),
+            operation_timeout_seconds=_number(
+                environ, "LANEWAY_OPERATION_TIMEOUT", 10.0, 0.0, DAY_SECONDS
+            ),
+            header_timeout_seconds=_number(
+                environ, "LANEWAY_HEADER_TIMEOUT", 5.0, 0.0, DAY_SECONDS
+            ),
+            max_connections=_whole(environ, "LANEWAY_MAX_CONNECTIONS", 1000, 0, MAX_COUNT),
             limit_local_clients=_flag(environ, "LANEWAY_LIMIT_LOCAL_CLIENTS", False),
-            metrics_port=metrics_port,
+            metrics_port=(
+                _whole(environ, "LANEWAY_METRICS_PORT", 0, 0, MAX_PORT)
+                if (environ.get("LANEWAY_METRICS_PORT") or "").strip()
+                else None
+            ),
             metrics_host=environ.get("LANEWAY_METRICS_HOST") or "127.0.0.1",
             gc_freeze=_flag(environ, "LANEWAY_GC_FREEZE", True),
         )

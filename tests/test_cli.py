@@ -399,7 +399,13 @@ def unusable_database_urls(database_url: str) -> list[tuple[str, int, str]]:
     return [
         ("postgresql://postgres@127.0.0.1:1/none", 1, "cannot use the database: "),
         (missing, 1, 'database "laneway_no_such_database" does not exist'),
-        ("not-a-url", 2, "DATABASE_URL is not a PostgreSQL URL it can use: invalid DSN"),
+        ("not-a-url", 2, "DATABASE_URL must be a PostgreSQL URL, as in postgresql://"),
+        ("postgresql://[::1", 2, "DATABASE_URL is not a valid URL: Invalid IPv6 URL"),
+        (
+            urlunsplit(parts._replace(query="sslmode=bogus")),
+            2,
+            "DATABASE_URL is not a PostgreSQL URL it can use: `sslmode` parameter must be",
+        ),
     ]
 
 

@@ -1,0 +1,109 @@
+"""Settings.from_env: every number is finite and in its range, every URL a PostgreSQL one;
+a refusal names the variable (the CLI makes it one `laneway:` line, exit 2)."""
+
+import pytest
+
+from laneway.config import Settings
+from laneway.errors import InvalidInputError
+
+NUMBERS = (
+    "PORT",
+    "LANEWAY_METRICS_PORT",
+    "LANEWAY_LEASE_SECONDS",
+    "LANEWAY_POLL_SECONDS",
+    "LANEWAY_WORKER_CONCURRENCY",
+    "LANEWAY_MAX_RECOVERIES",
+    "LANEWAY_SHUTDOWN_GRACE",
+    "LANEWAY_RETENTION_DAYS",
+    "LANEWAY_STATEMENT_TIMEOUT",
+    "LANEWAY_LOCK_TIMEOUT",
+    "LANEWAY_IDLE_IN_TRANSACTION_TIMEOUT",
+    "LANEWAY_POOL_SIZE",
+    "LANEWAY_RATE_LIMIT",
+    "LANEWAY_RATE_BURST",
+    "LANEWAY_WS_HANDSHAKES_PER_MINUTE",
+    "LANEWAY_WS_CONNECTIONS_PER_TOKEN",
+    "LANEWAY_OPERATION_TIMEOUT",
+    "LANEWAY_HEADER_TIMEOUT",
+    "LANEWAY_MAX_CONNECTIONS",
+)
+
+
+@pytest.mark.parametrize("key", NUMBERS)
+@pytest.mark.parametrize("raw", ["inf", "-inf", "nan", "1e400", "abc", "-1"])
+def test_a_number_that_is_not_finite_or_in_range_is_refused_by_name(key: str, raw: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"^{key} must be a number"):
+        Settings.from_env({key: raw})
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "says"),
+    [
+        # Past what PostgreSQL's int-millisecond timeouts hold (it refused them at start-up).
+        ("LANEWAY_STATEMENT_TIMEOUT", "3000000", "from 0 to 2,147,483"),
+        ("LANEWAY_RETENTION_DAYS", "1e12", "from 0 to 36,500"),
+        ("LANEWAY_LEASE_SECONDS", "0.1", "from 0.5 to 86,400"),
+        ("PORT", "70000", "from 0 to 65,535"),
+        ("LANEWAY_WORKER_CONCURRENCY", "0", "from 1 to 1,000,000"),
+    ],
+)
+def test_a_number_out_of_its_range_names_the_range(key: str, raw: str, says: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"^{key} must be a number {says}, not '{raw}'"):
+        Settings.from_env({key: raw})
+
+
+@pytest.mark.parametrize(
+    "key", ["PORT", "LANEWAY_WORKER_CONCURRENCY", "LANEWAY_POOL_SIZE", "LANEWAY_METRICS_PORT"]
+)
+def test_a_count_or_a_port_must_be_whole(key: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"^{key} must be a whole number, not '10.5'"):
+        Settings.from_env({key: "10.5"})
+
+
+def test_numbers_in_range_are_taken_and_blank_means_the_default() -> None:
+    settings = Settings.from_env(
+        {
+            "PORT": "1.5e3",
+            "LANEWAY_METRICS_PORT": "9100",
+            "LANEWAY_LEASE_SECONDS": "86400",
+            "LANEWAY_STATEMENT_TIMEOUT": "2147483",
+            "LANEWAY_WORKER_CONCURRENCY": " 7 ",
+            "LANEWAY_POOL_SIZE": "",
+        }
+    )
+    assert (settings.port, settings.metrics_port) == (1500, 9100)
+    assert settings.lease_seconds == 86400.0
+    assert settings.statement_timeout_seconds == 2147483.0
+    assert settings.worker_concurrency == 7
+    assert settings.pool_size == Settings().pool_size
+    assert Settings.from_env({"LANEWAY_METRICS_PORT": " "}).metrics_port is None
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://root:secret@db/app", "must be a PostgreSQL URL, as in postgresql://"),
+        ("host=db password=secret", "must be a PostgreSQL URL, as in postgresql://"),
+        ("postgresql://u@[::1/db", "is not a valid URL: Invalid IPv6 URL"),
+        ("postgresql://u:p@db:port/app", "'port' is not a port number"),
+    ],
+)
+def test_a_database_url_that_is_not_a_postgresql_one_is_refused(url: str, says: str) -> None:
+    with pytest.raises(InvalidInputError, match=r"^DATABASE_URL") as refused:
+        Settings.from_env({"DATABASE_URL": url})
+    assert says in str(refused.value)
+    assert "secret" not in str(refused.value)  # a mistyped value may hold a password
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@db:5432/app",
+        "postgres://db/app",
+        "postgresql://u@[::1]:5432/app",
+        "postgresql://u@db1:5432,db2:5433/app?target_session_attrs=read-write",
+        "postgresql://postgres:@/postgres?host=/tmp/socket-dir",
+    ],
+)
+def test_postgresql_urls_are_taken_as_they_are(url: str) -> None:
+    assert Settings.from_env({"DATABASE_URL": url}).database_url == url
