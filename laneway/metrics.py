@@ -7,13 +7,14 @@ are read at scrape time. Cluster-wide: instances by queue and status, and the ag
 oldest ready instance of each queue, read from the database at most once per
 `refresh_seconds` (whatever the number of scrapes and series) and served from that snapshot.
 Served by the API at /metrics (api/routes.py) and by a worker on LANEWAY_METRICS_PORT
-(`serve_metrics` below).
+(`metrics_server` below).
 """
 
 import asyncio
 import bisect
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from laneway.errors import LanewayError
 from laneway.events import EventHub
 from laneway.model import InstanceRecord, Status, Transition
 from laneway.store import Store
@@ -298,12 +300,18 @@ class _ClusterCollector(Collector):
         return [instances, oldest]
 
 
-async def serve_metrics(
-    metrics: Metrics, store: Store, *, host: str, port: int, stopping: asyncio.Event
-) -> None:
-    """Serve GET /metrics on host:port until `stopping` is set: a worker's metrics, which has
-    no HTTP server otherwise. Any other path is 404. No authentication: bind it where only
-    the scraper reaches (127.0.0.1 by default)."""
+@contextlib.asynccontextmanager
+async def metrics_server(
+    metrics: Metrics, store: Store, *, host: str, port: int
+) -> AsyncIterator[None]:
+    """Serve GET /metrics on host:port for the duration of the block: a worker's metrics,
+    which has no HTTP server otherwise. Any other path is 404. No authentication: bind it
+    where only the scraper reaches (127.0.0.1 by default). It listens before the block
+    starts, so a port in use stops the process before its engine runs.
+
+    Raises:
+        LanewayError: host:port cannot be listened on (in use, not of this machine).
+    """
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -330,24 +338,13 @@ async def serve_metrics(
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    server = await asyncio.start_server(handle, host, port)
+    try:
+        server = await asyncio.start_server(handle, host, port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise LanewayError(
+            f"cannot serve metrics on {host}:{port} (LANEWAY_METRICS_PORT): {reason}"
+        ) from None
     logger.info("metrics served", extra={"host": host, "port": port})
     async with server:
-        await stopping.wait()
-
-
-@contextlib.asynccontextmanager
-async def metrics_server(
-    metrics: Metrics, store: Store, *, host: str, port: int
-) -> AsyncIterator[None]:
-    """serve_metrics in the background for the duration of the block."""
-    stopping = asyncio.Event()
-    task = asyncio.create_task(
-        serve_metrics(metrics, store, host=host, port=port, stopping=stopping),
-        name="laneway-metrics",
-    )
-    try:
         yield
-    finally:
-        stopping.set()
-        await task

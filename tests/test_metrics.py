@@ -20,6 +20,7 @@ from laneway.model import Status, Transition
 from laneway.services import open_services
 from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine, until_status
+from tests.processes import run_process
 from tests.test_cli import ROOT, environment
 
 
@@ -161,6 +162,27 @@ async def test_laneway_worker_takes_a_metrics_port(database_url: str) -> None:
         worker.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):
             await worker.wait()
+
+
+async def test_a_worker_whose_metrics_port_is_taken_stops_at_once_in_one_line(
+    database_url: str,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code, _, err = await run_process(
+            [sys.executable, "-m", "laneway", "worker", "--metrics-port", str(port)],
+            cwd=ROOT,
+            env=environment(database_url),
+            timeout=60,
+        )
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == (
+        f"laneway: cannot serve metrics on 127.0.0.1:{port} (LANEWAY_METRICS_PORT): "
+        "Address already in use"
+    )
+    assert "worker started" not in err  # refused before its engine ran
+    assert "Traceback" not in err
 
 
 def _families(
