@@ -1,7 +1,8 @@
 """Settings: the environment read once, validated, frozen.
 
-Owns every environment variable Laneway understands. No other module reads `os.environ`;
-callers pass the mapping in, so tests hand it a dict.
+Owns every environment variable Laneway understands. No other module reads `os.environ`,
+but for LANEWAY_TRACING, which laneway.engine.tracing reads at import with `flag_value`
+(and which is checked here too); callers pass the mapping in, so tests hand it a dict.
 """
 
 import ipaddress
@@ -24,8 +25,13 @@ _HOST = re.compile(
 )
 
 
-def _flag(environ: Mapping[str, str], key: str, default: bool) -> bool:
-    raw = environ.get(key)
+def flag_value(raw: str | None, default: bool) -> bool:
+    """A switch as the environment gives it: 1/true/yes/on or 0/false/no/off, in any case,
+    spaces around allowed; unset or blank: `default`.
+
+    Raises:
+        ValueError: any other word.
+    """
     if raw is None or raw.strip() == "":
         return default
     value = raw.strip().lower()
@@ -33,7 +39,15 @@ def _flag(environ: Mapping[str, str], key: str, default: bool) -> bool:
         return True
     if value in {"0", "false", "no", "off"}:
         return False
-    raise InvalidInputError(f"{key} must be 0 or 1, not {raw!r}")
+    raise ValueError(raw)
+
+
+def _flag(environ: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = environ.get(key)
+    try:
+        return flag_value(raw, default)
+    except ValueError:
+        raise InvalidInputError(f"{key} must be 0 or 1, not {raw!r}") from None
 
 
 def _number(
@@ -184,6 +198,10 @@ class Settings:
     metrics_port: int | None = None  # a worker serves /metrics here (the API at its own /metrics)
     metrics_host: str = "127.0.0.1"
     gc_freeze: bool = True  # freeze the start-up heap once services are built (heap.py)
+    # LANEWAY_TRACING: laneway.engine.tracing reads it itself, once, at import (its spans'
+    # helpers test one constant); here it is checked, so that a word that is not a switch
+    # stops the process like any other bad value.
+    tracing: bool = True
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -247,6 +265,7 @@ class Settings:
             ),
             metrics_host=environ.get("LANEWAY_METRICS_HOST") or "127.0.0.1",
             gc_freeze=_flag(environ, "LANEWAY_GC_FREEZE", True),
+            tracing=_flag(environ, "LANEWAY_TRACING", True),
         )
 
     def check_bind(self, host: str) -> None:

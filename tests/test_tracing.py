@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from laneway.config import Settings
+from laneway.errors import InvalidInputError
 from tests.processes import run_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +111,22 @@ async def test_without_the_extra_tracing_is_off_and_costs_one_test() -> None:
     )
     assert code == 0, err
     assert out.strip() == "off"
+
+
+@pytest.mark.parametrize("word", ["0", "off", "FALSE", " no "])
+async def test_laneway_tracing_reads_every_off_word_as_the_other_switches_do(word: str) -> None:
+    script = "from laneway.engine import tracing\nprint(tracing.ENABLED)\n"
+    env = {"PATH": "/usr/bin:/bin", "LANEWAY_TRACING": word}
+    code, out, err = await run_process([sys.executable, "-c", script], cwd=ROOT, env=env)
+    assert code == 0, err
+    assert out.strip() == "False"
+    on = await run_process(
+        [sys.executable, "-c", script], cwd=ROOT, env={**env, "LANEWAY_TRACING": "on"}
+    )
+    assert on[1].strip() == "True"  # the extra is installed here
+
+
+def test_a_tracing_word_that_is_not_a_switch_is_refused_where_settings_are_read() -> None:
+    with pytest.raises(InvalidInputError, match=r"^LANEWAY_TRACING must be 0 or 1, not 'maybe'"):
+        Settings.from_env({"LANEWAY_TRACING": "maybe"})
+    assert Settings.from_env({"LANEWAY_TRACING": "off"}).tracing is False

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from laneway.config import flag_value
 from laneway.model import InstanceRecord
 
 try:
@@ -27,7 +28,17 @@ try:
 except ImportError:  # the extra is not installed
     trace = None  # type: ignore[assignment]
 
-ENABLED = trace is not None and os.environ.get("LANEWAY_TRACING", "1") not in ("0", "false")
+
+def _switched_on(raw: str | None) -> bool:
+    """LANEWAY_TRACING as every switch reads (config.flag_value); a word that is not one
+    leaves tracing on here, and Settings.from_env refuses it where a process starts."""
+    try:
+        return flag_value(raw, True)
+    except ValueError:
+        return True
+
+
+ENABLED = trace is not None and _switched_on(os.environ.get("LANEWAY_TRACING"))
 TRACER_NAME = "laneway"
 _PROPAGATOR = TraceContextTextMapPropagator() if ENABLED else None
 
