@@ -108,17 +108,25 @@ def _policy(*sources: str) -> str:
     )
 
 
+GRAPHIQL_LINK = '<a href="graphql" data-testid="graphiql-link">GraphiQL</a>'
+
+
 @functools.cache
-def dashboard() -> tuple[bytes, dict[str, str]]:
-    """The dashboard's bytes and headers, read once per process (restart to see an edit)."""
+def dashboard(*, graphiql: bool = True) -> tuple[bytes, dict[str, str]]:
+    """The dashboard's bytes and headers, read once per process (restart to see an edit);
+    without `graphiql`, with no link to it."""
     page = DASHBOARD.read_text(encoding="utf-8")
+    if not graphiql:
+        page = page.replace(GRAPHIQL_LINK, "")
     headers = {"content-security-policy": content_security_policy(page), **PAGE_HEADERS}
     return page.encode(), headers
 
 
 async def home(request: Request) -> Response:
-    """The dashboard: live instances, queues, an instance page and actions (GraphiQL: graphql)."""
-    body, headers = dashboard()
+    """The dashboard: live instances, queues, an instance page and actions, and a link to
+    GraphiQL (graphql) when the app serves it."""
+    settings = getattr(request.scope.get("app"), "settings", None)  # a LanewayApp's
+    body, headers = dashboard(graphiql=getattr(settings, "graphiql", True))
     return Response(body, media_type="text/html; charset=utf-8", headers=headers)
 
 

@@ -177,6 +177,16 @@ async def test_without_graphiql_neither_page_nor_files_are_served(database_url: 
     async with live_server(settings) as server:
         assert (await server.client.get("/graphql", headers=HTML)).status_code == 404
         assert (await server.client.get("/graphiql/graphiql.min.js")).status_code == 404
+        page = await server.client.get("/")
+        assert page.status_code == 200
+        assert 'data-testid="token-button"' in page.text  # the dashboard itself
+        assert 'data-testid="graphiql-link"' not in page.text  # and no link to a 404
+
+
+async def test_the_dashboard_links_to_graphiql_where_it_is_served(server: LiveServer) -> None:
+    page = await server.client.get("/")
+    assert 'data-testid="graphiql-link"' in page.text
+    assert (await server.client.get("/graphql", headers=HTML)).status_code == 200
 
 
 def test_vendored_files_are_a_few_megabytes_with_their_licences() -> None:
