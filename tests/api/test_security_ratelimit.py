@@ -248,18 +248,22 @@ async def subscribe(ws: Any, operation_id: str) -> None:
     )
 
 
-async def test_over_the_limit_a_websocket_operation_gets_rate_limited_and_the_socket_stays(
-    database_url: str,
-) -> None:
-    settings = make_settings(
+def nearly_empty_bucket(database_url: str, *, burst: int) -> Settings:
+    """An API-only server whose clients (local ones too) get `burst` requests, then wait."""
+    return make_settings(
         database_url,
         limit_local_clients=True,
         engine_enabled=False,
         rate_limit_per_second=0.01,
-        rate_burst=2,
+        rate_burst=burst,
     )
+
+
+async def test_over_the_limit_a_websocket_operation_gets_rate_limited_and_the_socket_stays(
+    database_url: str,
+) -> None:
     async with (
-        live_server(settings) as server,
+        live_server(nearly_empty_bucket(database_url, burst=2)) as server,
         connect(server.ws_url, subprotocols=[PROTOCOL]) as ws,
     ):
         await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
@@ -290,14 +294,7 @@ async def read_until_closed(ws: Any) -> None:
 async def test_a_subscribe_before_connection_init_closes_with_4401_even_when_rate_limited(
     database_url: str,
 ) -> None:
-    settings = make_settings(
-        database_url,
-        limit_local_clients=True,
-        engine_enabled=False,
-        rate_limit_per_second=0.01,
-        rate_burst=1,
-    )
-    async with live_server(settings) as server:
+    async with live_server(nearly_empty_bucket(database_url, burst=1)) as server:
         spent = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
         assert spent.status_code == 200
         empty = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
