@@ -241,6 +241,13 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
         "Unknown operation",
     ),
     ("syntax", {"json": {"query": "{ workflows { name }"}}, 200, "Syntax Error"),
+    ("unknown-fragment", {"json": {"query": "{ ...G }"}}, 200, "Unknown fragment 'G'."),
+    (
+        "unknown-nested-fragment",
+        {"json": {"query": "{ workflows { ...G } }"}},
+        200,
+        "Unknown fragment 'G'.",
+    ),
     ("deep-document", {"json": {"query": "{ a " * 600 + "}" * 600}}, 200, "nested too deeply"),
     (
         "aliases",

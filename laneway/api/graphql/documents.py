@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, parse
+from graphql.validation import specified_rules
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.schema import validate_document
 
@@ -182,7 +183,17 @@ def verdict(entry: Parsed, schema: GraphQLSchema, rules: Rules) -> list[GraphQLE
     errors = entry.verdicts.get(key)
     if errors is None:
         _documents.info.validations += 1
-        errors = validate_document(schema, entry.document, rules)
+        try:
+            errors = validate_document(schema, entry.document, rules)
+        except Exception:
+            # A limit rule that cannot read a document the specified rules refuse: the depth
+            # limiter looks up every fragment spread as it starts, and fails on an unknown
+            # one with a KeyError. The specified rules' verdict names what is wrong.
+            errors = validate_document(
+                schema, entry.document, tuple(r for r in rules if r in specified_rules)
+            )
+            if not errors:
+                raise
         if len(entry.verdicts) >= MAX_VERDICTS:
             entry.verdicts.clear()
         entry.verdicts[key] = errors
