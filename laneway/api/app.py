@@ -31,9 +31,10 @@ from strawberry.types.unset import UNSET, UnsetType
 from laneway.api import lifespan
 from laneway.api.auth import BearerTokens, Decision, Permission
 from laneway.api.graphql.context import LanewayContext, laneway_context
+from laneway.api.graphql.documents import operation_refusal
 from laneway.api.graphql.errors import error_body
 from laneway.api.graphql.permissions import Action, decide
-from laneway.api.graphql.schema import build_schema, schema
+from laneway.api.graphql.schema import MAX_TOKENS, build_schema, schema
 from laneway.api.http.body_limits import DECODED_BODY
 from laneway.api.http.hosts import ORIGIN_ALLOWED
 from laneway.api.http.media_type import (
@@ -178,15 +179,22 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
     ) -> ExecutionResult:
         """Execute one operation sent by `method`, as Strawberry's view does, but with the
         operation types HTTP serves here: a mutation by GET is 405 and a subscription 400,
-        refused once parsed, before it is validated or runs.
+        refused once parsed, before it is validated or runs; and a GET's document must have
+        the operation it names, or only one when it names none (Strawberry would run the
+        first).
 
         Raises:
             HTTPException: a request error (nothing has run): no query, no operation to run, or
                 an operation type this method does not serve.
         """
+        query = request_data.query
+        if method == "GET" and query:  # a POST body's was refused by RequestLimits already
+            refusal = operation_refusal(query, request_data.operation_name, MAX_TOKENS)
+            if refusal is not None:
+                raise HTTPException(400, refusal)
         try:
             return await self.schema.execute(
-                request_data.query,
+                query,
                 root_value=None,  # the view has none: GraphQL[LanewayContext, None]
                 variable_values=request_data.variables,
                 context_value=context,

@@ -42,13 +42,13 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
 )
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import Message
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import Message, SubscribeMessage
 from strawberry.types.base import get_object_definition
 
 from laneway.api.auth import Decision
 from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.context import laneway_of
-from laneway.api.graphql.documents import parsed
+from laneway.api.graphql.documents import operation_refusal, parsed
 from laneway.api.graphql.errors import TIMEOUT, public_error
 from laneway.api.graphql.input_guard import check_operation
 from laneway.api.graphql.permissions import Action, decide
@@ -222,6 +222,27 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
             await self.handle_invalid_message("Failed to parse message")
             return
         await super().handle_message(message)
+
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        """Strawberry's, but a document without the operation it names, or with several and
+        no name, is answered as any request error is, with an `error` message for that id
+        (graphql-transport-ws), where Strawberry would close the socket and every other
+        operation on it (or run the first of several)."""
+        payload: object = message.get("payload")
+        if self.connection_acknowledged and message.get("id") not in self.operations:
+            query = payload.get("query") if isinstance(payload, dict) else None
+            name = payload.get("operationName") if isinstance(payload, dict) else None
+            if isinstance(query, str) and isinstance(name, str | None):
+                refusal = operation_refusal(query, name, MAX_TOKENS)
+                if refusal is not None:
+                    error = {
+                        "id": message["id"],
+                        "type": "error",
+                        "payload": [{"message": refusal}],
+                    }
+                    await self.send_message(error)  # type: ignore[arg-type]
+                    return
+        await super().handle_subscribe(message)
 
     async def run_operation(self, operation: Operation[Any, Any]) -> None:
         renderer: EventRenderer | None = getattr(self.view, "event_renderer", None)

@@ -325,6 +325,23 @@ async def test_other_methods_and_get_mutations_are_refused(server: LiveServer) -
         assert_no_internals(response)
 
 
+async def test_a_get_must_name_its_operation_as_a_post_must(server: LiveServer) -> None:
+    two = "query A { __typename } query B { workflows { name } }"
+    for params, message in (
+        ({"query": two}, "Must provide operation name if query contains multiple operations."),
+        ({"query": two, "operationName": "C"}, 'Unknown operation named "C".'),
+    ):
+        for response in (
+            await server.client.get("/graphql", params=params),
+            await server.client.post("/graphql", json=params),
+        ):
+            assert_no_internals(response)
+            assert response.status_code == 400, response.text
+            assert [e["message"] for e in response.json()["errors"]] == [message]
+    named = await server.client.get("/graphql", params={"query": two, "operationName": "A"})
+    assert named.json() == {"data": {"__typename": "Query"}}
+
+
 async def test_a_subscription_over_http_is_a_request_error(server: LiveServer) -> None:
     subscription = "subscription { workflowEvents { eventID } }"
     multipart = {"accept": "multipart/mixed;subscriptionSpec=1.0"}

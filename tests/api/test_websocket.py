@@ -295,13 +295,34 @@ async def test_a_json_frame_that_is_not_an_object_closes_with_4400(
         await ws.close()
 
 
-async def test_an_operation_name_the_document_lacks_closes_with_4400(server: LiveServer) -> None:
-    payload = {"query": "subscription A { workflowEvents { eventID } }", "operationName": "B"}
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (
+            {"query": "subscription A { workflowEvents { eventID } }", "operationName": "B"},
+            'Unknown operation named "B".',
+        ),
+        (
+            {"query": "subscription A { workflowEvents { eventID } } query B { __typename }"},
+            "Must provide operation name if query contains multiple operations.",
+        ),
+        ({"query": "subscription { workflowEvents { ...G } }"}, "Unknown fragment 'G'."),
+    ],
+)
+async def test_a_request_error_is_an_error_message_and_the_socket_stays(
+    server: LiveServer, payload: dict[str, str], message: str
+) -> None:
     ws = await acked(server)
     try:
-        message = json.dumps({"id": "1", "type": "subscribe", "payload": payload})
-        assert await closed_with(ws, message) == 4400
-        assert ws.close_reason == 'Unknown operation named "B".'
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": payload}))
+        async with asyncio.timeout(15):
+            reply = json.loads(await ws.recv())
+        assert reply["type"] == "error", reply
+        assert reply["id"] == "1"
+        assert [e["message"] for e in reply["payload"]] == [message]
+        await ws.send(json.dumps({"type": "ping"}))  # the socket, and its other operations, go on
+        async with asyncio.timeout(15):
+            assert json.loads(await ws.recv())["type"] == "pong"
     finally:
         await ws.close()
 

@@ -17,7 +17,14 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, parse
+from graphql import (
+    ASTValidationRule,
+    DocumentNode,
+    GraphQLError,
+    GraphQLSchema,
+    OperationDefinitionNode,
+    parse,
+)
 from graphql.validation import specified_rules
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.schema import validate_document
@@ -107,6 +114,30 @@ def parsed(query: str, max_tokens: int | None) -> DocumentNode | GraphQLError:
         return entry.document
     assert entry.error is not None
     return fresh_error(entry.error)
+
+
+NEED_OPERATION_NAME = "Must provide operation name if query contains multiple operations."
+
+
+def operation_refusal(query: str, operation_name: str | None, max_tokens: int) -> str | None:
+    """Why `query` has no operation to run under `operation_name` (GraphQL's GetOperation: a
+    request error), or None: it has one, or it does not parse (its syntax error is reported
+    where it is parsed). Strawberry would run the first of several unnamed operations."""
+    if operation_name is None and query.count("{") < 2:
+        return None  # one selection set at most: one operation, or none to name
+    document = parsed(query, max_tokens)
+    if isinstance(document, GraphQLError):
+        return None
+    names = [
+        d.name.value if d.name else None
+        for d in document.definitions
+        if isinstance(d, OperationDefinitionNode)
+    ]
+    if operation_name is not None:
+        return None if operation_name in names else f'Unknown operation named "{operation_name}".'
+    if len(names) > 1:
+        return NEED_OPERATION_NAME
+    return None if names else "Must provide an operation."
 
 
 def cache_info() -> CacheInfo:

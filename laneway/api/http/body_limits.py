@@ -12,9 +12,7 @@ import json
 import logging
 from typing import Any
 
-from graphql import GraphQLError, OperationDefinitionNode
-
-from laneway.api.graphql.documents import parsed
+from laneway.api.graphql.documents import operation_refusal
 from laneway.api.graphql.errors import send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
@@ -25,7 +23,6 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1024 * 1024
 PARSE_ERROR = "Unable to parse request body as JSON"
 DECODED_BODY = "laneway.decoded_body"
-NEED_OPERATION_NAME = "Must provide operation name if query contains multiple operations."
 _JSON_KINDS = ((str, "a string"), (bool, "a boolean"), ((int, float), "a number"))
 
 
@@ -39,30 +36,17 @@ def not_an_object(body: object) -> str | None:
     return f"The request body must be a JSON object, not {kind}."
 
 
-def operation_name_refusal(body: dict[str, Any]) -> str | None:
-    """Why a request's `operationName` is not one (GraphQL over HTTP: a string or null), or
-    None; Strawberry checks the other members but would look this one up as it came."""
-    name = body.get("operationName")
-    if name is None or isinstance(name, str):
-        return None
-    return "The GraphQL operation's `operationName` must be a string or null, if provided."
-
-
-def has_several_unnamed_operations(body: object, max_tokens: int) -> bool:
-    """True when a request's document holds several operations and names none of them.
-
-    A document that does not parse is left to Strawberry, which reports the syntax error.
-    """
-    if not isinstance(body, dict) or body.get("operationName") is not None:
-        return False
-    query = body.get("query")
-    if not isinstance(query, str) or query.count("{") < 2:
-        return False
-    document = parsed(query, max_tokens)
-    if isinstance(document, GraphQLError):
-        return False
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    return len(operations) > 1
+def request_refusal(body: dict[str, Any], max_tokens: int) -> str | None:
+    """Why a request object names no operation to run, or None: an `operationName` that is
+    neither a string nor null (Strawberry checks the other members, but would look it up as
+    it came), or a document without the operation it names, or with several and no name
+    (documents.operation_refusal; Strawberry would run the first)."""
+    query, name = body.get("query"), body.get("operationName")
+    if name is not None and not isinstance(name, str):
+        return "The GraphQL operation's `operationName` must be a string or null, if provided."
+    if not isinstance(query, str):
+        return None  # Strawberry's own message
+    return operation_refusal(query, name, max_tokens)
 
 
 class BodyTooLargeError(Exception):
@@ -126,12 +110,9 @@ class RequestLimits:
                 return
             refusal = not_an_object(decoded)
             if refusal is None and isinstance(decoded, dict):
-                refusal = operation_name_refusal(decoded)
+                refusal = request_refusal(decoded, self.max_tokens)
             if refusal is not None:
                 await send_error(send, 400, refusal)
-                return
-            if has_several_unnamed_operations(decoded, self.max_tokens):
-                await send_error(send, 400, NEED_OPERATION_NAME)
                 return
             scope[DECODED_BODY] = decoded
         await self.app(scope, _replay(body, receive), send)
