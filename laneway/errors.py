@@ -51,9 +51,12 @@ class InputRejectedError(InvalidInputError):
 class ConflictError(LanewayError):
     """The instance is not in a status that allows this action."""
 
-    def __init__(self, instance_id: UUID, status: str, action: str) -> None:
+    def __init__(
+        self, instance_id: UUID, status: str, action: str, *, reason: str | None = None
+    ) -> None:
         self.instance_id, self.status, self.action = instance_id, status, action
-        super().__init__(f"cannot {action} instance {instance_id} while it is {status}")
+        message = f"cannot {action} instance {instance_id} while it is {status}"
+        super().__init__(f"{message}: {reason}" if reason else message)
 
 
 class LeaseLostError(LanewayError):

@@ -353,12 +353,20 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
 
         Raises:
             NotFoundError: no such instance.
-            ConflictError: it is not failed.
+            ConflictError: it is not failed, or it has a singleton key that another unfinished
+                instance holds now.
         """
         record = await self.store.retry_instance(instance_id)
         if record is None:
             current = await self._require(instance_id)
-            raise ConflictError(instance_id, current.status, "retry")
+            held = current.status == Status.FAILED  # failed, yet not retried: its key is held
+            reason = (
+                f"another unfinished instance of {current.name} holds its singleton key"
+                f" {current.singleton_key!r}"
+                if held
+                else None
+            )
+            raise ConflictError(instance_id, current.status, "retry", reason=reason)
         self.claim_loop.wake()
         return record
 

@@ -130,11 +130,11 @@ class BulkStore(InstanceStore):
         Raises:
             NotFoundError: no such instance.
         """
-        async with self._acquire() as conn, conn.transaction():
-            for record in await self._retry_on(conn, [instance_id]):
-                return record
+        for record in await self._batch(lambda conn: self._retry_on(conn, [instance_id])):
+            return record
+        async with self._acquire() as conn:
             await self._existing(conn, instance_id)
-            return None
+        return None
 
     async def _existing(self, conn: Conn, instance_id: UUID) -> InstanceRecord:
         row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
@@ -167,14 +167,15 @@ class BulkStore(InstanceStore):
     async def _batch(
         self, write: Callable[[Conn], Awaitable[list[InstanceRecord]]]
     ) -> list[InstanceRecord]:
-        """`write` in one transaction, again after a deadlock: a batch locks up to 100 rows, in
-        its plan's order, which another multi-row writer (a group commit) may cross; the
-        rolled-back batch changed nothing, and its UPDATE re-checks every status anyway."""
+        """`write` in one transaction, again after a deadlock (a batch locks up to 100 rows,
+        in its plan's order, which another multi-row writer, a group commit, may cross) or a
+        singleton key taken meanwhile (a retry raced an enqueue of the same key): the
+        rolled-back batch changed nothing, and its UPDATE re-checks every status and key."""
         for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
             try:
                 async with self._acquire() as conn, conn.transaction():
                     return await write(conn)
-            except asyncpg.exceptions.DeadlockDetectedError:
+            except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.UniqueViolationError):
                 if attempt == DEADLOCK_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")

@@ -10,6 +10,7 @@ import pytest
 
 from laneway.engine import Done, HandlerContext, Pause, Workflow
 from laneway.engine.requests import EnqueueRequest
+from laneway.errors import ConflictError
 from laneway.events.hub import EventHub
 from laneway.model import InstanceFilter, InstanceRecord, JSONValue, Notification, Status
 from laneway.store import Store
@@ -292,3 +293,48 @@ async def test_a_batch_that_deadlocked_is_written_again(
     assert (result.changed, tries) == (3, [3, 3])
     cancelled = "SELECT count(*) FROM laneway.events WHERE type = 'cancelled'"
     assert await _count(store, cancelled) == 3
+
+
+async def _fail(store: Store, *instance_ids: UUID) -> None:
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET status = 'failed', attempts = 1,"
+            " last_error = 'RuntimeError: boom', finished_at = now()"
+            " WHERE instance_id = ANY($1::uuid[])",
+            list(instance_ids),
+        )
+
+
+async def test_a_failed_singleton_comes_back_only_while_nobody_holds_its_key(
+    store: Store,
+) -> None:
+    engine = make_engine(store, parked)
+    first = (await engine.enqueue("parked", singleton_key="k")).instance_id
+    plain = (await engine.enqueue("parked")).instance_id
+    await _fail(store, first, plain)
+    holder = await engine.enqueue("parked", singleton_key="k")  # the key is free: first ended
+    assert holder.created
+    with pytest.raises(ConflictError, match="another unfinished instance of parked holds"):
+        await engine.retry(first)
+    # A bulk retry goes on past it: the others come back, it stays failed.
+    result = await engine.retry_many(InstanceFilter(name="parked", statuses=(Status.FAILED,)))
+    assert result.changed == 1
+    assert (await engine.get(plain)).status == Status.PENDING  # type: ignore[union-attr]
+    assert (await engine.get(first)).status == Status.FAILED  # type: ignore[union-attr]
+    # Once the holder ended, it comes back.
+    await engine.cancel(holder.instance_id)
+    assert (await engine.retry(first)).status == Status.PENDING
+
+
+async def test_of_failed_singletons_with_one_key_a_bulk_retry_brings_back_one(
+    store: Store,
+) -> None:
+    engine = make_engine(store, parked)
+    ids = []
+    for _ in range(3):
+        ids.append((await engine.enqueue("parked", singleton_key="same")).instance_id)
+        await _fail(store, ids[-1])
+    result = await engine.retry_many(InstanceFilter(name="parked"))
+    assert result.changed == 1
+    statuses = [(await engine.get(i)).status for i in ids]  # type: ignore[union-attr]
+    assert sorted(statuses) == [Status.FAILED, Status.FAILED, Status.PENDING]

@@ -90,7 +90,7 @@ WITH held AS (
                AND concurrency_key IS NOT NULL
              ORDER BY queue, concurrency_key) AS k
 )
-UPDATE laneway.instances
+UPDATE laneway.instances AS i
    SET status = 'pending', attempt_base = attempts, recoveries = 0, isolated = false,
        run_after = now(),
        finished_at = NULL, updated_at = now()
@@ -98,5 +98,20 @@ UPDATE laneway.instances
    AND status = 'failed'
    AND (SELECT held.n FROM held) >= 0
    AND (concurrency_key IS NULL OR laneway.hold_key(queue, concurrency_key))
+   -- A singleton comes back only while no unfinished instance holds its key, and of the
+   -- batch's failed instances with one key only the first: the key's unique index allows one.
+   AND (i.singleton_key IS NULL
+        OR (NOT EXISTS (SELECT 1
+                          FROM laneway.instances AS holder
+                         WHERE holder.name = i.name
+                           AND holder.singleton_key = i.singleton_key
+                           AND holder.status IN ('pending', 'running', 'paused', 'waiting'))
+            AND NOT EXISTS (SELECT 1
+                              FROM laneway.instances AS twin
+                             WHERE twin.instance_id = ANY($1::uuid[])
+                               AND twin.status = 'failed'
+                               AND twin.name = i.name
+                               AND twin.singleton_key = i.singleton_key
+                               AND twin.instance_id < i.instance_id)))
 RETURNING {INSTANCE_COLUMNS}
 """
