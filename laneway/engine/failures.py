@@ -47,9 +47,11 @@ def type_name(exc: BaseException) -> str:
 
 def failure_of(exc: BaseException) -> Failure:
     """The failure an exception makes, with the stage and operation a template's carries; its
-    texts as a text column can hold them (payloads.storable_text)."""
-    frames = format_traceback(exc)
+    texts as a text column can hold them (payloads.storable_text). A template's failure
+    raised from its operation's exception has that one's traceback: the user's code."""
     stage, operation = getattr(exc, "stage", None), getattr(exc, "operation", None)
+    cause = exc.__cause__ if isinstance(stage, str) else None
+    frames = format_traceback(cause if cause is not None else exc)
     return Failure(
         type=storable_text(type_name(exc)),
         message=storable_text(str(exc)[:MAX_MESSAGE_CHARS]),

@@ -105,6 +105,7 @@ class _StageRun:
         self._ctx = ctx
         self._tools: InstanceTools = ctx.require_tools()
         self._settled: dict[int, str] = {}
+        self._errors: dict[int, Exception] = {}  # a failed operation's exception, by position
         self._fix_cycle = 0
         # Asked once: the stage's operations run in its context (parallel ones in copies).
         self._spans = tracing.spans_made()
@@ -186,7 +187,7 @@ class _StageRun:
                     self._failure_text(outcome.failure, "operation"),
                     stage=self._stage.name,
                     operation=outcome.failure.type,
-                )
+                ) from self._errors.get(outcome.failure.position)
             self._fix_cycle += 1
             fixed = await self._run_pass(
                 stage.fix_operations, FIX_POSITION_BASE, outcome.context, initial, {}
@@ -196,7 +197,7 @@ class _StageRun:
                     self._failure_text(fixed.failure, "fix operation"),
                     stage=self._stage.name,
                     operation=fixed.failure.type,
-                )
+                ) from self._errors.get(fixed.failure.position)
             # Verify again: every operation of the stage, since the fix may change any result.
             self._settled.clear()
             outcome = await self._run_pass(stage.operations, 0, fixed.context, initial, {})
@@ -325,6 +326,7 @@ class _StageRun:
         handler = self._operations.get(operation.type)
         started = time.monotonic()
         attempts = 0
+        error: Exception | None = None
         encoded = _NO_DATA
         done = False
         if handler is None:
@@ -346,12 +348,21 @@ class _StageRun:
                 cancelled=ctx.cancelled,
             )
             if self._spans:
-                result, encoded = await self._traced_attempt(handler, operation_ctx, operation)
+                result, encoded, error = await self._traced_attempt(
+                    handler, operation_ctx, operation
+                )
             else:  # no span, not even a null context (two calls per operation)
-                result, encoded = await _attempt(handler, operation_ctx, operation.timeout_seconds)
+                result, encoded, error = await _attempt(
+                    handler, operation_ctx, operation.timeout_seconds
+                )
             done = result.status == COMPLETED
             if done:
                 break
+        if not done:  # the last attempt's exception (if it raised), for the stage's failure
+            if error is None:
+                self._errors.pop(position, None)
+            else:
+                self._errors[position] = error
         record = OperationRecord(
             operation_id=operation_id,
             instance_id=ctx.instance_id,
@@ -388,7 +399,7 @@ class _StageRun:
 
     async def _traced_attempt(
         self, handler: OperationHandler, operation_ctx: OperationContext, operation: Operation
-    ) -> tuple[OperationResult, tuple[str, str]]:
+    ) -> tuple[OperationResult, tuple[str, str], Exception | None]:
         with tracing.lazy_span(
             f"laneway.operation {operation.type}",
             functools.partial(self._span_attributes, operation, operation_ctx.attempt),
@@ -439,33 +450,36 @@ class _StageRun:
 
 async def _attempt(
     handler: OperationHandler, ctx: OperationContext, timeout_seconds: float
-) -> tuple[OperationResult, tuple[str, str]]:
+) -> tuple[OperationResult, tuple[str, str], Exception | None]:
     """Call a handler once; an exception, a timeout or a bad return value is a failure. With
     the outcome, its row's data and metadata as JSON text: checked here, so that a value that
-    is not JSON fails the attempt, and then written as they are."""
+    is not JSON fails the attempt, and then written as they are; and the handler's own
+    exception, if it raised one (the stage's failure keeps it as its cause, whose traceback is
+    the user's code)."""
     try:
         result: object = await time_limit.within(handler(ctx), timeout_seconds)
     except time_limit.TimeLimitExceededError:
-        return failed(f"timed out after {timeout_seconds:g}s"), _NO_DATA
+        return failed(f"timed out after {timeout_seconds:g}s"), _NO_DATA, None
     except Exception as exc:  # the operation's own error is its failure reason
-        return failed(_reason(exc)), _NO_DATA
+        return failed(_reason(exc)), _NO_DATA, exc
     if not isinstance(result, OperationResult):
-        return failed(
-            f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
-        ), _NO_DATA
+        return (
+            failed(
+                f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
+            ),
+            _NO_DATA,
+            None,
+        )
     done = result.status == COMPLETED
     try:
         metadata = encode_json(result.metadata, what="operation metadata")
         data = encode_json(result.data, what="operation data") if done else "null"
     except InvalidInputError as exc:
-        return failed(str(exc)), _NO_DATA
+        return failed(str(exc)), _NO_DATA, None
     if not done:
         reason = storable_text((result.reason or "failed")[:MAX_REASON_CHARS])
-        return failed(reason, result.metadata), (
-            data,
-            metadata,
-        )
-    return result, (data, metadata)
+        return failed(reason, result.metadata), (data, metadata), None
+    return result, (data, metadata), None
 
 
 def _reason(exc: BaseException) -> str:

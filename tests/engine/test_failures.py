@@ -11,6 +11,17 @@ import pytest
 from laneway.engine import Done, HandlerContext, Next, Pause, RetryPolicy, Workflow
 from laneway.engine.failures import MAX_TRACEBACK_CHARS, failure_of, format_traceback
 from laneway.engine.payloads import storable_text, text_storable
+from laneway.engine.template import (
+    Operation,
+    OperationContext,
+    OperationRegistry,
+    OperationResult,
+    Stage,
+    Template,
+    completed,
+    failed,
+)
+from laneway.engine.template_interpreter import compile_template
 from laneway.model import JSONValue, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine
@@ -308,3 +319,86 @@ def test_storable_text_replaces_only_what_a_text_column_refuses(text: str, store
     assert result == stored
     assert text_storable(result)  # valid UTF-8, no NUL: what the column takes
     assert text_storable(text) == (result == text)  # untouched exactly when it was storable
+
+
+def _raise_in_user_code(ctx: OperationContext) -> None:
+    raise RuntimeError(f"kaboom at attempt {ctx.attempt}")
+
+
+async def _exploding(ctx: OperationContext) -> OperationResult:
+    _raise_in_user_code(ctx)
+    return completed()
+
+
+async def _declining(ctx: OperationContext) -> OperationResult:
+    return failed("declined by the bank")
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_template_failure_keeps_the_traceback_of_its_operation(
+    store: Store, parallel: bool
+) -> None:
+    template = Template(
+        type="exploding",
+        stages=[
+            Stage(
+                name="boom",
+                operations=[Operation(type="explode", max_attempts=1), Operation(type="decline")],
+                parallel=parallel,
+            )
+        ],
+    )
+    registry = OperationRegistry({"explode": _exploding, "decline": _declining})
+    engine = make_engine(store, compile_template(template, registry))
+    enqueued = await engine.enqueue("exploding")
+    await engine.tick()
+    (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    where = (failure.type, failure.stage, failure.operation)
+    assert where == ("StageFailedError", "boom", "explode")
+    assert failure.traceback is not None
+    # The user's frames, the innermost last, and the operation's own exception; no engine's.
+    assert "in _exploding" in failure.traceback
+    assert "in _raise_in_user_code" in failure.traceback
+    assert failure.traceback.rstrip().endswith("RuntimeError: kaboom at attempt 1")
+    assert "stage_run.py" not in failure.traceback
+    assert "runner.py" not in failure.traceback
+
+
+_checks: list[int] = []
+
+
+async def _check_then_decline(ctx: OperationContext) -> OperationResult:
+    _checks.append(ctx.attempt)
+    if len(_checks) == 1:
+        _raise_in_user_code(ctx)  # the first pass raises; the verify pass returns failed
+    return failed("still broken")
+
+
+async def _fix(ctx: OperationContext) -> OperationResult:
+    return completed()
+
+
+async def test_a_template_failure_after_a_fix_cycle_has_its_last_attempts_traceback(
+    store: Store,
+) -> None:
+    _checks.clear()
+    template = Template(
+        type="unfixable",
+        stages=[
+            Stage(
+                name="verify",
+                operations=[Operation(type="check", max_attempts=1)],
+                fix_operations=[Operation(type="fix")],
+                max_fix_cycles=1,
+            )
+        ],
+    )
+    registry = OperationRegistry({"check": _check_then_decline, "fix": _fix})
+    engine = make_engine(store, compile_template(template, registry))
+    enqueued = await engine.enqueue("unfixable")
+    await engine.tick()
+    assert len(_checks) == 2  # checked, fixed, verified
+    (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert "still broken" in failure.message
+    # The verify pass raised nothing: the first pass's exception is not its cause.
+    assert "kaboom" not in (failure.traceback or "")
