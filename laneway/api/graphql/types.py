@@ -65,8 +65,9 @@ class WaitingReason:
             "RETRY_BACKOFF (waiting out a retry's backoff), QUEUE_FULL, RATE_LIMITED, "
             "KEY_FULL, KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER (no live process has its "
             "workflow registered), AWAITING_REVIEW (paused at a checkpoint; until: when it "
-            "expires), SLEEPING (a durable sleep; until: its wake time) or AWAITING_SIGNAL "
-            "(waiting for the signal the message names; until: its timeout)."
+            "expires), SLEEPING (a durable sleep; until: its wake time), AWAITING_SIGNAL "
+            "(waiting for the signal the message names; until: its timeout) or "
+            "VERSION_UNAVAILABLE (no live process has the version it runs on)."
         )
     )
     message: str = strawberry.field(description="The reason in one line, for a person.")
@@ -193,7 +194,7 @@ class WorkflowInstanceStatus:
     progress: float | None
     message: str | None
     concurrency_key: str | None
-    version: str = strawberry.field(description="The version of its workflow it runs on.")
+    version: str | None = strawberry.field(description="The version of its workflow it runs on.")
     checkpoint_input_schema: JSON | None = strawberry.field(
         description=(
             "While paused at a checkpoint with an input schema: that JSON Schema, which "
