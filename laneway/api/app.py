@@ -10,6 +10,7 @@ and the tests share.
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
+from typing import Any
 
 import uvicorn
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
@@ -22,6 +23,7 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.http.types import QueryParams
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
@@ -106,6 +108,11 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
 
     def decode_json(self, data: str | bytes) -> object:
         return strict_json_loads(data, max_depth=MAX_REQUEST_DEPTH)
+
+    def parse_query_params(self, params: QueryParams) -> dict[str, Any]:
+        """Strawberry's, with a parameter given as the empty string taken as not given (GraphQL
+        over HTTP: `?query=...&variables=` means no variables)."""
+        return super().parse_query_params({k: v for k, v in params.items() if v != ""})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Strawberry's, with the `Allow` header a 405 needs, and a request error answered

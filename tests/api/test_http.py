@@ -325,6 +325,13 @@ async def test_other_methods_and_get_mutations_are_refused(server: LiveServer) -
         assert_no_internals(response)
 
 
+async def test_a_get_parameter_given_empty_is_not_given(server: LiveServer) -> None:
+    params = {"query": "{ __typename }", "variables": "", "extensions": "", "operationName": ""}
+    response = await server.client.get("/graphql", params=params)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"data": {"__typename": "Query"}}
+
+
 async def test_a_get_must_name_its_operation_as_a_post_must(server: LiveServer) -> None:
     two = "query A { __typename } query B { workflows { name } }"
     for params, message in (
