@@ -41,6 +41,7 @@ from laneway.api.http.body_limits import DECODED_BODY
 from laneway.api.http.hosts import ORIGIN_ALLOWED
 from laneway.api.http.media_type import (
     GRAPHQL_RESPONSE_CONTENT_TYPE,
+    error_media_type,
     is_request_error,
     wants_graphql_response,
 )
@@ -131,7 +132,7 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
                 error_body(exc.reason),
                 status_code=exc.status_code,
                 headers=headers,
-                media_type="application/json",
+                media_type=error_media_type(request.headers.get("accept")),
             )
         await response(scope, receive, send)
 

@@ -372,6 +372,22 @@ async def test_field_errors_under_graphql_response_json_stay_200_with_data(
     assert "instanceID must be a UUID" in malformed.text
 
 
+async def test_errors_answered_before_graphql_runs_respect_the_accept_header(
+    open_server: LiveServer,
+) -> None:
+    two = {"query": "query A { __typename } query B { __typename }"}
+    for accept, media_type in ((APOLLO, GRAPHQL_RESPONSE_CONTENT_TYPE), ({}, "application/json")):
+        unnamed = await open_server.client.post("/graphql", json=two, headers=accept)
+        not_json = await open_server.client.post(
+            "/graphql", content=b"{", headers={**accept, "content-type": "application/json"}
+        )
+        empty = await open_server.client.post("/graphql", json={}, headers=accept)
+        for response in (unnamed, not_json, empty):
+            assert response.status_code == 400, response.text
+            assert response.headers["content-type"] == media_type
+            assert response.json()["errors"][0]["message"]
+
+
 async def test_success_under_graphql_response_json_names_the_media_type(
     open_server: LiveServer,
 ) -> None:

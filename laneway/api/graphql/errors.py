@@ -236,6 +236,7 @@ async def send_error(
     message: str,
     code: str | None = None,
     headers: Iterable[tuple[bytes, bytes]] = (),
+    media_type: str = "application/json",
 ) -> None:
     """Answer an HTTP request with `status` and an error document, from an ASGI middleware."""
     body = error_body(message, code)
@@ -244,7 +245,7 @@ async def send_error(
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", media_type.encode()),
                 (b"content-length", str(len(body)).encode()),
                 *headers,
             ],

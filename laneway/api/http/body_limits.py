@@ -15,6 +15,7 @@ from typing import Any
 from laneway.api.graphql.documents import operation_refusal
 from laneway.api.graphql.errors import send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
+from laneway.api.http.media_type import error_media_type
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class RequestLimits:
             return
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
-            await send_error(send, 413, "Request body too large.")
+            await send_error(send, 413, "Request body too large.", media_type=_answered(scope))
             return
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -100,22 +101,28 @@ class RequestLimits:
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except BodyTooLargeError:
-            await send_error(send, 413, "Request body too large.")
+            await send_error(send, 413, "Request body too large.", media_type=_answered(scope))
             return
         if _is_json(scope):
             try:
                 decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                await send_error(send, 400, PARSE_ERROR)
+                await send_error(send, 400, PARSE_ERROR, media_type=_answered(scope))
                 return
             refusal = not_an_object(decoded)
             if refusal is None and isinstance(decoded, dict):
                 refusal = request_refusal(decoded, self.max_tokens)
             if refusal is not None:
-                await send_error(send, 400, refusal)
+                await send_error(send, 400, refusal, media_type=_answered(scope))
                 return
             scope[DECODED_BODY] = decoded
         await self.app(scope, _replay(body, receive), send)
+
+
+def _answered(scope: Scope) -> str:
+    """The content type of an error document here: the one the request's Accept asks for."""
+    accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), None)
+    return error_media_type(accept)
 
 
 def _content_length(scope: Scope) -> int | None:

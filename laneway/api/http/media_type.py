@@ -72,3 +72,9 @@ def is_request_error(result: ExecutionResult) -> bool:
         and not is_database_unavailable(error.original_error)
         for error in result.errors
     )
+
+
+def error_media_type(accept: str | None) -> str:
+    """The content type of an error document answered before any GraphQL ran (a body that
+    is not JSON, no operation to run): the one the client asked for, as for any answer."""
+    return GRAPHQL_RESPONSE_CONTENT_TYPE if wants_graphql_response(accept) else "application/json"
