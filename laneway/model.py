@@ -322,13 +322,18 @@ class NewInstance:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DueWork:
-    """What an idle poll found: expired leases, due schedules, claimable instances, and the
-    seconds until the next wake-up of a waiting or paused instance (None: none will wake)."""
+    """What an idle poll found: expired leases, claimable instances, the seconds until the
+    next wake-up of a waiting or paused instance (None: none will wake), and until the next
+    enabled schedule is due (<= 0: due now; None: none is enabled)."""
 
     expired_leases: bool
-    due_schedules: bool
     claimable: bool
     next_wake_in: float | None = None
+    next_schedule_in: float | None = None
+
+    @property
+    def due_schedules(self) -> bool:
+        return self.next_schedule_in is not None and self.next_schedule_in <= 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -102,6 +102,7 @@ class ClaimLoop:
         self._retime = asyncio.Event()  # a due time moved sooner while the loop slept
         self._next_wake: float | None = None  # monotonic deadline set by wake_in
         self._next_wakeup: float | None = None  # when waiting instances are next due to wake
+        self._next_schedule: float | None = None  # when the next enabled schedule is due
         self._last_poll = -float("inf")
         self._upkeep = Upkeep(store, registry, retention_seconds)
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
@@ -195,6 +196,15 @@ class ClaimLoop:
             self._next_wakeup = deadline
             self._retime.set()
 
+    def schedules_in(self, seconds: float) -> None:
+        """Fire schedules after `seconds` (the next one's due time, as the database counts),
+        sooner than the next poll would: an `every` shorter than the poll interval fires
+        every occurrence, each on time."""
+        deadline = time.monotonic() + max(seconds, 0.0) + WAKE_MARGIN_SECONDS
+        if self._next_schedule is None or deadline < self._next_schedule:
+            self._next_schedule = deadline
+            self._retime.set()
+
     def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
         """Cancel the handler task of an instance running here; False if it is not here."""
         run = self._runs.get(instance_id)
@@ -233,12 +243,27 @@ class ClaimLoop:
                 woke = await self._wake_waiters()
             else:
                 self.wake_waiters_in(due.next_wake_in)
-        if due.due_schedules and len(self._registry):
-            await self._store.fire_due_schedules(self._plan_schedule)
-            if faults.ARMED:
-                await faults.hit("cron_insert")
+        fired = False
+        if due.due_schedules:
+            fired = await self._fire_schedules()
+        elif due.next_schedule_in is not None and len(self._registry):
+            self.schedules_in(due.next_schedule_in)
         await self._upkeep.run()
-        return due.claimable or woke
+        return due.claimable or woke or fired
+
+    async def _fire_schedules(self) -> bool:
+        """Fire the due schedules (an engine with workflows), then time the next one's firing.
+        Returns whether any enqueued an instance."""
+        self._next_schedule = None
+        if not len(self._registry):
+            return False
+        fired = await self._store.fire_due_schedules(self._plan_schedule)
+        if faults.ARMED:
+            await faults.hit("cron_insert")
+        next_in = await self._store.next_schedule_in()
+        if next_in is not None:
+            self.schedules_in(next_in)
+        return bool(fired)
 
     async def _wake_waiters(self) -> bool:
         """Wake the waiting and paused instances whose wake time came, in batches (another
@@ -347,6 +372,8 @@ class ClaimLoop:
                     claimable = await self._poll() or woken
                 elif self._next_wakeup is not None and time.monotonic() >= self._next_wakeup:
                     claimable = await self._wake_waiters() or woken
+                elif self._next_schedule is not None and time.monotonic() >= self._next_schedule:
+                    claimable = await self._fire_schedules() or woken
                 limit = min(self._cohort, self.concurrency - len(self._runs))
                 claimed = await self.claim(limit) if claimable and limit > 0 else []
                 # A claim that got fewer than it asked for was bound by the queues' room (or
@@ -419,7 +446,7 @@ class ClaimLoop:
         before it."""
         now = time.monotonic()
         until = self._last_poll + self.poll_interval_seconds
-        for deadline in (self._next_wake, self._next_wakeup):
+        for deadline in (self._next_wake, self._next_wakeup, self._next_schedule):
             if deadline is not None:
                 until = min(until, deadline)
         return max(until - now, 0.0)

@@ -4,6 +4,8 @@ A part of Engine (engine.py), kept apart so that each file reads as one area; th
 rules are schedules.py's, the firing is the claim loop's.
 """
 
+from typing import TYPE_CHECKING
+
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.payloads import encode_json
 from laneway.engine.schedules import parse_recurrence
@@ -11,11 +13,15 @@ from laneway.errors import NotFoundError
 from laneway.model import JSONValue, ScheduleRecord
 from laneway.store import Store
 
+if TYPE_CHECKING:
+    from laneway.engine.claim_loop import ClaimLoop
+
 
 class ScheduleCalls:
     """Schedules, on the Engine's store and registry."""
 
     store: Store
+    claim_loop: "ClaimLoop"
 
     def _workflow(self, name: str) -> Workflow:
         raise NotImplementedError  # Engine's
@@ -39,8 +45,9 @@ class ScheduleCalls:
         workflow = self._workflow(workflow_name)
         recurrence = parse_recurrence(every=every, cron=cron, timezone=timezone)
         params_json = encode_json(workflow.validate_params(params), what="params")
-        next_run_at = recurrence.next_fire_after(await self.store.now())
-        return await self.store.upsert_schedule(
+        now = await self.store.now()
+        next_run_at = recurrence.next_fire_after(now)
+        record = await self.store.upsert_schedule(
             name=name,
             workflow_name=workflow.name,
             params_json=params_json,
@@ -49,6 +56,9 @@ class ScheduleCalls:
             timezone=recurrence.timezone,
             next_run_at=next_run_at,
         )
+        # This process fires it on time (others find it at their next poll, then on time).
+        self.claim_loop.schedules_in((next_run_at - now).total_seconds())
+        return record
 
     async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleRecord:
         """Enable or disable a schedule; re-enabling does not fire the missed backlog.
@@ -62,8 +72,12 @@ class ScheduleCalls:
         recurrence = parse_recurrence(
             every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
         )
-        next_run_at = recurrence.next_fire_after(await self.store.now())
-        return await self.store.set_schedule_enabled(name, enabled, next_run_at)
+        now = await self.store.now()
+        next_run_at = recurrence.next_fire_after(now)
+        record = await self.store.set_schedule_enabled(name, enabled, next_run_at)
+        if enabled:
+            self.claim_loop.schedules_in((next_run_at - now).total_seconds())
+        return record
 
     async def delete_schedule(self, name: str) -> bool:
         """Delete a schedule; False when there was none by that name."""

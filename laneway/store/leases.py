@@ -80,9 +80,9 @@ class LeaseStore(StoreBase):
         assert row is not None
         return DueWork(
             expired_leases=row["expired_leases"],
-            due_schedules=row["due_schedules"],
             claimable=row["claimable"],
             next_wake_in=row["next_wake_in"],
+            next_schedule_in=row["next_schedule_in"],
         )
 
     async def next_token_due(self, runs: Sequence[str]) -> NextToken:

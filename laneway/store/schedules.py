@@ -71,6 +71,12 @@ class ScheduleStore(InstanceStore):
         async with self._acquire() as conn:
             return await conn.fetchval(queries.DELETE_SCHEDULE, name) is not None
 
+    async def next_schedule_in(self) -> float | None:
+        """Seconds until the next enabled schedule is due (<= 0: due now; None: none is)."""
+        async with self._acquire() as conn:
+            seconds: float | None = await conn.fetchval(queries.NEXT_SCHEDULE_IN)
+        return seconds
+
     async def fire_due_schedules(
         self,
         plan: Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]],

@@ -55,6 +55,20 @@ async def test_interval_schedule_fires_each_second_once_with_two_engines_running
     assert [(f - fires[0]).total_seconds() for f in fires] == list(range(len(fires)))
 
 
+async def test_a_schedule_more_frequent_than_the_poll_fires_every_occurrence_on_time(
+    store: Store,
+) -> None:
+    # The poll comes every 30 s, so only the engine's own timing of the next fire can make
+    # three fires of a 1 s schedule within the deadline, and each one second after the last.
+    engine = make_engine(store, noop, poll_interval_seconds=30.0)
+    async with engine.running():
+        await engine.create_schedule("every-second", "noop", every="1s")
+        await eventually(lambda: _fire_keys(store), lambda k: len(k) >= 3, timeout=10)
+    keys = await _fire_keys(store)
+    fires = [datetime.fromisoformat(k.removeprefix("schedule:every-second:")) for k in keys]
+    assert [(f - fires[0]).total_seconds() for f in fires] == list(range(len(fires)))
+
+
 async def test_reenabling_a_schedule_does_not_fire_the_missed_backlog(store: Store) -> None:
     engine = make_engine(store, noop)
     await engine.create_schedule("often", "noop", every="1m")

@@ -96,6 +96,7 @@ from laneway.store.queries.schedules import (
     GET_SCHEDULE,
     LIST_SCHEDULES,
     LOCK_DUE_SCHEDULES,
+    NEXT_SCHEDULE_IN,
     SET_SCHEDULE_ENABLED,
     UPSERT_SCHEDULE,
 )
@@ -180,6 +181,7 @@ __all__ = [
     "LOCK_INSTANCE",
     "LOCK_MIGRATIONS",
     "MISSING_EVENT_PARTITIONS",
+    "NEXT_SCHEDULE_IN",
     "NEXT_TOKEN_DUE",
     "NEXT_WAKE_IN",
     "OLDEST_READY",

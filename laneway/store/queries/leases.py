@@ -5,6 +5,7 @@ See laneway/store/queries/__init__.py for how statements are written.
 """
 
 from laneway.store.queries.instances import INSTANCE_COLUMNS
+from laneway.store.queries.schedules import NEXT_SCHEDULE_IN
 from laneway.store.queries.waits import NEXT_WAKE_IN
 
 
@@ -25,10 +26,7 @@ SELECT EXISTS (SELECT 1
                  FROM laneway.instances
                 WHERE status = 'running'
                   AND lease_expires_at < now()) AS expired_leases,
-       EXISTS (SELECT 1
-                 FROM laneway.schedules
-                WHERE enabled
-                  AND next_run_at <= now()) AS due_schedules,
+       ({_indented(NEXT_SCHEDULE_IN)}) AS next_schedule_in,
        EXISTS (SELECT 1
                  FROM laneway.queues AS q
                 CROSS JOIN LATERAL laneway.queue_due(q.name, $1::text[]) AS due

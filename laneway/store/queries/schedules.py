@@ -61,6 +61,16 @@ SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at,
    FOR UPDATE SKIP LOCKED
 """
 
+# Seconds until the next enabled schedule is due (<= 0: due now; NULL: none is enabled).
+NEXT_SCHEDULE_IN = """
+SELECT EXTRACT(EPOCH FROM s.next_run_at - now())::double precision
+  FROM (SELECT next_run_at
+          FROM laneway.schedules
+         WHERE enabled
+         ORDER BY next_run_at
+         LIMIT 1) AS s
+"""
+
 # $1 name, $2 next run at
 ADVANCE_SCHEDULE = """
 UPDATE laneway.schedules
