@@ -44,7 +44,8 @@ SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None,
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
 WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
-WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are
+WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are due
+SCHEDULE_RETRY_SECONDS = 0.05  # a schedule still due after firing: look again after this
 
 
 class ClaimLoop:
@@ -262,7 +263,8 @@ class ClaimLoop:
             await faults.hit("cron_insert")
         next_in = await self._store.next_schedule_in()
         if next_in is not None:
-            self.schedules_in(next_in)
+            # Still due: another engine is firing it, or more were due than one call fires.
+            self.schedules_in(max(next_in, SCHEDULE_RETRY_SECONDS))
         return bool(fired)
 
     async def _wake_waiters(self) -> bool:

@@ -178,9 +178,9 @@ def is_expected(error: GraphQLError) -> bool:
 
     An error without an original exception comes from parsing or validation (including the
     depth, alias and token limits); so does a document with no operation of the name asked
-    for (over a websocket, Strawberry then closes the socket with 4400, as for a syntax
-    error); a GraphQLError raised on purpose, or a mapped LanewayError, is deliberate.
-    Anything else is an internal fault.
+    for (a request error, which HTTP and the websocket answer before execution where they
+    can: documents.operation_refusal); a GraphQLError raised on purpose, or a mapped
+    LanewayError, is deliberate. Anything else is an internal fault.
     """
     original = error.original_error
     if original is None or isinstance(original, GraphQLError | CannotGetOperationTypeError):
