@@ -242,6 +242,15 @@ async def test_lengths_ranges_and_nesting_are_refused_before_the_database(
     assert await row_counts(admin) == before
 
 
+async def test_a_refusal_is_located_at_its_argument(server: LiveServer) -> None:
+    body = await post(server, "{ workflowInstances(limit: 0) { instanceID } }")
+    assert 'argument "limit" of workflowInstances' in refusal(body)
+    assert body["errors"][0]["locations"] == [{"line": 1, "column": 21}]
+    variable = "query ($n: Int) {\n  workflowInstances(limit: $n) { instanceID }\n}"
+    body = await post(server, variable, n=0)
+    assert body["errors"][0]["locations"] == [{"line": 2, "column": 21}]
+
+
 async def test_json_depth_is_the_same_for_a_variable_as_for_a_literal(
     server: LiveServer, admin: asyncpg.Connection
 ) -> None:

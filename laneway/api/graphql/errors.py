@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import asyncpg
-from graphql import GraphQLError
+from graphql import GraphQLError, Node
 from strawberry.extensions import FieldExtension
 from strawberry.extensions.field_extension import AsyncExtensionResolver, SyncExtensionResolver
 from strawberry.schema.exceptions import CannotGetOperationTypeError
@@ -95,20 +95,25 @@ class ForbiddenError(APIError):
 
 
 class CodedError(GraphQLError):
-    """A mapped LanewayError, raised by a field with its code attached."""
+    """A mapped LanewayError, raised by a field with its code attached (and where in the
+    document it is, when it is about one place there: `nodes`)."""
 
-    def __init__(self, error: LanewayError, code: str) -> None:
+    def __init__(self, error: LanewayError, code: str, nodes: Node | None = None) -> None:
         super().__init__(
-            str(error), extensions={"code": code, **error.details()}, original_error=error
+            str(error),
+            nodes,
+            extensions={"code": code, **error.details()},
+            original_error=error,
         )
 
 
-def coded(error: Exception) -> Exception:
-    """A mapped LanewayError as a CodedError; any other exception unchanged."""
+def coded(error: Exception, nodes: Node | None = None) -> Exception:
+    """A mapped LanewayError as a CodedError (at `nodes` of the document, if given); any other
+    exception unchanged."""
     if isinstance(error, LanewayError):
         code = code_for(error)
         if code is not None:
-            return CodedError(error, code)
+            return CodedError(error, code, nodes)
     return error
 
 

@@ -287,7 +287,7 @@ class _Walk:
             except _RefusedError as refused:
                 where = name + "".join(refused.path)  # requests[3].idempotencyKey
                 message = f'argument "{where}" of {field_name} {refused}'
-                raise coded(InvalidInputError(message)) from None
+                raise coded(InvalidInputError(message), node) from None
 
     def value(self, node: ValueNode, type_: GraphQLInputType, rule: Rule, depth: int) -> None:
         """A literal (or a variable where it stands) as a value of `type_`."""
