@@ -117,7 +117,8 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Strawberry's, with the `Allow` header a 405 needs, and a request error answered
-        with a JSON error document, as RequestLimits answers the errors it finds."""
+        with a JSON error document in the media type the client asked for, as RequestLimits
+        answers the errors it finds."""
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
