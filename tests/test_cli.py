@@ -361,6 +361,27 @@ def test_usage_errors_name_what_is_wanted_not_internals(
     assert "--delay-ms: must not be negative" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["enqueue", "hello", "--priority", "abc"], "laneway: enqueue: argument --priority"),
+        (["serve", "--port", "99999"], "laneway: serve: argument --port"),
+        (["nope"], "laneway: argument COMMAND: invalid choice: 'nope'"),
+        ([], "laneway: the following arguments are required: COMMAND"),
+    ],
+)
+def test_a_usage_error_is_one_laneway_line_like_every_error(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(says), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.rstrip().endswith("--help`)")
+
+
 async def test_token_without_url_is_refused() -> None:
     code, _, err = await laneway(
         "status", "00000000-0000-7000-8000-000000000000", "--token", "t", env=environment(None)

@@ -46,3 +46,19 @@ async def test_preflight_refuses_code_it_cannot_import(database_url: str) -> Non
     code, _, err = await laneway("preflight", "--workflows", "no_such_module_here", env=env)
     assert code == 2
     assert "no_such_module_here" in err
+
+
+async def test_new_code_given_by_option_replaces_the_modules_running_now(
+    database_url: str, store: Store
+) -> None:
+    # The code running now may be gone from where the deploy step runs (a renamed module):
+    # --workflows replaces LANEWAY_WORKFLOWS, also for the database mode's own engine.
+    engine = Engine(store, WorkflowRegistry([deploy_demo("1")]))
+    stranded = (await engine.enqueue("deploy_demo")).instance_id
+    env = environment(database_url, LANEWAY_WORKFLOWS="tests.renamed_away_before_this_deploy")
+    code, out, err = await laneway(
+        "preflight", "--workflows", "tests.versioned_v2", "--json", env=env
+    )
+    assert code == 1, err
+    (finding,) = json.loads(out)
+    assert (finding["reason"], finding["sampleIDs"]) == ("VERSION_GONE", [str(stranded)])

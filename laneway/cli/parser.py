@@ -8,7 +8,7 @@ import argparse
 import importlib
 import textwrap
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, NoReturn
 
 from laneway.config import Settings
 
@@ -134,8 +134,18 @@ def _bulk_options(p: argparse.ArgumentParser) -> None:
     group.add_argument("--yes", action="store_true", help="do it without asking")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's, with a usage error said as every other error is: one `laneway:` line on
+    stderr, exit 2, naming the command and where its options are explained."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("laneway").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"laneway: {where}{message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="laneway",
         description="Laneway: durable workflows on PostgreSQL. `laneway COMMAND --help` for one.",
         epilog=_epilog(DATABASE, EXIT_CODES),

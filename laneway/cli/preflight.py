@@ -22,8 +22,19 @@ PREFLIGHT = """query ($workflows: [WorkflowSpecInput!]!) {
 }"""
 
 
+def new_code_settings(args: argparse.Namespace, settings: Settings) -> Settings:
+    """`settings` with the new code's modules: those of --workflows when given (they replace
+    LANEWAY_WORKFLOWS, which names the code running now, for the database mode's engine too).
+    """
+    if args.workflows is None:
+        return settings
+    modules = tuple(m.strip() for m in args.workflows.split(",") if m.strip())
+    return dataclasses.replace(settings, workflow_modules=modules)
+
+
 def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObject]:
-    """The WorkflowSpecInput of every workflow version in the new code's modules.
+    """The WorkflowSpecInput of every workflow version in the new code's modules (`settings`
+    as new_code_settings made it).
 
     Raises:
         InvalidInputError: a module cannot be imported.
@@ -32,11 +43,7 @@ def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObj
     from laneway.cli.process import check_workflows
     from laneway.engine.preflight import specs_of
 
-    named_by = "LANEWAY_WORKFLOWS"
-    if args.workflows is not None:
-        modules = tuple(m.strip() for m in args.workflows.split(",") if m.strip())
-        settings = dataclasses.replace(settings, workflow_modules=modules)
-        named_by = "--workflows"
+    named_by = "--workflows" if args.workflows is not None else "LANEWAY_WORKFLOWS"
     registry = check_workflows(settings, allow_none=False, named_by=named_by, allow_flag=None)
     return [
         {
@@ -72,6 +79,7 @@ def findings_table(findings: list[JSONObject]) -> Table:
 
 async def preflight(args: argparse.Namespace, settings: Settings) -> int:
     """Print what deploying the new code would strand; exit 1 when anything would."""
+    settings = new_code_settings(args, settings)
     specs = new_code_specs(args, settings)
     async with open_client(args, settings) as client:
         findings: list[JSONObject] = (await client.execute(PREFLIGHT, workflows=specs))[
