@@ -22,7 +22,7 @@ $(BENCH_VENV)/.installed: bench/requirements-peers.txt
 	touch $@
 
 install: $(VENV)/.installed             ## create .venv with laneway (editable) and the dev tools
-run: install                            ## serve app/ on 127.0.0.1:8000 (embedded PostgreSQL in .laneway/)
+run: install                            ## serve app/ on 127.0.0.1:8000, or HOST= PORT= (embedded PostgreSQL in .laneway/)
 	$(PY) -m app --host $(HOST) --port $(PORT)
 worker: install                         ## run an engine-only worker
 	LANEWAY_WORKFLOWS=$${LANEWAY_WORKFLOWS:-app.examples} $(PY) -m laneway worker
