@@ -3,12 +3,12 @@
 Owns claiming (its own claims and those that ride on a group commit), expired-lease
 recovery, firing due schedules, the wake-up of waiting instances whose wake time came, and,
 through upkeep.py, retention and the queue history roll-up; through presence.py, the
-heartbeat, the workers registry row and the leases' renewal and hand-back. Tells its observer
-of claims and outcomes. Does not run user code itself (runner.py) and writes no SQL (store).
+heartbeat, the workers registry row and the leases' renewal and hand-back; through
+wake_times.py, the deadlines it wakes for before its next poll, and its sleep. Tells its
+observer of claims and outcomes. Does not run user code itself (runner.py) and writes no SQL (store).
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,6 +23,7 @@ from laneway.engine.presence import Presence
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Run, RunnerTools, run_instance
 from laneway.engine.upkeep import Upkeep
+from laneway.engine.wake_times import WakeTimes, is_due, wait
 from laneway.model import (
     GroupCommit,
     InstanceRecord,
@@ -44,7 +45,6 @@ SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None,
 TerminalCallback = Callable[[Transition], Awaitable[None]]
 
 WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
-WAKE_MARGIN_SECONDS = 0.002  # wake waiters this long after they are due, so that they are due
 SCHEDULE_RETRY_SECONDS = 0.05  # a schedule still due after firing: look again after this
 
 
@@ -100,10 +100,7 @@ class ClaimLoop:
         self._cohort = max(concurrency // 2, 1)
         self._runs: dict[UUID, Run] = {}
         self._wake = asyncio.Event()
-        self._retime = asyncio.Event()  # a due time moved sooner while the loop slept
-        self._next_wake: float | None = None  # monotonic deadline set by wake_in
-        self._next_wakeup: float | None = None  # when waiting instances are next due to wake
-        self._next_schedule: float | None = None  # when the next enabled schedule is due
+        self._times = WakeTimes()  # a claim, the waiters' wake-up, the next schedule
         self._last_poll = -float("inf")
         self._upkeep = Upkeep(store, registry, retention_seconds)
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
@@ -184,27 +181,18 @@ class ClaimLoop:
     def wake_in(self, seconds: float) -> None:
         """Claim again after `seconds` (a retry backoff or a delay this process knows of),
         sooner than the next poll would."""
-        deadline = time.monotonic() + max(seconds, 0.0)
-        if self._next_wake is None or deadline < self._next_wake:
-            self._next_wake = deadline
-            self._retime.set()
+        self._times.claim_in(seconds)
 
     def wake_waiters_in(self, seconds: float) -> None:
         """Wake waiting instances after `seconds` (a wait's wake time this process knows of),
         sooner than the next poll would find it."""
-        deadline = time.monotonic() + max(seconds, 0.0) + WAKE_MARGIN_SECONDS
-        if self._next_wakeup is None or deadline < self._next_wakeup:
-            self._next_wakeup = deadline
-            self._retime.set()
+        self._times.waiters_in(seconds)
 
     def schedules_in(self, seconds: float) -> None:
         """Fire schedules after `seconds` (the next one's due time, as the database counts),
         sooner than the next poll would: an `every` shorter than the poll interval fires
         every occurrence, each on time."""
-        deadline = time.monotonic() + max(seconds, 0.0) + WAKE_MARGIN_SECONDS
-        if self._next_schedule is None or deadline < self._next_schedule:
-            self._next_schedule = deadline
-            self._retime.set()
+        self._times.schedules_in(seconds)
 
     def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
         """Cancel the handler task of an instance running here; False if it is not here."""
@@ -255,7 +243,7 @@ class ClaimLoop:
     async def _fire_schedules(self) -> bool:
         """Fire the due schedules (an engine with workflows), then time the next one's firing.
         Returns whether any enqueued an instance."""
-        self._next_schedule = None
+        self._times.schedules = None
         if not len(self._registry):
             return False
         fired = await self._store.fire_due_schedules(self._plan_schedule)
@@ -271,7 +259,7 @@ class ClaimLoop:
         """Wake the waiting and paused instances whose wake time came, in batches (another
         process's batch is skipped, so processes share a crowd of wake-ups); then look up the
         next wake time. Returns whether any instance became pending."""
-        self._next_wakeup = None
+        self._times.waiters = None
         woke = False
         for _ in range(WAKE_MAX_ROUNDS):
             transitions, more = await self._store.wake_due()
@@ -372,9 +360,9 @@ class ClaimLoop:
                 claimable = woken
                 if time.monotonic() - self._last_poll >= self.poll_interval_seconds:
                     claimable = await self._poll() or woken
-                elif self._next_wakeup is not None and time.monotonic() >= self._next_wakeup:
+                elif is_due(self._times.waiters):
                     claimable = await self._wake_waiters() or woken
-                elif self._next_schedule is not None and time.monotonic() >= self._next_schedule:
+                elif is_due(self._times.schedules):
                     claimable = await self._fire_schedules() or woken
                 limit = min(self._cohort, self.concurrency - len(self._runs))
                 claimed = await self.claim(limit) if claimable and limit > 0 else []
@@ -390,7 +378,7 @@ class ClaimLoop:
                     "claim round failed",
                     extra={"error": f"{type(exc).__name__}: {exc}", "retry_s": delay},
                 )
-                await _wait(stopping, delay)
+                await wait(stopping, delay)
                 continue
             for record in claimed:
                 self._start(group, record)
@@ -398,13 +386,14 @@ class ClaimLoop:
                 continue  # there may be more due work right now
             if claimable and limit > 0 and not claimed:
                 await self._wake_for_next_token()
-            woken = await self._sleep(stopping)
+            poll_at = self._last_poll + self.poll_interval_seconds
+            woken = await self._times.sleep(stopping, self._wake, poll_at)
             if woken and 0 < self.concurrency - len(self._runs) < self.concurrency // 4:
                 # Busy, and only a few slots free: a moment lets more runs finish, so one
                 # claim takes them all (every claim is a commit in the append-lock pipeline).
-                await _wait(stopping, CLAIM_COALESCE_SECONDS)
-            if self._next_wake is not None and time.monotonic() >= self._next_wake:
-                self._next_wake = None  # a known due time arrived: claim
+                await wait(stopping, CLAIM_COALESCE_SECONDS)
+            if is_due(self._times.claim):
+                self._times.claim = None  # a known due time arrived: claim
                 woken = True
 
     async def _wake_for_next_token(self) -> None:
@@ -443,25 +432,6 @@ class ClaimLoop:
         finally:
             self._token_checking = False
 
-    def _idle_seconds(self) -> float:
-        """How long the loop may sleep: until the next poll, or a known due time or wake-up
-        before it."""
-        now = time.monotonic()
-        until = self._last_poll + self.poll_interval_seconds
-        for deadline in (self._next_wake, self._next_wakeup, self._next_schedule):
-            if deadline is not None:
-                until = min(until, deadline)
-        return max(until - now, 0.0)
-
-    async def _sleep(self, stopping: asyncio.Event) -> bool:
-        """Wait for a wake-up, a stop, or the next due time (re-read when it is moved sooner);
-        True when woken."""
-        while True:
-            self._retime.clear()
-            woken = await _wait_any(stopping, self._wake, self._idle_seconds(), self._retime)
-            if woken or stopping.is_set() or not self._retime.is_set():
-                return woken
-
     def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
         run = Run(record=record)
         self._runs[record.instance_id] = run
@@ -491,24 +461,3 @@ class ClaimLoop:
                 del self._runs[run.record.instance_id]
             if self._slots_bound:
                 self._wake.set()
-
-
-async def _wait(stopping: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await stopping.wait()
-
-
-async def _wait_any(
-    stopping: asyncio.Event, wake: asyncio.Event, seconds: float, *others: asyncio.Event
-) -> bool:
-    """Wait for a wake-up, a stop, one of `others`, or the timeout; True when woken."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            tasks = {asyncio.ensure_future(e.wait()) for e in (stopping, wake, *others)}
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in tasks:
-                    task.cancel()
-    return wake.is_set()
