@@ -5,7 +5,8 @@ recovery, firing due schedules, the wake-up of waiting instances whose wake time
 through upkeep.py, retention and the queue history roll-up; through presence.py, the
 heartbeat, the workers registry row and the leases' renewal and hand-back; through
 wake_times.py, the deadlines it wakes for before its next poll, and its sleep. Tells its
-observer of claims and outcomes. Does not run user code itself (runner.py) and writes no SQL (store).
+observer of claims and outcomes. Does not run user code itself (runner.py) and writes no SQL
+(store).
 """
 
 import asyncio
@@ -211,10 +212,7 @@ class ClaimLoop:
         """Recover expired leases, fire due schedules, and report unrunnable instances."""
         await self._recover()
         await self._wake_waiters()
-        if len(self._registry):
-            await self._store.fire_due_schedules(self._plan_schedule)
-            if faults.ARMED:
-                await faults.hit("cron_insert")
+        await self._fire_schedules()
         await self._upkeep.run()
 
     async def _poll(self) -> bool:
