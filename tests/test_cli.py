@@ -445,6 +445,7 @@ async def test_serve_says_in_one_line_why_it_did_not_start(database_url: str) ->
     code, _, err = await laneway("serve", "--port", "0", env=environment(url))
     assert code == 1, err
     assert err.strip().splitlines()[-1].startswith("laneway: " + says), err
+    assert "Traceback" not in err, err  # the one line says it all: no lifespan traceback first
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = str(taken.getsockname()[1])
         code, _, err = await laneway("serve", "--port", port, env=environment(database_url))
@@ -454,6 +455,38 @@ async def test_serve_says_in_one_line_why_it_did_not_start(database_url: str) ->
 
 def write_module(folder: Path, name: str, text: str) -> None:
     (folder / f"{name}.py").write_text(text)
+
+
+FAILING_APP = """\
+import contextlib
+
+from starlette.applications import Starlette
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    raise RuntimeError("boom")
+    yield
+
+
+def build(settings):
+    return Starlette(lifespan=lifespan)
+"""
+
+
+async def test_serve_keeps_the_traceback_of_an_app_that_fails_to_start(tmp_path: Path) -> None:
+    # Not the database: the frames show where the app went wrong, then the one line.
+    write_module(tmp_path, "failing_app", FAILING_APP)
+    laneway_script = str(Path(sys.executable).parent / "laneway")
+    env = environment("postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS="")
+    code, _, err = await run_process(
+        [laneway_script, "serve", "--port", "0", "--app", "failing_app:build"],
+        cwd=tmp_path, env=env, timeout=60,
+    )  # fmt: skip
+    assert code == 1, err
+    assert err.strip().splitlines()[-1] == "laneway: the app did not start: RuntimeError: boom"
+    assert "Traceback" in err, err
+    assert "failing_app.py" in err, err
 
 
 async def test_a_module_that_cannot_be_imported_is_one_line_exit_2(tmp_path: Path) -> None:

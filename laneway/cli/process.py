@@ -128,16 +128,29 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
 
 
 class StartupWatch:
-    """The served app, keeping what its lifespan startup raised: uvicorn logs it and exits,
-    and `serve` says it in one line."""
+    """The served app, keeping what its lifespan startup raised: uvicorn exits, and `serve`
+    says it in one line. A database it cannot use is that line alone: the traceback Starlette
+    hands uvicorn to log is left out of the startup-failed message (any other failure keeps
+    it, for the frames that show where the app went wrong)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.failure: BaseException | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def send_briefly(message: Any) -> None:
+            # Starlette sends it while handling the exception: sys.exception() is that one.
+            failure = sys.exception()
+            if (
+                message.get("type") == "lifespan.startup.failed"
+                and failure is not None
+                and database_error(failure) is not None
+            ):
+                message = {**message, "message": ""}
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_briefly if scope["type"] == "lifespan" else send)
         except BaseException as exc:
             if scope["type"] == "lifespan" and self.failure is None:
                 self.failure = exc
