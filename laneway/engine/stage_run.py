@@ -25,7 +25,7 @@ from laneway.engine.context import (
     Step,
 )
 from laneway.engine.handler_map import Handler
-from laneway.engine.payloads import encode_json, json_copy, storable_text
+from laneway.engine.operation_attempt import NO_DATA, attempt, copied
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
@@ -43,18 +43,12 @@ from laneway.engine.template import (
     stage_message,
     step_after_stage,
 )
-from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, OperationRecord
 
 logger = logging.getLogger(__name__)
 
 FIX_POSITION_BASE = 1000
 """Rows of fix operations sit at positions 1000 + i, apart from the stage's own 0 + i."""
-
-MAX_REASON_CHARS = 2000
-
-_NO_DATA = ("null", "null")
-"""The data and metadata texts of a failure that has neither."""
 
 
 class StageFailedError(PermanentFailure):
@@ -327,7 +321,7 @@ class _StageRun:
         started = time.monotonic()
         attempts = 0
         error: Exception | None = None
-        encoded = _NO_DATA
+        encoded = NO_DATA
         done = False
         if handler is None:
             result = failed(f"no handler registered for operation type {operation.type!r}")
@@ -342,8 +336,8 @@ class _StageRun:
                 stage=self._stage.name,
                 attempt=attempts,
                 max_attempts=operation.max_attempts,
-                context=_copied(context),
-                initial_context=_copied(initial),
+                context=copied(context),
+                initial_context=copied(initial),
                 workflow_type=self._template.type,
                 cancelled=ctx.cancelled,
             )
@@ -352,7 +346,7 @@ class _StageRun:
                     handler, operation_ctx, operation
                 )
             else:  # no span, not even a null context (two calls per operation)
-                result, encoded, error = await _attempt(
+                result, encoded, error = await attempt(
                     handler, operation_ctx, operation.timeout_seconds
                 )
             done = result.status == COMPLETED
@@ -404,7 +398,7 @@ class _StageRun:
             f"laneway.operation {operation.type}",
             functools.partial(self._span_attributes, operation, operation_ctx.attempt),
         ):
-            outcome = await _attempt(handler, operation_ctx, operation.timeout_seconds)
+            outcome = await attempt(handler, operation_ctx, operation.timeout_seconds)
             if outcome[0].status != COMPLETED:
                 tracing.mark_failed(outcome[0].reason or outcome[0].status)
             return outcome
@@ -446,52 +440,3 @@ class _StageRun:
         return stage_message(
             self._stage.name, self._settled.values(), len(self._stage.operations), self._fix_cycle
         )
-
-
-async def _attempt(
-    handler: OperationHandler, ctx: OperationContext, timeout_seconds: float
-) -> tuple[OperationResult, tuple[str, str], Exception | None]:
-    """Call a handler once; an exception, a timeout or a bad return value is a failure. With
-    the outcome, its row's data and metadata as JSON text: checked here, so that a value that
-    is not JSON fails the attempt, and then written as they are; and the handler's own
-    exception, if it raised one (the stage's failure keeps it as its cause, whose traceback is
-    the user's code)."""
-    try:
-        result: object = await time_limit.within(handler(ctx), timeout_seconds)
-    except time_limit.TimeLimitExceededError:
-        return failed(f"timed out after {timeout_seconds:g}s"), _NO_DATA, None
-    except Exception as exc:  # the operation's own error is its failure reason
-        return failed(_reason(exc)), _NO_DATA, exc
-    if not isinstance(result, OperationResult):
-        return (
-            failed(
-                f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
-            ),
-            _NO_DATA,
-            None,
-        )
-    done = result.status == COMPLETED
-    try:
-        metadata = encode_json(result.metadata, what="operation metadata")
-        data = encode_json(result.data, what="operation data") if done else "null"
-    except InvalidInputError as exc:
-        return failed(str(exc)), _NO_DATA, None
-    if not done:
-        reason = storable_text((result.reason or "failed")[:MAX_REASON_CHARS])
-        return failed(reason, result.metadata), (data, metadata), None
-    return result, (data, metadata), None
-
-
-def _reason(exc: BaseException) -> str:
-    return storable_text((str(exc) or type(exc).__name__)[:MAX_REASON_CHARS])
-
-
-def _copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:
-    """The operation's own copy of a context (it may change it; the stage's stays)."""
-    for value in context.values():
-        if isinstance(value, dict | list):
-            return {
-                key: json_copy(value) if isinstance(value, dict | list) else value
-                for key, value in context.items()
-            }
-    return context.copy()  # nothing nested (the usual): a copy of the dict is a deep copy

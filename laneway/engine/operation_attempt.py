@@ -1,0 +1,70 @@
+"""One attempt of a template operation: the handler called under its time limit, its
+outcome checked (a result, JSON data and metadata, a reason of bounded length) and made
+ready to write. Running a stage's operations and their attempts: stage_run.py.
+"""
+
+from laneway.engine import time_limit
+from laneway.engine.payloads import encode_json, json_copy, storable_text
+from laneway.engine.template import (
+    COMPLETED,
+    OperationContext,
+    OperationHandler,
+    OperationResult,
+    failed,
+)
+from laneway.errors import InvalidInputError
+from laneway.model import JSONValue
+
+MAX_REASON_CHARS = 2000
+
+NO_DATA = ("null", "null")
+"""The data and metadata texts of a failure that has neither."""
+
+
+async def attempt(
+    handler: OperationHandler, ctx: OperationContext, timeout_seconds: float
+) -> tuple[OperationResult, tuple[str, str], Exception | None]:
+    """Call a handler once; an exception, a timeout or a bad return value is a failure. With
+    the outcome, its row's data and metadata as JSON text: checked here, so that a value that
+    is not JSON fails the attempt, and then written as they are; and the handler's own
+    exception, if it raised one (the stage's failure keeps it as its cause, whose traceback is
+    the user's code)."""
+    try:
+        result: object = await time_limit.within(handler(ctx), timeout_seconds)
+    except time_limit.TimeLimitExceededError:
+        return failed(f"timed out after {timeout_seconds:g}s"), NO_DATA, None
+    except Exception as exc:  # the operation's own error is its failure reason
+        return failed(reason_of(exc)), NO_DATA, exc
+    if not isinstance(result, OperationResult):
+        return (
+            failed(
+                f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
+            ),
+            NO_DATA,
+            None,
+        )
+    done = result.status == COMPLETED
+    try:
+        metadata = encode_json(result.metadata, what="operation metadata")
+        data = encode_json(result.data, what="operation data") if done else "null"
+    except InvalidInputError as exc:
+        return failed(str(exc)), NO_DATA, None
+    if not done:
+        reason = storable_text((result.reason or "failed")[:MAX_REASON_CHARS])
+        return failed(reason, result.metadata), (data, metadata), None
+    return result, (data, metadata), None
+
+
+def reason_of(exc: BaseException) -> str:
+    return storable_text((str(exc) or type(exc).__name__)[:MAX_REASON_CHARS])
+
+
+def copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:
+    """The operation's own copy of a context (it may change it; the stage's stays)."""
+    for value in context.values():
+        if isinstance(value, dict | list):
+            return {
+                key: json_copy(value) if isinstance(value, dict | list) else value
+                for key, value in context.items()
+            }
+    return context.copy()  # nothing nested (the usual): a copy of the dict is a deep copy
