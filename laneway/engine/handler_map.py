@@ -118,6 +118,12 @@ class Workflow:
             return params
         return _validated(self.validator, params, f"params rejected by {self.name!r}")
 
+    def retry_params(self, action: str, params: JSONValue, state: JSONValue) -> JSONValue:
+        """The params `action` gets again when retryWorkflow re-runs it, after the wait it
+        returned failed the instance (a signal timeout, an expired checkpoint): the params it
+        ran with, so it waits again. `state` is what it left."""
+        return params
+
     def check_state(self, state: JSONValue) -> None:
         """Run the state validator over the state a handler left, before it is checkpointed
         (the state stays as the handler left it).

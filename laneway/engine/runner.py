@@ -397,7 +397,8 @@ async def _call_handler(
             _check_actions(workflow, action, next_action, on_timeout)
             wait = None if isinstance(step, Next) else step.wait()
             if wait is not None:
-                wait = with_retry(wait, action, ctx.params)
+                retried = workflow.retry_params(action, ctx.params, ctx.state)
+                wait = with_retry(wait, action, retried)
             return CheckpointWrite(
                 instance_id=ctx.instance_id,
                 attempt=ctx.attempt,

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -49,6 +50,19 @@ logger = logging.getLogger(__name__)
 
 FIX_POSITION_BASE = 1000
 """Rows of fix operations sit at positions 1000 + i, apart from the stage's own 0 + i."""
+
+
+_PAUSE_TOKEN = "pause_token"
+"""In a paused template's state: what a retry of the pause's stage brings as its params (a
+random token; a reviewer's input, which the stage run after a resume brings, never has it)."""
+
+_RETRY = "retry_of_pause"
+
+
+def retry_params(state: JSONValue) -> JSONValue:
+    """The params of the stage that paused, when retryWorkflow re-runs it after the pause
+    expired and failed the instance: they ask it to pause again (_StageRun.run)."""
+    return {_RETRY: state.get(_PAUSE_TOKEN) if isinstance(state, dict) else None}
 
 
 class StageFailedError(PermanentFailure):
@@ -114,6 +128,10 @@ class _StageRun:
             initial = dict(state["initial_context"])
             context = dict(state["context"])
             paused_at = state.pop("paused_at", None)
+            token = state.pop(_PAUSE_TOKEN, None)
+            if paused_at is not None and self._retries_pause(params, token):
+                # retryWorkflow after the checkpoint expired: the stage is done; ask again.
+                return await self._after_stage(context, ran=True)
             if paused_at is not None and params is not None:
                 # Resumed with a reviewer's input: it joins the context under the label.
                 context[str(paused_at)] = params
@@ -147,13 +165,27 @@ class _StageRun:
         self._ctx.message = (
             self._message() if ran else f"{stage.name}: skipped (condition is false)"
         )
+        return await self._after_stage(context, ran=ran)
+
+    def _retries_pause(self, params: JSONValue, token: JSONValue) -> bool:
+        """Whether this run is retryWorkflow's of the stage that paused (and is done), not
+        a run after a resume (the next stage, or the last again, with the reviewer's input).
+        A pause from before tokens is known by a stage before the last being done already."""
+        if token is not None:
+            return isinstance(params, dict) and params.get(_RETRY) == token
+        done = int(self._ctx.state.get("stages_done") or 0)
+        return self._index < min(done, len(self._template.stages) - 1)
+
+    async def _after_stage(self, context: dict[str, JSONValue], *, ran: bool) -> Step:
         step = step_after_stage(self._template, self._index, context, ran=ran)
         if isinstance(step, Next) and self._index == len(self._template.stages) - 1:
             # The last stage, with no pause after it: the instance finishes in this step, and
             # the completion keeps the stage's report (no step of its own to checkpoint it).
             return await self._finish(context)
         if isinstance(step, Pause):
+            state = self._ctx.state
             state["paused_at"] = step.label  # the next stage merges the resume's input
+            state[_PAUSE_TOKEN] = uuid.uuid4().hex
         return step
 
     async def _finish(self, context: dict[str, JSONValue]) -> Done:

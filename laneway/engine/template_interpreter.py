@@ -11,7 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from laneway.engine.handler_map import Handler, Workflow
-from laneway.engine.stage_run import FIX_POSITION_BASE, StageFailedError, stage_handler
+from laneway.engine.stage_run import (
+    FIX_POSITION_BASE,
+    StageFailedError,
+    retry_params,
+    stage_handler,
+)
 from laneway.engine.template import (
     Checkpoint,
     Condition,
@@ -90,6 +95,10 @@ class TemplateWorkflow(Workflow):
     @property
     def stages(self) -> list[str]:
         return self.template.stage_names
+
+    def retry_params(self, action: str, params: JSONValue, state: JSONValue) -> JSONValue:
+        """A stage's checkpoint that expired pauses again when retried (stage_run.py)."""
+        return retry_params(state)
 
     def validate_params(self, params: JSONValue) -> JSONValue:
         """Run the template's validator; the result is the initial context, a JSON object.

@@ -235,3 +235,61 @@ async def test_a_retried_expired_checkpoint_pauses_again(store: Store) -> None:
     done = await engine.get(enqueued.instance_id)
     assert done is not None
     assert done.result == {"params": {"decision": "approve"}, "asked": 2}
+
+
+def _marking_template(name: str, after_stage: str, runs: list[str]) -> Workflow:
+    """Three stages, each recording its name in the context (and in `runs`), with a
+    checkpoint after `after_stage` that expires (and so fails the instance) after 1 s."""
+
+    async def mark(ctx: OperationContext) -> OperationResult:
+        runs.append(ctx.stage)
+        return completed({ctx.stage: True})
+
+    return compile_template(
+        Template(
+            type=name,
+            stages=[
+                Stage(name=stage, operations=[Operation(type="mark")])
+                for stage in ("s1", "s2", "s3")
+            ],
+            checkpoints=[
+                Checkpoint(
+                    after_stage=after_stage,
+                    label="approve",
+                    input_schema={"type": "object", "required": ["ok"]},
+                    timeout_seconds=1,
+                )
+            ],
+        ),
+        OperationRegistry({"mark": mark}),
+    )
+
+
+@pytest.mark.parametrize("after_stage", ["s1", "s3"])
+async def test_a_retried_expired_template_checkpoint_pauses_again(
+    store: Store, after_stage: str
+) -> None:
+    # Not `completed` with the stages after it never run, nor the instance's params taken for
+    # the reviewer's decision: the checkpoint asks again, and its decision is what goes on.
+    runs: list[str] = []
+    name = f"expiring_after_{after_stage}"
+    engine = make_engine(store, _marking_template(name, after_stage, runs))
+    enqueued = await engine.enqueue(name, {"x": 1})
+    async with engine.running():
+        failed = await until_status(store, enqueued.instance_id, Status.FAILED)
+    assert failed.last_error == "CheckpointExpired: checkpoint 'approve' expired after 1 s"
+    await engine.retry(enqueued.instance_id)
+    await engine.tick()
+    again = await engine.get(enqueued.instance_id)
+    assert again is not None
+    assert again.status == Status.PAUSED
+    assert again.checkpoint == "approve"
+    await engine.resume(enqueued.instance_id, {"ok": True})
+    for _ in range(3):
+        await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    context = {"x": 1, "s1": True, "s2": True, "s3": True, "approve": {"ok": True}}
+    assert done.result == {"context": context}
+    assert sorted(runs) == ["s1", "s2", "s3"]  # each stage's operation ran once
