@@ -299,20 +299,21 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
 
         Raises:
             NotFoundError: no such instance.
-            ConflictError: it is not paused.
+            ConflictError: it is not paused, or its checkpoint expired (then the expiry
+                decides, though no engine has woken the instance yet).
             InvalidInputError: the input is not JSON within the params limits, or does not
                 match the schema (InputRejectedError, naming the failing paths); the instance
                 stays paused.
         """
-        status, checkpoint, input_schema = await self.store.pause_of(instance_id)
-        if status != Status.PAUSED:
-            raise ConflictError(instance_id, status, "resume")
+        checkpoint, input_schema = await self.store.pause_of(instance_id)
         validate_input(input_schema, input, label=checkpoint)
         input_json = None if input is None else encode_json(input, what="input")
         record = await self.store.resume_instance(instance_id, input_json, checkpoint)
-        if record is None:  # resumed (or paused elsewhere) since it was read
-            current = await self._require(instance_id)
-            raise ConflictError(instance_id, current.status, "resume")
+        if record is None:  # resumed, expired or paused elsewhere since it was read
+            await self.store.pause_of(instance_id)  # says which, unless it paused elsewhere
+            raise ConflictError(
+                instance_id, Status.PAUSED, "resume", reason="it was resumed and paused again"
+            )
         self.claim_loop.wake()
         return record
 

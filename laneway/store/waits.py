@@ -101,18 +101,25 @@ class WaitStore(StoreBase):
             )
         return woken, len(rows) >= limit
 
-    async def pause_of(self, instance_id: UUID) -> tuple[Status, str | None, JSONValue]:
-        """An instance's status, the checkpoint it is paused at and that checkpoint's input
-        schema (None: none), without its state.
+    async def pause_of(self, instance_id: UUID) -> tuple[str | None, JSONValue]:
+        """The checkpoint a paused instance waits at and its input schema (None: none),
+        without the instance's state.
 
         Raises:
             NotFoundError: no such instance.
+            ConflictError: it is not paused, or its checkpoint expired (though no engine has
+                woken it yet: what the expiry does comes next, not a resume).
         """
         async with self._acquire() as conn:
             row = await conn.fetchrow(queries.PAUSE_OF, instance_id)
         if row is None:
             raise NotFoundError(f"no instance {instance_id}")
-        return Status(row["status"]), row["checkpoint"], row["input_schema"]
+        if row["status"] != Status.PAUSED:
+            raise ConflictError(instance_id, row["status"], "resume")
+        if row["expired"]:
+            reason = f"its checkpoint {row['checkpoint']!r} expired"
+            raise ConflictError(instance_id, row["status"], "resume", reason=reason)
+        return row["checkpoint"], row["input_schema"]
 
     async def next_wake_in(self) -> float | None:
         """Seconds until the next wake-up of a waiting or paused instance (<= 0: due now;

@@ -20,9 +20,9 @@ from laneway.engine import (
     completed,
 )
 from laneway.errors import ConflictError, InputRejectedError, InvalidInputError
-from laneway.model import EventType, JSONValue, Status
+from laneway.model import EventType, InstanceFilter, JSONValue, Status
 from laneway.store import Store
-from tests.engine.helpers import make_engine, types_of, until_status
+from tests.engine.helpers import eventually, make_engine, types_of, until_status
 
 SCHEMA = REVIEW_INPUT_SCHEMA  # the `review` example's
 
@@ -293,3 +293,31 @@ async def test_a_retried_expired_template_checkpoint_pauses_again(
     context = {"x": 1, "s1": True, "s2": True, "s3": True, "approve": {"ok": True}}
     assert done.result == {"context": context}
     assert sorted(runs) == ["s1", "s2", "s3"]  # each stage's operation ran once
+
+
+async def test_a_resume_after_the_checkpoint_expired_is_a_conflict(store: Store) -> None:
+    # Expired, though no engine has woken it yet: the expiry decides (here: it fails), not a
+    # decision that came too late, whether it comes alone or in a bulk resume.
+    expiring = _decider("expiring_late", timeout_seconds=0.2)
+    engine = make_engine(store, expiring)
+    enqueued = await engine.enqueue("expiring_late")
+    await engine.tick()
+
+    async def expired() -> bool:
+        async with store.connection() as conn:
+            passed: bool = await conn.fetchval(
+                "SELECT wake_at < now() FROM laneway.instances WHERE instance_id = $1",
+                enqueued.instance_id,
+            )
+        return passed
+
+    await eventually(expired, bool)
+    with pytest.raises(ConflictError, match="its checkpoint 'decide' expired"):
+        await engine.resume(enqueued.instance_id, {"decision": "approve"})
+    bulk = await engine.resume_many(InstanceFilter(name="expiring_late"))
+    assert (bulk.matched, bulk.changed) == (1, 0)
+    await engine.tick()
+    failed = await engine.get(enqueued.instance_id)
+    assert failed is not None
+    assert failed.status == Status.FAILED
+    assert failed.last_error == "CheckpointExpired: checkpoint 'decide' expired after 0.2 s"

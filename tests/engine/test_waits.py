@@ -318,3 +318,58 @@ async def test_a_waiting_singleton_is_still_the_active_one(store: Store) -> None
     again = await engine.enqueue("napper", {"seconds": 1}, singleton_key="one")
     assert not again.created
     assert again.instance_id == first.instance_id
+
+
+async def _until_past_its_wake_time(store: Store, instance_id: UUID) -> None:
+    """Wait until the database clock is past the instance's wake time (no engine runs, so
+    nothing wakes it meanwhile)."""
+
+    async def past() -> bool:
+        async with store.connection() as conn:
+            passed: bool = await conn.fetchval(
+                "SELECT wake_at < now() FROM laneway.instances WHERE instance_id = $1",
+                instance_id,
+            )
+        return passed
+
+    await eventually(past, bool)
+
+
+async def test_a_signal_after_the_timeout_is_kept_and_the_timeout_wins(store: Store) -> None:
+    # The timeout passed before the signal came, though no engine had woken the instance
+    # yet: on_timeout runs, as it would have had an engine been quicker; the signal is kept.
+    engine = make_engine(store, asker)
+    enqueued = await engine.enqueue("asker", {"timeout": 0.2, "recover": True})
+    await engine.tick()
+    await _until_past_its_wake_time(store, enqueued.instance_id)
+    sent = await engine.signal(enqueued.instance_id, "approve", "late")
+    assert sent.accepted
+    assert sent.instance.status == Status.WAITING
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.result == {"approved": False, "params": None}
+    assert EventType.SIGNALLED not in await types_of(store, enqueued.instance_id)
+    kept = await _count(
+        store,
+        "SELECT count(*) FROM laneway.signals WHERE instance_id = $1 AND consumed_at IS NULL",
+        enqueued.instance_id,
+    )
+    assert kept == 1
+
+
+async def test_a_signal_kept_before_a_wait_of_no_time_is_still_taken(store: Store) -> None:
+    engine = make_engine(store, asker)
+    enqueued = await engine.enqueue("asker", {"timeout": 0})
+    await engine.signal(enqueued.instance_id, "approve", "early")
+    for _ in range(2):
+        await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.result == {"approved": True, "payload": "early"}
+
+
+async def _count(store: Store, sql: str, *args: object) -> int:
+    async with store.connection() as conn:
+        value: int = await conn.fetchval(sql, *args)
+    return value

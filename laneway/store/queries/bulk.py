@@ -61,7 +61,8 @@ RETURNING {INSTANCE_COLUMNS}
 # $1 instance ids (uuid[]), $2 their resume inputs (json text[]; NULL: none, the pause's params
 # stay the next action's), $3 the checkpoint labels the inputs were checked against (text[])
 # An input replaces the next action's params. The label guards against a resume checked
-# against another pause of the same instance: it must still be paused where it was read.
+# against another pause of the same instance: it must still be paused where it was read. A
+# checkpoint that expired is not resumed, though no engine has woken it yet: its expiry decides.
 RESUME_INSTANCES = f"""
 UPDATE laneway.instances
    SET status = 'pending', checkpoint = NULL, wait = NULL, wake_at = NULL,
@@ -72,6 +73,7 @@ UPDATE laneway.instances
    AND instance_id = u.id
    AND status = 'paused'
    AND checkpoint IS NOT DISTINCT FROM u.paused_at
+   AND (wake_at IS NULL OR wake_at >= now())
 RETURNING {INSTANCE_COLUMNS}
 """
 

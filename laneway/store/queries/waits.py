@@ -18,9 +18,11 @@ SELECT EXTRACT(EPOCH FROM w.wake_at - now())::double precision
 
 # $1 instance id
 # What a resume checks its input against, without reading the instance's state: its status,
-# the checkpoint it is paused at, and that checkpoint's input schema (NULL: none).
+# the checkpoint it is paused at, that checkpoint's input schema (NULL: none), and whether it
+# expired (no engine has woken it yet; then the expiry decides, not a resume).
 PAUSE_OF = """
-SELECT status, checkpoint, wait -> 'input_schema' AS input_schema
+SELECT status, checkpoint, wait -> 'input_schema' AS input_schema,
+       COALESCE(wake_at < now(), false) AS expired
   FROM laneway.instances
  WHERE instance_id = $1
 """
@@ -53,6 +55,8 @@ VALUES ($1, $2, $3, $4::jsonb, $5)
 # if there is one: the signal is consumed, and the instance goes on (pending) with its payload
 # as the params of the action it waits to run. Run after a signal is inserted (by its sender)
 # and after a wait is written (by the group commit), each holding the instances' row locks.
+# A wait whose timeout passed takes nothing, though no engine has woken it yet: its timeout
+# decides (the signal stays kept); a wait of no time, written now, still takes a kept one.
 CONSUME_SIGNALS = """
 WITH waiting AS (
     SELECT i.instance_id, i.wait_signal
@@ -60,6 +64,7 @@ WITH waiting AS (
      WHERE i.instance_id = ANY($1::uuid[])
        AND i.status = 'waiting'
        AND i.wait_signal IS NOT NULL
+       AND (i.wake_at IS NULL OR i.wake_at >= now())
        FOR UPDATE
 ),
 kept AS (
