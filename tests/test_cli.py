@@ -507,6 +507,46 @@ async def test_a_module_that_cannot_be_imported_is_one_line_exit_2(tmp_path: Pat
     assert "broken.py, line 2" in err
 
 
+TWO_OF_ONE_NAME = """\
+from laneway import Done, Workflow
+
+
+async def _one(ctx, params):
+    return Done(1)
+
+
+first = Workflow("dup", handlers={"one": _one}, initial="one")
+second = Workflow("dup", handlers={"two": _one}, initial="two")
+"""
+
+
+async def test_two_different_workflows_of_one_name_and_version_are_refused(
+    tmp_path: Path,
+) -> None:
+    # Not the first kept and the second dropped without a word. One object that two modules
+    # hold (one imports it from the other) is one workflow, and no problem.
+    write_module(tmp_path, "dups", TWO_OF_ONE_NAME)
+    write_module(tmp_path, "etl", ETL)
+    write_module(tmp_path, "reexports", "from etl import etl\n")
+    laneway_script = str(Path(sys.executable).parent / "laneway")
+    env = environment(None, LANEWAY_WORKFLOWS="dups")
+    code, _, err = await run_process(
+        [laneway_script, "preflight", "--url", "http://127.0.0.1:1"], cwd=tmp_path, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert code == 2, err
+    assert err.strip() == (
+        "laneway: workflow module 'dups': a different workflow named 'dup' is registered"
+        " with version '1'"
+    )
+    env = environment(None, LANEWAY_WORKFLOWS="etl,reexports")
+    code, out, err = await run_process(
+        [laneway_script, "workflows"], cwd=tmp_path, env=env, timeout=60
+    )
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines() if "handlers" in line] == ["etl"], out
+
+
 ETL = """\
 from laneway import Done, Workflow
 

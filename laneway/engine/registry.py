@@ -47,7 +47,8 @@ class WorkflowRegistry:
         Raises:
             InvalidInputError: a module cannot be imported, or raised while it was imported;
                 the message is one line, naming the module and the error (and for an error
-                the module's code raised, the file and line).
+                the module's code raised, the file and line). Or two different workflows
+                have one name and version (one object found in several modules is one).
         """
         registry = cls()
         for module_name in modules:
@@ -62,8 +63,11 @@ class WorkflowRegistry:
                     f"workflow module {module_name!r} failed while importing: {_one_line(exc)}"
                 ) from exc
             for value in vars(module).values():
-                if isinstance(value, Workflow) and registry.find(value.name, value.version) is None:
-                    registry.register(value)
+                if isinstance(value, Workflow):
+                    try:
+                        registry.register(value)
+                    except InvalidInputError as exc:
+                        raise InvalidInputError(f"workflow module {module_name!r}: {exc}") from None
         return registry
 
     def register(self, workflow: Workflow) -> None:
