@@ -474,6 +474,38 @@ def build(settings):
 """
 
 
+BROKEN_FACTORIES = """\
+def raising(settings):
+    raise RuntimeError("boom at startup")
+"""
+
+
+async def test_serve_says_in_one_line_why_an_app_factory_failed(tmp_path: Path) -> None:
+    # The factory runs after the port is taken (a port in use is said first), and its failure
+    # is one line naming where, as a workflow module's is.
+    write_module(tmp_path, "factories", BROKEN_FACTORIES)
+    write_module(tmp_path, "unimportable", "value = undefined_name\n")
+    laneway_script = str(Path(sys.executable).parent / "laneway")
+    env = environment("postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS="")
+    for app, port_taken, exit_code, says in (
+        ("factories:raising", False, 1, "the app did not start: RuntimeError: boom at startup"),
+        ("unimportable:build", False, 2, "its module failed while importing: NameError"),
+        ("factories:raising", True, 1, "laneway: cannot listen on 127.0.0.1:"),
+    ):
+        with socket.create_server(("127.0.0.1", 0)) as taken:
+            port = str(taken.getsockname()[1]) if port_taken else "0"
+            code, _, err = await run_process(
+                [laneway_script, "serve", "--port", port, "--app", app],
+                cwd=tmp_path, env=env, timeout=60,
+            )  # fmt: skip
+        assert code == exit_code, err
+        assert err.startswith("laneway: "), err
+        assert says in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        if not port_taken:
+            assert f"{app.partition(':')[0]}.py, line " in err, err  # where it failed
+
+
 async def test_serve_keeps_the_traceback_of_an_app_that_fails_to_start(tmp_path: Path) -> None:
     # Not the database: the frames show where the app went wrong, then the one line.
     write_module(tmp_path, "failing_app", FAILING_APP)

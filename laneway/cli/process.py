@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, database_error
 from laneway.config import Settings
 from laneway.engine import WorkflowRegistry
+from laneway.engine.registry import error_line
 from laneway.errors import InvalidInputError
 from laneway.services import open_services
 from laneway.store.embedded import embedded_postgres
@@ -97,20 +98,32 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     # modules the environment names are checked for it.
     check_workflows(settings, allow_none=args.allow_no_workflows or bool(args.app))
     build = app_factory(args.app) if args.app else create_app
-    config = server_config(build(settings), host=host, port=port, settings=settings)
     # Listening comes first, so that a port in use is one line before anything starts (uvicorn
     # would start the app, engine included, then fail to bind and exit on its own).
-    listening = listen(host, port, config.backlog)
-    config.app = startup = StartupWatch(config.app)
-    server = uvicorn.Server(config)
-    logger.info("listening", extra={"url": f"http://{host}:{listening.getsockname()[1]}"})
+    listening = listen(host, port, LISTEN_BACKLOG)
     try:
+        config = server_config(_built(build, settings), host=host, port=port, settings=settings)
+        config.app = startup = StartupWatch(config.app)
+        server = uvicorn.Server(config)
+        logger.info("listening", extra={"url": f"http://{host}:{listening.getsockname()[1]}"})
         await server.serve(sockets=[listening])
     except SystemExit:  # uvicorn's own exit when the app did not start
         raise startup.refusal() from None
     finally:
         listening.close()
     return EXIT_OK if server.started else EXIT_FAILED
+
+
+def _built(build: "Callable[[Settings], Starlette]", settings: Settings) -> "Starlette":
+    """The app `build` makes; a failure of the factory's own is one line, naming where."""
+    try:
+        return build(settings)
+    except Exception as exc:
+        raise CommandError(f"the app did not start: {error_line(exc)}") from None
+
+
+LISTEN_BACKLOG = 2048
+"""uvicorn's own listen backlog (uvicorn.Config's default), on the socket `serve` makes."""
 
 
 def listen(host: str, port: int, backlog: int) -> socket.socket:
@@ -181,6 +194,10 @@ def app_factory(reference: str) -> "Callable[[Settings], Starlette]":
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise InvalidInputError(f"--app {reference}: {exc}") from None
+    except Exception as exc:  # the module's own code failed while importing
+        raise InvalidInputError(
+            f"--app {reference}: its module failed while importing: {error_line(exc)}"
+        ) from None
     if not callable(factory):
         raise InvalidInputError(f"--app {reference} is not callable")
     built: Callable[[Settings], Starlette] = factory

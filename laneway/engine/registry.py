@@ -60,7 +60,7 @@ class WorkflowRegistry:
                 ) from exc
             except Exception as exc:  # the module's own code failed (SyntaxError, NameError, ...)
                 raise InvalidInputError(
-                    f"workflow module {module_name!r} failed while importing: {_one_line(exc)}"
+                    f"workflow module {module_name!r} failed while importing: {error_line(exc)}"
                 ) from exc
             for value in vars(module).values():
                 if isinstance(value, Workflow):
@@ -152,8 +152,9 @@ class WorkflowRegistry:
         return len(self._workflows)
 
 
-def _one_line(exc: Exception) -> str:
-    """`Type: message (file, line N)`: where the import failed, for a person to fix it."""
+def error_line(exc: Exception) -> str:
+    """`Type: message (file, line N)`: where an import (or a user's factory) failed, for a
+    person to fix it."""
     where = ""
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f" ({exc.filename}, line {exc.lineno})"
