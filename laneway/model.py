@@ -4,6 +4,7 @@ Owns names and shapes only. Does no I/O and imports nothing else from `laneway`.
 """
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -288,7 +289,12 @@ class ScheduleRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceFilter:
-    """Filters for listing instances; None means any."""
+    """Filters for listing instances; None means any. `statuses` may be given as their
+    names (`("failed",)`) or as any iterable: kept as a tuple of Status.
+
+    Raises:
+        ValueError: a status that is not one.
+    """
 
     name: str | None = None
     queue: str | None = None
@@ -298,6 +304,19 @@ class InstanceFilter:
     version: str | None = None
     created_after: datetime | None = None  # created strictly after
     created_before: datetime | None = None  # created strictly before
+
+    def __post_init__(self) -> None:
+        given: object = self.statuses  # as a caller passed it, not as annotated
+        if given is None:
+            return
+        if not isinstance(given, Iterable) or isinstance(given, str):
+            given = (given,)
+        statuses = tuple(given)
+        for status in statuses:
+            if status not in Status.__members__.values():
+                known = ", ".join(Status)
+                raise ValueError(f"unknown status {status!r} (one of {known})")
+        object.__setattr__(self, "statuses", tuple(Status(s) for s in statuses))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -165,6 +165,18 @@ async def test_dry_run_counts_and_samples_newest_first_and_changes_nothing(store
     assert (await engine.retry_many(InstanceFilter(name="parked"), dry_run=True)).matched == 0
 
 
+async def test_statuses_may_be_named_by_their_text(store: Store) -> None:
+    # InstanceFilter is public: ("failed",) is what a caller writes, and it used to crash the
+    # statement's parameters with an AttributeError; an unknown one is named.
+    await _enqueue(store, "parked", 3)
+    await _fail_all(store, "parked")
+    engine = make_engine(store, parked)
+    result = await engine.retry_many(InstanceFilter(name="parked", statuses=("failed",)))
+    assert (result.matched, result.changed) == (3, 3)
+    with pytest.raises(ValueError, match="unknown status 'finished'"):
+        InstanceFilter(statuses=("finished",))
+
+
 async def test_filters_by_version_and_created_window(store: Store) -> None:
     ids = await _enqueue(store, "parked", 6)
     async with store.connection() as conn:
