@@ -16,6 +16,7 @@ from laneway.engine.payloads import storable_text
 
 MAX_MESSAGE_CHARS = 4000
 MAX_TRACEBACK_CHARS = 8000
+_CUT = "… (message cut)\n"
 _ENGINE_DIR = str(Path(__file__).resolve().parent)
 _ASYNCIO_DIR = str(Path(asyncio.__file__).resolve().parent)
 
@@ -48,10 +49,13 @@ def type_name(exc: BaseException) -> str:
 def failure_of(exc: BaseException) -> Failure:
     """The failure an exception makes, with the stage and operation a template's carries; its
     texts as a text column can hold them (payloads.storable_text). A template's failure
-    raised from its operation's exception has that one's traceback: the user's code."""
+    raised from its operation's exception has that one's traceback: the user's code; one
+    with no such exception (the operation returned failed(...), timed out or returned what
+    is not a result) has none, as no code of the user's raised."""
     stage, operation = getattr(exc, "stage", None), getattr(exc, "operation", None)
-    cause = exc.__cause__ if isinstance(stage, str) else None
-    frames = format_traceback(cause if cause is not None else exc)
+    templated = isinstance(stage, str)
+    cause = exc.__cause__ if templated else None
+    frames = None if templated and cause is None else format_traceback(cause or exc)
     return Failure(
         type=storable_text(type_name(exc)),
         message=storable_text(str(exc)[:MAX_MESSAGE_CHARS]),
@@ -77,5 +81,12 @@ def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> st
     text = "".join(summary.format())
     if len(text) <= limit:
         return text
+    # A message as long as the cap would leave no frame: it keeps a quarter of the room.
+    last = "".join(summary.format_exception_only())
+    room = limit // 4
+    if len(last) > room and text.endswith(last):
+        text = text[: -len(last)] + last[: room - len(_CUT)] + _CUT
+        if len(text) <= limit:
+            return text
     marker = "… (earlier frames omitted)\n"
     return marker + text[-(limit - len(marker)) :]

@@ -402,3 +402,35 @@ async def test_a_template_failure_after_a_fix_cycle_has_its_last_attempts_traceb
     assert "still broken" in failure.message
     # The verify pass raised nothing: the first pass's exception is not its cause.
     assert "kaboom" not in (failure.traceback or "")
+
+
+async def test_a_template_failure_without_an_exception_has_no_engine_traceback(
+    store: Store,
+) -> None:
+    # The operation returned failed(...): no code of the user's raised, so there is no
+    # traceback to show (the engine's frames say nothing about the user's failure).
+    template = Template(
+        type="declined", stages=[Stage(name="pay", operations=[Operation(type="decline")])]
+    )
+    engine = make_engine(
+        store, compile_template(template, OperationRegistry({"decline": _declining}))
+    )
+    enqueued = await engine.enqueue("declined")
+    await engine.tick()
+    (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert "declined by the bank" in failure.message
+    assert failure.traceback is None
+
+
+def test_a_long_message_leaves_the_frames_in_the_traceback() -> None:
+    def deep_in_user_code() -> None:
+        raise ValueError("x" * 20_000)
+
+    with pytest.raises(ValueError) as caught:
+        deep_in_user_code()
+    text = format_traceback(caught.value)
+    assert text is not None
+    assert len(text) <= MAX_TRACEBACK_CHARS
+    assert "in deep_in_user_code" in text
+    assert "ValueError: xxx" in text
+    assert "(message cut)" in text
