@@ -25,6 +25,7 @@ from laneway.engine.context import (
     PermanentFailure,
     Step,
 )
+from laneway.engine.failures import format_traceback
 from laneway.engine.handler_map import Handler
 from laneway.engine.operation_attempt import NO_DATA, attempt, copied
 from laneway.engine.template import (
@@ -384,6 +385,7 @@ class _StageRun:
             done = result.status == COMPLETED
             if done:
                 break
+            self._log_failed_attempt(operation, attempts, result.reason, error)
         if not done:  # the last attempt's exception (if it raised), for the stage's failure
             if error is None:
                 self._errors.pop(position, None)
@@ -408,20 +410,28 @@ class _StageRun:
         await self._tools.record_operation(
             record, seconds=time.monotonic() - started, encoded=encoded, carried=self._carried
         )
-        if not done:
-            logger.info(
-                "operation failed",
-                extra={
-                    "instance_id": str(ctx.instance_id),
-                    "stage": self._stage.name,
-                    "operation_type": operation.type,
-                    "attempts": attempts,
-                    "critical": operation.critical,
-                    "error": result.reason,
-                },
-            )
         self._settle(position, result.status)
         return record
+
+    def _log_failed_attempt(
+        self, operation: Operation, attempt: int, reason: str | None, error: Exception | None
+    ) -> None:
+        """Every failed attempt of an operation at WARNING, with the user's traceback when it
+        raised: one retried and then completed leaves its exception here (its row keeps the
+        outcome only); a critical one's last is also the instance's failure (ERROR)."""
+        logger.warning(
+            "operation attempt failed",
+            extra={
+                "instance_id": str(self._ctx.instance_id),
+                "stage": self._stage.name,
+                "operation_type": operation.type,
+                "attempt": attempt,
+                "max_attempts": operation.max_attempts,
+                "critical": operation.critical,
+                "error": reason,
+                "traceback": None if error is None else format_traceback(error),
+            },
+        )
 
     async def _traced_attempt(
         self, handler: OperationHandler, operation_ctx: OperationContext, operation: Operation

@@ -50,6 +50,18 @@ class Operation:
 
     def __post_init__(self) -> None:
         check_name(self.type, "operation type")
+        numbers: tuple[tuple[str, object, type | tuple[type, ...]], ...] = (
+            ("timeout_seconds", self.timeout_seconds, (int, float)),
+            ("max_attempts", self.max_attempts, int),
+            ("retry_base_ms", self.retry_base_ms, (int, float)),
+            ("retry_max_ms", self.retry_max_ms, (int, float)),
+        )
+        for field_name, value, kinds in numbers:
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                kind = "a whole number" if kinds is int else "a number"
+                raise InvalidInputError(
+                    f"operation {self.type!r}: {field_name} must be {kind}, not {value!r}"
+                )
         if not 0 < self.timeout_seconds <= 24 * 3600:
             raise InvalidInputError(
                 f"operation {self.type!r}: timeout_seconds must be in (0, 1 day]"

@@ -2,6 +2,7 @@
 type, message and a bounded traceback; lastError reads `Type: message`; attempts never go
 back; a workflow's state validator checks the state before it is checkpointed."""
 
+import re
 from typing import Any
 from uuid import UUID
 
@@ -22,6 +23,7 @@ from laneway.engine.template import (
     failed,
 )
 from laneway.engine.template_interpreter import compile_template
+from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine
@@ -426,7 +428,7 @@ def test_a_long_message_leaves_the_frames_in_the_traceback() -> None:
     def deep_in_user_code() -> None:
         raise ValueError("x" * 20_000)
 
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=r"^x+$") as caught:
         deep_in_user_code()
     text = format_traceback(caught.value)
     assert text is not None
@@ -434,3 +436,48 @@ def test_a_long_message_leaves_the_frames_in_the_traceback() -> None:
     assert "in deep_in_user_code" in text
     assert "ValueError: xxx" in text
     assert "(message cut)" in text
+
+
+async def _fails_once(ctx: OperationContext) -> OperationResult:
+    if ctx.attempt == 1:
+        raise ConnectionError("the bank hung up")
+    return completed({"paid": True})
+
+
+async def test_an_operation_attempt_that_fails_and_is_retried_is_logged_with_its_traceback(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The operation's row keeps its outcome only (completed, 2 attempts): the log is where
+    # the first attempt's exception is seen.
+    template = Template(
+        type="retried_payment",
+        stages=[Stage(name="pay", operations=[Operation(type="pay", retry_base_ms=0)])],
+    )
+    engine = make_engine(store, compile_template(template, OperationRegistry({"pay": _fails_once})))
+    enqueued = await engine.enqueue("retried_payment")
+    with caplog.at_level("INFO", logger="laneway.engine.stage_run"):
+        await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED
+    (logged,) = [r for r in caplog.records if r.name == "laneway.engine.stage_run"]
+    assert (logged.levelname, logged.getMessage()) == ("WARNING", "operation attempt failed")
+    assert logged.__dict__["instance_id"] == str(enqueued.instance_id)
+    assert (logged.__dict__["attempt"], logged.__dict__["max_attempts"]) == (1, 3)
+    assert logged.__dict__["error"] == "the bank hung up"
+    assert "in _fails_once" in logged.__dict__["traceback"]
+    assert "ConnectionError: the bank hung up" in logged.__dict__["traceback"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("max_attempts", "3", "max_attempts must be a whole number, not '3'"),
+        ("max_attempts", 2.5, "max_attempts must be a whole number, not 2.5"),
+        ("timeout_seconds", None, "timeout_seconds must be a number, not None"),
+        ("retry_base_ms", True, "retry_base_ms must be a number, not True"),
+    ],
+)
+def test_operation_fields_of_the_wrong_type_are_named(field: str, value: Any, says: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"operation 'pay': {re.escape(says)}"):
+        Operation(type="pay", **{field: value})
