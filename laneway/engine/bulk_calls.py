@@ -70,8 +70,10 @@ class BulkCalls:
         """Resume, without input, every paused instance `where` selects.
 
         An instance paused at a checkpoint whose input schema rejects a missing input stays
-        paused: it is matched but not changed (resume it alone, with its input). `dry_run`:
-        count and sample only.
+        paused: it is matched but not changed (resume it alone, with its input). So does one
+        whose schema cannot be used at all (validate_input refuses it too), rather than the
+        call failing after the batches before it were committed. `dry_run`: count and sample
+        only.
         """
 
         async def write(batch: Sequence[BulkCandidate]) -> list[InstanceRecord]:

@@ -4,14 +4,18 @@ Owns the checks of what a handler may ask to wait for (a sleep, a signal, a revi
 with an input schema and an expiry), the validation of a resume's input against its schema
 (with the `jsonschema` library, Draft 2020-12 unless the schema names another), and the JSON
 that the group commit stores as the instance's `wait` (migrations/0016_waits.sql reads
-`seconds` and `signal` from it; the wake-up reads `on_timeout`, `expiry` and `retry`). No I/O.
+`seconds` and `signal` from it; the wake-up reads `on_timeout`, `expiry` and `retry`). No I/O:
+a schema's `$ref`s resolve within the schema itself, never by fetching a document.
 """
 
 import json
 from typing import Literal
 
 import jsonschema
-from jsonschema.exceptions import SchemaError
+import referencing.exceptions
+from jsonschema.exceptions import SchemaError, UnknownType
+from referencing import Registry
+from referencing.jsonschema import SchemaRegistry
 
 from laneway.errors import InputRejectedError, InvalidInputError
 from laneway.model import JSONValue
@@ -22,6 +26,14 @@ MAX_SCHEMA_BYTES = 64 * 1024
 
 ExpiryAction = Literal["resume", "cancel", "fail"]
 EXPIRY_ACTIONS: tuple[ExpiryAction, ...] = ("resume", "cancel", "fail")
+
+
+# Every validator is built on this empty registry, whose retrieval refuses every URI, so a
+# schema's references resolve within the schema or not at all (a validator adds the
+# meta-schemas jsonschema bundles). jsonschema's default registry would urlopen another
+# document, synchronously, inside the event loop: a schema naming a slow host would stall the
+# whole process on each resume, and could make it reach any host.
+NO_RETRIEVAL: SchemaRegistry = Registry()
 
 
 def check_wait_seconds(seconds: float | None, what: str, *, optional: bool = False) -> None:
@@ -61,21 +73,48 @@ def validate_input(schema: JSONValue, value: JSONValue, *, label: str | None) ->
 
     Raises:
         InputRejectedError: the input does not match; names every failing path (at most ten),
-            the most relevant first.
+            the most relevant first. Also when the schema cannot be used to check it (a
+            reference that does not resolve within the schema, as one paused by a release
+            that did not check them may hold; a reference that loops): the instance stays
+            paused, as for any refused input, and a bulk resume leaves it so.
     """
     if schema is None:
         return
-    validator = jsonschema.validators.validator_for(schema)(schema)
-    errors = sorted(validator.iter_errors(value), key=jsonschema.exceptions.relevance)
+    where = f"checkpoint {label!r}" if label else "the checkpoint"
+    validator = jsonschema.validators.validator_for(schema)(schema, registry=NO_RETRIEVAL)
+    try:
+        errors = sorted(validator.iter_errors(value), key=jsonschema.exceptions.relevance)
+    except (referencing.exceptions.Unresolvable, UnknownType, RecursionError) as exc:
+        raise _unusable(where, exc) from None
     if not errors:
         return
     problems = [(error.json_path, error.message) for error in errors[:MAX_REPORTED_PROBLEMS]]
-    where = f"checkpoint {label!r}" if label else "the checkpoint"
     path, message = problems[0]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     raise InputRejectedError(
         f"input rejected by the input schema of {where} at {path}: {message}{more}", problems
     )
+
+
+def _unusable(where: str, exc: Exception) -> InputRejectedError:
+    """The refusal of an input that the checkpoint's schema could not check: said as such,
+    not masked as an internal error, and with nothing of the schema's text (it can be long)."""
+    if isinstance(exc, referencing.exceptions.Unresolvable):
+        reason = _unresolved("reference", exc.ref)
+    elif isinstance(exc, UnknownType):
+        reason = f"it names the unknown type {exc.type!r}"
+    else:
+        reason = "checking this input recursed too deeply (a reference that loops, or an input"
+        reason += " nested too deeply for the schema)"
+    return InputRejectedError(
+        f"input rejected: the input schema of {where} cannot be used: {reason}", [("$", reason)]
+    )
+
+
+def _unresolved(keyword: str, ref: str) -> str:
+    local = ref.startswith(("#", "/"))  # a JSON pointer or anchor within the schema
+    never = "" if local else " (a reference to another document is never fetched)"
+    return f"its {keyword} {ref!r} does not resolve within the schema{never}"
 
 
 def check_expiry(then: str, default_input: JSONValue, schema: JSONValue, where: str) -> None:

@@ -4,7 +4,9 @@ with its schema, and the `waiting` and `signalled` events (with `signal`) on a w
 
 import asyncio
 from typing import Any
+from uuid import UUID
 
+import asyncpg
 from gql import Client, GraphQLRequest
 
 from tests.api.conftest import LiveServer, wait_until
@@ -19,6 +21,8 @@ SIGNAL = """mutation ($id: ID!, $name: String!, $payload: JSON, $key: String) {
     signalID accepted instance { instanceID status } } }"""
 RESUME = """mutation ($id: ID!, $input: JSON) {
   resumeWorkflow(instanceID: $id, input: $input) { status checkpoint } }"""
+RESUME_ALL = """mutation ($name: String!) {
+  resumeWorkflows(filter: {name: $name}) { matched changed } }"""
 EVENTS = """subscription ($id: ID!) {
   workflowEvents(instanceID: $id, afterEventID: "0") { type status signal } }"""
 COUNTS = "{ queues { name counts { pending running paused waiting completed } } }"
@@ -151,3 +155,25 @@ async def test_review_refuses_bad_input_then_takes_the_decision(server: LiveServ
     done = await until_status(server, instance_id, "completed")
     assert done["result"] == {"decision": "reject", "comment": None}
     assert done["checkpointInputSchema"] is None
+
+
+async def test_review_whose_schema_cannot_be_used_is_refused_not_masked(
+    server: LiveServer, admin: asyncpg.Connection
+) -> None:
+    instance_id = await enqueue(server, "review", {})
+    await until_status(server, instance_id, "paused")
+    # As a release that did not check a schema's references let the pause keep it.
+    await admin.execute(
+        "UPDATE laneway.instances SET wait = jsonb_set(wait, '{input_schema}', $2::jsonb)"
+        " WHERE instance_id = $1",
+        UUID(instance_id),
+        '{"$ref": "#/$defs/nope"}',
+    )
+    refused = await server.graphql(RESUME, id=instance_id, input={"decision": "approve"})
+    [error] = refused["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert "input schema of checkpoint 'decide' cannot be used" in error["message"]
+    assert error["extensions"]["path"] == "$"
+    bulk = await server.graphql(RESUME_ALL, name="review")
+    assert bulk["data"]["resumeWorkflows"] == {"matched": 1, "changed": 0}
+    assert (await instance(server, instance_id))["status"] == "paused"
