@@ -12,7 +12,9 @@ import json
 from typing import Literal
 
 import jsonschema
+import referencing
 import referencing.exceptions
+import referencing.jsonschema
 from jsonschema.exceptions import SchemaError, UnknownType
 from referencing import Registry
 from referencing.jsonschema import SchemaRegistry
@@ -30,9 +32,9 @@ EXPIRY_ACTIONS: tuple[ExpiryAction, ...] = ("resume", "cancel", "fail")
 
 # Every validator is built on this empty registry, whose retrieval refuses every URI, so a
 # schema's references resolve within the schema or not at all (a validator adds the
-# meta-schemas jsonschema bundles). jsonschema's default registry would urlopen another
-# document, synchronously, inside the event loop: a schema naming a slow host would stall the
-# whole process on each resume, and could make it reach any host.
+# meta-schemas jsonschema bundles; check_input_schema does not). jsonschema's default registry
+# would urlopen another document, synchronously, inside the event loop: a schema naming a slow
+# host would stall the whole process on each resume, and could make it reach any host.
 NO_RETRIEVAL: SchemaRegistry = Registry()
 
 
@@ -51,7 +53,7 @@ def check_wait_seconds(seconds: float | None, what: str, *, optional: bool = Fal
 
 
 def check_input_schema(schema: JSONValue, where: str) -> None:
-    """A checkpoint's input schema: a JSON Schema object that is itself valid."""
+    """A checkpoint's input schema: a valid JSON Schema object whose references resolve in it."""
     if not isinstance(schema, dict):
         raise InvalidInputError(f"{where}: input_schema must be a JSON Schema object")
     try:
@@ -66,6 +68,51 @@ def check_input_schema(schema: JSONValue, where: str) -> None:
         raise InvalidInputError(
             f"{where}: input_schema is not a valid JSON Schema: {exc.message}"
         ) from None
+    unresolved = _unresolved_reference(schema)
+    if unresolved is not None:
+        keyword, ref = unresolved
+        raise InvalidInputError(
+            f"{where}: input_schema is not a valid JSON Schema: {_unresolved(keyword, ref)}"
+        )
+
+
+# The keywords that resolve a reference, of every draft; each draft's validator knows its own.
+REFERENCE_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def _unresolved_reference(schema: dict[str, JSONValue]) -> tuple[str, str] | None:
+    """The first reference (keyword, value) that does not resolve within the schema; None
+    when all do. Checked where the schema is made, because a validator follows a reference
+    only when the input reaches it: an unresolvable one would otherwise surface on some
+    resume, long after, as a refusal no input can avoid.
+
+    Walks the subschemas as the validator sees them (their `$id`s move the base a reference
+    resolves against) with the registry every validator uses, so that a reference this
+    accepts is one that validation resolves without fetching anything.
+    """
+    validator = jsonschema.validators.validator_for(schema)
+    # Each bundled meta-schema's $schema is its own dialect: the draft the validator applies.
+    dialect = str(validator.META_SCHEMA.get("$schema", ""))
+    specification = referencing.jsonschema.specification_with(
+        dialect, default=referencing.Specification.OPAQUE
+    )
+    root = specification.create_resource(schema)
+    keywords = [keyword for keyword in REFERENCE_KEYWORDS if keyword in validator.VALIDATORS]
+    pending = [(NO_RETRIEVAL.resolver_with_root(root), root)]
+    while pending:
+        resolver, resource = pending.pop()
+        contents = resource.contents
+        if isinstance(contents, dict):
+            for keyword in keywords:
+                ref = contents.get(keyword)
+                if not isinstance(ref, str):
+                    continue
+                try:
+                    resolver.lookup(ref)
+                except referencing.exceptions.Unresolvable:
+                    return keyword, ref
+        pending.extend((resolver.in_subresource(sub), sub) for sub in resource.subresources())
+    return None
 
 
 def validate_input(schema: JSONValue, value: JSONValue, *, label: str | None) -> None:

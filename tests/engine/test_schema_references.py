@@ -1,6 +1,7 @@
 """Checkpoint input schemas' references: resolved within the schema, never fetched.
 
-A schema with one that does not resolve refuses each resume clearly, without fetching
+One that does not resolve is refused where the schema is made; a schema that got in anyway
+(paused by a release that did not check) refuses each resume clearly, without fetching
 anything, and a bulk resume leaves its instance paused instead of failing.
 """
 
@@ -14,9 +15,9 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from laneway.engine import Done, HandlerContext, Pause, Workflow
+from laneway.engine import Checkpoint, Done, HandlerContext, OnExpiry, Pause, Workflow
 from laneway.engine.requests import EnqueueRequest
-from laneway.errors import InputRejectedError
+from laneway.errors import InputRejectedError, InvalidInputError
 from laneway.model import EventType, InstanceFilter, JSONValue, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine, types_of
@@ -72,6 +73,79 @@ def _with_url(schema: dict[str, JSONValue], url: str) -> dict[str, JSONValue]:
     return loaded
 
 
+NEVER_FETCHED = " (a reference to another document is never fetched)"
+
+
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        ({"$ref": "http://127.0.0.1:8629/s.json"}, "'http://127.0.0.1:8629/s.json'"),
+        ({"$ref": "file:///etc/passwd"}, "'file:///etc/passwd'"),
+        ({"$id": "https://example.invalid/root.json", "$ref": "other.json"}, "'other.json'"),
+        # bundled with jsonschema, but not within the schema
+        ({"$ref": "https://json-schema.org/draft/2020-12/schema"}, "'https://json-schema.org"),
+        ({"$ref": "#/$defs/nope"}, "'#/$defs/nope'"),
+        ({"$ref": "#nope", "$defs": {"a": {"$anchor": "other"}}}, "'#nope'"),
+        ({"properties": {"a": {"items": {"$ref": "#/$defs/no"}}}}, "'#/$defs/no'"),
+        ({"$dynamicRef": "#/$defs/nope"}, "$dynamicRef '#/$defs/nope'"),
+        ({"$schema": "http://json-schema.org/draft-07/schema#", "$ref": "#/x"}, "'#/x'"),
+    ],
+)
+def test_a_reference_not_within_the_schema_is_refused_where_it_is_made(
+    schema: dict[str, JSONValue], named: str
+) -> None:
+    with pytest.raises(InvalidInputError) as paused:
+        Pause("decide", "next", input_schema=schema)
+    with pytest.raises(InvalidInputError) as checkpoint:
+        Checkpoint(after_stage="a", label="decide", input_schema=schema)
+    for refused in (paused, checkpoint):
+        message = str(refused.value)
+        assert message.startswith("checkpoint 'decide': input_schema is not a valid JSON Schema")
+        assert named in message
+        assert "does not resolve within the schema" in message
+        assert message.endswith(NEVER_FETCHED) == ("'#" not in named)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        DEFS_SCHEMA,
+        {"$ref": "#good", "$defs": {"a": {"$anchor": "good", "type": "object"}}},
+        {
+            "$id": "https://example.invalid/root.json",
+            "$ref": "sub.json",
+            "$defs": {"s": {"$id": "sub.json", "$ref": "#/$defs/t", "$defs": {"t": {}}}},
+        },
+        {"$dynamicRef": "#meta", "$defs": {"m": {"$dynamicAnchor": "meta"}}},
+        {"$schema": "http://json-schema.org/draft-07/schema#", "$ref": "#/definitions/d",
+         "definitions": {"d": {}}},
+    ],
+)  # fmt: skip
+def test_a_reference_within_the_schema_is_accepted(schema: dict[str, JSONValue]) -> None:
+    Pause("decide", "next", input_schema=schema)
+    Checkpoint(after_stage="a", label="decide", input_schema=schema)
+
+
+# jsonschema's default registry warns before it fetches; the warning would be raised as an
+# error here (filterwarnings), so that nothing would be fetched even without the fix.
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_an_expiry_input_is_not_checked_by_fetching_the_schema(listener: Listener) -> None:
+    remote = {"$ref": listener.url}
+    with pytest.raises(InvalidInputError, match="not a valid JSON Schema: its \\$ref"):
+        Pause(
+            "decide", "next", input_schema=remote, timeout_seconds=5, on_expiry=OnExpiry("resume")
+        )
+    with pytest.raises(InvalidInputError, match="not a valid JSON Schema: its \\$ref"):
+        Checkpoint(
+            after_stage="a",
+            label="decide",
+            input_schema=remote,
+            timeout_seconds=5,
+            on_expiry=OnExpiry("resume", {"x": 1}),
+        )
+    assert listener.connections == 0
+
+
 def _pauser(name: str, schema: JSONValue) -> Workflow:
     async def ask(ctx: HandlerContext, params: JSONValue) -> Pause:
         return Pause("decide", "decided", input_schema=schema)
@@ -109,9 +183,7 @@ async def _older_release_schema(
     )
 
 
-# jsonschema's default registry warns before it fetches; the warning would be raised as an
-# error here (filterwarnings), so that nothing would be fetched even without the fix.
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # see the expiry test above
 @pytest.mark.parametrize(
     ("schema", "reason"),
     [
