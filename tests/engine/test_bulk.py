@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -171,10 +172,12 @@ async def test_statuses_may_be_named_by_their_text(store: Store) -> None:
     await _enqueue(store, "parked", 3)
     await _fail_all(store, "parked")
     engine = make_engine(store, parked)
-    result = await engine.retry_many(InstanceFilter(name="parked", statuses=("failed",)))
+    failed: Any = ("failed",)  # as an untyped caller (a script, a notebook) passes them
+    result = await engine.retry_many(InstanceFilter(name="parked", statuses=failed))
     assert (result.matched, result.changed) == (3, 3)
+    unknown: Any = ("finished",)
     with pytest.raises(ValueError, match="unknown status 'finished'"):
-        InstanceFilter(statuses=("finished",))
+        InstanceFilter(statuses=unknown)
 
 
 async def test_filters_by_version_and_created_window(store: Store) -> None:
