@@ -1,10 +1,10 @@
 """Upkeep: what every engine does now and then beside claiming, each at its own pace.
 
-Owns retention (finished instances past it deleted every few minutes), the event log's time
-partitions (added ahead, retired whole, the parent analysed), the once-a-minute queue history
-roll-up, and the warning about pending instances of workflows this process does not have. Run
-by the claim loop at every poll and maintenance round; each step skips itself until its time
-comes.
+Owns retention (finished instances past it deleted in batches every few minutes, sooner while
+a backlog is left), the event log's time partitions (added ahead, retired whole, the parent
+analysed), the once-a-minute queue history roll-up, and the warning about pending instances
+of workflows this process does not have. Run by the claim loop at every poll and maintenance
+round; each step skips itself until its time comes.
 """
 
 import logging
@@ -17,6 +17,9 @@ logger = logging.getLogger(__name__)
 
 UNREGISTERED_CHECK_SECONDS = 60.0
 PRUNE_EVERY_SECONDS = 300.0  # how often an engine sweeps finished instances past retention
+PRUNE_BATCH = 5_000  # instances one statement (one short transaction) of a sweep deletes
+PRUNE_SWEEP_SECONDS = 0.5  # a sweep starts no batch after this long: claims wait meanwhile
+PRUNE_BEHIND_SECONDS = 5.0  # the next sweep, when this one stopped with a backlog left
 PARTITIONS_EVERY_SECONDS = 600.0  # how often an engine looks after the event partitions
 ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
 
@@ -24,13 +27,21 @@ ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many
 class Upkeep:
     """One process's housekeeping, paced by the clock."""
 
-    def __init__(self, store: Store, registry: WorkflowRegistry, retention_seconds: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: WorkflowRegistry,
+        retention_seconds: float,
+        *,
+        prune_batch: int = PRUNE_BATCH,
+    ) -> None:
         self._store = store
         self._registry = registry
         self._retention_seconds = retention_seconds
+        self._prune_batch = prune_batch
         self._warned_unregistered: set[str] = set()
         self._last_unregistered_check = -UNREGISTERED_CHECK_SECONDS
-        self._last_prune = -PRUNE_EVERY_SECONDS
+        self._next_prune = -float("inf")  # monotonic time of the next sweep: due at once
         self._last_partitions = -PARTITIONS_EVERY_SECONDS
         self._rolled_minute = -1  # the wall-clock minute of this process's last roll-up
 
@@ -47,14 +58,32 @@ class Upkeep:
         await self._roll_up_history()
 
     async def _prune(self) -> None:
-        """Every few minutes, delete finished instances older than the retention period."""
+        """Every few minutes, delete finished instances older than the retention period.
+
+        One batch per sweep would cap retention at 5,000 instances per engine per five minutes
+        (~17/s): a busier deployment would never catch up, nor retire its old event
+        partitions. So a sweep deletes batch after batch while they come back full, each its
+        own statement (row locks held for one batch), until a short batch or
+        PRUNE_SWEEP_SECONDS, which bounds how long the claim loop it runs in waits; stopped
+        with a backlog left, it comes back after PRUNE_BEHIND_SECONDS. A short batch can also
+        mean another engine holds the rest (skipped, not waited for): its sweep goes on.
+        """
         now = time.monotonic()
-        if self._retention_seconds <= 0 or now - self._last_prune < PRUNE_EVERY_SECONDS:
+        if self._retention_seconds <= 0 or now < self._next_prune:
             return
-        self._last_prune = now
-        pruned = await self._store.prune_finished(self._retention_seconds)
+        self._next_prune = now + PRUNE_EVERY_SECONDS  # a sweep that fails waits as before
+        deadline = now + PRUNE_SWEEP_SECONDS
+        pruned = 0
+        while True:
+            batch = await self._store.prune_finished(self._retention_seconds, self._prune_batch)
+            pruned += batch
+            behind = batch >= self._prune_batch
+            if not behind or time.monotonic() >= deadline:
+                break
+        wait = PRUNE_BEHIND_SECONDS if behind else PRUNE_EVERY_SECONDS
+        self._next_prune = time.monotonic() + wait
         if pruned:
-            logger.info("finished instances pruned", extra={"count": pruned})
+            logger.info("finished instances pruned", extra={"count": pruned, "behind": behind})
 
     async def _keep_partitions(self) -> None:
         """Every ten minutes: add the event partitions of the next days, retire the past ones

@@ -2,6 +2,13 @@
 and their events with their day's partition once no instance left has events in it; anything
 unfinished or recent stays."""
 
+from uuid import UUID
+
+import pytest
+
+from laneway.engine import Engine, WorkflowRegistry
+from laneway.engine import upkeep as upkeep_module
+from laneway.engine.upkeep import Upkeep
 from laneway.model import Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine
@@ -81,3 +88,66 @@ async def test_an_engine_sweeps_on_its_maintenance_round_unless_retention_is_off
     sweeping = make_engine(store, noop, retention_seconds=DAY)
     await sweeping.tick()
     assert await _counts(store, done.instance_id) == (0, 0)
+
+
+async def _finished_long_ago(engine: Engine, store: Store, count: int) -> list[UUID]:
+    """`count` instances that ended eight days ago."""
+    handles = [await engine.enqueue("noop") for _ in range(count)]
+    assert await engine.tick() == count
+    for handle in handles:
+        await _age(store, handle.instance_id, 8)
+    return [handle.instance_id for handle in handles]
+
+
+async def test_one_sweep_deletes_a_backlog_of_many_batches_and_keeps_unfinished_instances(
+    store: Store,
+) -> None:
+    # One batch per sweep capped retention at a batch per engine every five minutes: a busy
+    # deployment never caught up, and the old days' partitions stayed. A sweep goes on while
+    # its batches come back full (here 2 instances each, so 7 need 4 batches).
+    engine = make_engine(store, noop)
+    finished = await _finished_long_ago(engine, store, 7)
+    unfinished = await engine.enqueue("noop")
+    async with store.connection() as conn:  # the unfinished one began a day earlier
+        await conn.execute(
+            "SELECT laneway.add_event_partition(d.day, d.day + interval '1 day')"
+            "  FROM (SELECT date_bin(interval '1 day', now() - interval '9 days',"
+            "                        timestamptz '2000-01-01 00:00:00+00') AS day) AS d"
+        )
+        await conn.execute(
+            "UPDATE laneway.events SET at = now() - interval '9 days' WHERE instance_id = $1",
+            unfinished.instance_id,
+        )
+    kept_events = (await _counts(store, unfinished.instance_id))[1]
+    assert kept_events > 0
+
+    upkeep = Upkeep(store, WorkflowRegistry([noop]), 7 * DAY, prune_batch=2)
+    await upkeep.run()
+
+    # Every finished instance went in the one sweep, so their day's partition went with them.
+    assert [await _counts(store, i) for i in finished] == [(0, 0)] * 7
+    assert await _counts(store, unfinished.instance_id) == (1, kept_events)
+    pending = await engine.get(unfinished.instance_id)
+    assert pending is not None
+    assert pending.status == Status.PENDING
+
+
+async def test_a_sweep_cut_short_by_its_time_comes_back_soon_not_in_minutes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No time for a second batch (the first always runs), and "soon" is at once.
+    monkeypatch.setattr(upkeep_module, "PRUNE_SWEEP_SECONDS", 0.0)
+    monkeypatch.setattr(upkeep_module, "PRUNE_BEHIND_SECONDS", 0.0)
+    engine = make_engine(store, noop)
+    finished = await _finished_long_ago(engine, store, 5)
+    upkeep = Upkeep(store, WorkflowRegistry([noop]), 7 * DAY, prune_batch=2)
+
+    async def left() -> int:
+        return sum([(await _counts(store, i))[0] for i in finished])
+
+    for expected in (3, 1, 0):
+        await upkeep.run()
+        assert await left() == expected
+    again = await _finished_long_ago(engine, store, 1)
+    await upkeep.run()
+    assert (await _counts(store, again[0]))[0] == 1  # caught up (a short batch): minutes now
