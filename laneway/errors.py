@@ -6,7 +6,8 @@ LanewayError
 │   └── InputRejectedError  a resume's input failed its checkpoint's input schema
 ├── ConflictError        action not allowed in the instance's current status
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
-└── MigrationsMissingError  the installation carries no migration files (internal)
+├── MigrationsMissingError  the installation carries no migration files (internal)
+└── DatabaseNewerError   a newer Laneway migrated the database (internal)
 
 Knows nothing of GraphQL or HTTP: laneway/api maps each class to an `extensions.code`.
 """
@@ -81,4 +82,21 @@ class MigrationsMissingError(LanewayError):
         super().__init__(
             f"no migration files found in the package {package!r}: this Laneway installation is"
             " incomplete (reinstall it from a wheel or the repository)"
+        )
+
+
+class DatabaseNewerError(LanewayError):
+    """The database holds migrations this Laneway does not ship: a newer release migrated it.
+
+    Refused at start and by `migrate`, before anything runs: a newer migration may have
+    replaced functions this code calls by their old signatures, so its every write would
+    fail and each instance it ran would burn its attempts until it failed for good.
+    """
+
+    def __init__(self, unknown: list[str]) -> None:
+        self.unknown = unknown
+        super().__init__(
+            f"the database was migrated by a newer Laneway: it has migrations this one does not"
+            f" ship ({', '.join(unknown)}); run the newer release (or upgrade this"
+            f" installation), not this one"
         )

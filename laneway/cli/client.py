@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from laneway.errors import LanewayError
+from laneway.errors import DatabaseNewerError, LanewayError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -73,7 +73,10 @@ JSONObject = dict[str, Any]
 def database_error(exc: BaseException) -> tuple[str, int] | None:
     """The one line and exit code for an error of reaching or entering the database (a URL
     that is not one: 2; a server that cannot be reached, a database or role it does not have,
-    a password it refuses: 1), or None for any other error."""
+    a password it refuses, a database a newer Laneway migrated: 1), or None for any other
+    error."""
+    if isinstance(exc, DatabaseNewerError):
+        return str(exc), EXIT_FAILED
     import asyncpg  # here, once a command failed: `--url` commands never load the driver
 
     if isinstance(exc, asyncpg.ClientConfigurationError):

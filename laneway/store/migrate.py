@@ -4,8 +4,10 @@ Owns the migration runner and `migrate()`, the public call that brings a databas
 Migrations are numbered .sql files, append-only, one transaction each, read from the package
 `laneway.migrations` (the repository's top-level migrations/, carried inside the wheel), so an
 installed Laneway finds them as an editable checkout does. Concurrent starters wait on the
-lock and find nothing left to do. Also reads laneway/store/sql/functions.sql, the current text
-of every function the migrations leave (for reading and for the test that they agree).
+lock and find nothing left to do; a database that records a migration not shipped here (a
+newer release migrated it) is refused. Also reads laneway/store/sql/functions.sql, the
+current text of every function the migrations leave (for reading and for the test that they
+agree).
 """
 
 import logging
@@ -17,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from laneway.errors import MigrationsMissingError
+from laneway.errors import DatabaseNewerError, MigrationsMissingError
 from laneway.store import queries
 from laneway.store.pool import MIGRATION_TIMEOUTS, connect
 
@@ -77,13 +79,19 @@ def current_functions_sql() -> str:
 async def apply_migrations(
     conn: asyncpg.Connection, pending: Sequence[Migration] | None = None
 ) -> list[str]:
-    """Apply every migration not yet recorded; return the names applied now."""
+    """Apply every migration of `pending` (default: those this Laneway ships) not yet
+    recorded; return the names applied now.
+
+    Raises:
+        DatabaseNewerError: the database records migrations `pending` does not hold.
+    """
     pending = migrations() if pending is None else pending
     applied_now: list[str] = []
     await conn.execute(queries.LOCK_MIGRATIONS, MIGRATIONS_LOCK_KEY)
     try:
         await conn.execute(queries.CREATE_MIGRATIONS_TABLE)
         applied = {row["name"] for row in await conn.fetch(queries.APPLIED_MIGRATIONS)}
+        refuse_unknown(applied, pending)
         for migration in sorted(pending, key=lambda m: m.name):
             if migration.name in applied:
                 continue
@@ -97,6 +105,19 @@ async def apply_migrations(
     return applied_now
 
 
+def refuse_unknown(applied: set[str], shipped: Sequence[Migration]) -> None:
+    """Refuse a database that records migrations not shipped here: a newer Laneway applied
+    them, and may have replaced functions this code calls (by their signature, as
+    0021_group_commit_operations did laneway.write_runner_batch).
+
+    Raises:
+        DatabaseNewerError: some applied migration is not in `shipped`, named in order.
+    """
+    unknown = sorted(applied - {m.name for m in shipped})
+    if unknown:
+        raise DatabaseNewerError(unknown)
+
+
 async def migrate(database_url: str) -> MigrationReport:
     """Bring the database at `database_url` up to Laneway's current schema.
 
@@ -104,6 +125,7 @@ async def migrate(database_url: str) -> MigrationReport:
 
     Raises:
         MigrationsMissingError: this installation carries no migration files.
+        DatabaseNewerError: a newer Laneway migrated the database.
     """
     shipped = migrations()  # refuse before touching the database
     conn = await connect(database_url, timeouts=MIGRATION_TIMEOUTS)

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from laneway.errors import MigrationsMissingError
-from laneway.store import queries
+from laneway.errors import DatabaseNewerError, MigrationsMissingError
+from laneway.store import open_store, queries
 from laneway.store.databases import database_url_for
 from laneway.store.migrate import apply_migrations, migrate, migrations, redact_url
 from laneway.store.pool import connect
@@ -91,6 +91,26 @@ async def test_migrate_reports_what_it_applied_and_the_version(empty_database_ur
     assert second.applied == []
     assert first.version == second.version == names[-1]
     assert first.database == empty_database_url  # no password to hide here
+
+
+FROM_A_NEWER_RELEASE = "9999_from_a_newer_release"
+
+
+async def test_a_database_a_newer_laneway_migrated_is_refused_at_start_and_by_migrate(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # A newer release's migration may replace functions this code calls: running on would
+    # fail every write and burn every instance's attempts. Refused, naming what is unknown.
+    await admin.execute(
+        "INSERT INTO laneway.schema_migrations (name) VALUES ($1)", FROM_A_NEWER_RELEASE
+    )
+    with pytest.raises(DatabaseNewerError, match=FROM_A_NEWER_RELEASE) as refused:
+        async with open_store(database_url):
+            pytest.fail("the store opened on a database a newer Laneway migrated")
+    assert refused.value.unknown == [FROM_A_NEWER_RELEASE]
+    assert "run the newer release" in str(refused.value)
+    with pytest.raises(DatabaseNewerError, match=FROM_A_NEWER_RELEASE):
+        await migrate(database_url)
 
 
 def test_migrations_refuse_when_the_package_has_no_sql_files() -> None:
