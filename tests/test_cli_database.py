@@ -4,12 +4,16 @@ A database a newer release migrated, and (with a role that only runs Laneway) wh
 role may and may not do. The databases it cannot reach at all are in test_cli.py.
 """
 
+import asyncio
 import json
+import signal
+import sys
 from uuid import UUID
 
 from laneway.model import Status
 from laneway.store import Store
-from tests.test_cli import environment, laneway
+from tests.runtime_role import runtime_role
+from tests.test_cli import ROOT, environment, laneway
 
 
 async def test_a_database_a_newer_laneway_migrated_is_one_line_and_nothing_runs(
@@ -43,3 +47,34 @@ async def test_a_database_a_newer_laneway_migrated_is_one_line_and_nothing_runs(
     found = await store.get_instance(instance_id)
     assert found is not None
     assert (found.status, found.attempts) == (Status.PENDING, 0)  # no engine claimed it
+
+
+async def test_a_role_that_only_runs_laneway_runs_the_worker_and_the_commands(
+    database_url: str,
+) -> None:
+    # The owner migrated (the template); this role has no CREATE on the database.
+    async with runtime_role(database_url) as role_url:
+        env = environment(role_url)
+        code, out, err = await laneway("migrate", env=env)
+        assert code == 0, err
+        assert json.loads(out)["applied"] == []
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "laneway", "worker", cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "R"}', env=env)
+            assert code == 0, err
+            instance_id = json.loads(out)["instanceID"]
+            async with asyncio.timeout(30):
+                while True:
+                    code, out, err = await laneway("status", instance_id, "--json", env=env)
+                    assert code == 0, err
+                    if json.loads(out)["status"] == "completed":
+                        break
+                    await asyncio.sleep(0.1)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(30):
+                _, worker_err = await worker.communicate()
+        assert worker.returncode == 0, worker_err.decode()

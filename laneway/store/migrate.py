@@ -82,10 +82,19 @@ async def apply_migrations(
     """Apply every migration of `pending` (default: those this Laneway ships) not yet
     recorded; return the names applied now.
 
+    With nothing pending it runs no DDL and takes no lock: PostgreSQL checks CREATE on the
+    database for CREATE SCHEMA IF NOT EXISTS even when the schema exists, and a runtime role
+    without it (the owner migrates, the app role runs) must still start.
+
     Raises:
         DatabaseNewerError: the database records migrations `pending` does not hold.
     """
     pending = migrations() if pending is None else pending
+    if await conn.fetchval(queries.MIGRATIONS_TABLE_EXISTS):
+        applied = {row["name"] for row in await conn.fetch(queries.APPLIED_MIGRATIONS)}
+        refuse_unknown(applied, pending)
+        if {m.name for m in pending} <= applied:
+            return []
     applied_now: list[str] = []
     await conn.execute(queries.LOCK_MIGRATIONS, MIGRATIONS_LOCK_KEY)
     try:

@@ -8,10 +8,14 @@ import asyncpg
 import pytest
 
 from laneway.errors import DatabaseNewerError, MigrationsMissingError
+from laneway.model import Status
 from laneway.store import open_store, queries
 from laneway.store.databases import database_url_for
 from laneway.store.migrate import apply_migrations, migrate, migrations, redact_url
 from laneway.store.pool import connect
+from tests.engine.helpers import make_engine
+from tests.runtime_role import runtime_role
+from tests.workflows import noop
 
 
 @pytest.fixture
@@ -111,6 +115,28 @@ async def test_a_database_a_newer_laneway_migrated_is_refused_at_start_and_by_mi
     assert "run the newer release" in str(refused.value)
     with pytest.raises(DatabaseNewerError, match=FROM_A_NEWER_RELEASE):
         await migrate(database_url)
+
+
+async def test_a_role_without_create_starts_when_nothing_is_pending_and_only_then(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema exists:
+    # with nothing pending, a start runs no DDL at all.
+    async with runtime_role(database_url) as role_url:
+        async with open_store(role_url, pool_size=2) as store:
+            engine = make_engine(store, noop)
+            handle = await engine.enqueue("noop")
+            assert await engine.tick() == 1
+            done = await engine.get(handle.instance_id)
+            assert done is not None
+            assert done.status == Status.COMPLETED
+        assert (await migrate(role_url)).applied == []
+        # With one pending it cannot migrate, and must not run on the schema as it is.
+        last = migrations()[-1].name
+        await admin.execute("DELETE FROM laneway.schema_migrations WHERE name = $1", last)
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="permission denied"):
+            async with open_store(role_url, pool_size=2):
+                pytest.fail("the store opened with a migration pending")
 
 
 def test_migrations_refuse_when_the_package_has_no_sql_files() -> None:

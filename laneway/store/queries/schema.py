@@ -20,6 +20,12 @@ CREATE TABLE IF NOT EXISTS laneway.schema_migrations (
 )
 """
 
+# Whether the table of applied migrations exists, asked without DDL: a start with nothing
+# pending must not need CREATE on the database (CREATE SCHEMA IF NOT EXISTS checks it anyway).
+MIGRATIONS_TABLE_EXISTS = """
+SELECT to_regclass('laneway.schema_migrations') IS NOT NULL
+"""
+
 APPLIED_MIGRATIONS = """
 SELECT name
   FROM laneway.schema_migrations
