@@ -10,10 +10,32 @@ import signal
 import sys
 from uuid import UUID
 
+import asyncpg
+
 from laneway.model import Status
 from laneway.store import Store
+from laneway.store.migrate import migrations
 from tests.runtime_role import runtime_role
 from tests.test_cli import ROOT, environment, laneway
+
+UNKNOWN_ID = "00000000-0000-7000-8000-000000000000"
+EVERY_START = (("migrate",), ("status", UNKNOWN_ID), ("worker",), ("serve", "--port", "0"))
+
+
+async def says_in_one_line(env: dict[str, str], says: str) -> list[str]:
+    """Run every kind of start; each must exit 1 with its one line (serve logs its start and
+    stop around it, no traceback). Returns the lines."""
+    lines = []
+    for command in EVERY_START:
+        code, _, err = await laneway(*command, env=env)
+        assert code == 1, (command, err)
+        assert "Traceback" not in err, (command, err)
+        if command[0] != "serve":
+            assert len(err.strip().splitlines()) == 1, (command, err)
+        line = err.strip().splitlines()[-1]
+        assert line.startswith(f"laneway: {says}"), (command, err)
+        lines.append(line)
+    return lines
 
 
 async def test_a_database_a_newer_laneway_migrated_is_one_line_and_nothing_runs(
@@ -27,23 +49,8 @@ async def test_a_database_a_newer_laneway_migrated_is_one_line_and_nothing_runs(
         await conn.execute(
             "INSERT INTO laneway.schema_migrations (name) VALUES ('9999_from_a_newer_release')"
         )
-    for command in (
-        ("migrate",),
-        ("worker",),
-        ("serve", "--port", "0"),
-        ("status", str(instance_id)),
-    ):
-        code, _, err = await laneway(*command, env=env)
-        assert code == 1, (command, err)
-        assert (
-            err.strip()
-            .splitlines()[-1]
-            .startswith("laneway: the database was migrated by a newer Laneway")
-        ), (command, err)
-        assert "9999_from_a_newer_release" in err, (command, err)
-        assert "Traceback" not in err, (command, err)
-        if command[0] != "serve":  # serve logs its start and stop around the line
-            assert len(err.strip().splitlines()) == 1, (command, err)
+    lines = await says_in_one_line(env, "the database was migrated by a newer Laneway")
+    assert all("(9999_from_a_newer_release)" in line for line in lines), lines
     found = await store.get_instance(instance_id)
     assert found is not None
     assert (found.status, found.attempts) == (Status.PENDING, 0)  # no engine claimed it
@@ -78,3 +85,18 @@ async def test_a_role_that_only_runs_laneway_runs_the_worker_and_the_commands(
             async with asyncio.timeout(30):
                 _, worker_err = await worker.communicate()
         assert worker.returncode == 0, worker_err.decode()
+
+
+async def test_a_role_refused_a_privilege_or_a_connection_is_one_line_exit_1(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    async with runtime_role(database_url, connection_limit=0) as role_url:
+        await says_in_one_line(environment(role_url), "cannot use the database: too many conn")
+    # A migration pending (a new release started before `laneway migrate`): it cannot apply it.
+    last = migrations()[-1].name
+    await admin.execute("DELETE FROM laneway.schema_migrations WHERE name = $1", last)
+    async with runtime_role(database_url) as role_url:
+        lines = await says_in_one_line(
+            environment(role_url), "cannot use the database: permission denied for database"
+        )
+    assert all("the schema's owner" in line for line in lines), lines

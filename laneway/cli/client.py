@@ -73,14 +73,21 @@ JSONObject = dict[str, Any]
 def database_error(exc: BaseException) -> tuple[str, int] | None:
     """The one line and exit code for an error of reaching or entering the database (a URL
     that is not one: 2; a server that cannot be reached, a database or role it does not have,
-    a password it refuses, a database a newer Laneway migrated: 1), or None for any other
-    error."""
+    a password it refuses, a privilege the role lacks, no connection or resource left for it,
+    a database a newer Laneway migrated: 1), or None for any other error."""
     if isinstance(exc, DatabaseNewerError):
         return str(exc), EXIT_FAILED
     import asyncpg  # here, once a command failed: `--url` commands never load the driver
 
     if isinstance(exc, asyncpg.ClientConfigurationError):
         return f"DATABASE_URL is not a PostgreSQL URL it can use: {exc}", EXIT_USAGE
+    if isinstance(exc, asyncpg.InsufficientPrivilegeError):
+        # A role that only runs Laneway: pending migrations, or a grant it was not given.
+        return (
+            f"cannot use the database: {exc} (migrations are applied by the schema's owner;"
+            " the grants a role that runs Laneway needs are in docs/deploying.md)",
+            EXIT_FAILED,
+        )
     unreachable = (
         ConnectionError,
         socket.gaierror,
@@ -90,6 +97,7 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
         asyncpg.InterfaceError,
         asyncpg.InvalidCatalogNameError,  # no such database
         asyncpg.InvalidAuthorizationSpecificationError,  # no such role, or a wrong password
+        asyncpg.InsufficientResourcesError,  # too many connections (for the role), disk full
     )
     if isinstance(exc, unreachable):
         return f"cannot use the database: {str(exc) or type(exc).__name__}", EXIT_FAILED
