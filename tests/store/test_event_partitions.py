@@ -13,11 +13,12 @@ import pytest
 
 from laneway.events import EventHub
 from laneway.model import EventType, NewEvent, Status
-from laneway.store import Store
+from laneway.store import Store, open_store
 from laneway.store.databases import database_url_for
 from laneway.store.migrate import apply_migrations, migrations
 from laneway.store.pool import connect
-from tests.engine.helpers import make_engine
+from tests.engine.helpers import eventually, make_engine
+from tests.runtime_role import runtime_role
 from tests.workflows import noop
 
 DAY = 86_400.0
@@ -294,3 +295,31 @@ async def test_a_resume_cursor_returns_every_later_event_once_in_order_across_pa
         async with asyncio.timeout(10):
             assert (await anext(stream)).event_id == live[0]
     assert replayed == sorted(ids[6:] + others)
+
+
+async def test_a_least_privilege_role_keeps_the_partitions(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # A role with the documented grants and no CREATE (docs/deploying.md) adds, retires and
+    # analyses partitions as every engine does: the functions run as the schema's owner (0031).
+    await admin.execute(ADD_DAY, -10)
+    partitions = await _partitions(admin)
+    old, future = partitions[0], partitions[-1]
+    await admin.execute(f'DROP TABLE laneway."{future}"')
+    async with runtime_role(database_url) as role_url, open_store(role_url, pool_size=2) as store:
+        assert await store.add_event_partitions() == [future]
+        assert await store.retire_event_partitions() == [old]
+        assert await store.analyze_events(every_seconds=0)
+    assert await _partitions(admin) == partitions[1:]
+
+    async def analysed() -> bool:
+        stats = "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'events'"
+        return bool(await admin.fetchval(stats))
+
+    await eventually(analysed, bool)
+    public = "SELECT has_function_privilege('public', 'laneway.analyze_events()', 'EXECUTE')"
+    assert await admin.fetchval(public) is False  # only the roles granted it
+
+
+async def _partitions(admin: asyncpg.Connection) -> list[str]:
+    return [row["name"] for row in await admin.fetch("SELECT name FROM laneway.event_partitions()")]

@@ -1053,10 +1053,14 @@ $$;
 -- default partition took for that range move into it first (attaching checks that the default holds
 -- none); that check locks the default partition for a moment, hence the short lock_timeout: the
 -- upkeep tries again at its next round.
+-- As the schema's owner, whoever calls it (SECURITY DEFINER, 0031: a least-privilege role's
+-- engine keeps the partitions too).
 CREATE OR REPLACE FUNCTION laneway.add_event_partition(p_from timestamptz, p_to timestamptz)
 RETURNS text
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET lock_timeout = '500ms'
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     part text := 'events_' || to_char(p_from AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS');
@@ -1090,10 +1094,14 @@ $$;
 -- no lock on the parent (laneway.drop_detached_event_partitions): the commit of a drop unlinks
 -- the partition's files, which took ~0.3 s for a day of 1,000,000 events on a slow disk, and
 -- appends waited that long while the detach's lock was held through it.
+-- As the schema's owner, whoever calls it (SECURITY DEFINER, 0031: a least-privilege role's
+-- engine keeps the partitions too).
 CREATE OR REPLACE FUNCTION laneway.retire_event_partition(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET lock_timeout = '500ms'
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     live boolean;
@@ -1119,10 +1127,14 @@ $$;
 -- (a table named as laneway.add_event_partition names them that is no partition any more:
 -- retire_event_partition's, or one a crash left between its detach and this drop); returns
 -- their names. Only the detached tables are locked.
+-- As the schema's owner, whoever calls it (SECURITY DEFINER, 0031: a least-privilege role's
+-- engine keeps the partitions too).
 CREATE OR REPLACE FUNCTION laneway.drop_detached_event_partitions()
 RETURNS SETOF text
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET lock_timeout = '500ms'
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     part text;
@@ -1139,6 +1151,20 @@ BEGIN
         EXECUTE format('DROP TABLE laneway.%I', part);
         RETURN NEXT part;
     END LOOP;
+END;
+$$;
+
+-- laneway.analyze_events() (0031): ANALYZE the partitioned event log (the parent as a whole, and
+-- each partition, a bounded sample each; PostgreSQL 15 has no ANALYZE ONLY). Autovacuum never
+-- analyses a partitioned parent, whose statistics the planner uses for joins over the whole log.
+CREATE OR REPLACE FUNCTION laneway.analyze_events()
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    ANALYZE laneway.events;
 END;
 $$;
 
