@@ -244,10 +244,11 @@ class ClaimLoop:
         self._times.schedules = None
         if not len(self._registry):
             return False
-        fired = await self._store.fire_due_schedules(self._plan_schedule)
+        names = self._registry.names()
+        fired = await self._store.fire_due_schedules(self._plan_schedule, names)
         if faults.ARMED:
             await faults.hit("cron_insert")
-        next_in = await self._store.next_schedule_in()
+        next_in = await self._store.next_schedule_in(names)
         if next_in is not None:
             # Still due: another engine is firing it, or more were due than one call fires.
             self.schedules_in(max(next_in, SCHEDULE_RETRY_SECONDS))

@@ -76,7 +76,8 @@ class LeaseStore(StoreBase):
     async def due_work(self, runs: Sequence[str]) -> DueWork:
         """One statement telling an idle engine which kinds of work are waiting."""
         async with self._acquire() as conn:
-            row = await conn.fetchrow(queries.DUE_WORK, list(runs))
+            names = sorted({run.partition("@")[0] for run in runs})  # run_key's name@version
+            row = await conn.fetchrow(queries.DUE_WORK, list(runs), names)
         assert row is not None
         return DueWork(
             expired_leases=row["expired_leases"],

@@ -4,7 +4,7 @@ Owns the schedule rows and their firing: due schedules locked, each occurrence e
 caller plans it, and the schedule advanced, in one transaction.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from laneway.errors import NotFoundError
@@ -71,25 +71,27 @@ class ScheduleStore(InstanceStore):
         async with self._acquire() as conn:
             return await conn.fetchval(queries.DELETE_SCHEDULE, name) is not None
 
-    async def next_schedule_in(self) -> float | None:
-        """Seconds until the next enabled schedule is due (<= 0: due now; None: none is)."""
+    async def next_schedule_in(self, names: Sequence[str]) -> float | None:
+        """Seconds until the next enabled schedule of the workflows `names` is due (<= 0: due
+        now; None: none is)."""
         async with self._acquire() as conn:
-            seconds: float | None = await conn.fetchval(queries.NEXT_SCHEDULE_IN)
+            seconds: float | None = await conn.fetchval(queries.NEXT_SCHEDULE_IN, list(names))
         return seconds
 
     async def fire_due_schedules(
         self,
         plan: Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]],
+        names: Sequence[str],
         limit: int = 100,
     ) -> list[EnqueueResult]:
-        """Fire every due schedule once, in one transaction.
+        """Fire every due schedule of the workflows `names` once, in one transaction.
 
         `plan(schedule, now)` says what to enqueue for the due occurrence (None: nothing, e.g.
         the workflow is not registered here) and when the schedule fires next.
         """
         results: list[EnqueueResult] = []
         async with self._acquire() as conn, conn.transaction():
-            rows = await conn.fetch(queries.LOCK_DUE_SCHEDULES, limit)
+            rows = await conn.fetch(queries.LOCK_DUE_SCHEDULES, limit, list(names))
             if not rows:
                 return results
             now: datetime = await conn.fetchval(queries.DB_NOW)

@@ -8,7 +8,7 @@ import pytest
 from laneway.errors import InvalidInputError, NotFoundError
 from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
-from tests.workflows import noop
+from tests.workflows import noop, two_steps
 
 
 async def _fire_keys(store: Store) -> list[str]:
@@ -67,6 +67,36 @@ async def test_a_schedule_more_frequent_than_the_poll_fires_every_occurrence_on_
     keys = await _fire_keys(store)
     fires = [datetime.fromisoformat(k.removeprefix("schedule:every-second:")) for k in keys]
     assert [(f - fires[0]).total_seconds() for f in fires] == list(range(len(fires)))
+
+
+async def test_schedules_of_a_workflow_no_engine_has_neither_spin_nor_starve_the_others(
+    store: Store,
+) -> None:
+    # 100 schedules of a workflow this engine has not (removed from the code, or registered on
+    # other workers only), all due before the one it can fire: they used to fill the fire's
+    # batch of 100, so that one never fired, and to keep the engine re-arming every 50 ms.
+    owner = make_engine(store, noop, two_steps)
+    for n in range(100):
+        await owner.create_schedule(f"orphan-{n:03}", "two_steps", every="1s")
+    await owner.create_schedule("ours", "noop", every="1h")
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.schedules SET next_run_at = now() - interval '1 minute'"
+            " - CASE WHEN name = 'ours' THEN interval '0' ELSE interval '1 second' END"
+        )
+    engine = make_engine(store, noop)
+    await engine.claim_loop.maintain()
+    keys = await _fire_keys(store)
+    assert len(keys) == 1
+    assert keys[0].startswith("schedule:ours:")
+    ours, theirs = (
+        await store.next_schedule_in(["noop"]),
+        await store.next_schedule_in(["two_steps"]),
+    )
+    assert ours is not None
+    assert ours > 0  # nothing of its own is due: it does not look again in 50 ms
+    assert theirs is not None
+    assert theirs <= 0  # still due, for the engines that have the workflow
 
 
 async def test_reenabling_a_schedule_does_not_fire_the_missed_backlog(store: Store) -> None:

@@ -5,7 +5,7 @@ See laneway/store/queries/__init__.py for how statements are written.
 """
 
 from laneway.store.queries.instances import INSTANCE_COLUMNS
-from laneway.store.queries.schedules import NEXT_SCHEDULE_IN
+from laneway.store.queries.schedules import next_schedule_in
 from laneway.store.queries.waits import NEXT_WAKE_IN
 
 
@@ -16,7 +16,7 @@ def _indented(statement: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # claims and leases
 
-# $1 the run keys registered here ('name@version', text[])
+# $1 the run keys registered here ('name@version', text[]), $2 their workflow names (text[])
 # The idle poll: one cheap look at whether anything needs doing, so an idle process sends one
 # statement per poll instead of a transaction per kind of work. Due work is the claim's own
 # probe (laneway.queue_due), one per queue, not a scan of the backlog; the next wake-up of a
@@ -26,7 +26,7 @@ SELECT EXISTS (SELECT 1
                  FROM laneway.instances
                 WHERE status = 'running'
                   AND lease_expires_at < now()) AS expired_leases,
-       ({_indented(NEXT_SCHEDULE_IN)}) AS next_schedule_in,
+       ({_indented(next_schedule_in("$2::text[]"))}) AS next_schedule_in,
        EXISTS (SELECT 1
                  FROM laneway.queues AS q
                 CROSS JOIN LATERAL laneway.queue_due(q.name, $1::text[]) AS due

@@ -48,28 +48,39 @@ DELETE FROM laneway.schedules
 RETURNING name
 """
 
-# $1 max rows
+# $1 max rows, $2 the workflow names registered here (text[])
 # Locked until the claiming transaction advances them, so two schedulers never fire the same
-# occurrence; the fire's idempotency key makes a retried fire harmless too.
+# occurrence; the fire's idempotency key makes a retried fire harmless too. Only schedules of
+# workflows this engine has: one of a workflow no engine has stays due, and must neither be
+# locked nor looked at again and again, nor stand before the others in the order.
 LOCK_DUE_SCHEDULES = """
 SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
   FROM laneway.schedules
  WHERE enabled
    AND next_run_at <= now()
+   AND workflow_name = ANY($2::text[])
  ORDER BY next_run_at
  LIMIT $1
    FOR UPDATE SKIP LOCKED
 """
 
-# Seconds until the next enabled schedule is due (<= 0: due now; NULL: none is enabled).
-NEXT_SCHEDULE_IN = """
+
+def next_schedule_in(names: str) -> str:
+    """Seconds until the next enabled schedule of the workflows `names` (an SQL text[]) is due
+    (<= 0: due now; NULL: none is): an engine times only what it can fire."""
+    return f"""
 SELECT EXTRACT(EPOCH FROM s.next_run_at - now())::double precision
   FROM (SELECT next_run_at
           FROM laneway.schedules
          WHERE enabled
+           AND workflow_name = ANY({names})
          ORDER BY next_run_at
          LIMIT 1) AS s
 """
+
+
+# $1 the workflow names registered here (text[])
+NEXT_SCHEDULE_IN = next_schedule_in("$1::text[]")
 
 # $1 name, $2 next run at
 ADVANCE_SCHEDULE = """
