@@ -345,6 +345,9 @@ async def test_schedules_are_created_listed_toggled_and_deleted(run: Execute) ->
     assert schedule["params"] == {"name": "S"}
     assert codes(await run(create, name="bad", every="soon")) == ["BAD_USER_INPUT"]
     assert codes(await run(create, name="bad", cron="61 * * * *")) == ["BAD_USER_INPUT"]
+    # As the Python API: an empty timezone is not a timezone (null takes the default, UTC).
+    assert codes(await run(create, name="bad", every="5m", tz="")) == ["BAD_USER_INPUT"]
+    assert (await run("{ schedules { name } }")).data == {"schedules": [{"name": "greet"}]}
     toggle = """mutation ($name: String!) { setScheduleEnabled(name: $name, enabled: false) {
         enabled nextRun } }"""
     assert (await run(toggle, name="greet")).data == {

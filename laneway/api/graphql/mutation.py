@@ -99,7 +99,7 @@ async def resolve_create_schedule(
         given(params),
         every=given(every),
         cron=given(cron),
-        timezone=timezone or "UTC",
+        timezone="UTC" if timezone is None else timezone,  # null: the default; "" is refused
     )
     return Schedule.from_record(record)
 
