@@ -275,6 +275,35 @@ async def test_json_depth_is_the_same_for_a_variable_as_for_a_literal(
     assert await admin.fetchval(count) == 2  # the two at the limit, and nothing more
 
 
+async def test_json_depth_in_enqueue_workflows_is_the_params_own(
+    server: LiveServer, admin: asyncpg.Connection
+) -> None:
+    # Each request takes enqueueWorkflow's arguments: its params' 64 levels are theirs, not
+    # less the list and the input object around them.
+    variable = "mutation ($r: [EnqueueInput!]!) { enqueueWorkflows(requests: $r) { created } }"
+
+    def literal(levels: int) -> str:
+        nested = "[" * levels + "]" * levels
+        return (
+            f'mutation {{ enqueueWorkflows(requests: [{{name: "noop", params: {nested}}}])'
+            " { created } }"
+        )
+
+    at_limit = json.loads("[" * 64 + "]" * 64)
+    created = await post(server, variable, r=[{"name": "noop", "params": at_limit}])
+    assert created["data"]["enqueueWorkflows"] == [{"created": True}]
+    assert (await post(server, literal(64)))["data"]["enqueueWorkflows"] == [{"created": True}]
+    over = json.loads("[" * 65 + "]" * 65)
+    for body in (
+        await post(server, variable, r=[{"name": "noop", "params": over}]),
+        await post(server, literal(65)),
+    ):
+        assert 'argument "requests[0].params" of enqueueWorkflows is nested deeper than 64' in (
+            refusal(body)
+        )
+    assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 2
+
+
 async def test_deeply_nested_json_in_a_variable_is_refused_in_process(
     run: Execute, admin: asyncpg.Connection
 ) -> None:

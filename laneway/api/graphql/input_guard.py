@@ -329,8 +329,8 @@ class _Walk:
         elif isinstance(type_, GraphQLScalarType) and type_.name in _NUMBER_SCALARS:
             if isinstance(node, IntValueNode | FloatValueNode):
                 _number_literal(node, rule)
-        else:
-            self.json_literal(node, depth)
+        else:  # a JSON value's levels are its own, wherever the argument holds it
+            self.json_literal(node, 0)
 
     def json_literal(self, node: ValueNode, depth: int) -> None:
         """A JSON literal (or one of any scalar but String, ID, Int, Float), whose variables
@@ -389,8 +389,8 @@ class _Walk:
         elif isinstance(type_, GraphQLScalarType) and type_.name in _NUMBER_SCALARS:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 _number(value, rule)
-        else:
-            _json(value, depth)
+        else:  # a JSON value's levels are its own, wherever the argument holds it
+            _json(value, 0)
 
 
 def check_operation(
