@@ -7,7 +7,7 @@ keys. Cancel, resume and retry are bulk.py's
 """
 
 import asyncio
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
@@ -337,6 +337,7 @@ class InstanceStore(StoreBase):
 
     async def _enqueue_on(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
         found: dict[UUID, EnqueueResult] = {}
+        place = {new.instance_id: index for index, new in enumerate(batch)}
         todo = list(batch)
         for _ in range(5):
             for record in await self._insert(conn, todo):
@@ -344,7 +345,9 @@ class InstanceStore(StoreBase):
             skipped = [n for n in todo if n.instance_id not in found]
             todo = []
             for new in skipped:
-                existing = await self._find_by_keys(conn, new)
+                # The insert takes the batch in order, so a request never conflicted with an
+                # instance a later one created: as one call after another would have it.
+                existing = await self._find_by_keys(conn, new, place)
                 if existing is None:
                     todo.append(new)
                 else:
@@ -397,10 +400,16 @@ class InstanceStore(StoreBase):
         inserted = {new.instance_id: new for new in todo}
         return [new_instance_record(inserted[row["instance_id"]], row) for row in rows]
 
-    async def _find_by_keys(self, conn: Conn, new: NewInstance) -> InstanceRecord | None:
+    async def _find_by_keys(
+        self, conn: Conn, new: NewInstance, place: Mapping[UUID, int]
+    ) -> InstanceRecord | None:
+        """The instance `new` gives way to: its idempotency key's, else its singleton key's;
+        not one a later request of its batch created (`place`: each request's index)."""
         row = None
         if new.idempotency_key is not None:
             row = await conn.fetchrow(queries.FIND_BY_IDEMPOTENCY_KEY, new.idempotency_key)
+            if row is not None and place.get(row["instance_id"], -1) > place[new.instance_id]:
+                row = None  # the key was free for this request; its singleton key was not
         if row is None and new.singleton_key is not None:
             row = await conn.fetchrow(queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key)
         return instance_from_row(row) if row else None

@@ -82,6 +82,25 @@ async def test_a_batch_with_a_key_takes_the_statement_and_keeps_its_rules(store:
         assert done.status == Status.COMPLETED
 
 
+async def test_a_batch_resolves_each_request_as_one_call_after_another_would(
+    store: Store,
+) -> None:
+    # The first request's singleton key is held, so it gets the holder and takes nothing; its
+    # idempotency key is then free for the second, which creates. The second's new instance
+    # used to come back for the first as well (found by the key after the batch's insert).
+    engine = make_engine(store, noop)
+    holder = await engine.enqueue("noop", singleton_key="nightly")
+    first, second = await engine.enqueue_many(
+        [
+            EnqueueRequest(name="noop", singleton_key="nightly", idempotency_key="run-7"),
+            EnqueueRequest(name="noop", idempotency_key="run-7"),
+        ]
+    )
+    assert (first.instance_id, first.created) == (holder.instance_id, False)
+    assert second.created
+    assert second.instance_id != holder.instance_id
+
+
 def test_a_batch_of_ids_is_time_ordered_random_and_well_formed() -> None:
     before = time.time_ns() // 1_000_000
     ids = list(new_instance_ids(1000))
