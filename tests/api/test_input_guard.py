@@ -11,7 +11,7 @@ escape `\\ud800` (it has no UTF-8 encoding of its own).
 """
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -251,57 +251,52 @@ async def test_a_refusal_is_located_at_its_argument(server: LiveServer) -> None:
     assert body["errors"][0]["locations"] == [{"line": 2, "column": 21}]
 
 
-async def test_json_depth_is_the_same_for_a_variable_as_for_a_literal(
-    server: LiveServer, admin: asyncpg.Connection
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+# Per field: the document taking the params as a variable, the variables carrying them, the
+# document taking them as a literal ({} is where they go) and how a refusal names them.
+DEPTH_SHAPES: dict[str, tuple[str, Callable[[Any], dict[str, Any]], str, str]] = {
+    "enqueueWorkflow": (
+        'mutation ($v: JSON) { enqueueWorkflow(name: "noop", params: $v) { created } }',
+        lambda params: {"v": params},
+        'mutation {{ enqueueWorkflow(name: "noop", params: {}) {{ created }} }}',
+        'argument "params" of enqueueWorkflow',
+    ),
+    # Each request takes enqueueWorkflow's arguments: its params' 64 levels are theirs, not
+    # less the list and the input object around them.
+    "enqueueWorkflows": (
+        "mutation ($r: [EnqueueInput!]!) { enqueueWorkflows(requests: $r) { created } }",
+        lambda params: {"r": [{"name": "noop", "params": params}]},
+        'mutation {{ enqueueWorkflows(requests: [{{name: "noop", params: {}}}]) {{ created }} }}',
+        'argument "requests[0].params" of enqueueWorkflows',
+    ),
+}
+
+
+@pytest.mark.parametrize("field", DEPTH_SHAPES)
+async def test_json_depth_is_the_params_own_as_a_variable_and_as_a_literal(
+    server: LiveServer, admin: asyncpg.Connection, field: str
 ) -> None:
-    variable = 'mutation ($v: JSON) { enqueueWorkflow(name: "noop", params: $v) { created } }'
-
-    def literal(levels: int) -> str:
-        nested = "[" * levels + "]" * levels
-        return f'mutation {{ enqueueWorkflow(name: "noop", params: {nested}) {{ created }} }}'
-
+    variable, variables, literal, argument = DEPTH_SHAPES[field]
     # 64 levels pass either way (the body's own limit leaves room for the request around it).
-    at_limit = json.loads("[" * 64 + "]" * 64)
-    assert (await post(server, variable, v=at_limit))["data"]["enqueueWorkflow"]["created"]
-    assert (await post(server, literal(64)))["data"]["enqueueWorkflow"]["created"]
+    at_limit = json.loads(_nested(64))
+    for body in (
+        await post(server, variable, **variables(at_limit)),
+        await post(server, literal.format(_nested(64))),
+    ):
+        assert "errors" not in body, body
     # 65 are refused either way, by the guard, which names the argument.
     count = "SELECT count(*) FROM laneway.instances"
     assert await admin.fetchval(count) == 2
-    over = json.loads("[" * 65 + "]" * 65)
-    for body in (await post(server, variable, v=over), await post(server, literal(65))):
-        assert 'argument "params" of enqueueWorkflow is nested deeper than 64 levels' in (
-            refusal(body)
-        )
-    assert await admin.fetchval(count) == 2  # the two at the limit, and nothing more
-
-
-async def test_json_depth_in_enqueue_workflows_is_the_params_own(
-    server: LiveServer, admin: asyncpg.Connection
-) -> None:
-    # Each request takes enqueueWorkflow's arguments: its params' 64 levels are theirs, not
-    # less the list and the input object around them.
-    variable = "mutation ($r: [EnqueueInput!]!) { enqueueWorkflows(requests: $r) { created } }"
-
-    def literal(levels: int) -> str:
-        nested = "[" * levels + "]" * levels
-        return (
-            f'mutation {{ enqueueWorkflows(requests: [{{name: "noop", params: {nested}}}])'
-            " { created } }"
-        )
-
-    at_limit = json.loads("[" * 64 + "]" * 64)
-    created = await post(server, variable, r=[{"name": "noop", "params": at_limit}])
-    assert created["data"]["enqueueWorkflows"] == [{"created": True}]
-    assert (await post(server, literal(64)))["data"]["enqueueWorkflows"] == [{"created": True}]
-    over = json.loads("[" * 65 + "]" * 65)
+    over = json.loads(_nested(65))
     for body in (
-        await post(server, variable, r=[{"name": "noop", "params": over}]),
-        await post(server, literal(65)),
+        await post(server, variable, **variables(over)),
+        await post(server, literal.format(_nested(65))),
     ):
-        assert 'argument "requests[0].params" of enqueueWorkflows is nested deeper than 64' in (
-            refusal(body)
-        )
-    assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 2
+        assert f"{argument} is nested deeper than 64 levels" in refusal(body)
+    assert await admin.fetchval(count) == 2  # the two at the limit, and nothing more
 
 
 async def test_deeply_nested_json_in_a_variable_is_refused_in_process(
