@@ -6,7 +6,9 @@ lifespan), and a host with its own schema (`async with running(settings) as serv
 The services open, the event listener starts (so /healthz reports it, and the first
 subscriber does not wait for it), the engine loop runs in a TaskGroup unless
 LANEWAY_ENGINE=0; on exit the engine stops first, handing its instances back while the store
-and hub it writes through are still open.
+and hub it writes through are still open. An engine that ends on its own with an error (a
+newer release migrated the database under it) leaves the API serving, and /healthz says
+`engine: stopped` (503), for the orchestrator to restart the process.
 """
 
 import asyncio
@@ -18,6 +20,7 @@ from starlette.requests import HTTPConnection
 
 from laneway.config import Settings
 from laneway.engine import Workflow
+from laneway.errors import LanewayError
 from laneway.services import Services, open_services
 
 logger = logging.getLogger(__name__)
@@ -34,7 +37,7 @@ async def running(
         stopping = asyncio.Event()
         async with asyncio.TaskGroup() as group:
             if settings.engine_enabled:
-                group.create_task(services.engine.run(stopping), name="laneway-engine")
+                group.create_task(_run_engine(services, stopping), name="laneway-engine")
             logger.info(
                 "laneway started",
                 extra={
@@ -47,6 +50,19 @@ async def running(
             finally:
                 stopping.set()
     logger.info("laneway stopped")
+
+
+async def _run_engine(services: Services, stopping: asyncio.Event) -> None:
+    """The engine's loop, whose error ends the engine alone: raised into the TaskGroup it would
+    end the lifespan under a server still answering, with every request failing."""
+    try:
+        await services.engine.run(stopping)
+    except Exception as exc:
+        logger.error(
+            "engine stopped; the API goes on, /healthz says engine: stopped",
+            extra={"error": f"{type(exc).__name__}: {exc}"},
+            exc_info=not isinstance(exc, LanewayError),  # Laneway's own say it all
+        )
 
 
 def services_of(connection: HTTPConnection) -> Services:

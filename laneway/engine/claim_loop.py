@@ -25,6 +25,7 @@ from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import ChildSpawner, Run, RunnerTools, run_instance
 from laneway.engine.upkeep import Upkeep
 from laneway.engine.wake_times import WakeTimes, is_due, wait
+from laneway.errors import DatabaseNewerError
 from laneway.model import (
     GroupCommit,
     InstanceRecord,
@@ -94,6 +95,7 @@ class ClaimLoop:
         # committed() below): while the loop runs, the claimed instances start in its group.
         self._group: asyncio.TaskGroup | None = None
         self._stopping: asyncio.Event | None = None
+        self._replaced: DatabaseNewerError | None = None  # a newer release migrated meanwhile
         self._committer = Committer(store, owner_id, lease_seconds, rider=self)
         # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
         # claimed while the other's group commit is in flight, instead of the claim and the
@@ -113,6 +115,7 @@ class ClaimLoop:
             registry,
             self._runs,
             lambda instance_id, why: self.stop_run(instance_id, reason=why),
+            self._schema_replaced,
             owner_id=owner_id,
             role=role,
             lease_seconds=lease_seconds,
@@ -326,8 +329,8 @@ class ClaimLoop:
         of the loop has ended (the last heartbeat included), then it removes its row.
         """
         halted = asyncio.Event()
+        self._stopping = stopping  # before the first beat, which may find the schema replaced
         await self.presence.beat()
-        self._stopping = stopping
         try:
             async with asyncio.TaskGroup() as group:
                 # Until every run here has ended: what a commit in flight when the loop
@@ -349,6 +352,22 @@ class ClaimLoop:
         finally:
             self._group = None
             await self.presence.unregister()
+        if self._replaced is not None:
+            raise self._replaced
+
+    def _schema_replaced(self, error: DatabaseNewerError) -> None:
+        """A newer release migrated the database while this loop ran (Presence sees it at a
+        heartbeat): its statements may be gone or changed, so every write would fail and each
+        instance it ran would burn attempts. It stops as at a shutdown (claims nothing more,
+        drains, hands back) and `run` ends with the error, for the process to stop."""
+        if self._replaced is None:
+            logger.error(
+                "the database was migrated by a newer release; stopping",
+                extra={"error": str(error)},
+            )
+            self._replaced = error
+        if self._stopping is not None:
+            self._stopping.set()
 
     async def _loop(self, group: asyncio.TaskGroup, stopping: asyncio.Event) -> None:
         failures = 0

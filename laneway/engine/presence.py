@@ -2,9 +2,10 @@
 leases its runs hold, from their renewal to their hand-back at a stop.
 
 Owns the heartbeat task (renew, then beat, every third of the lease), the registry row
-(written at start and at every heartbeat, removed at a clean stop), which runs lose their
-lease, and the drain and hand-back of a stopping process. Does not claim or run anything
-(claim_loop.py) and writes no SQL (store).
+(written at start and at every heartbeat, removed at a clean stop; its answer says whether a
+newer release migrated the database meanwhile), which runs lose their lease, and the drain
+and hand-back of a stopping process. Does not claim or run anything (claim_loop.py) and
+writes no SQL (store).
 """
 
 import asyncio
@@ -18,7 +19,9 @@ from uuid import UUID
 from laneway.engine import faults
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import Run
+from laneway.errors import DatabaseNewerError
 from laneway.store import Store
+from laneway.store.migrate import shipped_names
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class Presence:
         registry: WorkflowRegistry,
         runs: Mapping[UUID, Run],
         stop_run: Callable[[UUID, str], object],
+        schema_replaced: Callable[[DatabaseNewerError], object],
         *,
         owner_id: str,
         role: str,
@@ -44,6 +48,7 @@ class Presence:
         self._registry = registry
         self._runs = runs
         self._stop_run = stop_run  # (instance id, why): a lease is gone, or the process stops
+        self._schema_replaced = schema_replaced  # a newer release migrated the database
         self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
         self._owner_id = owner_id
         self._role = role
@@ -66,9 +71,11 @@ class Presence:
     async def beat(self) -> None:
         """Write this process's row in the workers registry: one statement per heartbeat, which
         also deletes the rows of processes that stopped heartbeating. A failure is only logged:
-        the row ages out, and the next heartbeat writes it again."""
+        the row ages out, and the next heartbeat writes it again. A newest migration this
+        installation does not ship means a newer release migrated the database under this
+        process (its statements may be gone or changed): the claim loop is told."""
         try:
-            await self._store.heartbeat_worker(
+            newest = await self._store.heartbeat_worker(
                 owner_id=self._owner_id,
                 role=self._role,
                 host=socket.gethostname(),
@@ -81,6 +88,9 @@ class Presence:
             )
         except Exception as exc:
             logger.warning("worker heartbeat failed", extra={"error": str(exc)})
+            return
+        if newest is not None and newest not in shipped_names():
+            self._schema_replaced(DatabaseNewerError([newest]))
 
     async def unregister(self) -> None:
         """Remove the registry row, bounded: a stop does not wait on a database that is gone

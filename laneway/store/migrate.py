@@ -10,6 +10,7 @@ current text of every function the migrations leave (for reading and for the tes
 agree).
 """
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -69,6 +70,12 @@ def migrations(package: str | None = None) -> list[Migration]:
         Migration(name=entry.name.removesuffix(".sql"), sql=entry.read_text(encoding="utf-8"))
         for entry in found
     ]
+
+
+@functools.cache
+def shipped_names() -> frozenset[str]:
+    """The names of the migrations this installation ships (read once)."""
+    return frozenset(m.name for m in migrations())
 
 
 def current_functions_sql() -> str:

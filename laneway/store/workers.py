@@ -27,12 +27,13 @@ class WorkerStore(StoreBase):
         running: int,
         concurrency: int,
         heartbeat_seconds: float,
-    ) -> None:
+    ) -> str | None:
         """Register this process or refresh its row (one statement), and delete the rows of
         processes older than three of their heartbeats. `versions` are its run keys
-        ('name@version')."""
+        ('name@version'). Returns the newest migration the database has applied, for the
+        process to see a newer release migrate it while it runs."""
         async with self._acquire() as conn:
-            await conn.execute(
+            newest: str | None = await conn.fetchval(
                 queries.HEARTBEAT_WORKER,
                 owner_id,
                 role,
@@ -44,6 +45,7 @@ class WorkerStore(StoreBase):
                 heartbeat_seconds,
                 list(versions),
             )
+        return newest
 
     async def remove_worker(self, owner_id: str) -> None:
         """Take a cleanly stopping process out of the registry."""

@@ -9,7 +9,8 @@ import asyncpg
 import pytest
 
 from laneway.engine import Done, HandlerContext, Workflow
-from laneway.model import WorkerRecord
+from laneway.errors import DatabaseNewerError
+from laneway.model import Status, WorkerRecord
 from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
 from tests.workflows import noop, two_steps
@@ -125,3 +126,41 @@ async def test_an_engine_that_is_not_running_is_not_registered(store: Store) -> 
     await engine.enqueue("noop")
     assert await engine.tick() == 1
     assert await engine.workers() == []
+
+
+async def test_an_engine_stops_when_a_newer_release_migrates_the_database_under_it(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its statements may be gone or changed under it (a migration replaces functions by their
+    # signature): every write would fail and each instance it ran would burn its attempts. It
+    # sees the newer migration at a heartbeat, claims nothing more, hands back what it holds,
+    # and its run ends with the error, for the process to stop.
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    async def hold(ctx: HandlerContext, params: object) -> Done:
+        started.set()
+        await gate.wait()
+        return Done()
+
+    held = Workflow("held", handlers={"run": hold}, initial="run")
+    engine = make_engine(store, held, lease_seconds=0.6, shutdown_grace_seconds=0.2)
+    stopping = asyncio.Event()
+    task = asyncio.create_task(engine.run(stopping))
+    running = await engine.enqueue("held")
+    async with asyncio.timeout(10):
+        await started.wait()
+    async with store.connection() as conn:
+        await conn.execute(
+            "INSERT INTO laneway.schema_migrations (name) VALUES ('9999_from_a_newer_release')"
+        )
+    with pytest.raises(DatabaseNewerError, match="9999_from_a_newer_release"):
+        await asyncio.wait_for(task, timeout=10)
+    handed_back = await engine.get(running.instance_id)
+    assert handed_back is not None
+    assert handed_back.status == Status.PENDING  # not failed: another process runs it
+    assert await store.live_workers() == []
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "the database was migrated by a newer release; stopping"
+    ]
+    gate.set()

@@ -35,6 +35,7 @@ ON CONFLICT (owner_id) DO UPDATE
        workflows = EXCLUDED.workflows, running = EXCLUDED.running,
        concurrency = EXCLUDED.concurrency, heartbeat_seconds = EXCLUDED.heartbeat_seconds,
        last_seen_at = now(), versions = EXCLUDED.versions
+RETURNING (SELECT max(m.name) FROM laneway.schema_migrations AS m) AS newest_migration
 """
 
 # $1 owner id
