@@ -357,6 +357,9 @@ async def test_a_template_failure_keeps_the_traceback_of_its_operation(
     (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
     where = (failure.type, failure.stage, failure.operation)
     assert where == ("StageFailedError", "boom", "explode")
+    failed_instance = await engine.get(enqueued.instance_id)
+    assert failed_instance is not None
+    assert failed_instance.stage == "boom"  # the instance names the stage it failed in
     assert failure.traceback is not None
     # The user's frames, the innermost last, and the operation's own exception; no engine's.
     assert "in _exploding" in failure.traceback

@@ -676,7 +676,8 @@ END;
 $$;
 
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
--- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021; answers 0026).
+-- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021; answers 0026;
+-- a failure's stage on the instance 0032).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
@@ -824,6 +825,7 @@ BEGIN
                                        AND NOT u.final
                                   THEN NULL ELSE now() END,
                last_error = u.error, owner_id = NULL, lease_expires_at = NULL,
+               stage = COALESCE(u.stage, i.stage),  -- where it failed (0032)
                first_failed_trace = COALESCE(i.first_failed_trace, u.trace),
                updated_at = now()
           FROM (SELECT u.*, $1 AS owner
