@@ -265,7 +265,7 @@ async def _follow_instance(client: Client, target: str, after: str, *, as_json: 
                 bar.update(
                     task,
                     completed=progress or 0.0,
-                    description=now.get("message") or event["status"],
+                    description=output.visible(now.get("message") or event["status"]),
                 )
                 if event["type"] in output.TERMINAL:
                     return str(event["type"])

@@ -2,9 +2,14 @@
 
 Owns presentation only; the shapes it renders are the GraphQL fields the Client returns.
 JSON output (`--json`, and the one-line answers of actions) is printed here too, unchanged.
+Text that comes from data (messages, errors, stages, keys, descriptions) is printed as it is:
+never read as rich markup (`[red]`, `[link=…]`, an unbalanced `[/]` would crash the command),
+and its control characters (an escape sequence could clear the screen, set the title or
+plant a link in the operator's terminal) are shown escaped (`\x1b`), tty or not.
 """
 
 import json
+import re
 import sys
 import time
 from datetime import datetime
@@ -37,6 +42,20 @@ SHORT_HEADERS = {
     "cancelled": "cancel",
 }
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+# C0 controls but tab and newline, DEL, and C1 controls: what a terminal acts on.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` with every control character a terminal would act on written as an escape."""
+    return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode(), text)
+
+
+def literal(value: object, style: str = "") -> Text:
+    """A value from data as rich Text: shown as it is, markup and control characters too."""
+    return Text(visible(str(value)), style=style)
 
 
 def console() -> Console:
@@ -75,7 +94,7 @@ def relative(ms: float, now: float | None = None) -> str:
 
 
 def _status(status: str) -> Text:
-    return Text(status, style=STATUS_STYLES.get(status, ""))
+    return literal(status, STATUS_STYLES.get(status, ""))
 
 
 def _json_text(value: object) -> str:
@@ -89,7 +108,7 @@ def instance_table(shape: JSONObject) -> Table:
     table.add_column(overflow="fold")
     reason = shape.get("waitingReason")
     progress = shape.get("progress")
-    rows: list[tuple[str, str | Text]] = [
+    rows: list[tuple[str, object]] = [
         ("instance", str(shape["instanceID"])),
         ("workflow", str(shape["name"])),
         ("queue", str(shape["queue"])),
@@ -113,7 +132,7 @@ def instance_table(shape: JSONObject) -> Table:
     if shape.get("checkpointInputSchema") is not None:
         rows.append(("input schema", _json_text(shape["checkpointInputSchema"])))
     for name, value in rows:
-        table.add_row(name, value)
+        table.add_row(name, value if isinstance(value, Text) else literal(value))
     return table
 
 
@@ -123,12 +142,12 @@ def workflows_table(workflows: list[JSONObject]) -> Table:
         table.add_column(column, overflow="fold")
     for workflow in workflows:
         table.add_row(
-            workflow["name"],
-            ", ".join(workflow["versions"]),
-            workflow["queue"],
-            workflow["kind"],
-            ", ".join(workflow["stages"]) or "-",
-            workflow["description"] or "-",
+            literal(workflow["name"]),
+            literal(", ".join(workflow["versions"])),
+            literal(workflow["queue"]),
+            literal(workflow["kind"]),
+            literal(", ".join(workflow["stages"]) or "-"),
+            literal(workflow["description"] or "-"),
         )
     return table
 
@@ -157,15 +176,17 @@ def queues_table(queues: list[JSONObject]) -> Table:
         table.add_column(header, justify="right", style=STATUS_STYLES[status], no_wrap=True)
     for queue in queues:
         counts = queue["counts"]
-        table.add_row(queue["name"], _limits(queue), *(str(counts[s]) for s in STATUS_STYLES))
+        table.add_row(
+            literal(queue["name"]), _limits(queue), *(str(counts[s]) for s in STATUS_STYLES)
+        )
     return table
 
 
 def event_line(event: JSONObject, *, with_instance: bool = True) -> Text:
     """One event for a person: time, type, workflow (and instance), then what it carries."""
     line = Text(clock(event["at"]) + "  ")
-    line.append(f"{event['type']:<10}", style=STATUS_STYLES.get(event["status"], ""))
-    line.append(f"  {event['name']}")
+    line.append(visible(f"{event['type']:<10}"), style=STATUS_STYLES.get(event["status"], ""))
+    line.append(visible(f"  {event['name']}"))
     if with_instance:
         line.append(f"  {event['instanceID']}", style="dim")
     details = [
@@ -179,16 +200,17 @@ def event_line(event: JSONObject, *, with_instance: bool = True) -> Text:
         if event.get(key) is not None and not (key == "attempt" and event[key] == 0)
     ]
     if details:
-        line.append("  " + ", ".join(details))
+        line.append(visible("  " + ", ".join(details)))
     if event.get("error"):
-        line.append(f"  error: {event['error']}", style="red")
+        line.append(visible(f"  error: {event['error']}"), style="red")
     return line
 
 
 def progress_bar(out: Console) -> Progress:
-    """The bar `watch --instance` shows: the instance's message, its progress, time elapsed."""
+    """The bar `watch --instance` shows: the instance's message (given through `visible`),
+    its progress, time elapsed."""
     return Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         TaskProgressColumn(),
         TimeElapsedColumn(),

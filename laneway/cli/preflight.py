@@ -67,10 +67,7 @@ def findings_table(findings: list[JSONObject]) -> Table:
         table.add_column(column, overflow="fold")
     for finding in findings:
         table.add_row(
-            finding["name"],
-            finding["version"],
-            finding["reason"],
-            finding["detail"],
+            *(output.literal(finding[key]) for key in ("name", "version", "reason", "detail")),
             str(finding["count"]),
             "\n".join(finding["sampleIDs"][:3]),
         )

@@ -153,11 +153,18 @@ async def migrate(database_url: str) -> MigrationReport:
     return MigrationReport(database=redact_url(database_url), applied=applied, version=version)
 
 
+_SECRET_PARAMETER = re.compile(r"(?i)(^|&)((?:ssl)?password)=[^&]*")
+
+
 def redact_url(database_url: str) -> str:
-    """The URL with its password replaced by `***`, for logs and messages."""
+    """The URL with its passwords replaced by `***`, for logs and messages: the one in its
+    userinfo, and libpq's `password` and `sslpassword` parameters in its query."""
     parts = urlsplit(database_url)
-    if not parts.password:
+    netloc = parts.netloc
+    if parts.password:
+        userinfo, _, host_and_port = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{host_and_port}"
+    query = _SECRET_PARAMETER.sub(r"\1\2=***", parts.query)
+    if (netloc, query) == (parts.netloc, parts.query):
         return database_url
-    userinfo, _, host_and_port = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host_and_port}"))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -157,6 +157,13 @@ def test_shipped_migrations_are_numbered_without_gaps() -> None:
         ("postgresql://u:secret@db:5432/x", "postgresql://u:***@db:5432/x"),
         ("postgresql://u@db/x", "postgresql://u@db/x"),
         ("postgresql://u:p@[::1]/x?sslmode=require", "postgresql://u:***@[::1]/x?sslmode=require"),
+        # libpq's parameters in the query: password, and the client key's sslpassword.
+        ("postgresql://u@db/x?password=secret", "postgresql://u@db/x?password=***"),
+        (
+            "postgresql://u@db/x?sslmode=require&sslpassword=k&PASSWORD=s",
+            "postgresql://u@db/x?sslmode=require&sslpassword=***&PASSWORD=***",
+        ),
+        ("postgresql://u:p@db/x?password=q", "postgresql://u:***@db/x?password=***"),
     ],
 )
 def test_redact_url_hides_only_the_password(url: str, shown: str) -> None:

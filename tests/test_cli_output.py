@@ -1,0 +1,112 @@
+"""What the CLI prints of data for a person: as it is, never read as rich markup, and with the
+control characters a terminal would act on shown escaped (laneway/cli/output.py)."""
+
+import io
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+from rich.console import Console
+
+from laneway.cli import output
+from tests.test_cli import environment, laneway
+
+HOSTILE = [
+    "oops [/] closing",  # unbalanced markup: rich.errors.MarkupError when parsed
+    "[red]RED[/red] [link=http://evil.example]click[/link]",
+    "before\x1b[2J\x1b[Hafter \x1b[31mred\x1b[0m",  # clear the screen, fake colours
+    "\x1b]8;;http://evil.example\x1b\\CLICKME\x1b]8;;\x1b\\",  # OSC 8 hyperlink
+    "\x1b]0;PWNED-TITLE\x07title",  # set the window title
+    "c1 \x9b31m control",
+]
+
+
+def _rendered(renderable: Any) -> str:
+    buffer = io.StringIO()
+    Console(file=buffer, force_terminal=True, width=400, highlight=False).print(renderable)
+    return buffer.getvalue()
+
+
+def _instance(**fields: object) -> dict[str, Any]:
+    shape: dict[str, Any] = {
+        "instanceID": "01a24b6e-acfa-76ed-a7e3-baf5ae14492b",
+        "name": "evil",
+        "queue": "evil",
+        "status": "failed",
+        "waitingReason": None,
+        "attempts": 1,
+        "stage": None,
+        "progress": None,
+        "message": None,
+        "lastError": None,
+        "createdAt": 0,
+        "updatedAt": 0,
+        "runAfter": 0,
+        "priority": 0,
+        "concurrencyKey": None,
+        "version": "1",
+        "parentID": None,
+        "params": None,
+        "result": None,
+    }
+    return shape | fields
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_data_is_printed_as_it_is_without_markup_or_terminal_controls(text: str) -> None:
+    table = output.instance_table(
+        _instance(message=text, stage=text, lastError=text, concurrencyKey=text)
+    )
+    event = {
+        "at": 0,
+        "type": "failed",
+        "status": "failed",
+        "name": "evil",
+        "instanceID": "x",
+        "stage": text,
+        "checkpoint": None,
+        "signal": None,
+        "attempt": 1,
+        "error": text,
+    }
+    for printed in (_rendered(table), _rendered(output.event_line(event))):
+        assert output.visible(text) in printed
+        # The only escape sequences left are rich's own styles (SGR), never the data's.
+        for sequence in ("\x1b[2J", "\x1b]8;;http://evil", "\x1b]0;", "\x07", "\x9b"):
+            assert sequence not in printed
+    assert output.visible(text).count("\x1b") == 0
+
+
+def test_visible_escapes_controls_and_keeps_text_tabs_and_newlines() -> None:
+    assert output.visible("a\x1b[2Jb\x07\r\x00\x7f\x9b") == r"a\x1b[2Jb\x07\r\x00\x7f\x9b"
+    assert output.visible("line\n\tindented é ✓") == "line\n\tindented é ✓"
+
+
+async def test_status_and_watch_show_an_unbalanced_markup_message(database_url: str) -> None:
+    # They used to exit 1 with rich.errors.MarkupError's traceback: the instance could be
+    # neither shown nor followed.
+    env = environment(database_url)
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "x"}', env=env)
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    code, out, err = await laneway("cancel", instance_id, env=env)
+    assert code == 0, err
+    message = "oops [/] closing \x1b]0;PWNED\x07"
+    admin = await asyncpg.connect(database_url)
+    try:
+        await admin.execute(
+            "UPDATE laneway.instances SET message = $1, stage = '[red]s' WHERE instance_id = $2",
+            message,
+            instance_id,
+        )
+    finally:
+        await admin.close()
+    code, out, err = await laneway("status", instance_id, env=env)
+    assert code == 0, err
+    assert r"oops [/] closing \x1b]0;PWNED\x07" in out
+    assert "[red]s" in out
+    code, out, err = await laneway("watch", "--instance", instance_id, env=env)
+    assert code == 1, err  # cancelled: the documented exit of a watch that ends so
+    assert err == "", err
+    assert "cancelled" in out
