@@ -203,6 +203,8 @@ class ClaimLoop:
         run = self._runs.get(instance_id)
         if run is None:
             return False
+        if run.cancelled.is_set():  # asked already (a cancel's NOTIFY comes back here too):
+            return True  # a second task.cancel() would cut the handler's own cleanup short
         logger.info("stopping run", extra={"instance_id": str(instance_id), "reason": reason})
         run.cancelled.set()
         if run.task is not None:

@@ -46,23 +46,46 @@ def type_name(exc: BaseException) -> str:
     return f"{module}.{cls.__qualname__}"
 
 
+class StageFailure(Exception):  # noqa: N818 - a kind of failure, as the others read
+    """A template stage's failure (stage_run.StageFailedError): `stage` and `operation` say
+    where, and its cause, if any, is the operation's own exception."""
+
+    def __init__(self, message: str, *, stage: str, operation: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.operation = operation
+
+
 def failure_of(exc: BaseException) -> Failure:
     """The failure an exception makes, with the stage and operation a template's carries; its
     texts as a text column can hold them (payloads.storable_text). A template's failure
     raised from its operation's exception has that one's traceback: the user's code; one
     with no such exception (the operation returned failed(...), timed out or returned what
-    is not a result) has none, as no code of the user's raised."""
-    stage, operation = getattr(exc, "stage", None), getattr(exc, "operation", None)
-    templated = isinstance(stage, str)
-    cause = exc.__cause__ if templated else None
-    frames = None if templated and cause is None else format_traceback(cause or exc)
+    is not a result) has none, as no code of the user's raised. A message its exception
+    cannot give (str() raises) reads as Python's own traceback says it."""
+    stage: str | None
+    operation: str | None
+    if isinstance(exc, StageFailure):
+        stage, operation = storable_text(exc.stage), storable_text(exc.operation)
+        cause = exc.__cause__
+        frames = None if cause is None else format_traceback(cause)
+    else:
+        stage = operation = None
+        frames = format_traceback(exc)
     return Failure(
         type=storable_text(type_name(exc)),
-        message=storable_text(str(exc)[:MAX_MESSAGE_CHARS]),
+        message=storable_text(_message_of(exc)[:MAX_MESSAGE_CHARS]),
         traceback=None if frames is None else storable_text(frames),
-        stage=storable_text(stage) if isinstance(stage, str) else None,
-        operation=storable_text(operation) if isinstance(operation, str) else None,
+        stage=stage,
+        operation=operation,
     )
+
+
+def _message_of(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return "<exception str() failed>"
 
 
 def _is_internal(frame: traceback.FrameSummary) -> bool:

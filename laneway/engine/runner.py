@@ -311,6 +311,8 @@ async def run_instance(
             run.handed_back = True
             return None
         stage = ctx.stage
+        # The state the checkpoint wrote: the handler may have given ctx.state a new dict.
+        state = ctx.state
         # The next handler gets exactly what was checkpointed, so an uninterrupted instance
         # and one resumed after a crash see the same params.
         params_json = write.next_params_json
@@ -428,11 +430,15 @@ async def _call_handler(
             f"handler {action!r} returned {type(step).__name__}; "
             "expected Next(...), Pause(...), Sleep(...), WaitForSignal(...) or Done(...)"
         )
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
+    except BaseException as exc:
         # A handler's exception is data: a failed attempt, recorded (type, message, traceback)
-        # and retried by policy; logged once its outcome is known (_log_failure).
+        # and retried by policy; logged once its outcome is known (_log_failure). So is its own
+        # SystemExit, KeyboardInterrupt or GeneratorExit (raised into the runs' TaskGroup they
+        # would end every run here, or the process), and a CancelledError of its own (an
+        # awaited task was cancelled): only a cancel of this run (a cancel, a lost lease, a
+        # stop past the grace) goes on as one.
+        if isinstance(exc, asyncio.CancelledError) and _cancel_asked(ctx):
+            raise
         failure = failure_of(exc)
         # Taken here too when the handler raised, or its step was refused after they were
         # taken: an operation that completed keeps its row whatever the step's outcome.
@@ -451,6 +457,12 @@ async def _call_handler(
             operation=failure.operation,
             operations=operations,
         )
+
+
+def _cancel_asked(ctx: HandlerContext) -> bool:
+    """Whether this run was asked to stop (its task cancelled, or the cancel flag set)."""
+    task = asyncio.current_task()
+    return ctx.cancelled.is_set() or (task is not None and task.cancelling() > 0)
 
 
 def _log_failure(write: FailWrite, transition: Transition, workflow: str, action: str) -> None:

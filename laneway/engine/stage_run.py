@@ -25,7 +25,7 @@ from laneway.engine.context import (
     PermanentFailure,
     Step,
 )
-from laneway.engine.failures import format_traceback
+from laneway.engine.failures import StageFailure, format_traceback
 from laneway.engine.handler_map import Handler
 from laneway.engine.operation_attempt import NO_DATA, attempt, copied
 from laneway.engine.template import (
@@ -66,18 +66,13 @@ def retry_params(state: JSONValue) -> JSONValue:
     return {_RETRY: state.get(_PAUSE_TOKEN) if isinstance(state, dict) else None}
 
 
-class StageFailedError(PermanentFailure):
+class StageFailedError(PermanentFailure, StageFailure):
     """A critical operation of a stage failed after its attempts and any fix cycles.
 
     Final: operations retry themselves, so the instance fails at once; a lost worker is
     still an ordinary attempt under the template's RetryPolicy. Carries the stage and the
-    operation's type, which the instance's `failures` show.
+    operation's type (StageFailure), which the instance's `failures` show.
     """
-
-    def __init__(self, message: str, *, stage: str, operation: str) -> None:
-        super().__init__(message)
-        self.stage = stage
-        self.operation = operation
 
 
 def stage_handler(

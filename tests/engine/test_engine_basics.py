@@ -7,7 +7,7 @@ import pytest
 
 from laneway.engine import Done, EnqueueRequest, HandlerContext, Next, RetryPolicy, Workflow
 from laneway.errors import InvalidInputError
-from laneway.model import EventType, Status
+from laneway.model import EventType, JSONValue, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine, types_of
 from tests.workflows import noop, two_steps
@@ -175,3 +175,57 @@ async def test_what_a_batch_enqueue_returns_is_the_rows_as_stored(store: Store) 
         assert stored is not None
         assert result.instance == stored
         assert json.dumps(result.instance.params) == json.dumps(stored.params)  # key order too
+
+
+async def _replace_state(ctx: HandlerContext, params: JSONValue) -> Next:
+    ctx.state = {**ctx.state, "token": "abc"}  # a new dict, not the one the engine gave
+    return Next("read_state")
+
+
+async def _read_state(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done({"seen": dict(ctx.state)})
+
+
+async def test_a_state_the_handler_replaced_is_the_next_handlers(store: Store) -> None:
+    # The checkpoint saved the new dict; the next action used to get the engine's old one
+    # (and the completion then overwrote the saved state with it), unless a crash between.
+    replacing = Workflow(
+        "replacing",
+        handlers={"replace": _replace_state, "read_state": _read_state},
+        initial="replace",
+    )
+    engine = make_engine(store, replacing)
+    enqueued = await engine.enqueue("replacing")
+    assert await engine.tick() == 1
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.result == {"seen": {"token": "abc"}}
+
+
+async def test_a_cancel_seen_twice_stops_the_handler_once_and_lets_it_clean_up(
+    store: Store,
+) -> None:
+    # The cancel stops the handler here; its own NOTIFY, coming back, asks again: a second
+    # task.cancel() used to interrupt the cleanup the handler does on the first.
+    started, cleaned = asyncio.Event(), asyncio.Event()
+
+    async def careful(ctx: HandlerContext, params: JSONValue) -> Done:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # closing a connection, say
+            cleaned.set()
+            raise
+        return Done()
+
+    engine = make_engine(store, Workflow("careful", handlers={"run": careful}, initial="run"))
+    enqueued = await engine.enqueue("careful")
+    async with engine.running():
+        async with asyncio.timeout(10):
+            await started.wait()
+        await engine.cancel(enqueued.instance_id)
+        await asyncio.sleep(0)  # the handler is in its cleanup when the echo comes
+        assert engine.claim_loop.stop_run(enqueued.instance_id, reason="cancelled")
+        async with asyncio.timeout(10):
+            await cleaned.wait()

@@ -2,6 +2,7 @@
 type, message and a bounded traceback; lastError reads `Type: message`; attempts never go
 back; a workflow's state validator checks the state before it is checkpointed."""
 
+import asyncio
 import re
 from typing import Any
 from uuid import UUID
@@ -484,3 +485,65 @@ async def test_an_operation_attempt_that_fails_and_is_retried_is_logged_with_its
 def test_operation_fields_of_the_wrong_type_are_named(field: str, value: Any, says: str) -> None:
     with pytest.raises(InvalidInputError, match=f"operation 'pay': {re.escape(says)}"):
         Operation(type="pay", **{field: value})
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str exploded")
+
+
+class _DeployError(Exception):
+    def __init__(self) -> None:
+        super().__init__("canary failed")
+        self.stage = "canary"  # a user's attribute, not a template's stage
+
+
+@pytest.mark.parametrize(
+    ("raised", "type_", "message"),
+    [
+        (GeneratorExit(), "GeneratorExit", ""),
+        (SystemExit(3), "SystemExit", "3"),
+        (KeyboardInterrupt(), "KeyboardInterrupt", ""),
+        (
+            asyncio.CancelledError(),
+            "asyncio.exceptions.CancelledError",
+            "",
+        ),  # its own, no cancel was asked
+        (
+            _UnprintableError(),
+            "tests.engine.test_failures._UnprintableError",
+            "<exception str() failed>",
+        ),
+        (_DeployError(), "tests.engine.test_failures._DeployError", "canary failed"),
+    ],
+)
+async def test_whatever_a_handler_raises_is_a_failed_attempt_of_its_own_instance(
+    store: Store, raised: BaseException, type_: str, message: str
+) -> None:
+    # Not the engine (a BaseException aborted the TaskGroup of every run, or the process), not
+    # a lease waited out and recorded as WorkerLost (its own CancelledError, an exception
+    # whose str() fails), not a stage taken from a user's attribute.
+    async def raising(ctx: HandlerContext, params: JSONValue) -> Done:
+        raise raised
+
+    async def fine(ctx: HandlerContext, params: JSONValue) -> Done:
+        return Done({"fine": True})
+
+    engine = make_engine(
+        store,
+        Workflow("raising", handlers={"run": raising}, initial="run",
+                 retry=RetryPolicy(max_attempts=1)),
+        Workflow("fine", handlers={"run": fine}, initial="run"),
+    )  # fmt: skip
+    bad = await engine.enqueue("raising")
+    good = await engine.enqueue("fine")
+    async with asyncio.timeout(10):
+        assert await engine.tick() == 2
+    failed_one, done = await engine.get(bad.instance_id), await engine.get(good.instance_id)
+    assert failed_one is not None
+    assert done is not None
+    assert (failed_one.status, done.status) == (Status.FAILED, Status.COMPLETED)
+    (failure,) = (await store.failures([bad.instance_id], 10))[bad.instance_id]
+    assert (failure.type, failure.message, failure.stage) == (type_, message, None)
+    assert failure.traceback is not None
+    assert "in raising" in failure.traceback
