@@ -53,7 +53,8 @@ def check_wait_seconds(seconds: float | None, what: str, *, optional: bool = Fal
 
 
 def check_input_schema(schema: JSONValue, where: str) -> None:
-    """A checkpoint's input schema: a valid JSON Schema object whose references resolve in it."""
+    """A checkpoint's input schema: a valid JSON Schema object whose references resolve in it
+    and do not loop without reading the input (`{"$ref": "#"}`: no input could pass)."""
     if not isinstance(schema, dict):
         raise InvalidInputError(f"{where}: input_schema must be a JSON Schema object")
     try:
@@ -74,6 +75,19 @@ def check_input_schema(schema: JSONValue, where: str) -> None:
         raise InvalidInputError(
             f"{where}: input_schema is not a valid JSON Schema: {_unresolved(keyword, ref)}"
         )
+    # A loop that reads no input recurses whatever the input; one through properties or items
+    # (a tree) stops at a value that has none, as these probes are.
+    validator = jsonschema.validators.validator_for(schema)(schema, registry=NO_RETRIEVAL)
+    probes: tuple[JSONValue, ...] = (None, {}, [])
+    try:
+        for probe in probes:
+            for _ in validator.iter_errors(probe):
+                pass
+    except RecursionError:
+        raise InvalidInputError(
+            f"{where}: input_schema is not a valid JSON Schema: its references loop without"
+            " reading the input, so no input could pass"
+        ) from None
 
 
 # The keywords that resolve a reference, of every draft; each draft's validator knows its own.

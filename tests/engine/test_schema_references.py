@@ -17,6 +17,7 @@ import pytest
 
 from laneway.engine import Checkpoint, Done, HandlerContext, OnExpiry, Pause, Workflow
 from laneway.engine.requests import EnqueueRequest
+from laneway.engine.waits import validate_input
 from laneway.errors import InputRejectedError, InvalidInputError
 from laneway.model import EventType, InstanceFilter, JSONValue, Status
 from laneway.store import Store
@@ -124,6 +125,42 @@ def test_a_reference_not_within_the_schema_is_refused_where_it_is_made(
 def test_a_reference_within_the_schema_is_accepted(schema: dict[str, JSONValue]) -> None:
     Pause("decide", "next", input_schema=schema)
     Checkpoint(after_stage="a", label="decide", input_schema=schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+        {"anyOf": [{"type": "null"}, {"$ref": "#"}]},  # any input but null recurses forever
+    ],
+)
+def test_references_that_loop_without_reading_the_input_are_refused(
+    schema: dict[str, JSONValue],
+) -> None:
+    # They resolve, so the reference check passed them; then every resume was refused, as
+    # "cannot be used", with no input that could pass.
+    for made in (
+        lambda: Pause("decide", "next", input_schema=schema),
+        lambda: Checkpoint(after_stage="a", label="decide", input_schema=schema),
+    ):
+        with pytest.raises(InvalidInputError, match="loop without reading the input"):
+            made()
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"child": {"$ref": "#"}}},  # a tree: it reads
+        {"type": "array", "items": {"$ref": "#"}},
+    ],
+)
+def test_a_recursive_schema_that_reads_the_input_is_accepted(
+    schema: dict[str, JSONValue],
+) -> None:
+    Pause("decide", "next", input_schema=schema)
+    validate_input(schema, {"child": {"child": {}}} if "properties" in schema else [[[]]],
+                   label="decide")  # fmt: skip
 
 
 # jsonschema's default registry warns before it fetches; the warning would be raised as an
