@@ -129,6 +129,11 @@ async def test_graphiql_under_a_hosts_prefix_talks_to_the_mounted_endpoint(
         )
         await ide.run("{ queues { name } }")
         await expect(ide.response).to_contain_text('"name": "hello"')
+        # The token stays with this tab (sessionStorage, as the dashboard keeps it): never in
+        # localStorage, where any later visit, a ?q= link's mutation included, would send it.
+        stored = "storage => JSON.stringify(Object.assign({}, window[storage]))"
+        assert TOKEN not in await ide.page.evaluate(stored, "localStorage")
+        assert TOKEN in await ide.page.evaluate(stored, "sessionStorage")
         assert ide.blocked == []
         posts = {url for method, url in ide.requests if method == "POST"}
         assert posts == {f"{ide.origin}/laneway/graphql"}

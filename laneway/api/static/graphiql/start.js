@@ -56,7 +56,10 @@
       defaultEditorToolsVisibility: true,
       inputValueDeprecation: true,
       isHeadersEditorEnabled: true,
-      // Headers (a bearer token, say) stay in this browser's storage, never in the URL.
+      // Headers (a bearer token, say) stay with this tab (sessionStorage, as the dashboard
+      // keeps its token), never in the URL nor in localStorage, where every later visit,
+      // one from a link that pre-fills a mutation (?q=) too, would find and send them.
+      storage: window.sessionStorage,
       shouldPersistHeaders: true,
     });
   }
