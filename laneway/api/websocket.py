@@ -49,7 +49,7 @@ from laneway.api.auth import Decision
 from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.documents import operation_refusal, parsed
-from laneway.api.graphql.errors import SERVICE_UNAVAILABLE, TIMEOUT, code_for, public_error
+from laneway.api.graphql.errors import TIMEOUT, public_error
 from laneway.api.graphql.input_guard import check_operation
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
@@ -259,12 +259,10 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
         except WebSocketDisconnected:
             return
         except Exception as exc:
-            # The client's mistake (a cursor of another database) is said with its code. Else
-            # the hub or the database failed under the stream: the client resubscribes with
-            # its last event id. Logged once here; the client sees SERVICE_UNAVAILABLE or the
+            # The hub or the database failed under the stream: the client resubscribes with its
+            # last event id. Logged once here; the client sees SERVICE_UNAVAILABLE or the
             # masked message, as on the ordinary path.
-            if code_for(exc) in (None, SERVICE_UNAVAILABLE):
-                logger.exception("event stream failed", extra={"operation": operation.id})
+            logger.exception("event stream failed", extra={"operation": operation.id})
             final = {"id": operation.id, "type": "error", "payload": [public_error(exc)]}
         with suppress(WebSocketDisconnected):
             await operation.send_operation_message(final)  # type: ignore[arg-type]

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-from laneway.errors import InvalidInputError
 from laneway.events.backend import (
     CONNECTION_ERRORS,
     LISTENER_APPLICATION_NAME,
@@ -337,9 +336,6 @@ class EventHub:
 
         Raises:
             ValueError: `after_event_id` is negative.
-            InvalidInputError: `after_event_id` is past every id this database has drawn (a
-                cursor of another database, or one restored from an older backup): the stream
-                would skip every event up to it, silently.
             RuntimeError: the hub is closed or one of its tasks crashed.
             asyncpg.PostgresError, OSError, TimeoutError: the hub was not listening yet and the
                 database cannot be reached now (see `start`).
@@ -349,13 +345,6 @@ class EventHub:
         if self._closed or self._failure is not None:
             raise RuntimeError("the event hub is not running") from self._failure
         await self.start()
-        if after_event_id:
-            drawn = await self._store.last_drawn_event_id()
-            if after_event_id > drawn:
-                raise InvalidInputError(
-                    f"afterEventID {after_event_id} is past the newest event id ({drawn}):"
-                    " it is not a cursor of this database"
-                )
         stream = EventStream(
             self._store,
             matches,

@@ -68,10 +68,3 @@ class HistoryStore(StoreBase):
         async with self._acquire() as conn:
             value: int = await conn.fetchval(queries.LATEST_EVENT_ID)
         return value
-
-    async def last_drawn_event_id(self) -> int:
-        """The largest event id there is or will be committed so far (0: none): a cursor past
-        it names no event of this database."""
-        async with self._acquire() as conn:
-            value: int = await conn.fetchval(queries.LAST_DRAWN_EVENT_ID)
-        return value

@@ -89,23 +89,3 @@ async def test_a_bad_instance_id_still_gets_the_schemas_error(
         await asyncio.wait_for(collect(api_only, DIRECT, 1, id="not-a-uuid"), timeout=10)
     assert raised.value.errors is not None
     assert raised.value.errors[0]["extensions"]["code"] == "BAD_USER_INPUT"
-
-
-@pytest.mark.parametrize("document", [DIRECT, EXECUTED])
-async def test_a_cursor_past_every_event_id_is_refused_on_both_paths(
-    api_only: LiveServer,  # noqa: F811
-    caplog: pytest.LogCaptureFixture,
-    document: str,
-) -> None:
-    # A cursor of another database (or of a backup restored since) would skip every event up
-    # to it without a word: it is BAD_USER_INPUT, not a stream that stays silent.
-    from gql.transport.exceptions import TransportQueryError
-
-    await enqueue_hello(api_only)  # ids exist, far below the cursor
-    with pytest.raises(TransportQueryError) as raised:
-        await asyncio.wait_for(collect(api_only, document, 1, after="1000000000"), timeout=10)
-    assert raised.value.errors is not None
-    (error,) = raised.value.errors
-    assert error["extensions"]["code"] == "BAD_USER_INPUT"
-    assert "afterEventID 1000000000 is past the newest event id" in error["message"]
-    assert not [r for r in caplog.records if r.levelname == "ERROR"]

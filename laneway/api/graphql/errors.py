@@ -221,10 +221,7 @@ def add_code(error: GraphQLError) -> None:
 
 def public_error(error: BaseException) -> dict[str, object]:
     """What a client may see of an exception raised outside GraphQL execution (a websocket
-    stream that fails, say): a mapped LanewayError as it is, with its code; the database's
-    SERVICE_UNAVAILABLE; or the masked message."""
-    if isinstance(error, LanewayError) and (code := code_for(error)) is not None:
-        return {"message": str(error), "extensions": {"code": code, **error.details()}}
+    stream that fails, say): the database's SERVICE_UNAVAILABLE, or the masked message."""
     if is_database_unavailable(error):
         return {"message": UNAVAILABLE_MESSAGE, "extensions": {"code": SERVICE_UNAVAILABLE}}
     return {"message": MASKED_MESSAGE}

@@ -57,9 +57,3 @@ LATEST_EVENT_ID = """
 SELECT COALESCE(max(event_id), 0)
   FROM laneway.events
 """
-
-# The last event id drawn (0: none yet): no event, committed or not, has a larger one, and
-# unlike the newest event's it never goes back (retention deletes events, never ids).
-LAST_DRAWN_EVENT_ID = """
-SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence('laneway.events', 'event_id')), 0)
-"""
