@@ -25,6 +25,7 @@ def test_schema_keeps_the_seed_contract() -> None:
         "scalar JSON",
     ):
         assert line in sdl, line
+    assert "= null" not in sdl  # an optional input is written `name: Type`, as the contract
     # A worker's ownerID is its key in the workers registry (issue #18), not an instance's
     # owner: every other type is checked.
     worker = sdl.index("type Worker {")

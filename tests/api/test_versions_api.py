@@ -97,3 +97,31 @@ async def test_preflight_refuses_bad_specs(database_url: str) -> None:
             body = await server.graphql(PREFLIGHT, workflows=specs)
             assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT", body
             assert words in body["errors"][0]["message"]
+
+
+async def test_preflight_reads_a_templates_stages(database_url: str) -> None:
+    # `stages` is optional (no `= null` default in the SDL, as the contract has it); given, a
+    # paused template's next stage that is not among them is STAGE_MISSING.
+    async with live_server(make_settings(database_url)) as server:
+        body = await server.graphql(
+            'mutation { enqueueWorkflow(name: "report", params: {review: true}) { instanceID } }'
+        )
+        instance_id = body["data"]["enqueueWorkflow"]["instanceID"]
+
+        async def paused() -> bool:
+            return (await _data(server, WAITING, id=instance_id))["workflowInstance"][
+                "status"
+            ] == "paused"
+
+        await wait_until(paused)
+        stages = ["gather", "analyze", "generate"]
+        spec = {"name": "report", "version": "1", "actions": stages}
+        for given, findings in (
+            ({}, []),
+            ({"stages": stages}, []),
+            ({"stages": ["gather", "generate"]}, ["STAGE_MISSING"]),
+        ):
+            found = (await _data(server, PREFLIGHT, workflows=[{**spec, **given}]))[
+                "deployPreflight"
+            ]
+            assert [finding["reason"] for finding in found] == findings, given

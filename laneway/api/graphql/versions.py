@@ -8,8 +8,10 @@ Owns those types and the deployPreflight resolver; the check itself is the engin
 from typing import Any, Self
 
 import strawberry
+from strawberry import UNSET
 from strawberry.types import Info
 
+from laneway.api.graphql.arguments import given
 from laneway.api.graphql.context import laneway_of
 from laneway.engine.preflight import PreflightFinding as Finding
 from laneway.engine.preflight import WorkflowSpec
@@ -31,7 +33,7 @@ class WorkflowSpecInput:
     name: str
     version: str
     actions: list[str]
-    stages: list[str] | None = None
+    stages: list[str] | None = UNSET  # not `= null` in the SDL: the contract (#21) has none
 
 
 @strawberry.type
@@ -70,7 +72,7 @@ async def resolve_deploy_preflight(
             name=spec.name,
             version=spec.version,
             actions=tuple(spec.actions),
-            stages=tuple(spec.stages) if spec.stages is not None else None,
+            stages=tuple(stages) if (stages := given(spec.stages)) is not None else None,
         )
         for spec in workflows
     ]
