@@ -109,9 +109,8 @@ async def test_preflight_reads_a_templates_stages(database_url: str) -> None:
         instance_id = body["data"]["enqueueWorkflow"]["instanceID"]
 
         async def paused() -> bool:
-            return (await _data(server, WAITING, id=instance_id))["workflowInstance"][
-                "status"
-            ] == "paused"
+            status = (await _data(server, WAITING, id=instance_id))["workflowInstance"]["status"]
+            return bool(status == "paused")
 
         await wait_until(paused)
         stages = ["gather", "analyze", "generate"]
