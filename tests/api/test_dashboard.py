@@ -580,3 +580,26 @@ async def test_rows_and_the_instance_page_say_why_an_instance_waits_until_it_sta
         )
         assert await page.evaluate("window.sameDocument") is True
         assert dashboard.problems == []
+
+
+async def test_an_address_that_changes_the_filters_shows_their_rows(
+    server: LiveServer, browser: Browser
+) -> None:
+    # One hash navigation fires hashchange and popstate: the second used to replace the
+    # filters with an equal object, and the first's answer was dropped as stale, so the rows
+    # of the previous filters stayed under the new ones (until some event came).
+    hello = await enqueue_hello(server, "filtered")
+    body = await server.graphql(
+        'mutation { enqueueWorkflow(name: "countdown", params: {n: 1, delayMs: 0}) { instanceID } }'
+    )
+    countdown = body["data"]["enqueueWorkflow"]["instanceID"]
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        for instance_id in (hello, countdown):
+            await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "completed")
+        for shown, hidden, name in ((hello, countdown, "hello"), (countdown, hello, "countdown")):
+            await page.evaluate("name => { location.hash = '#name=' + name; }", name)
+            await expect(page.get_by_test_id("filter-name")).to_have_value(name)
+            await expect(dashboard.row(hidden)).to_have_count(0)
+            await expect(dashboard.row(shown)).to_be_visible()
+        assert dashboard.problems == []
