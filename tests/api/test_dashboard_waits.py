@@ -61,11 +61,16 @@ async def test_review_input_is_checked_inline_then_resumes_the_instance(
         await expect(comment).to_have_attribute("type", "text")
         await expect(comment).not_to_have_attribute("aria-required", "true")
 
-        # No decision: the server names what is missing at `$`, shown above the form.
+        # No decision: the server names what is missing at `$`, with the property's name in
+        # its message: shown next to that field, as the README promises.
         await comment.fill("first try")
         await page.get_by_test_id("resume-input-submit").click()
         above = page.get_by_test_id("input-errors")
-        await expect(above).to_contain_text("$: 'decision' is a required property")
+        missing = page.get_by_test_id("input-error-decision")
+        await expect(missing).to_have_text("'decision' is a required property")
+        await expect(missing).to_have_attribute("data-path", "$.decision")
+        await expect(decision).to_have_attribute("aria-invalid", "true")
+        await expect(above).to_have_text("")
         assert (await instance(server, instance_id))["status"] == "paused"
 
         # An input from a form that drifted from the schema: the server's answer about
