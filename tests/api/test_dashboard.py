@@ -603,3 +603,17 @@ async def test_an_address_that_changes_the_filters_shows_their_rows(
             await expect(dashboard.row(hidden)).to_have_count(0)
             await expect(dashboard.row(shown)).to_be_visible()
         assert dashboard.problems == []
+
+
+async def test_an_address_with_no_instance_id_says_no_instance_has_it(
+    server: LiveServer, browser: Browser
+) -> None:
+    # Not an id at all (typed, or cut short): the panel says so, where its error used to go to
+    # a notice that the next list load cleared, leaving an empty panel.
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        for address in ("#instance=bad-id-0", "#instance=00000000-0000-7000-8000-000000000000"):
+            await page.evaluate("hash => { location.hash = hash; }", address)
+            await expect(dashboard.panel).to_be_visible()
+            await expect(page.locator("#instance-missing")).to_be_visible()
+            await expect(page.locator("#instance-missing")).to_have_text("No instance has this id.")
