@@ -617,3 +617,34 @@ async def test_an_address_with_no_instance_id_says_no_instance_has_it(
             await expect(dashboard.panel).to_be_visible()
             await expect(page.locator("#instance-missing")).to_be_visible()
             await expect(page.locator("#instance-missing")).to_have_text("No instance has this id.")
+
+
+async def test_a_cancelled_token_prompt_is_not_reopened_by_the_pages_own_polls(
+    database_url: str, browser: Browser
+) -> None:
+    # It came back at every poll (every few seconds), so the page could not be read past it.
+    # The polls now say what they need in the notice; the person's own actions (mutations,
+    # the token button) still ask.
+    settings = make_settings(database_url, api_tokens=(TOKEN,))
+    async with (
+        live_server(settings) as secured,
+        open_dashboard(browser, secured, live=False) as dashboard,
+    ):
+        page = dashboard.page
+        dialog = page.get_by_test_id("token-dialog")
+        await expect(dialog).to_be_visible()
+        await page.get_by_test_id("token-cancel").click()
+        await expect(dialog).to_be_hidden()
+        # A poll after the cancel answered UNAUTHENTICATED, and it was not a prompt: its
+        # error reached the notice (a prompt would hold the request open instead).
+        async with page.expect_response(lambda r: r.url.endswith("/graphql")):
+            pass
+        await expect(page.get_by_test_id("notice")).to_contain_text("needs an `Authorization")
+        await expect(dialog).to_be_hidden()
+        await page.get_by_test_id("token-button").click()  # the person asks: it opens
+        await expect(dialog).to_be_visible()
+        await page.get_by_test_id("token-input").fill(TOKEN)
+        await page.get_by_test_id("token-submit").click()
+        await expect(dialog).to_be_hidden()
+        hello = page.get_by_test_id("enqueue-workflow").locator('option[value="hello"]')
+        await expect(hello).to_have_count(1)  # the page reads with the token now
