@@ -203,8 +203,11 @@ class ClaimLoop:
         run = self._runs.get(instance_id)
         if run is None:
             return False
-        if run.cancelled.is_set():  # asked already (a cancel's NOTIFY comes back here too):
-            return True  # a second task.cancel() would cut the handler's own cleanup short
+        if run.cancelled.is_set() and reason == "cancelled":
+            # The cancel's own NOTIFY coming back: a second task.cancel() would cut the
+            # handler's cleanup short. (A stop for another reason, a lost lease or a shutdown
+            # past its grace, still cancels a handler that swallowed the first.)
+            return True
         logger.info("stopping run", extra={"instance_id": str(instance_id), "reason": reason})
         run.cancelled.set()
         if run.task is not None:
