@@ -241,7 +241,7 @@ class ClaimLoop:
         fired = False
         if due.due_schedules:
             fired = await self._fire_schedules()
-        elif due.next_schedule_in is not None and len(self._registry):
+        elif due.next_schedule_in is not None:  # only its workflows' schedules are counted
             self.schedules_in(due.next_schedule_in)
         await self._upkeep.run()
         return due.claimable or woke or fired

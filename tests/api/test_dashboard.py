@@ -140,6 +140,19 @@ async def open_dashboard(
         await context.close()
 
 
+@asynccontextmanager
+async def token_protected_dashboard(
+    database_url: str, browser: Browser
+) -> AsyncIterator[Dashboard]:
+    """The dashboard of a server that needs TOKEN, opened without one (not live yet)."""
+    settings = make_settings(database_url, api_tokens=(TOKEN,))
+    async with (
+        live_server(settings) as secured,
+        open_dashboard(browser, secured, live=False) as dashboard,
+    ):
+        yield dashboard
+
+
 async def enqueue_hello(server: LiveServer, name: str) -> str:
     body = await server.graphql(ENQUEUE_HELLO, token=_token(server), name=name)
     instance_id: str = body["data"]["enqueueWorkflow"]["instanceID"]
@@ -345,11 +358,7 @@ async def test_page_resubscribes_after_its_event_id_when_the_server_drops_the_so
 async def test_token_protected_server_makes_the_page_ask_for_a_token(
     database_url: str, browser: Browser
 ) -> None:
-    settings = make_settings(database_url, api_tokens=(TOKEN,))
-    async with (
-        live_server(settings) as secured,
-        open_dashboard(browser, secured, live=False) as dashboard,
-    ):
+    async with token_protected_dashboard(database_url, browser) as dashboard:
         page = dashboard.page
         dialog = page.get_by_test_id("token-dialog")
         await expect(dialog).to_be_visible()
@@ -625,11 +634,7 @@ async def test_a_cancelled_token_prompt_is_not_reopened_by_the_pages_own_polls(
     # It came back at every poll (every few seconds), so the page could not be read past it.
     # The polls now say what they need in the notice; the person's own actions (mutations,
     # the token button) still ask.
-    settings = make_settings(database_url, api_tokens=(TOKEN,))
-    async with (
-        live_server(settings) as secured,
-        open_dashboard(browser, secured, live=False) as dashboard,
-    ):
+    async with token_protected_dashboard(database_url, browser) as dashboard:
         page = dashboard.page
         dialog = page.get_by_test_id("token-dialog")
         await expect(dialog).to_be_visible()

@@ -20,7 +20,8 @@ def _by_owner(workers: list[WorkerRecord]) -> dict[str, WorkerRecord]:
     return {worker.owner_id: worker for worker in workers}
 
 
-async def test_a_running_engine_is_listed_with_what_it_runs(store: Store) -> None:
+def _held() -> tuple[Workflow, asyncio.Event, asyncio.Event]:
+    """A workflow `held` whose step sets `started`, then holds its run until `gate` is set."""
     gate = asyncio.Event()
     started = asyncio.Event()
 
@@ -29,7 +30,11 @@ async def test_a_running_engine_is_listed_with_what_it_runs(store: Store) -> Non
         await gate.wait()
         return Done()
 
-    held = Workflow("held", handlers={"run": hold}, initial="run")
+    return Workflow("held", handlers={"run": hold}, initial="run"), started, gate
+
+
+async def test_a_running_engine_is_listed_with_what_it_runs(store: Store) -> None:
+    held, started, gate = _held()
     engine = make_engine(store, held, noop, owner_id="worker-a", concurrency=7, lease_seconds=0.6)
     assert await store.live_workers() == []
     async with engine.running():
@@ -135,15 +140,7 @@ async def test_an_engine_stops_when_a_newer_release_migrates_the_database_under_
     # signature): every write would fail and each instance it ran would burn its attempts. It
     # sees the newer migration at a heartbeat, claims nothing more, hands back what it holds,
     # and its run ends with the error, for the process to stop.
-    gate = asyncio.Event()
-    started = asyncio.Event()
-
-    async def hold(ctx: HandlerContext, params: object) -> Done:
-        started.set()
-        await gate.wait()
-        return Done()
-
-    held = Workflow("held", handlers={"run": hold}, initial="run")
+    held, started, gate = _held()
     engine = make_engine(store, held, lease_seconds=0.6, shutdown_grace_seconds=0.2)
     stopping = asyncio.Event()
     task = asyncio.create_task(engine.run(stopping))
