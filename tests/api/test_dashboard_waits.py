@@ -187,6 +187,22 @@ async def test_a_sleeping_instance_is_waiting_with_its_colour_and_reason(
         assert dashboard.problems == []
 
 
+async def test_a_long_countdown_keeps_its_minutes_and_hours(
+    server: LiveServer, browser: Browser
+) -> None:
+    # 7,000 s is 1 h 56 m 40 s, 200,000 s is 2 d 7 h 33 m: not "in 2h" and "in 2d".
+    hours_id, _ = await enqueue(server, "nap", {"seconds": 7000})
+    days_id, _ = await enqueue(server, "nap", {"seconds": 200_000})
+    await until_status(server, hours_id, "waiting")
+    await until_status(server, days_id, "waiting")
+    async with open_dashboard(browser, server) as dashboard:
+        hours = dashboard.row(hours_id).get_by_test_id("waiting-reason").locator("time")
+        await expect(hours).to_have_text(re.compile(r"^in 1h 5[56]m$"))
+        days = dashboard.row(days_id).get_by_test_id("waiting-reason").locator("time")
+        await expect(days).to_have_text("in 2d 7h")
+        assert dashboard.problems == []
+
+
 async def test_a_wait_for_a_signal_is_signalled_from_the_page(
     server: LiveServer, browser: Browser
 ) -> None:
