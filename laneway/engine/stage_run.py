@@ -289,18 +289,28 @@ class _StageRun:
         await self._tools.write_operations()  # an earlier pass's, before these start
         try:
             async with asyncio.TaskGroup() as group:
+                # Each starts here, in this task, until one waits: that one goes on in this
+                # task (what it bound to the task stays right), the rest get tasks. Most
+                # operations never wait, and then no task is made.
+                waiting: tuple[int, time_limit.Begun[OperationRecord | None]] | None = None
                 for position, operation in slots:
                     reused = self._reusable(position, operation, rows) if rows else None
                     if reused is not None:
                         records[position] = reused
                         continue
-                    started = time_limit.started(
-                        self._run_unless_skipped(operation, position, context, initial), group
-                    )
-                    if isinstance(started, asyncio.Task):
-                        tasks[position] = started
-                    elif started is not None:
-                        records[position] = started
+                    run = self._run_unless_skipped(operation, position, context, initial)
+                    if waiting is not None:
+                        tasks[position] = group.create_task(run)
+                        continue
+                    begun = time_limit.start_here(run)
+                    if not begun.done:
+                        waiting = (position, begun)
+                    elif begun.value is not None:
+                        records[position] = begun.value
+                if waiting is not None:
+                    record = await waiting[1]
+                    if record is not None:
+                        records[waiting[0]] = record
         except ExceptionGroup as errors:
             # A lost lease (or a bug) in one operation stops its siblings; surface the cause.
             raise errors.exceptions[0] from None

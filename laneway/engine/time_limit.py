@@ -1,19 +1,23 @@
-"""A time limit, and a start of a parallel operation, that cost nothing for a call that never
-waits (a template operation's).
+"""A time limit that costs nothing for a call that never waits (a template operation's), and
+a start of a coroutine that needs no task when it never waits (a parallel operation's).
 
 asyncio.timeout arms a timer for every call (a handle in the loop's heap, cancelled after),
 yet a coroutine can only be stopped where it waits: one that finishes without waiting (a
 transform, a check, a cache hit) pays for a timer that could never have fired. Here the
 coroutine's first step runs at once; only one that then waits goes on under the deadline,
-counted from the call's start, as asyncio.timeout would have counted it. Pure asyncio; what
-Python 3.12 does for tasks with its eager task factory, for one await. `started` does the same
-for the operations of a parallel stage: one that finishes at once needs no task of its own.
+counted from the call's start, as asyncio.timeout would have counted it. Pure asyncio.
+
+What binds to the running task (asyncio.timeout, anyio's cancel scopes, which httpx enters
+for every request, current_task()) must run in the task that goes on running the coroutine:
+a coroutine started here is never finished in another task (Python 3.11 has no eager tasks,
+which would make that safe).
 """
 
 import asyncio
 import contextvars
+import functools
 import types
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
@@ -38,26 +42,24 @@ async def within(call: Awaitable[T], seconds: float) -> T:
     except StopIteration as done:
         value: T = done.value  # finished without waiting: nothing to limit
         return value
-    resumed: _Resumed[T] = _Resumed(call, waiting)
+    resumed: Begun[T] = Begun(call, waiting)
     return await _limited(resumed, deadline)
 
 
-def started(coroutine: Coroutine[Any, Any, T], group: asyncio.TaskGroup) -> "T | asyncio.Task[T]":
-    """Start `coroutine` at once, in a copy of the current context as a task would: its value
-    if it finished without waiting, else the task in `group` that goes on from where it
-    waits. (An error of its first step is raised here, before any later sibling starts; a
-    task group would have cancelled those before they ran.)"""
+def start_here(coroutine: Coroutine[Any, Any, T]) -> "Begun[T]":
+    """Run `coroutine`'s first step now, in this task, in a copy of the current context (as a
+    task would run it: what it sets in context variables stays its own). Finished at once:
+    `done`, with its `value`. Else await the result, in this same task, for the rest: never in
+    another, since what the first step bound to this task (an asyncio.timeout, an anyio cancel
+    scope, current_task()) must stay right. A parallel stage starts its operations so."""
     context = contextvars.copy_context()
     try:
         waiting = context.run(coroutine.send, None)
-    except StopIteration as done:
-        value: T = done.value
-        return value
-    return group.create_task(_resume(_Resumed(coroutine, waiting)), context=context)
-
-
-async def _resume(resumed: "_Resumed[T]") -> T:
-    return await resumed
+    except StopIteration as stop:
+        begun: Begun[T] = Begun(coroutine, None, context)
+        begun.done, begun.value = True, stop.value
+        return begun
+    return Begun(coroutine, waiting, context)
 
 
 async def _limited(call: Awaitable[T], deadline: float) -> T:
@@ -71,19 +73,36 @@ async def _limited(call: Awaitable[T], deadline: float) -> T:
         raise
 
 
-class _Resumed(Generic[T]):
-    """A coroutine already past its first step, awaited from where it stopped: what it waits on
-    goes up to the task, and what the task sends or throws (a cancellation) goes down to it,
-    as `await` would pass them."""
+class Begun(Generic[T]):
+    """A coroutine past its first step (`waiting`: what that step waits on), awaited from where
+    it stopped, each step run in `context` when given: what it waits on goes up to the task,
+    and what the task sends or throws (a cancellation) goes down to it, as `await` would pass
+    them. `done` (and its `value`) when the first step finished it (start_here)."""
 
-    __slots__ = ("_coroutine", "_waiting")
+    __slots__ = ("_context", "_coroutine", "_waiting", "done", "value")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, T], waiting: Any) -> None:
+    def __init__(
+        self,
+        coroutine: Coroutine[Any, Any, T],
+        waiting: Any,
+        context: contextvars.Context | None = None,
+    ) -> None:
         self._coroutine = coroutine
         self._waiting = waiting
+        self._context = context
+        self.done = False
+        self.value: T
 
     def __await__(self) -> Generator[Any, Any, T]:
-        coroutine, waiting = self._coroutine, self._waiting
+        if self.done:
+            return self.value
+        coroutine, waiting, context = self._coroutine, self._waiting, self._context
+        send: Callable[[Any], Any] = coroutine.send
+        throw: Callable[[BaseException], Any] = coroutine.throw
+        if context is not None:
+            run: Callable[..., Any] = context.run
+            send = functools.partial(run, coroutine.send)
+            throw = functools.partial(run, coroutine.throw)
         while True:
             try:
                 sent = yield waiting
@@ -92,11 +111,11 @@ class _Resumed(Generic[T]):
                 raise
             except BaseException as exc:  # passed on, as await passes it
                 try:
-                    waiting = coroutine.throw(exc)
+                    waiting = throw(exc)
                 except StopIteration as done:
                     return cast(T, done.value)
             else:
                 try:
-                    waiting = coroutine.send(sent)
+                    waiting = send(sent)
                 except StopIteration as done:
                     return cast(T, done.value)

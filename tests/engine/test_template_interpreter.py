@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -591,6 +592,62 @@ async def test_parallel_operations_that_never_wait_run_apart_as_tasks_would(stor
         ("fan", 0, "completed"),
         ("fan", 1, "completed"),
         ("fan", 2, "completed"),
+    ]
+
+
+async def test_parallel_operations_keep_their_time_limits_and_task_state_to_themselves(
+    store: Store,
+) -> None:
+    # Each operation's limits bind to the task that runs it: its own time limit stops it
+    # alone (not the stage), and a handler's asyncio.timeout or anyio cancel scope (httpx
+    # uses one per request) is entered and left in one task.
+    async def slow(ctx: OperationContext) -> OperationResult:
+        await asyncio.sleep(30)
+        return completed()
+
+    async def own_timeout(ctx: OperationContext) -> OperationResult:
+        try:
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(30)
+        except TimeoutError:
+            return completed({"own_timeout": "caught"})
+        return completed()
+
+    async def scoped(ctx: OperationContext) -> OperationResult:
+        with anyio.fail_after(10):
+            await asyncio.sleep(0.01)
+        return completed({ctx.operation_type: True})
+
+    handlers = {"slow": slow, "own_timeout": own_timeout, "scoped_a": scoped, "scoped_b": scoped}
+    template = Template(
+        type="limited_fan_out",
+        stages=[
+            Stage(
+                name="fan",
+                parallel=True,
+                operations=[
+                    fast("slow", timeout_seconds=0.1, critical=False, max_attempts=1),
+                    fast("own_timeout"),
+                    fast("scoped_a"),
+                    fast("scoped_b"),
+                ],
+            )
+        ],
+        retry=NO_RETRY,
+    )
+    engine = make_engine(store, compile_template(template, OperationRegistry(handlers)))
+    enqueued = await engine.enqueue("limited_fan_out", {})
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED, done.last_error
+    assert done.result == {"context": {"own_timeout": "caught", "scoped_a": True, "scoped_b": True}}
+    rows = by_slot(await engine.operations(enqueued.instance_id))
+    assert [(rows["fan", p].status, rows["fan", p].error) for p in range(4)] == [
+        ("failed", "timed out after 0.1s"),
+        ("completed", None),
+        ("completed", None),
+        ("completed", None),
     ]
 
 

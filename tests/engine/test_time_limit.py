@@ -1,11 +1,13 @@
 """time_limit.within: a time limit that arms no timer for a call that never waits, and behaves
-as asyncio.timeout for one that does (pure asyncio, no database)."""
+as asyncio.timeout for one that does; time_limit.start_here (pure asyncio, no database)."""
 
 import asyncio
+import contextlib
+import contextvars
 
 import pytest
 
-from laneway.engine.time_limit import TimeLimitExceededError, within
+from laneway.engine.time_limit import TimeLimitExceededError, start_here, within
 
 
 def _timers() -> int:
@@ -143,3 +145,62 @@ async def test_an_awaitable_that_is_not_a_coroutine_is_limited_as_well() -> None
     assert await within(done, 30.0) == "from a future"
     with pytest.raises(TimeLimitExceededError):
         await within(loop.create_future(), 0.01)
+
+
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="outer")
+
+
+async def test_start_here_keeps_context_variables_apart_and_runs_in_the_awaiting_task() -> None:
+    me = asyncio.current_task()
+    seen: list[object] = []
+
+    async def sets_and_waits() -> str:
+        seen.append(MARK.get())
+        MARK.set("inner")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.01):  # binds to the task running it: the awaiting one
+                await asyncio.sleep(30)
+        seen.append((MARK.get(), asyncio.current_task() is me))
+        return "done"
+
+    begun = start_here(sets_and_waits())
+    assert not begun.done
+    assert await begun == "done"
+    assert seen == ["outer", ("inner", True)]
+    assert MARK.get() == "outer"
+
+
+async def test_start_here_passes_values_errors_and_cancellations_through() -> None:
+    async def at_once() -> str:
+        return "at once"
+
+    begun = start_here(at_once())
+    assert (begun.done, begun.value, await begun) == (True, "at once", "at once")
+
+    async def fails() -> None:
+        await asyncio.sleep(0)
+        raise LookupError("from the coroutine")
+
+    with pytest.raises(LookupError, match="from the coroutine"):
+        await start_here(fails())
+
+    waiting = asyncio.Event()
+    stopped: list[str] = []
+
+    async def hangs() -> None:
+        waiting.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.append(MARK.get())
+
+    async def outer() -> None:
+        MARK.set("caller")
+        await start_here(hangs())
+
+    task = asyncio.create_task(outer())
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stopped == ["caller"]
