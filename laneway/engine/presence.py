@@ -26,6 +26,10 @@ from laneway.store.migrate import shipped_names
 logger = logging.getLogger(__name__)
 
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
+HAND_BACK_WAIT_SECONDS = 5.0
+"""How long a stopping engine waits for its cancelled handlers to stop (after the shutdown
+grace) before it releases their leases; one still running then keeps its lease until it
+expires. The grace plus this stays under a supervisor's usual 30 s before SIGKILL."""
 
 
 class Presence:
@@ -136,11 +140,29 @@ class Presence:
 
     async def hand_back(self) -> None:
         """Stop every run still here and release its lease (and those handed back while
-        draining), so that another process resumes them from their last checkpoint now."""
-        leases = {**self._handed_back, **self.leases()}
+        draining), so that another process resumes them from their last checkpoint now.
+
+        A lease is released only once its run has stopped: a handler that unwinds after its
+        cancel (cleanup, a shielded call) would otherwise still run here while another
+        process runs the same instance, past its queue's cap. A run that has not stopped
+        within HAND_BACK_WAIT_SECONDS keeps its lease, which expires as a lost worker's would.
+        """
+        stopping = self.leases()
+        leases = {**self._handed_back, **stopping}
         self._handed_back = {}
-        for instance_id in leases:
+        for instance_id in stopping:
             self._stop_run(instance_id, "shutdown")
+        tasks = [run.task for run in self._runs.values() if run.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=HAND_BACK_WAIT_SECONDS)
+        still = [iid for iid, run in self._runs.items() if run.task and not run.task.done()]
+        if still:
+            logger.warning(
+                "runs still running after their cancel: their leases are left to expire",
+                extra={"instance_ids": [str(instance_id) for instance_id in still]},
+            )
+            for instance_id in still:
+                leases.pop(instance_id, None)
         if leases:
             try:
                 if faults.ARMED:

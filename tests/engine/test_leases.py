@@ -2,6 +2,9 @@
 
 import asyncio
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from laneway.engine import Done, HandlerContext, Next, PermanentFailure, RetryPolicy, Workflow
 from laneway.model import EventType, Status
@@ -371,6 +374,52 @@ async def test_a_step_still_running_after_the_grace_is_handed_back_unfinished(
     assert handed is not None
     assert (handed.status, handed.next_action, handed.attempts) == (Status.PENDING, "first", 1)
     assert handed.step_attempt == 0
+
+
+async def test_a_handed_back_lease_is_released_only_once_its_handler_has_stopped(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an outside audit: the hand-back cancelled the handler and released its lease
+    # at once, so while the handler unwound (cleanup after its cancel) another process had
+    # claimed the instance and ran it too, past the queue's cap.
+    entered, unwinding, unwind = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    cleaned_up = asyncio.Event()
+    released_after_cleanup: list[bool] = []
+
+    async def slow_to_stop(ctx: HandlerContext, params: object) -> Done:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            unwinding.set()
+            await unwind.wait()  # cleanup that takes its time
+            cleaned_up.set()
+            raise
+        return Done()
+
+    release = store.release
+
+    async def noting_release(*args: Any, **kwargs: Any) -> Any:
+        released_after_cleanup.append(cleaned_up.is_set())
+        return await release(*args, **kwargs)
+
+    monkeypatch.setattr(store, "release", noting_release)  # the real one, called when noted
+    workflow = Workflow("unwinding", handlers={"first": slow_to_stop}, initial="first")
+    engine = make_engine(store, workflow, shutdown_grace_seconds=0.1)
+    enqueued = await engine.enqueue("unwinding")
+    stopping = asyncio.Event()
+    running = asyncio.create_task(engine.run(stopping))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    stopping.set()
+    await asyncio.wait_for(unwinding.wait(), timeout=10)
+    for _ in range(20):  # turns of the loop for a hand-back that does not wait to go on
+        await asyncio.sleep(0)
+    unwind.set()
+    await asyncio.wait_for(running, timeout=10)
+    assert released_after_cleanup == [True]
+    handed = await engine.get(enqueued.instance_id)
+    assert handed is not None
+    assert (handed.status, handed.owner_id) == (Status.PENDING, None)
 
 
 async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
