@@ -10,9 +10,33 @@ LanewayError
 └── DatabaseNewerError   a newer Laneway migrated the database (internal)
 
 Knows nothing of GraphQL or HTTP: laneway/api maps each class to an `extensions.code`.
+`raised_alone` lets an error raised in a block that runs the engine beside it come out as
+itself, not in a TaskGroup's ExceptionGroup.
 """
 
+import contextlib
+from collections.abc import Iterator
 from uuid import UUID
+
+
+@contextlib.contextmanager
+def raised_alone() -> Iterator[None]:
+    """Around a TaskGroup: a single error it raises comes out as itself, not in an
+    ExceptionGroup (the error of the block it ran, or of its one task), so that a caller's
+    `except TimeoutError:` around `engine.wait(...)` in `async with engine.running():`, or a
+    test's assert there, sees what it expects. Several errors stay a group."""
+    alone: BaseException | None = None
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        alone = group.exceptions[0]
+    if alone is not None:
+        # Chained to what it was chained to, not to the group it came in (whose traceback
+        # would come first, with this one inside it, then again after it).
+        explicit = alone.__suppress_context__ or alone.__cause__ is not None
+        raise alone from (alone.__cause__ if explicit else alone.__context__)
 
 
 class LanewayError(Exception):

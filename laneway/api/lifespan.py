@@ -20,7 +20,7 @@ from starlette.requests import HTTPConnection
 
 from laneway.config import Settings
 from laneway.engine import Workflow
-from laneway.errors import LanewayError
+from laneway.errors import LanewayError, raised_alone
 from laneway.services import Services, open_services
 
 logger = logging.getLogger(__name__)
@@ -35,20 +35,21 @@ async def running(
     async with open_services(settings, workflows=tuple(workflows)) as services:
         await services.hub.start()
         stopping = asyncio.Event()
-        async with asyncio.TaskGroup() as group:
-            if settings.engine_enabled:
-                group.create_task(_run_engine(services, stopping), name="laneway-engine")
-            logger.info(
-                "laneway started",
-                extra={
-                    "engine": settings.engine_enabled,
-                    "workflows": services.engine.registry.names(),
-                },
-            )
-            try:
-                yield services
-            finally:
-                stopping.set()
+        with raised_alone():  # an error of the block comes out as itself
+            async with asyncio.TaskGroup() as group:
+                if settings.engine_enabled:
+                    group.create_task(_run_engine(services, stopping), name="laneway-engine")
+                logger.info(
+                    "laneway started",
+                    extra={
+                        "engine": settings.engine_enabled,
+                        "workflows": services.engine.registry.names(),
+                    },
+                )
+                try:
+                    yield services
+                finally:
+                    stopping.set()
     logger.info("laneway stopped")
 
 

@@ -31,7 +31,7 @@ from laneway.engine.requests import EnqueueRequest as EnqueueRequest
 from laneway.engine.requests import check_key, new_instance, new_instance_ids, planned_fire
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
-from laneway.errors import ConflictError, InvalidInputError, NotFoundError
+from laneway.errors import ConflictError, InvalidInputError, NotFoundError, raised_alone
 from laneway.model import (
     EnqueueResult,
     EventRecord,
@@ -455,14 +455,16 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator["Engine"]:
-        """Run the engine's loop in the background for the duration of the block."""
+        """Run the engine's loop in the background for the duration of the block. An error
+        of the block, or of the loop, comes out as itself (errors.raised_alone)."""
         stopping = asyncio.Event()
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.run(stopping), name="laneway-engine")
-            try:
-                yield self
-            finally:
-                stopping.set()
+        with raised_alone():
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.run(stopping), name="laneway-engine")
+                try:
+                    yield self
+                finally:
+                    stopping.set()
 
     @property
     def is_running(self) -> bool:

@@ -27,11 +27,12 @@ from laneway.api import (
     LanewaySubscription,
     create_app,
     laneway_context,
+    lifespan,
     schema_extensions,
 )
 from laneway.api.http.body_limits import MAX_BODY_BYTES
 from laneway.config import Settings
-from laneway.services import Services
+from laneway.services import Services, open_services
 from tests.api.conftest import (
     TOKEN,
     LiveServer,
@@ -338,3 +339,25 @@ async def test_bearer_tokens_answer_reads_and_writes_the_same_everywhere(
         assert codes(await wrong(write)) == ["FORBIDDEN"]
         assert (await right(read)).errors is None
         assert (await right(write)).errors is None
+
+
+class _HostError(Exception):
+    """An error of the host's own code inside a running block."""
+
+
+async def test_an_error_inside_a_running_block_comes_out_as_itself(database_url: str) -> None:
+    # Not as an ExceptionGroup of the TaskGroup the engine runs in: `except TimeoutError`
+    # around `engine.wait(...)`, or a test's assert, must see the error the block raised.
+    settings = make_settings(database_url)
+    app = create_app(settings)
+    with pytest.raises(_HostError, match="the host's own"):
+        async with app.running():
+            raise _HostError("the host's own")
+    async with open_services(settings) as services:
+        enqueued = await services.engine.enqueue("nap", {"seconds": 3600})
+        with pytest.raises(TimeoutError):
+            async with services.engine.running():
+                await services.engine.wait(enqueued.instance_id, timeout=0.01)
+    with pytest.raises(TimeoutError):
+        async with lifespan.running(settings) as services:
+            await services.engine.wait(enqueued.instance_id, timeout=0.01)
