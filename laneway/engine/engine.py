@@ -407,16 +407,28 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
 
         Raises:
             NotFoundError: no such instance.
-            TimeoutError: it did not finish within `timeout` seconds.
+            TimeoutError: it did not finish within `timeout` seconds; the message says where
+                it is (status, attempt) and its last error, if any (a handler's bug in a
+                test that ticked once is pending a retry, with that bug as its error).
         """
         delay = 0.005
-        async with asyncio.timeout(timeout):
-            while True:
-                record = await self._require(instance_id)
-                if record.is_terminal or record.status == Status.PAUSED:
-                    return record
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.2)
+        record: InstanceRecord | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    record = await self._require(instance_id)
+                    if record.is_terminal or record.status == Status.PAUSED:
+                        return record
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.2)
+        except TimeoutError:
+            if record is None:
+                raise
+            where = f"instance {instance_id} is still {record.status} after {timeout:g} s"
+            where += f" (attempt {record.attempts} of {record.max_attempts})"
+            if record.last_error:
+                where += f"; its last error: {record.last_error}"
+            raise TimeoutError(where) from None
 
     # -- running ---------------------------------------------------------------------------------
 

@@ -65,6 +65,24 @@ async def test_running_loop_completes_instances_without_tick(store: Store) -> No
     assert done.status == Status.COMPLETED
 
 
+async def test_a_wait_that_runs_out_says_where_the_instance_is_and_why(store: Store) -> None:
+    # A test that ticks once and waits, while a handler bug has the instance retrying, learns
+    # the status and the error from the timeout itself, not from a bare TimeoutError.
+    async def broken(ctx: HandlerContext, params: object) -> Done:
+        raise KeyError("customer_id")
+
+    engine = make_engine(store, Workflow("broken", handlers={"go": broken}, initial="go"))
+    enqueued = await engine.enqueue("broken", {})
+    await engine.tick()
+    with pytest.raises(TimeoutError) as raised:
+        await engine.wait(enqueued.instance_id, timeout=0.05)
+    message = str(raised.value)
+    assert str(enqueued.instance_id) in message
+    assert "pending after 0.05 s" in message
+    assert "attempt 1 of 3" in message
+    assert "KeyError: 'customer_id'" in message
+
+
 async def test_handler_sees_attempt_and_retries_from_failing_action(store: Store) -> None:
     seen: list[tuple[str, int, dict[str, object]]] = []
 
