@@ -1,7 +1,7 @@
 """Schedules fire exactly once per occurrence across engines; re-enabling skips the backlog."""
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 
@@ -97,6 +97,26 @@ async def test_schedules_of_a_workflow_no_engine_has_neither_spin_nor_starve_the
     assert ours > 0  # nothing of its own is due: it does not look again in 50 ms
     assert theirs is not None
     assert theirs <= 0  # still due, for the engines that have the workflow
+
+
+async def test_occurrences_missed_while_no_engine_ran_collapse_into_one_catch_up_fire(
+    store: Store,
+) -> None:
+    # As guarantees.md says: one fire, keyed by the first missed occurrence, then on from the
+    # next occurrence after now (not the sixty missed ones, nor none of them).
+    engine = make_engine(store, noop)
+    await engine.create_schedule("minutely", "noop", every="1m")
+    async with store.connection() as conn:  # every engine was down for an hour
+        first_missed = await conn.fetchval(
+            "UPDATE laneway.schedules SET next_run_at = date_trunc('minute', now())"
+            " - interval '1 hour' RETURNING next_run_at"
+        )
+    await engine.claim_loop.maintain()
+    await engine.claim_loop.maintain()
+    stamp = first_missed.astimezone(UTC).replace(tzinfo=None).isoformat()
+    assert await _fire_keys(store) == [f"schedule:minutely:{stamp}Z"]
+    [schedule] = await engine.schedules()
+    assert schedule.next_run_at > await store.now()
 
 
 async def test_reenabling_a_schedule_does_not_fire_the_missed_backlog(store: Store) -> None:
