@@ -242,6 +242,19 @@ async def test_main_prints_what_the_readme_says(project: Path, database_url: str
     assert out == expected
 
 
+async def test_logging_setup_prints_the_fields_of_laneway_records(project: Path) -> None:
+    code = (
+        "import logging, logging_setup\n"
+        "logging.getLogger('laneway.engine.runner').error('instance failed', extra={"
+        "'instance_id': '0192-abc', 'error': \"KeyError: 'customer_id'\"})"
+    )
+    env = user_environment("postgresql://postgres@127.0.0.1:9/none")
+    returncode, _, err = await run([str(PYTHON), "-c", code], cwd=project, env=env, timeout=30)
+    assert returncode == 0, err
+    assert "laneway.engine.runner: instance failed" in err
+    assert "instance_id=0192-abc error=KeyError: 'customer_id'" in err
+
+
 async def test_pipeline_prints_its_result(project: Path, database_url: str) -> None:
     code, out, err = await run(
         [str(PYTHON), "pipeline.py"], cwd=project, env=user_environment(database_url)
