@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from laneway.api.graphql.spans import MAX_DOCUMENT_CHARS, MAX_NAME_CHARS
 from laneway.config import Settings
 from laneway.errors import InvalidInputError
 from tests.processes import run_process
@@ -130,3 +131,32 @@ def test_a_tracing_word_that_is_not_a_switch_is_refused_where_settings_are_read(
     with pytest.raises(InvalidInputError, match=r"^LANEWAY_TRACING must be 0 or 1, not 'maybe'"):
         Settings.from_env({"LANEWAY_TRACING": "maybe"})
     assert Settings.from_env({"LANEWAY_TRACING": "off"}).tracing is False
+
+
+async def test_an_operations_span_holds_its_document_without_literals_and_bounded(
+    database_url: str,
+) -> None:
+    lines = await _side(database_url, "documents")
+    errors = [line["errors"] for line in lines if "errors" in line]
+    assert errors == [False, False, False, True, True]
+    spans = [line for line in lines if "name" in line]
+    assert "hunter2" not in json.dumps(spans)  # an inline password reaches no span
+    inline, batch, long, refused, broken = [s for s in spans if s["kind"] == "SERVER"]
+    assert inline["name"] == "mutation Inline"
+    assert inline["attributes"]["graphql.document"] == (
+        'mutation Inline {\n  enqueueWorkflow(name: "*", params: "*") {\n    instanceID\n  }\n}'
+    )
+    assert batch["name"] == "mutation Batch"
+    assert batch["attributes"]["graphql.document"] == (
+        'mutation Batch {\n  enqueueWorkflows(requests: "*") {\n    instanceID\n  }\n}'
+    )
+    # The client's operation name is cut, in the span's name and attribute alike, and a
+    # document longer than the cap is cut there.
+    assert long["name"] == "query " + "N" * (MAX_NAME_CHARS - 1) + "…"
+    assert long["attributes"]["graphql.operation.name"] == long["name"][len("query ") :]
+    document = long["attributes"]["graphql.document"]
+    assert len(document) == MAX_DOCUMENT_CHARS
+    assert document == "query " + "N" * (MAX_DOCUMENT_CHARS - len("query ") - 1) + "…"
+    for unparsed in (refused, broken):  # refused before parsing, or not GraphQL
+        assert unparsed["name"] == "GraphQL"
+        assert unparsed["attributes"] == {}

@@ -1,11 +1,12 @@
 """One side of the tracing test, run as its own process with the OpenTelemetry SDK and an
 in-memory exporter: `enqueue` (a request span that enqueues `flaky` with one failure, then
 prints the instance id), `graphql` (an enqueueWorkflows mutation through the schema),
+`documents` (operations with literal arguments, a long name, documents that do not parse),
 `template` (a template instance enqueued under a request span and run here) or
 `work INSTANCE_ID` (an engine that runs it to completion). Each
 prints its finished spans as JSON lines: name, trace and span ids, parent, links, attributes.
 
-Run as `python -m tests.tracing_process enqueue|graphql|template|work [ID]` with
+Run as `python -m tests.tracing_process enqueue|graphql|documents|template|work [ID]` with
 TRACING_DATABASE_URL set.
 """
 
@@ -78,6 +79,31 @@ async def _graphql() -> None:
             print(json.dumps({"instance_id": answer["instanceID"]}), flush=True)
 
 
+LONG_NAME = "N" * 5000
+SECRET = "hunter2"
+DOCUMENTS = [
+    'mutation Inline { enqueueWorkflow(name: "flaky",'
+    f' params: {{failTimes: 0, password: "{SECRET}"}}) {{ instanceID }} }}',
+    "mutation Batch { enqueueWorkflows(requests: ["
+    + ", ".join(
+        f'{{name: "flaky", params: {{failTimes: 0, pad: "{"p" * 2000}"}}}}' for _ in range(4)
+    )
+    + "]) { instanceID } }",
+    f"query {LONG_NAME} {{ __typename }}",
+    "query Refused { " + "__typename " * 3000 + "}",  # past the token limit: never parsed
+    "query Broken {",
+]
+
+
+async def _documents() -> None:
+    settings = make_settings(os.environ["TRACING_DATABASE_URL"], engine_enabled=False)
+    async with open_services(settings) as services:
+        run = executor(services)
+        for document in DOCUMENTS:
+            result = await run(document)
+            print(json.dumps({"errors": bool(result.errors)}), flush=True)
+
+
 async def _noted(ctx: OperationContext) -> OperationResult:
     await asyncio.sleep(0)
     return completed({ctx.operation_type: ctx.attempt})
@@ -108,6 +134,10 @@ async def _template() -> None:
 async def main(role: str, instance: str | None) -> None:
     if role == "template":
         await _template()
+        _dump()
+        return
+    if role == "documents":
+        await _documents()
         _dump()
         return
     if role == "graphql":

@@ -7,6 +7,12 @@ span is a SERVER span named as OpenTelemetry's GraphQL conventions name it (`mut
 `laneway.enqueue` spans of an enqueueWorkflow(s) are its children and the instances' steps
 belong to its trace. With no tracer provider set and no current span, no span is made.
 
+What the client wrote reaches the span only in bounded, argument-free form: the document is
+the parsed one printed with every literal value as `"*"` (variables stay `$names`; their
+values are never read), cut at MAX_DOCUMENT_CHARS; a document that did not parse gets no
+`graphql.document`. The operation's name is cut at MAX_NAME_CHARS in the span's name and
+attribute.
+
 Strawberry's own OpenTelemetryExtension is not used: its `resolve` hook makes every field of
 every object a coroutine with a span decision of its own (which also turns off the one-pass
 completion of plain objects, execution.py), and it writes each resolver's arguments into the
@@ -17,9 +23,49 @@ cost was a quarter of a batch mutation's time with no provider set at all.
 from collections.abc import Generator
 from typing import Any
 
+from graphql import (
+    DocumentNode,
+    Node,
+    StringValueNode,
+    ValueNode,
+    VariableNode,
+    Visitor,
+    print_ast,
+    visit,
+)
 from strawberry.extensions import SchemaExtension
 
 from laneway.engine import tracing
+
+# Each argument is a client's to fill, so none reaches a span: a password inline in `params`
+# would otherwise be kept by whatever backend the spans are exported to.
+PLACEHOLDER = "*"
+MAX_DOCUMENT_CHARS = 4096  # the operation's shape fits; a 1,000-request batch's literals do not
+MAX_NAME_CHARS = 100  # a GraphQL name has no length limit of its own
+CUT = "…"
+
+
+class _Literals(Visitor):
+    """Replaces every literal value (a scalar, a list, an input object, a variable's default)
+    with the placeholder, whole: keys of a JSON object are the client's too."""
+
+    _placeholder = StringValueNode(value=PLACEHOLDER)
+
+    def enter(self, node: Node, *_: object) -> StringValueNode | None:
+        if isinstance(node, ValueNode) and not isinstance(node, VariableNode):
+            return self._placeholder  # its children are not visited: a big literal costs nothing
+        return None
+
+
+def document_text(document: DocumentNode) -> str:
+    """The document as `graphql.document` holds it: printed with no literal values, cut at
+    MAX_DOCUMENT_CHARS. `document` is left as it is (a cached one serves other requests)."""
+    return capped(print_ast(visit(document, _Literals())), MAX_DOCUMENT_CHARS)
+
+
+def capped(text: str, limit: int) -> str:
+    """`text`, or its first `limit - 1` characters and "…" when it is longer than `limit`."""
+    return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
 
 
 class OperationSpans(SchemaExtension):
@@ -28,8 +74,7 @@ class OperationSpans(SchemaExtension):
     _span: Any = None
 
     def on_operation(self) -> Generator[None, None, None]:
-        query = self.execution_context.query or ""
-        self._span = tracing.server_span("GraphQL", {"graphql.document": query})
+        self._span = tracing.server_span("GraphQL", {})
         try:
             yield
         finally:
@@ -45,15 +90,16 @@ class OperationSpans(SchemaExtension):
             yield
 
     def _named(self, span: Any) -> None:
-        """The span's name and operation attributes, once the document is parsed."""
+        """The span's name, document and operation attributes, once the document is parsed."""
         context = self.execution_context
         if context.graphql_document is None:
-            return  # refused before parsing: the span keeps its first name
+            return  # refused before parsing: the span keeps its first name, and no document
+        span.set_attribute("graphql.document", document_text(context.graphql_document))
         try:
             kind = context.operation_type.value
         except Exception:  # no operation of that name: graphql-core reports it to the client
             return
-        name = context.operation_name
+        name = capped(context.operation_name or "", MAX_NAME_CHARS)
         span.update_name(f"{kind} {name}" if name else kind)
         span.set_attribute("graphql.operation.type", kind)
         if name:
