@@ -160,3 +160,21 @@ async def test_an_operations_span_holds_its_document_without_literals_and_bounde
     for unparsed in (refused, broken):  # refused before parsing, or not GraphQL
         assert unparsed["name"] == "GraphQL"
         assert unparsed["attributes"] == {}
+
+
+@pytest.mark.parametrize("hook", ["on_start", "on_end"])
+async def test_a_span_processor_that_raises_fails_no_work(database_url: str, hook: str) -> None:
+    lines = await _side(database_url, "broken", hook)
+    # Each enqueue returned (no caller retries into a duplicate) and each instance ran as
+    # its handlers said: the failed attempt once, then its retry; nothing was dead-lettered.
+    outcomes = sorted((line["workflow"], line["attempts"]) for line in lines if "workflow" in line)
+    assert outcomes == [("flaky", 1), ("flaky", 2), ("traced", 1)]
+    # Logged once for its kind of call, not once per span.
+    call = {"on_start": "start", "on_end": "end"}[hook]
+    assert [line["call"] for line in lines if "log" in line] == [call]
+    names = {line["name"] for line in lines if "name" in line}
+    if hook == "on_end":  # the spans were made, and the exporter before it got them
+        assert {"mutation Many", "laneway.enqueue", "laneway.enqueue_many"} <= names
+        assert {"laneway.claim", "laneway.step flaky.attempt", "laneway.operation a"} <= names
+    else:  # none started; the work went on untraced
+        assert names == set()

@@ -2,22 +2,26 @@
 in-memory exporter: `enqueue` (a request span that enqueues `flaky` with one failure, then
 prints the instance id), `graphql` (an enqueueWorkflows mutation through the schema),
 `documents` (operations with literal arguments, a long name, documents that do not parse),
-`template` (a template instance enqueued under a request span and run here) or
-`work INSTANCE_ID` (an engine that runs it to completion). Each
-prints its finished spans as JSON lines: name, trace and span ids, parent, links, attributes.
+`template` (a template instance enqueued under a request span and run here),
+`work INSTANCE_ID` (an engine that runs it to completion) or `broken on_start|on_end` (with
+a span processor that raises there for Laneway's spans: instances enqueued and run, their
+outcomes and the tracing module's log lines printed). Each prints its finished spans as JSON
+lines: name, trace and span ids, parent, links, attributes.
 
-Run as `python -m tests.tracing_process enqueue|graphql|documents|template|work [ID]` with
-TRACING_DATABASE_URL set.
+Run as `python -m tests.tracing_process enqueue|graphql|documents|template|work [ID]` (or
+`broken HOOK`) with TRACING_DATABASE_URL set.
 """
 
 import asyncio
 import json
+import logging
 import os
 import sys
 from uuid import UUID
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -131,7 +135,57 @@ async def _template() -> None:
         print(json.dumps({"instance_id": str(enqueued.instance_id)}), flush=True)
 
 
+class BrokenProcessor(SpanProcessor):
+    """Raises in `hook` (on_start or on_end) for every span of Laneway's, as a processor with
+    a bug would (an exporter's failures the SDK's own processors catch)."""
+
+    def __init__(self, hook: str) -> None:
+        self.hook = hook
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self._raise("on_start", span)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._raise("on_end", span)
+
+    def _raise(self, hook: str, span: ReadableSpan) -> None:
+        scope = span.instrumentation_scope
+        if hook == self.hook and scope is not None and scope.name == "laneway":
+            raise RuntimeError(f"processor broken in {hook}")
+
+
+class PrintedLogs(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        call = getattr(record, "tracing_call", None)
+        print(json.dumps({"log": record.getMessage(), "call": call}), flush=True)
+
+
+async def _broken() -> None:
+    """Every kind of span Laneway makes, under a processor that raises: enqueues (one, and a
+    batch through GraphQL), claims, steps (a failed attempt and its retry), operations."""
+    settings = make_settings(os.environ["TRACING_DATABASE_URL"])
+    async with open_services(settings, workflows=[TRACED_TEMPLATE]) as services:
+        engine = services.engine
+        enqueued = [await engine.enqueue("flaky", {"failTimes": 1})]
+        enqueued.append(await engine.enqueue("traced", {}))
+        requests = [{"name": "flaky", "params": {"failTimes": 0}}]
+        result = await executor(services)(MUTATION, requests=requests)
+        assert result.errors is None, result.errors
+        assert result.data is not None
+        ids = [answer.instance_id for answer in enqueued]
+        ids += [UUID(answer["instanceID"]) for answer in result.data["enqueueWorkflows"]]
+        async with engine.running():
+            for instance_id in ids:
+                await until_status(services.store, instance_id, Status.COMPLETED, timeout=30)
+        for record in await engine.list_instances():
+            print(json.dumps({"workflow": record.name, "attempts": record.attempts}), flush=True)
+
+
 async def main(role: str, instance: str | None) -> None:
+    if role == "broken":
+        await _broken()
+        _dump()
+        return
     if role == "template":
         await _template()
         _dump()
@@ -160,5 +214,8 @@ async def main(role: str, instance: str | None) -> None:
 if __name__ == "__main__":
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    if sys.argv[1] == "broken":
+        provider.add_span_processor(BrokenProcessor(sys.argv[2]))
+        logging.getLogger("laneway.engine.tracing").addHandler(PrintedLogs())
     trace.set_tracer_provider(provider)
     asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))

@@ -10,9 +10,14 @@ exporter); Laneway only uses the API.
 `pip install laneway[otel]` brings the OpenTelemetry API and SDK. Without them, or with
 LANEWAY_TRACING=0, `ENABLED` is False and every helper here returns at once: no span, no
 context, nothing on the hot path but that test.
+
+Tracing never fails the work it watches: every call into the tracer provider's code (a span
+processor's on_start and on_end run inside start and end) is caught here, logged once per
+kind of call in the process, and the work goes on, untraced where the span could not start.
 """
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -22,11 +27,14 @@ from laneway.config import flag_value
 from laneway.model import InstanceRecord
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the extra is not installed
     trace = None  # type: ignore[assignment]
+
+logger = logging.getLogger(__name__)
 
 
 def _switched_on(raw: str | None) -> bool:
@@ -48,7 +56,11 @@ def current_traceparent() -> str | None:
     if _PROPAGATOR is None:
         return None
     carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier)
+    try:
+        _PROPAGATOR.inject(carrier)
+    except Exception as error:  # a span of the provider's that cannot give its context
+        _report("context", error)
+        return None
     return carrier.get("traceparent")
 
 
@@ -109,35 +121,101 @@ def _span(
     link_to: str | None,
     kind_consumer: bool,
 ) -> Iterator[str | None]:
-    tracer = trace.get_tracer(TRACER_NAME)
-    links = []
-    if link_to:
-        linked = trace.get_current_span(_context_of(link_to)).get_span_context()
-        if linked.is_valid:
-            links.append(Link(linked))
-    with tracer.start_as_current_span(
-        name,
-        context=_context_of(parent) if parent else None,
-        kind=SpanKind.CONSUMER if kind_consumer else SpanKind.INTERNAL,
-        attributes=dict(attributes or {}),
-        links=links,
-    ):
-        yield current_traceparent()
+    """The span of `span`, `lazy_span` and `step_span`: started, current for the block, ended.
+    A call that raises is reported (`_report`) and the block goes on, untraced if the span
+    did not start."""
+    try:
+        links = []
+        if link_to:
+            linked = trace.get_current_span(_context_of(link_to)).get_span_context()
+            if linked.is_valid:
+                links.append(Link(linked))
+        made = trace.get_tracer(TRACER_NAME).start_span(
+            name,
+            context=_context_of(parent) if parent else None,
+            kind=SpanKind.CONSUMER if kind_consumer else SpanKind.INTERNAL,
+            attributes=dict(attributes or {}),
+            links=links,
+        )
+    except Exception as error:
+        _report("start", error)
+        yield None  # the block runs untraced
+        return
+    try:
+        with current(made):
+            yield current_traceparent()
+    finally:
+        _end(made)
 
 
 def server_span(name: str, attributes: Mapping[str, str]) -> Any | None:
-    """A started SERVER span (a request served; the caller ends it, and makes it current with
-    `current`), or None where `span` makes none."""
+    """A started SERVER span (a request served; the caller ends it with `finish`, and makes it
+    current with `current`), or None where `span` makes none or it could not start."""
     if _skipped():
         return None
-    tracer = trace.get_tracer(TRACER_NAME)
-    return tracer.start_span(name, kind=SpanKind.SERVER, attributes=dict(attributes))
+    try:
+        tracer = trace.get_tracer(TRACER_NAME)
+        return tracer.start_span(name, kind=SpanKind.SERVER, attributes=dict(attributes))
+    except Exception as error:
+        _report("start", error)
+        return None
 
 
-def current(started: Any) -> contextlib.AbstractContextManager[Any]:
-    """`started` (a server_span) as the current span for the block, not ended by it; an
-    exception leaving the block is recorded on it."""
-    return trace.use_span(started, end_on_exit=False)
+@contextlib.contextmanager
+def current(started: Any) -> Iterator[None]:
+    """`started` (a span started here, a server_span) as the current span for the block, not
+    ended by it; an exception leaving the block is recorded on it (as the API's `use_span`
+    does), and propagates as it was, whatever recording it does."""
+    token = otel_context.attach(trace.set_span_in_context(started))
+    try:
+        yield
+    except Exception as error:
+        try:
+            if started.is_recording():
+                started.record_exception(error)
+                started.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        except Exception as failure:
+            _report("status", failure)
+        raise
+    finally:
+        otel_context.detach(token)
+
+
+def finish(started: Any, name: str | None, attributes: Mapping[str, str]) -> None:
+    """Rename `started` (a server_span, unless `name` is None), set `attributes` on it and
+    end it."""
+    try:
+        if name is not None:
+            started.update_name(name)
+        started.set_attributes(dict(attributes))
+    except Exception as error:
+        _report("attributes", error)
+    _end(started)
+
+
+def _end(started: Any) -> None:
+    try:
+        started.end()  # a span processor's on_end runs here
+    except Exception as error:
+        _report("end", error)
+
+
+# The kinds of call ("start", "end", ...) whose failure this process has logged. A broken
+# processor or exporter fails every span the same way, and the tracer provider is the
+# process's (OpenTelemetry's global), so once per kind per process says all there is to say.
+_reported: set[str] = set()
+
+
+def _report(call: str, error: Exception) -> None:
+    """Log that a call into the tracing code raised, the first time a call of its kind does."""
+    if call in _reported:
+        return
+    _reported.add(call)
+    logger.error(
+        "tracing call failed; the work goes on (logged once per kind of call)",
+        exc_info=error,
+        extra={"tracing_call": call},
+    )
 
 
 def spans_made() -> bool:
@@ -185,5 +263,8 @@ def mark_failed(description: str) -> None:
     """Set the current span's status to error (a failed attempt that raised nothing here)."""
     if not ENABLED:
         return
-    current: Span = trace.get_current_span()
-    current.set_status(Status(StatusCode.ERROR, description))
+    try:
+        failed: Span = trace.get_current_span()
+        failed.set_status(Status(StatusCode.ERROR, description))
+    except Exception as error:
+        _report("status", error)

@@ -79,8 +79,7 @@ class OperationSpans(SchemaExtension):
             yield
         finally:
             if self._span is not None:
-                self._named(self._span)
-                self._span.end()
+                tracing.finish(self._span, *self._described())
 
     def on_execute(self) -> Generator[None, None, None]:
         if self._span is None:
@@ -89,18 +88,20 @@ class OperationSpans(SchemaExtension):
         with tracing.current(self._span):
             yield
 
-    def _named(self, span: Any) -> None:
-        """The span's name, document and operation attributes, once the document is parsed."""
+    def _described(self) -> tuple[str | None, dict[str, str]]:
+        """The span's name and attributes (document, operation type and name), once the
+        document is parsed; refused before parsing, it keeps its first name, and no
+        document."""
         context = self.execution_context
         if context.graphql_document is None:
-            return  # refused before parsing: the span keeps its first name, and no document
-        span.set_attribute("graphql.document", document_text(context.graphql_document))
+            return None, {}
+        attributes = {"graphql.document": document_text(context.graphql_document)}
         try:
             kind = context.operation_type.value
         except Exception:  # no operation of that name: graphql-core reports it to the client
-            return
+            return None, attributes
+        attributes["graphql.operation.type"] = kind
         name = capped(context.operation_name or "", MAX_NAME_CHARS)
-        span.update_name(f"{kind} {name}" if name else kind)
-        span.set_attribute("graphql.operation.type", kind)
         if name:
-            span.set_attribute("graphql.operation.name", name)
+            attributes["graphql.operation.name"] = name
+        return (f"{kind} {name}" if name else kind), attributes
