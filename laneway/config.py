@@ -1,8 +1,7 @@
 """Settings: the environment read once, validated, frozen.
 
-Owns every environment variable Laneway understands. No other module reads `os.environ`,
-but for LANEWAY_TRACING, which laneway.engine.tracing reads at import with `flag_value`
-(and which is checked here too); callers pass the mapping in, so tests hand it a dict.
+Owns every environment variable Laneway understands. No other module reads `os.environ`;
+callers pass the mapping in, so tests hand it a dict.
 """
 
 import ipaddress
@@ -198,9 +197,8 @@ class Settings:
     metrics_port: int | None = None  # a worker serves /metrics here (the API at its own /metrics)
     metrics_host: str = "127.0.0.1"
     gc_freeze: bool = True  # freeze the start-up heap once services are built (heap.py)
-    # LANEWAY_TRACING: laneway.engine.tracing reads it itself, once, at import (its spans'
-    # helpers test one constant); here it is checked, so that a word that is not a switch
-    # stops the process like any other bad value.
+    # OpenTelemetry spans (with the otel extra installed): the engine's and the GraphQL
+    # operations' (open_services passes it to the Engine; spans.py reads it per operation).
     tracing: bool = True
     extra: Mapping[str, str] = field(default_factory=dict)
 

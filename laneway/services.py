@@ -81,6 +81,7 @@ async def open_services(
             retention_seconds=settings.retention_days * 86_400.0,
             role=role,  # how it shows in the workers registry, if it runs
             observer=metrics,
+            tracing=settings.tracing,
         )
         hub = await stack.enter_async_context(
             EventHub.open(

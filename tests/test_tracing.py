@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 async def _side(database_url: str, *args: str) -> list[dict[str, Any]]:
     env = {"PATH": "/usr/bin:/bin", "TRACING_DATABASE_URL": database_url, "PYTHONPATH": str(ROOT)}
+    if args == ("off", "environment"):  # as `laneway worker` reads it
+        env |= {"LANEWAY_TRACING": "0", "LANEWAY_WORKFLOWS": "app.examples,tests.workflows"}
+        env |= {"LANEWAY_POLL_SECONDS": "0.05", "LANEWAY_LEASE_SECONDS": "5"}
     code, out, err = await run_process(
         [sys.executable, "-m", "tests.tracing_process", *args], cwd=ROOT, env=env, timeout=60
     )
@@ -98,10 +101,11 @@ async def test_without_the_extra_tracing_is_off_and_costs_one_test() -> None:
     script = (
         "import sys; sys.modules['opentelemetry'] = None\n"  # as if the extra were not installed
         "from laneway.engine import tracing\n"
-        "assert not tracing.ENABLED\n"
-        "with tracing.span('laneway.step x.y', {'laneway.attempt': 1}) as traced:\n"
+        "assert not tracing.AVAILABLE\n"
+        "with tracing.span('laneway.step x.y', {'laneway.attempt': 1}, on=True) as traced:\n"
         "    assert traced is None\n"
         "assert tracing.current_traceparent() is None\n"
+        "assert not tracing.in_traced_step()\n"
         "tracing.mark_failed('nothing to mark')\n"
         "import laneway.api.graphql.schema as schema\n"
         "assert schema.OperationSpans not in schema.schema_extensions()\n"
@@ -114,17 +118,24 @@ async def test_without_the_extra_tracing_is_off_and_costs_one_test() -> None:
     assert out.strip() == "off"
 
 
+@pytest.mark.parametrize("source", ["settings", "environment"])
+async def test_tracing_turned_off_in_the_settings_makes_no_span(
+    database_url: str, source: str
+) -> None:
+    # All of it runs inside an application's own span, as an embedding host's would: no span
+    # of Laneway's is its child, and no failed attempt marks it failed.
+    lines = await _side(database_url, "off", source)
+    outcomes = sorted((line["workflow"], line["attempts"]) for line in lines if "workflow" in line)
+    assert outcomes == [("flaky", 1), ("flaky", 2), ("traced", 1)]
+    spans = [line for line in lines if "name" in line]
+    assert [(span["name"], span["status"]) for span in spans] == [("host", "UNSET")]
+
+
 @pytest.mark.parametrize("word", ["0", "off", "FALSE", " no "])
-async def test_laneway_tracing_reads_every_off_word_as_the_other_switches_do(word: str) -> None:
-    script = "from laneway.engine import tracing\nprint(tracing.ENABLED)\n"
-    env = {"PATH": "/usr/bin:/bin", "LANEWAY_TRACING": word}
-    code, out, err = await run_process([sys.executable, "-c", script], cwd=ROOT, env=env)
-    assert code == 0, err
-    assert out.strip() == "False"
-    on = await run_process(
-        [sys.executable, "-c", script], cwd=ROOT, env={**env, "LANEWAY_TRACING": "on"}
-    )
-    assert on[1].strip() == "True"  # the extra is installed here
+def test_laneway_tracing_reads_every_off_word_as_the_other_switches_do(word: str) -> None:
+    assert Settings.from_env({"LANEWAY_TRACING": word}).tracing is False
+    assert Settings.from_env({"LANEWAY_TRACING": "on"}).tracing is True
+    assert Settings.from_env({}).tracing is True
 
 
 def test_a_tracing_word_that_is_not_a_switch_is_refused_where_settings_are_read() -> None:

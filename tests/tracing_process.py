@@ -5,11 +5,13 @@ prints the instance id), `graphql` (an enqueueWorkflows mutation through the sch
 `template` (a template instance enqueued under a request span and run here),
 `work INSTANCE_ID` (an engine that runs it to completion) or `broken on_start|on_end` (with
 a span processor that raises there for Laneway's spans: instances enqueued and run, their
-outcomes and the tracing module's log lines printed). Each prints its finished spans as JSON
+outcomes and the tracing module's log lines printed) or `off settings|environment` (the same
+work inside a host's span, with tracing off in the settings, or in LANEWAY_TRACING read
+through Settings.from_env). Each prints its finished spans as JSON
 lines: name, trace and span ids, parent, links, attributes.
 
 Run as `python -m tests.tracing_process enqueue|graphql|documents|template|work [ID]` (or
-`broken HOOK`) with TRACING_DATABASE_URL set.
+`broken HOOK`, `off SOURCE`) with TRACING_DATABASE_URL set.
 """
 
 import asyncio
@@ -36,6 +38,7 @@ from laneway import (
     compile_template,
     completed,
 )
+from laneway.config import Settings
 from laneway.model import Status
 from laneway.services import open_services
 from laneway.store import open_store
@@ -58,6 +61,7 @@ def _dump() -> None:
                     "parent_id": f"{finished.parent.span_id:016x}" if finished.parent else None,
                     "links": [f"{link.context.span_id:016x}" for link in finished.links],
                     "kind": finished.kind.name,
+                    "status": finished.status.status_code.name,
                     "attributes": dict(finished.attributes or {}),
                 }
             ),
@@ -164,6 +168,22 @@ async def _broken() -> None:
     """Every kind of span Laneway makes, under a processor that raises: enqueues (one, and a
     batch through GraphQL), claims, steps (a failed attempt and its retry), operations."""
     settings = make_settings(os.environ["TRACING_DATABASE_URL"])
+    await _every_kind_of_span(settings)
+
+
+async def _off(source: str) -> None:
+    """The same work with tracing off, inside a span of the host's own."""
+    url = os.environ["TRACING_DATABASE_URL"]
+    if source == "settings":
+        settings = make_settings(url, tracing=False)
+    else:
+        settings = Settings.from_env({**os.environ, "DATABASE_URL": url})
+        assert settings.tracing is False
+    with trace.get_tracer("test").start_as_current_span("host"):
+        await _every_kind_of_span(settings)
+
+
+async def _every_kind_of_span(settings: Settings) -> None:
     async with open_services(settings, workflows=[TRACED_TEMPLATE]) as services:
         engine = services.engine
         enqueued = [await engine.enqueue("flaky", {"failTimes": 1})]
@@ -184,6 +204,11 @@ async def _broken() -> None:
 async def main(role: str, instance: str | None) -> None:
     if role == "broken":
         await _broken()
+        _dump()
+        return
+    if role == "off":
+        assert instance is not None
+        await _off(instance)
         _dump()
         return
     if role == "template":

@@ -69,6 +69,7 @@ class ClaimLoop:
         on_terminal: TerminalCallback,
         spawn: ChildSpawner,
         observer: EngineObserver,
+        tracing: bool,
         role: str = "worker",
     ) -> None:
         self._store = store
@@ -84,6 +85,7 @@ class ClaimLoop:
         self._on_terminal = on_terminal
         self._spawn = spawn
         self._observer = observer
+        self._tracing = tracing  # spans of its claims and its runs' steps (tracing.py)
         # This loop's own claims and group commits ring the doorbell too, and their NOTIFY
         # must not wake it for a claim that would find nothing (doorbells.py). A group commit
         # that freed a queue's slot claims it itself, or wakes the loop at once; a run that
@@ -302,7 +304,7 @@ class ClaimLoop:
         limit = free if limit is None else min(limit, free)
         token, rung = self._doorbells.writing(), None
         try:
-            with tracing.span("laneway.claim", {"laneway.limit": limit}):
+            with tracing.span("laneway.claim", {"laneway.limit": limit}, on=self._tracing):
                 claimed, rung = await self._store.claim_rung(
                     self.owner_id, self._registry.runs(), limit, self.lease_seconds
                 )
@@ -467,7 +469,13 @@ class ClaimLoop:
                 self._store, self.owner_id, run.record, self._spawn, self._observer, self._committer
             )
             due = await run_instance(
-                run, workflow, self._committer, self._on_terminal, tools, self._observer
+                run,
+                workflow,
+                self._committer,
+                self._on_terminal,
+                tools,
+                self._observer,
+                trace_steps=self._tracing,
             )
             if due is not None and due.waking:
                 self.wake_waiters_in(due.seconds)

@@ -84,6 +84,7 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         role: str = "worker",
         observer: EngineObserver | None = None,
+        tracing: bool = True,
     ) -> None:
         if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
             raise InvalidInputError("lease, poll interval and concurrency must be positive")
@@ -97,6 +98,9 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         self.locks = EntityLocks(store)
         # Told of claims, steps and outcomes (laneway/metrics.py counts them); none: nobody.
         self.observer: EngineObserver = observer if observer is not None else NoObserver()
+        # OpenTelemetry spans of its enqueues, claims, steps and operations (Settings.tracing;
+        # they are made only with the otel extra installed, see tracing.py).
+        self.tracing = tracing
         self._started = False
         self._ready = False
         self._before_run: list[Callable[[], Awaitable[object]]] = []
@@ -117,6 +121,7 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
             spawn=self._enqueue_child,
             role=role,
             observer=self.observer,
+            tracing=tracing,
         )
 
     def before_run(self, step: Callable[[], Awaitable[object]]) -> None:
@@ -188,7 +193,7 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
             )
         )
         attributes = {"laneway.workflow": new.name, "laneway.queue": new.queue}
-        with tracing.span("laneway.enqueue", attributes) as traced:
+        with tracing.span("laneway.enqueue", attributes, on=self.tracing) as traced:
             # Its steps' spans, in whatever process runs them, are children of this one.
             new = dataclasses.replace(new, trace_context=traced) if traced else new
             result = await self.store.enqueue(new)
@@ -210,7 +215,8 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         """
         if len(requests) > MAX_BATCH:
             raise InvalidInputError(f"at most {MAX_BATCH} instances per batch")
-        with tracing.span("laneway.enqueue_many", {"laneway.count": len(requests)}) as traced:
+        count = {"laneway.count": len(requests)}
+        with tracing.span("laneway.enqueue_many", count, on=self.tracing) as traced:
             # Checked as the store reads them: a large batch is copied in a chunk at a time
             # while the next is checked; a request that fails its check writes nothing.
             results = await self.store.enqueue_checked(

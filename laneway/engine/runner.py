@@ -230,9 +230,11 @@ async def run_instance(
     on_terminal: Callable[[Transition], Awaitable[None]],
     tools: RunnerTools,
     observe: EngineObserver,
+    *,
+    trace_steps: bool,
 ) -> DueAgain | None:
     """Drive one claimed instance until it ends, pauses, waits, fails an attempt, or loses its
-    lease.
+    lease; each step in a span when `trace_steps` (the engine's settings).
 
     Returns when the instance is due again where that is known: a failed attempt left it
     pending (its retry backoff), or it waits with a wake time (a sleep, a timeout, an expiry).
@@ -259,13 +261,13 @@ async def run_instance(
         if faults.ARMED:
             await faults.hit("before_step")
         started = time.perf_counter()
-        with tracing.step_span(record, workflow.name, action, attempt) as traced:
+        with tracing.step_span(record, workflow.name, action, attempt, on=trace_steps) as traced:
             try:
                 write = await _call_handler(ctx, workflow, action, record.lease_epoch, tools)
             except LeaseLostError:
                 return None
-            if isinstance(write, FailWrite):
-                tracing.mark_failed(write.error)
+            if isinstance(write, FailWrite) and traced is not None:
+                tracing.mark_failed(write.error)  # this step's span, not one around it
                 write = dataclasses.replace(write, trace=traced)
         observe.step_finished(workflow.name, action, time.perf_counter() - started)
         parked = isinstance(write, CheckpointWrite) and (

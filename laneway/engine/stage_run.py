@@ -112,7 +112,7 @@ class _StageRun:
         self._errors: dict[int, Exception] = {}  # a failed operation's exception, by position
         self._fix_cycle = 0
         # Asked once: the stage's operations run in its context (parallel ones in copies).
-        self._spans = tracing.spans_made()
+        self._spans = tracing.in_traced_step()
         # In sequence the stage writes before anything waits (before the next operation, or
         # its own step), which carries what finished; in parallel the siblings run on, so an
         # outcome is also written on its own soon after (RunnerTools).
@@ -444,9 +444,9 @@ class _StageRun:
         with tracing.lazy_span(
             f"laneway.operation {operation.type}",
             functools.partial(self._span_attributes, operation, operation_ctx.attempt),
-        ):
+        ) as traced:
             outcome = await attempt(handler, operation_ctx, operation.timeout_seconds)
-            if outcome[0].status != COMPLETED:
+            if outcome[0].status != COMPLETED and traced is not None:  # not the step's span
                 tracing.mark_failed(outcome[0].reason or outcome[0].status)
             return outcome
 

@@ -7,9 +7,12 @@ that enqueued it; a retried step's span links to the span of the instance's firs
 attempt. The process's tracer provider is the application's to configure (the SDK, an
 exporter); Laneway only uses the API.
 
-`pip install laneway[otel]` brings the OpenTelemetry API and SDK. Without them, or with
-LANEWAY_TRACING=0, `ENABLED` is False and every helper here returns at once: no span, no
-context, nothing on the hot path but that test.
+`pip install laneway[otel]` brings the OpenTelemetry API and SDK; without them `AVAILABLE`
+is False and every helper here returns at once. Whether a process traces is its settings'
+(Settings.tracing, from LANEWAY_TRACING): the engine passes its `tracing` to `span` and
+`step_span` as `on`, a template's operations are spans only inside a traced step
+(`in_traced_step`), and the GraphQL extension asks the request's settings (spans.py). Off:
+no span, no context, nothing on the hot path but that test.
 
 Tracing never fails the work it watches: every call into the tracer provider's code (a span
 processor's on_start and on_end run inside start and end) is caught here, logged once per
@@ -18,12 +21,10 @@ kind of call in the process, and the work goes on, untraced where the span could
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from laneway.config import flag_value
 from laneway.model import InstanceRecord
 
 try:
@@ -37,18 +38,11 @@ except ImportError:  # the extra is not installed
 logger = logging.getLogger(__name__)
 
 
-def _switched_on(raw: str | None) -> bool:
-    """LANEWAY_TRACING as every switch reads (config.flag_value); a word that is not one
-    leaves tracing on here, and Settings.from_env refuses it where a process starts."""
-    try:
-        return flag_value(raw, True)
-    except ValueError:
-        return True
-
-
-ENABLED = trace is not None and _switched_on(os.environ.get("LANEWAY_TRACING"))
+AVAILABLE = trace is not None  # the extra is installed
 TRACER_NAME = "laneway"
-_PROPAGATOR = TraceContextTextMapPropagator() if ENABLED else None
+_PROPAGATOR = TraceContextTextMapPropagator() if AVAILABLE else None
+# Set in the context of a step's span, to the span: a template's operations are its children.
+_STEP = otel_context.create_key("laneway-step") if AVAILABLE else ""
 
 
 def current_traceparent() -> str | None:
@@ -93,22 +87,22 @@ def _unconfigured() -> bool:
     return not _provider_set
 
 
-def _skipped() -> bool:
-    """Whether `span` makes no span: tracing is off, or no provider is set and there is no
-    current span (such a span would carry no context)."""
-    return not ENABLED or (
+def _skipped(on: bool) -> bool:
+    """Whether `span` makes no span: tracing is off (`on` False, or no extra), or no provider
+    is set and there is no current span (such a span would carry no context)."""
+    return not (on and AVAILABLE) or (
         _unconfigured() and not trace.get_current_span().get_span_context().is_valid
     )
 
 
 def span(
-    name: str, attributes: Mapping[str, str | int] | None = None
+    name: str, attributes: Mapping[str, str | int] | None = None, *, on: bool
 ) -> contextlib.AbstractContextManager[str | None]:
     """A span around the block, a child of the current span; an exception leaving the block
-    is recorded on it. Yields the span's own traceparent. When tracing is off: one shared
-    no-op context that yields None, as when no tracer provider is set and there is no current
-    span (such a span would carry no context)."""
-    if _skipped():
+    is recorded on it. Yields the span's own traceparent. When tracing is off (`on`: the
+    engine's settings): one shared no-op context that yields None, as when no tracer provider
+    is set and there is no current span (such a span would carry no context)."""
+    if _skipped(on):
         return _OFF
     return _span(name, attributes, None, None, False)
 
@@ -119,7 +113,7 @@ def _span(
     attributes: Mapping[str, str | int] | None,
     parent: str | None,
     link_to: str | None,
-    kind_consumer: bool,
+    step: bool,
 ) -> Iterator[str | None]:
     """The span of `span`, `lazy_span` and `step_span`: started, current for the block, ended.
     A call that raises is reported (`_report`) and the block goes on, untraced if the span
@@ -133,7 +127,7 @@ def _span(
         made = trace.get_tracer(TRACER_NAME).start_span(
             name,
             context=_context_of(parent) if parent else None,
-            kind=SpanKind.CONSUMER if kind_consumer else SpanKind.INTERNAL,
+            kind=SpanKind.CONSUMER if step else SpanKind.INTERNAL,
             attributes=dict(attributes or {}),
             links=links,
         )
@@ -142,7 +136,7 @@ def _span(
         yield None  # the block runs untraced
         return
     try:
-        with current(made):
+        with current(made, step=step):
             yield current_traceparent()
     finally:
         _end(made)
@@ -150,8 +144,9 @@ def _span(
 
 def server_span(name: str, attributes: Mapping[str, str]) -> Any | None:
     """A started SERVER span (a request served; the caller ends it with `finish`, and makes it
-    current with `current`), or None where `span` makes none or it could not start."""
-    if _skipped():
+    current with `current`), or None where `span` makes none or it could not start. The
+    caller asks only when its settings trace."""
+    if _skipped(True):
         return None
     try:
         tracer = trace.get_tracer(TRACER_NAME)
@@ -162,11 +157,15 @@ def server_span(name: str, attributes: Mapping[str, str]) -> Any | None:
 
 
 @contextlib.contextmanager
-def current(started: Any) -> Iterator[None]:
+def current(started: Any, *, step: bool = False) -> Iterator[None]:
     """`started` (a span started here, a server_span) as the current span for the block, not
-    ended by it; an exception leaving the block is recorded on it (as the API's `use_span`
-    does), and propagates as it was, whatever recording it does."""
-    token = otel_context.attach(trace.set_span_in_context(started))
+    ended by it (and as the current step's, `step`); an exception leaving the block is
+    recorded on it (as the API's `use_span` does), and propagates as it was, whatever
+    recording it does."""
+    context = trace.set_span_in_context(started)
+    token = otel_context.attach(
+        otel_context.set_value(_STEP, started, context) if step else context
+    )
     try:
         yield
     except Exception as error:
@@ -218,31 +217,37 @@ def _report(call: str, error: Exception) -> None:
     )
 
 
-def spans_made() -> bool:
-    """Whether spans made now would record anything: tracing is on and a tracer provider is
-    set. Without a provider a span is a copy of its parent's context that records nothing
-    (`span` skips it when there is no parent either), so a caller about to make many of them
-    may leave them all out. Cheaper than `span`'s own test: the current context is not read."""
-    return ENABLED and not _unconfigured()
+def in_traced_step() -> bool:
+    """Whether the block runs inside a step's span that records, so that a template's
+    operations are spans (its children). A step not traced (its engine's tracing off, no
+    provider set, not sampled) leaves them out, whatever span is current around it. Asked
+    once per stage: the context is read, no span is made."""
+    if not AVAILABLE:
+        return False
+    step: Any = otel_context.get_value(_STEP)
+    try:
+        return step is not None and bool(step.is_recording())
+    except Exception as error:
+        _report("context", error)
+        return False
 
 
 def lazy_span(
     name: str, attributes: Callable[[], Mapping[str, str | int]]
 ) -> contextlib.AbstractContextManager[str | None]:
-    """`span`, with attributes built only when a span is made (this runs per operation)."""
-    if _skipped():
-        return _OFF
+    """A span around the block, a child of the current step's, with attributes built only
+    now; called where `in_traced_step` said yes (this runs per operation)."""
     return _span(name, attributes(), None, None, False)
 
 
 def step_span(
-    record: InstanceRecord, workflow: str, action: str, attempt: int
+    record: InstanceRecord, workflow: str, action: str, attempt: int, *, on: bool
 ) -> contextlib.AbstractContextManager[str | None]:
     """The span of one step of `record`: a child of the span that enqueued it, linked to its
     first failed attempt's span on a retry. Its attributes are built only when tracing is on
-    (this runs for every step). With no tracer provider set and no enqueue's context to carry
-    on, no span (it would carry no context)."""
-    if not ENABLED or (record.trace_context is None and _unconfigured()):
+    (`on`: the engine's settings; this runs for every step). With no tracer provider set and
+    no enqueue's context to carry on, no span (it would carry no context)."""
+    if not (on and AVAILABLE) or (record.trace_context is None and _unconfigured()):
         return _OFF
     return _span(
         f"laneway.step {workflow}.{action}",
@@ -260,8 +265,9 @@ def step_span(
 
 
 def mark_failed(description: str) -> None:
-    """Set the current span's status to error (a failed attempt that raised nothing here)."""
-    if not ENABLED:
+    """Set the current span's status to error (a failed attempt that raised nothing here);
+    called only inside a span made here (one that yielded a traceparent)."""
+    if not AVAILABLE:
         return
     try:
         failed: Span = trace.get_current_span()

@@ -118,14 +118,14 @@ Extension = Callable[[], SchemaExtension] | type[SchemaExtension]
 def schema_extensions() -> list[Extension]:
     """The protection of Laneway's schema, for a host's schema too: depth, alias and token
     limits, the argument guard (input_guard.py), error codes (SERVICE_UNAVAILABLE, request
-    ids) and masking of unexpected errors; and OpenTelemetry spans when tracing is on
-    (laneway/engine/tracing.py)."""
+    ids) and masking of unexpected errors; and OpenTelemetry spans when the otel extra is
+    installed (laneway/engine/tracing.py), made for the operations whose settings trace."""
     extensions: list[Extension] = [
         lambda: DocumentCache(max_tokens=MAX_TOKENS, rules=LIMIT_RULES),
         InputGuard,
         ErrorCodes,
     ]
-    if tracing.ENABLED:
+    if tracing.AVAILABLE:
         # A span per operation, current while it executes, so an enqueueWorkflow's span is
         # the parent of the instance's steps (spans.py).
         extensions.append(OperationSpans)

@@ -5,7 +5,9 @@ span is a SERVER span named as OpenTelemetry's GraphQL conventions name it (`mut
 `mutation EnqueueMany`), with `graphql.operation.type`, `graphql.operation.name` and
 `graphql.document`; it is the current span while the operation executes, so the
 `laneway.enqueue` spans of an enqueueWorkflow(s) are its children and the instances' steps
-belong to its trace. With no tracer provider set and no current span, no span is made.
+belong to its trace. With no tracer provider set and no current span, no span is made; nor
+when the settings of the request's LanewayContext turn tracing off (a context that carries
+none is traced, as Settings' default).
 
 What the client wrote reaches the span only in bounded, argument-free form: the document is
 the parsed one printed with every literal value as `"*"` (variables stay `$names`; their
@@ -35,6 +37,7 @@ from graphql import (
 )
 from strawberry.extensions import SchemaExtension
 
+from laneway.api.graphql.context import laneway_of
 from laneway.engine import tracing
 
 # Each argument is a client's to fill, so none reaches a span: a password inline in `params`
@@ -74,7 +77,7 @@ class OperationSpans(SchemaExtension):
     _span: Any = None
 
     def on_operation(self) -> Generator[None, None, None]:
-        self._span = tracing.server_span("GraphQL", {})
+        self._span = tracing.server_span("GraphQL", {}) if self._traced() else None
         try:
             yield
         finally:
@@ -87,6 +90,13 @@ class OperationSpans(SchemaExtension):
             return
         with tracing.current(self._span):
             yield
+
+    def _traced(self) -> bool:
+        """Whether this process's settings trace (Settings.tracing, LANEWAY_TRACING)."""
+        try:
+            return laneway_of(self.execution_context.context).settings.tracing
+        except TypeError:  # no LanewayContext: its resolvers will say so
+            return True
 
     def _described(self) -> tuple[str | None, dict[str, str]]:
         """The span's name and attributes (document, operation type and name), once the
