@@ -15,6 +15,7 @@ from laneway.api.graphql.spans import MAX_DOCUMENT_CHARS, MAX_NAME_CHARS
 from laneway.config import Settings
 from laneway.errors import InvalidInputError
 from tests.processes import run_process
+from tests.tracing_process import CALLER_SPAN, CALLER_TRACE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -189,3 +190,20 @@ async def test_a_span_processor_that_raises_fails_no_work(database_url: str, hoo
         assert {"laneway.claim", "laneway.step flaky.attempt", "laneway.operation a"} <= names
     else:  # none started; the work went on untraced
         assert names == set()
+
+
+async def test_a_request_with_a_callers_traceparent_continues_its_trace(
+    database_url: str,
+) -> None:
+    spans = [line for line in await _side(database_url, "caller") if "name" in line]
+    served = {span["name"]: span for span in spans if span["kind"] == "SERVER"}
+    caller = served["mutation FromCaller"]
+    assert caller["trace_id"] == CALLER_TRACE
+    assert caller["parent_id"] == CALLER_SPAN
+    (enqueue,) = [
+        s for s in spans if s["name"] == "laneway.enqueue" and s["trace_id"] == CALLER_TRACE
+    ]
+    assert enqueue["parent_id"] == caller["span_id"]  # its instance's steps join the trace too
+    for unparented in ("mutation FromGarbled", "mutation FromNobody"):  # a trace of its own
+        assert served[unparented]["parent_id"] is None
+        assert served[unparented]["trace_id"] != CALLER_TRACE

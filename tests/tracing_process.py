@@ -7,10 +7,11 @@ prints the instance id), `graphql` (an enqueueWorkflows mutation through the sch
 a span processor that raises there for Laneway's spans: instances enqueued and run, their
 outcomes and the tracing module's log lines printed) or `off settings|environment` (the same
 work inside a host's span, with tracing off in the settings, or in LANEWAY_TRACING read
-through Settings.from_env). Each prints its finished spans as JSON
+through Settings.from_env) or `caller` (GraphQL over HTTP: with a caller's `traceparent`,
+with an invalid one, with none). Each prints its finished spans as JSON
 lines: name, trace and span ids, parent, links, attributes.
 
-Run as `python -m tests.tracing_process enqueue|graphql|documents|template|work [ID]` (or
+Run as `python -m tests.tracing_process enqueue|graphql|documents|template|caller|work [ID]` (or
 `broken HOOK`, `off SOURCE`) with TRACING_DATABASE_URL set.
 """
 
@@ -42,7 +43,7 @@ from laneway.config import Settings
 from laneway.model import Status
 from laneway.services import open_services
 from laneway.store import open_store
-from tests.api.conftest import executor, make_settings
+from tests.api.conftest import executor, live_server, make_settings
 from tests.engine.helpers import make_engine, until_status
 
 EXPORTER = InMemorySpanExporter()
@@ -183,6 +184,30 @@ async def _off(source: str) -> None:
         await _every_kind_of_span(settings)
 
 
+CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CALLER_SPAN = "b7ad6b7169203331"
+
+
+async def _caller() -> None:
+    settings = make_settings(os.environ["TRACING_DATABASE_URL"], engine_enabled=False)
+    enqueue = (
+        'mutation From{name} {{ enqueueWorkflow(name: "flaky", params: {{failTimes: 0}})'
+        " {{ instanceID }} }}"
+    )
+    headers = {
+        "Caller": {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
+        "Garbled": {"traceparent": "00-not-a-trace-01"},
+        "Nobody": {},
+    }
+    async with live_server(settings) as server:
+        for name, sent in headers.items():
+            response = await server.client.post(
+                "/graphql", json={"query": enqueue.format(name=name)}, headers=sent
+            )
+            assert response.status_code == 200, response.text
+            assert "errors" not in response.json(), response.text
+
+
 async def _every_kind_of_span(settings: Settings) -> None:
     async with open_services(settings, workflows=[TRACED_TEMPLATE]) as services:
         engine = services.engine
@@ -204,6 +229,10 @@ async def _every_kind_of_span(settings: Settings) -> None:
 async def main(role: str, instance: str | None) -> None:
     if role == "broken":
         await _broken()
+        _dump()
+        return
+    if role == "caller":
+        await _caller()
         _dump()
         return
     if role == "off":

@@ -29,7 +29,7 @@ from laneway.model import InstanceRecord
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import trace
+    from opentelemetry import propagate, trace
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the extra is not installed
@@ -87,11 +87,12 @@ def _unconfigured() -> bool:
     return not _provider_set
 
 
-def _skipped(on: bool) -> bool:
+def _skipped(on: bool, parent: Any = None) -> bool:
     """Whether `span` makes no span: tracing is off (`on` False, or no extra), or no provider
-    is set and there is no current span (such a span would carry no context)."""
+    is set and there is no parent span, current or given (such a span would carry no
+    context)."""
     return not (on and AVAILABLE) or (
-        _unconfigured() and not trace.get_current_span().get_span_context().is_valid
+        _unconfigured() and not trace.get_current_span(parent).get_span_context().is_valid
     )
 
 
@@ -142,15 +143,26 @@ def _span(
         _end(made)
 
 
-def server_span(name: str, attributes: Mapping[str, str]) -> Any | None:
+def server_span(name: str, headers: Mapping[str, str] | None = None) -> Any | None:
     """A started SERVER span (a request served; the caller ends it with `finish`, and makes it
     current with `current`), or None where `span` makes none or it could not start. The
-    caller asks only when its settings trace."""
-    if _skipped(True):
+    caller asks only when its settings trace.
+
+    `headers`: the HTTP request's. With no span current (no middleware of a host's has
+    continued the caller's trace already), the caller's trace context in them (`traceparent`,
+    read by the configured propagators) is the span's parent: the request continues the
+    trace of the service that sent it."""
+    parent = None
+    try:
+        if headers is not None and not trace.get_current_span().get_span_context().is_valid:
+            parent = propagate.extract(headers, otel_context.get_current())
+    except Exception as error:  # a propagator of the application's that raised
+        _report("context", error)
+    if _skipped(True, parent):
         return None
     try:
         tracer = trace.get_tracer(TRACER_NAME)
-        return tracer.start_span(name, kind=SpanKind.SERVER, attributes=dict(attributes))
+        return tracer.start_span(name, context=parent, kind=SpanKind.SERVER)
     except Exception as error:
         _report("start", error)
         return None

@@ -5,9 +5,11 @@ span is a SERVER span named as OpenTelemetry's GraphQL conventions name it (`mut
 `mutation EnqueueMany`), with `graphql.operation.type`, `graphql.operation.name` and
 `graphql.document`; it is the current span while the operation executes, so the
 `laneway.enqueue` spans of an enqueueWorkflow(s) are its children and the instances' steps
-belong to its trace. With no tracer provider set and no current span, no span is made; nor
-when the settings of the request's LanewayContext turn tracing off (a context that carries
-none is traced, as Settings' default).
+belong to its trace. An HTTP request's W3C `traceparent` header (when no span is current
+already) makes the span a child of the caller's: the request continues the calling
+service's trace. With no tracer provider set and no parent span, no span is made; nor when
+the settings of the request's LanewayContext turn tracing off (a context that carries none
+is traced, as Settings' default).
 
 What the client wrote reaches the span only in bounded, argument-free form: the document is
 the parsed one printed with every literal value as `"*"` (variables stay `$names`; their
@@ -22,7 +24,7 @@ span as text: an enqueueWorkflows of 1,000 requests, params included, as one att
 cost was a quarter of a batch mutation's time with no provider set at all.
 """
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from graphql import (
@@ -37,7 +39,7 @@ from graphql import (
 )
 from strawberry.extensions import SchemaExtension
 
-from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.context import LanewayContext, laneway_of
 from laneway.engine import tracing
 
 # Each argument is a client's to fill, so none reaches a span: a password inline in `params`
@@ -71,13 +73,29 @@ def capped(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
 
 
+def _headers_of(laneway: LanewayContext | None) -> Mapping[str, str] | None:
+    """The headers of the HTTP request an operation came in (None: a websocket's, whose
+    operations come long after its upgrade request, or one executed in the process)."""
+    connection = None if laneway is None else laneway.connection
+    if connection is None or connection.scope["type"] != "http":
+        return None
+    return connection.headers
+
+
 class OperationSpans(SchemaExtension):
     """A span for each operation, current while it executes."""
 
     _span: Any = None
 
     def on_operation(self) -> Generator[None, None, None]:
-        self._span = tracing.server_span("GraphQL", {}) if self._traced() else None
+        try:
+            laneway: LanewayContext | None = laneway_of(self.execution_context.context)
+        except TypeError:  # no LanewayContext: its resolvers will say so
+            laneway = None
+        # Traced as the process's settings say (Settings.tracing, LANEWAY_TRACING); a context
+        # without them is traced, as their default.
+        if laneway is None or laneway.settings.tracing:
+            self._span = tracing.server_span("GraphQL", _headers_of(laneway))
         try:
             yield
         finally:
@@ -90,13 +108,6 @@ class OperationSpans(SchemaExtension):
             return
         with tracing.current(self._span):
             yield
-
-    def _traced(self) -> bool:
-        """Whether this process's settings trace (Settings.tracing, LANEWAY_TRACING)."""
-        try:
-            return laneway_of(self.execution_context.context).settings.tracing
-        except TypeError:  # no LanewayContext: its resolvers will say so
-            return True
 
     def _described(self) -> tuple[str | None, dict[str, str]]:
         """The span's name and attributes (document, operation type and name), once the
