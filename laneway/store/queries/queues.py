@@ -61,18 +61,49 @@ APPLY_CODE_QUEUE_SETTINGS = _WRITE_QUEUE_SETTINGS.format(
 """,
 )
 
+# Each queue with its caps and its instances counted per status. The counts cost one pass
+# over laneway.instances at most, however many queues there are: pending and running rows are
+# counted through the claim's and the running partial indexes (live rows only, however many
+# finished ones retention keeps), every other status by one GROUP BY over the table (paused
+# and waiting rows without a concurrency key have no index, the finished ones none by queue,
+# so they share that pass). A correlated count per queue would scan the table once per queue
+# instead. tests/store/test_queue_stats.py checks the plan.
 # $1 queue name (NULL: every queue)
 QUEUE_STATS = """
+WITH counted (queue, status, n) AS (
+    SELECT queue, 'pending', count(*)
+      FROM laneway.instances
+     WHERE status = 'pending' AND concurrency_key IS NULL
+       AND ($1::text IS NULL OR queue = $1)
+     GROUP BY queue
+    UNION ALL
+    SELECT queue, 'pending', count(*)
+      FROM laneway.instances
+     WHERE status = 'pending' AND concurrency_key IS NOT NULL
+       AND ($1::text IS NULL OR queue = $1)
+     GROUP BY queue
+    UNION ALL
+    SELECT queue, 'running', count(*)
+      FROM laneway.instances
+     WHERE status = 'running'
+       AND ($1::text IS NULL OR queue = $1)
+     GROUP BY queue
+    UNION ALL
+    SELECT queue, status, count(*)
+      FROM laneway.instances
+     WHERE status NOT IN ('pending', 'running')
+       AND ($1::text IS NULL OR queue = $1)
+     GROUP BY queue, status
+), per_queue AS (
+    SELECT queue, jsonb_object_agg(status, n) AS counts
+      FROM (SELECT queue, status, sum(n)::bigint AS n FROM counted GROUP BY queue, status) AS c
+     GROUP BY queue
+)
 SELECT q.name, q.concurrency, q.rate_per_minute, q.paused, q.settings_source,
        q.key_concurrency, q.key_rate_per_minute,
-       COALESCE(
-           (SELECT jsonb_object_agg(c.status, c.n)
-              FROM (SELECT i.status, count(*) AS n
-                      FROM laneway.instances AS i
-                     WHERE i.queue = q.name
-                     GROUP BY i.status) AS c),
-           '{}'::jsonb) AS counts
+       COALESCE(per_queue.counts, '{}'::jsonb) AS counts
   FROM laneway.queues AS q
+  LEFT JOIN per_queue ON per_queue.queue = q.name
  WHERE $1::text IS NULL OR q.name = $1
  ORDER BY q.name
 """
