@@ -5,7 +5,8 @@ Owns the series and how they are fed. Per process: the engine's observer hooks
 the wait from enqueue to start, and count claims; the event hub's and the pool's own counters
 are read at scrape time. Cluster-wide: instances by queue and status, and the age of the
 oldest ready instance of each queue, read from the database at most once per
-`refresh_seconds` (whatever the number of scrapes and series) and served from that snapshot.
+`refresh_seconds` (whatever the number of scrapes and series) and served from that snapshot;
+a scrape waits for that read at most `wait_seconds`, a slower one goes on in the background.
 Served by the API at /metrics (api/routes.py) and by a worker on LANEWAY_METRICS_PORT
 (`metrics_server` below).
 """
@@ -14,9 +15,10 @@ import asyncio
 import bisect
 import contextlib
 import logging
+import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
@@ -38,7 +40,8 @@ from laneway.store import Store
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-REFRESH_SECONDS = 5.0  # the cluster-wide snapshot is at most this old
+REFRESH_SECONDS = 5.0  # a scrape re-reads the cluster-wide snapshot once it is this old
+WAIT_SECONDS = 2.0  # and waits for that read at most this long (Prometheus gives up at 10 s)
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500)
@@ -52,7 +55,7 @@ _OUTCOMES = {
 
 @dataclass(slots=True)
 class _Snapshot:
-    """The cluster-wide figures as last read, and when (monotonic)."""
+    """The cluster-wide figures as last read, and when that read began (monotonic)."""
 
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     oldest_ready: dict[str, float] = field(default_factory=dict)
@@ -121,9 +124,17 @@ class _Series(Collector):
 class Metrics:
     """The metrics of one process: an EngineObserver, plus what the hub and pool report."""
 
-    def __init__(self, *, refresh_seconds: float = REFRESH_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        refresh_seconds: float = REFRESH_SECONDS,
+        wait_seconds: float = WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.refresh_seconds = refresh_seconds
+        self.wait_seconds = wait_seconds
+        self._clock = clock
         labels = ("workflow", "queue")
         self._outcomes = {
             outcome: _Series(
@@ -174,10 +185,10 @@ class Metrics:
             registry=self.registry,
         )
         self._snapshot = _Snapshot()
-        self._refreshing = asyncio.Lock()
+        self._reading: asyncio.Task[None] | None = None  # the snapshot read under way, if any
         self._process = _ProcessCollector()
         self.registry.register(self._process)
-        self.registry.register(_ClusterCollector(self._snapshot))
+        self.registry.register(_ClusterCollector(self._snapshot, clock))
 
     # -- the engine's observer -------------------------------------------------------------------
 
@@ -211,21 +222,42 @@ class Metrics:
         self._process.source = (hub, store)
 
     async def refresh(self, store: Store, *, force: bool = False) -> None:
-        """Read the cluster-wide figures when the snapshot is older than refresh_seconds
-        (concurrent scrapes share one read). A failed read keeps the last snapshot."""
-        if not force and time.monotonic() - self._snapshot.read_at < self.refresh_seconds:
+        """Bring the cluster-wide snapshot up to date when it is older than refresh_seconds (or
+        when `force`), waiting for the read at most wait_seconds.
+
+        This is stale-while-revalidate, as exporters of costly figures do: the read runs as a
+        task of its own, one at a time (a scrape that finds one under way joins it), and a
+        scrape that stops waiting, or is cancelled, leaves it running; its snapshot serves the
+        next scrapes. Until then a scrape is served the snapshot there is. A failed read keeps
+        the last snapshot and is logged.
+        """
+        reading = self._reading
+        if reading is None or reading.done():
+            if not force and self._clock() - self._snapshot.read_at < self.refresh_seconds:
+                return
+            reading = self._reading = asyncio.create_task(
+                self._read(store), name="laneway-metrics-snapshot"
+            )
+        # asyncio.wait neither cancels the read at its timeout nor when this scrape is cancelled.
+        await asyncio.wait({reading}, timeout=self.wait_seconds)
+
+    async def _read(self, store: Store) -> None:
+        began = self._clock()  # the figures are as of the read's start
+        try:
+            counts, oldest = await store.cluster_figures()
+        except Exception as exc:
+            logger.warning("metrics snapshot failed", extra={"error": repr(exc)})
             return
-        async with self._refreshing:
-            if not force and time.monotonic() - self._snapshot.read_at < self.refresh_seconds:
-                return
-            try:
-                counts, oldest = await store.cluster_figures()
-            except Exception as exc:
-                logger.warning("metrics snapshot failed", extra={"error": repr(exc)})
-                return
-            self._snapshot.counts = counts
-            self._snapshot.oldest_ready = oldest
-            self._snapshot.read_at = time.monotonic()
+        self._snapshot.counts = counts
+        self._snapshot.oldest_ready = oldest
+        self._snapshot.read_at = began
+
+    async def aclose(self) -> None:
+        """Stop a snapshot read still under way: it must not outlive the store it reads."""
+        reading, self._reading = self._reading, None
+        if reading is not None and not reading.done():
+            reading.cancel()
+            await asyncio.wait({reading})
 
     def render(self) -> bytes:
         """The metrics in the Prometheus text format (CONTENT_TYPE)."""
@@ -272,15 +304,16 @@ class _ProcessCollector(Collector):
 class _ClusterCollector(Collector):
     """Instances by queue and status, and the oldest ready instance's age, from the snapshot."""
 
-    def __init__(self, snapshot: _Snapshot) -> None:
+    def __init__(self, snapshot: _Snapshot, clock: Callable[[], float]) -> None:
         self._snapshot = snapshot
+        self._clock = clock
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self._snapshot
         instances = GaugeMetricFamily(
             "laneway_instances",
-            f"Instances by queue and status, across the cluster (at most "
-            f"{REFRESH_SECONDS:g} s old).",
+            "Instances by queue and status, across the cluster (a snapshot that a scrape "
+            f"re-reads once it is {REFRESH_SECONDS:g} s old).",
             labels=("queue", "status"),
         )
         for (queue, status), count in sorted(snapshot.counts.items()):
@@ -292,7 +325,8 @@ class _ClusterCollector(Collector):
             labels=("queue",),
         )
         # The age grows while the snapshot ages; the next read sets it right again.
-        since = max(time.monotonic() - snapshot.read_at, 0.0) if snapshot.read_at > 0 else 0.0
+        read = math.isfinite(snapshot.read_at)
+        since = max(self._clock() - snapshot.read_at, 0.0) if read else 0.0
         queues = {queue for queue, _ in snapshot.counts} | set(snapshot.oldest_ready)
         for queue in sorted(queues):
             age = snapshot.oldest_ready.get(queue)

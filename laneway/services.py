@@ -69,6 +69,9 @@ async def open_services(
             )
         )
         metrics = Metrics()
+        # Closed before the store: a snapshot read still under way is stopped, not left to
+        # read from a closed pool.
+        stack.push_async_callback(metrics.aclose)
         engine = Engine(
             store,
             registry,

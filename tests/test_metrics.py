@@ -9,6 +9,7 @@ import socket
 import sys
 import uuid
 
+import asyncpg
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,7 +19,8 @@ from laneway.config import Settings
 from laneway.metrics import STEP_BUCKETS, Metrics
 from laneway.model import Status, Transition
 from laneway.services import open_services
-from laneway.store import Store
+from laneway.store import Store, open_store
+from laneway.store.pool import Timeouts
 from tests.engine.helpers import eventually, make_engine, until_status
 from tests.processes import run_process
 from tests.test_cli import ROOT, environment
@@ -90,6 +92,48 @@ async def test_cluster_gauges_come_from_a_snapshot_read_at_most_every_few_second
     await metrics.refresh(store, force=True)
     fresh = samples(metrics.render().decode())
     assert value(fresh, "laneway_instances", queue="hello", status="pending") == 2
+
+
+async def test_a_scrape_waits_for_a_slow_snapshot_read_only_so_long(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # The read waits on a lock the test holds (no lock timeout): it can end only when the test
+    # lets it, so the scrape that started it must have stopped waiting on its own.
+    async with open_store(database_url, timeouts=Timeouts(lock_ms=0)) as store:
+        metrics = Metrics(refresh_seconds=3600, wait_seconds=0.05)
+        engine = make_engine(store, hello, observer=metrics)
+        await engine.enqueue("hello", {"name": "one"})
+        locked = admin.transaction()
+        await locked.start()
+        await admin.execute("LOCK TABLE laneway.queues IN ACCESS EXCLUSIVE MODE")
+
+        async def read_waits_on_the_lock() -> int:
+            waiting: int = await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return waiting
+
+        try:
+            async with asyncio.timeout(10):  # a bound for a scrape that would wait, not a measure
+                await metrics.refresh(store)
+            assert await eventually(read_waits_on_the_lock, lambda n: n > 0) == 1
+            async with asyncio.timeout(10):
+                await metrics.refresh(store)  # the read under way is joined, not started again
+            assert await read_waits_on_the_lock() == 1
+            served = samples(metrics.render().decode())
+            assert not [key for key in served if key[0] == "laneway_instances"]
+        finally:
+            await locked.rollback()
+
+        async def scraped() -> float | None:
+            await metrics.refresh(store)  # within refresh_seconds of that read: no new one
+            return samples(metrics.render().decode()).get(
+                ("laneway_instances", (("queue", "hello"), ("status", "pending")))
+            )
+
+        assert await eventually(scraped, lambda pending: pending == 1) == 1
+        await metrics.aclose()
 
 
 def _free_port() -> int:

@@ -4,7 +4,7 @@ Readable under the same rule as GraphQL reads: the app's Permission decides with
 `Authorization` header, so with LANEWAY_API_TOKENS set a scraper sends a bearer token
 (Prometheus's `authorization` setting), and LANEWAY_OPEN_READS opens it as it opens queries.
 The cluster-wide series come from a snapshot read at most every few seconds, however often
-this is scraped.
+this is scraped, and a scrape waits for that read only so long (Metrics.refresh).
 """
 
 from collections.abc import Awaitable, Callable
