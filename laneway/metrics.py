@@ -57,7 +57,7 @@ _OUTCOMES = {
 class _Snapshot:
     """The cluster-wide figures as last read, and when that read began (monotonic)."""
 
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    counts: dict[str, dict[Status, int]] = field(default_factory=dict)  # every queue
     oldest_ready: dict[str, float] = field(default_factory=dict)
     read_at: float = -float("inf")
 
@@ -302,7 +302,12 @@ class _ProcessCollector(Collector):
 
 
 class _ClusterCollector(Collector):
-    """Instances by queue and status, and the oldest ready instance's age, from the snapshot."""
+    """Instances by queue and status, and the oldest ready instance's age, from the snapshot.
+
+    Every status of every queue the snapshot knows has its series, 0 when no instance is in
+    it: a series that vanished when its count fell to 0 would leave a graph at its last value
+    and an alert on it unresolved.
+    """
 
     def __init__(self, snapshot: _Snapshot, clock: Callable[[], float]) -> None:
         self._snapshot = snapshot
@@ -316,8 +321,9 @@ class _ClusterCollector(Collector):
             f"re-reads once it is {REFRESH_SECONDS:g} s old).",
             labels=("queue", "status"),
         )
-        for (queue, status), count in sorted(snapshot.counts.items()):
-            instances.add_metric([queue, status], count)
+        for queue, counts in sorted(snapshot.counts.items()):
+            for status in Status:
+                instances.add_metric([queue, status.value], counts.get(status, 0))
         oldest = GaugeMetricFamily(
             "laneway_oldest_ready_seconds",
             "Age of the oldest ready (pending and due) instance of each queue, across the "
@@ -327,7 +333,7 @@ class _ClusterCollector(Collector):
         # The age grows while the snapshot ages; the next read sets it right again.
         read = math.isfinite(snapshot.read_at)
         since = max(self._clock() - snapshot.read_at, 0.0) if read else 0.0
-        queues = {queue for queue, _ in snapshot.counts} | set(snapshot.oldest_ready)
+        queues = set(snapshot.counts) | set(snapshot.oldest_ready)
         for queue in sorted(queues):
             age = snapshot.oldest_ready.get(queue)
             oldest.add_metric([queue], 0.0 if age is None else age + since)

@@ -94,6 +94,31 @@ async def test_cluster_gauges_come_from_a_snapshot_read_at_most_every_few_second
     assert value(fresh, "laneway_instances", queue="hello", status="pending") == 2
 
 
+async def test_every_status_of_every_queue_has_a_series_that_reads_0_when_empty(
+    store: Store,
+) -> None:
+    metrics = Metrics(refresh_seconds=3600)
+    engine = make_engine(store, hello, observer=metrics)
+    enqueued = await engine.enqueue("hello", {"name": "one"})
+    await engine.configure_queue("quiet", concurrency=1)  # a queue no instance was ever in
+
+    def by_status(queue: str) -> dict[str, float]:
+        return {
+            dict(labels)["status"]: count
+            for (name, labels), count in samples(metrics.render().decode()).items()
+            if name == "laneway_instances" and dict(labels)["queue"] == queue
+        }
+
+    none = {status.value: 0.0 for status in Status}
+    await metrics.refresh(store)
+    assert by_status("hello") == none | {"pending": 1.0}
+    assert by_status("quiet") == none
+    await engine.cancel(enqueued.instance_id)
+    await metrics.refresh(store, force=True)
+    assert by_status("hello") == none | {"cancelled": 1.0}  # pending reads 0, not nothing
+    assert by_status("quiet") == none
+
+
 async def test_a_scrape_waits_for_a_slow_snapshot_read_only_so_long(
     database_url: str, admin: asyncpg.Connection
 ) -> None:

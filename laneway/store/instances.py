@@ -19,6 +19,7 @@ from laneway.model import (
     InstanceRecord,
     NewInstance,
     QueueRecord,
+    Status,
     WaitingReason,
 )
 from laneway.store import queries
@@ -178,14 +179,15 @@ class InstanceStore(StoreBase):
 
     async def cluster_figures(
         self,
-    ) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
-        """Instances by (queue, status), as `queues` counts them, and the age in seconds of
-        each queue's oldest ready instance: for the metrics' cluster-wide snapshot."""
+    ) -> tuple[dict[str, dict[Status, int]], dict[str, float]]:
+        """Every queue's instances by status, as `queues` counts them (a status with none is
+        left out; a queue with none has {}), and the age in seconds of each queue's oldest
+        ready instance: for the metrics' cluster-wide snapshot."""
         queues = await self.queues()
         async with self._acquire() as conn:
             oldest = await conn.fetch(queries.OLDEST_READY)
         return (
-            {(q.name, status.value): n for q in queues for status, n in q.counts.items()},
+            {queue.name: queue.counts for queue in queues},
             {row["queue"]: row["age_seconds"] for row in oldest},
         )
 
