@@ -7,6 +7,8 @@ are read at scrape time. Cluster-wide: instances by queue and status, and the ag
 oldest ready instance of each queue, read from the database at most once per
 `refresh_seconds` (whatever the number of scrapes and series) and served from that snapshot;
 a scrape waits for that read at most `wait_seconds`, a slower one goes on in the background.
+The snapshot's age is exported, and a snapshot that could not be read again is left out once
+it is `stale_seconds` old.
 Served by the API at /metrics (api/routes.py) and by a worker on LANEWAY_METRICS_PORT
 (`metrics_server` below).
 """
@@ -15,7 +17,6 @@ import asyncio
 import bisect
 import contextlib
 import logging
-import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -42,6 +43,7 @@ logger = logging.getLogger(__name__)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REFRESH_SECONDS = 5.0  # a scrape re-reads the cluster-wide snapshot once it is this old
 WAIT_SECONDS = 2.0  # and waits for that read at most this long (Prometheus gives up at 10 s)
+STALE_SECONDS = 15.0  # older, and its re-read failed or hangs: the cluster series are left out
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 BATCH_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500)
@@ -55,11 +57,27 @@ _OUTCOMES = {
 
 @dataclass(slots=True)
 class _Snapshot:
-    """The cluster-wide figures as last read, and when that read began (monotonic)."""
+    """The cluster-wide figures as last read, and how their reads went (monotonic times)."""
 
+    begun: float  # when this process began to keep them: their age before the first read
     counts: dict[str, dict[Status, int]] = field(default_factory=dict)  # every queue
     oldest_ready: dict[str, float] = field(default_factory=dict)
-    read_at: float = -float("inf")
+    read_at: float | None = None  # when the read of these figures began
+    failed: bool = False  # the last read that ended failed
+    reading_since: float | None = None  # when the read under way began
+
+    def age(self, now: float) -> float:
+        return now - (self.begun if self.read_at is None else self.read_at)
+
+    def served(self, now: float, stale_seconds: float) -> bool:
+        """Whether the figures may still be exported: unless they are more than stale_seconds
+        old and the read meant to replace them failed, or has been running that long."""
+        if self.read_at is None:
+            return False
+        if now - self.read_at <= stale_seconds:
+            return True
+        hung = self.reading_since is not None and now - self.reading_since > stale_seconds
+        return not (self.failed or hung)
 
 
 class _Series(Collector):
@@ -129,6 +147,7 @@ class Metrics:
         *,
         refresh_seconds: float = REFRESH_SECONDS,
         wait_seconds: float = WAIT_SECONDS,
+        stale_seconds: float = STALE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -184,11 +203,13 @@ class Metrics:
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
-        self._snapshot = _Snapshot()
+        self._snapshot = _Snapshot(begun=clock())
         self._reading: asyncio.Task[None] | None = None  # the snapshot read under way, if any
         self._process = _ProcessCollector()
         self.registry.register(self._process)
-        self.registry.register(_ClusterCollector(self._snapshot, clock))
+        self.registry.register(
+            _ClusterCollector(self._snapshot, clock, refresh_seconds, stale_seconds)
+        )
 
     # -- the engine's observer -------------------------------------------------------------------
 
@@ -228,12 +249,16 @@ class Metrics:
         This is stale-while-revalidate, as exporters of costly figures do: the read runs as a
         task of its own, one at a time (a scrape that finds one under way joins it), and a
         scrape that stops waiting, or is cancelled, leaves it running; its snapshot serves the
-        next scrapes. Until then a scrape is served the snapshot there is. A failed read keeps
-        the last snapshot and is logged.
+        next scrapes. Until then a scrape is served the snapshot there is, with its age
+        (laneway_cluster_snapshot_age_seconds). A failed read keeps the last snapshot and is
+        logged; the cluster series are left out once it is stale_seconds old (_Snapshot.served).
         """
-        reading = self._reading
+        reading, snapshot = self._reading, self._snapshot
         if reading is None or reading.done():
-            if not force and self._clock() - self._snapshot.read_at < self.refresh_seconds:
+            recent = snapshot.read_at is not None and (
+                self._clock() - snapshot.read_at < self.refresh_seconds
+            )
+            if recent and not force:
                 return
             reading = self._reading = asyncio.create_task(
                 self._read(store), name="laneway-metrics-snapshot"
@@ -242,15 +267,18 @@ class Metrics:
         await asyncio.wait({reading}, timeout=self.wait_seconds)
 
     async def _read(self, store: Store) -> None:
-        began = self._clock()  # the figures are as of the read's start
+        snapshot = self._snapshot
+        began = snapshot.reading_since = self._clock()  # the figures are as of the read's start
         try:
             counts, oldest = await store.cluster_figures()
         except Exception as exc:
             logger.warning("metrics snapshot failed", extra={"error": repr(exc)})
+            snapshot.failed = True
             return
-        self._snapshot.counts = counts
-        self._snapshot.oldest_ready = oldest
-        self._snapshot.read_at = began
+        finally:
+            snapshot.reading_since = None
+        snapshot.counts, snapshot.oldest_ready = counts, oldest
+        snapshot.read_at, snapshot.failed = began, False
 
     async def aclose(self) -> None:
         """Stop a snapshot read still under way: it must not outlive the store it reads."""
@@ -302,42 +330,60 @@ class _ProcessCollector(Collector):
 
 
 class _ClusterCollector(Collector):
-    """Instances by queue and status, and the oldest ready instance's age, from the snapshot.
+    """Instances by queue and status, and the oldest ready instance's age, from the snapshot,
+    with the snapshot's age.
 
     Every status of every queue the snapshot knows has its series, 0 when no instance is in
     it: a series that vanished when its count fell to 0 would leave a graph at its last value
-    and an alert on it unresolved.
+    and an alert on it unresolved. A snapshot that could not be read again is not served as
+    if it were fresh: its age is exported, and once it is stale the series are left out.
     """
 
-    def __init__(self, snapshot: _Snapshot, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        snapshot: _Snapshot,
+        clock: Callable[[], float],
+        refresh_seconds: float,
+        stale_seconds: float,
+    ) -> None:
         self._snapshot = snapshot
         self._clock = clock
+        self._refresh_seconds = refresh_seconds
+        self._stale_seconds = stale_seconds
 
     def collect(self) -> Iterable[Metric]:
-        snapshot = self._snapshot
+        snapshot, now = self._snapshot, self._clock()
+        age = GaugeMetricFamily(
+            "laneway_cluster_snapshot_age_seconds",
+            "Seconds since the read of the snapshot behind laneway_instances and "
+            "laneway_oldest_ready_seconds began (since this process started, before its first "
+            f"read); those are left out once it is over {self._stale_seconds:g} s old and its "
+            "re-read failed or has run that long.",
+        )
+        age.add_metric([], max(snapshot.age(now), 0.0))
         instances = GaugeMetricFamily(
             "laneway_instances",
             "Instances by queue and status, across the cluster (a snapshot that a scrape "
-            f"re-reads once it is {REFRESH_SECONDS:g} s old).",
+            f"re-reads once it is {self._refresh_seconds:g} s old).",
             labels=("queue", "status"),
         )
-        for queue, counts in sorted(snapshot.counts.items()):
-            for status in Status:
-                instances.add_metric([queue, status.value], counts.get(status, 0))
         oldest = GaugeMetricFamily(
             "laneway_oldest_ready_seconds",
             "Age of the oldest ready (pending and due) instance of each queue, across the "
             "cluster; 0 when none is ready.",
             labels=("queue",),
         )
+        if snapshot.read_at is None or not snapshot.served(now, self._stale_seconds):
+            return [age, instances, oldest]
+        for queue, counts in sorted(snapshot.counts.items()):
+            for status in Status:
+                instances.add_metric([queue, status.value], counts.get(status, 0))
         # The age grows while the snapshot ages; the next read sets it right again.
-        read = math.isfinite(snapshot.read_at)
-        since = max(self._clock() - snapshot.read_at, 0.0) if read else 0.0
-        queues = set(snapshot.counts) | set(snapshot.oldest_ready)
-        for queue in sorted(queues):
-            age = snapshot.oldest_ready.get(queue)
-            oldest.add_metric([queue], 0.0 if age is None else age + since)
-        return [instances, oldest]
+        since = max(now - snapshot.read_at, 0.0)
+        for queue in sorted(set(snapshot.counts) | set(snapshot.oldest_ready)):
+            ready = snapshot.oldest_ready.get(queue)
+            oldest.add_metric([queue], 0.0 if ready is None else ready + since)
+        return [age, instances, oldest]
 
 
 @contextlib.asynccontextmanager

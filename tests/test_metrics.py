@@ -41,6 +41,21 @@ def value(
     return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+NO_INSTANCES = {status.value: 0.0 for status in Status}
+
+
+def _instances(
+    scraped: dict[tuple[str, tuple[tuple[str, str], ...]], float], queue: str
+) -> dict[str, float]:
+    """laneway_instances of one queue, by status, as scraped (a status without a series is
+    missing, not 0)."""
+    return {
+        dict(labels)["status"]: count
+        for (name, labels), count in scraped.items()
+        if name == "laneway_instances" and dict(labels)["queue"] == queue
+    }
+
+
 async def test_the_counters_move_after_workflows_run(store: Store) -> None:
     metrics = Metrics()
     engine = make_engine(store, hello, flaky, observer=metrics)
@@ -103,20 +118,15 @@ async def test_every_status_of_every_queue_has_a_series_that_reads_0_when_empty(
     await engine.configure_queue("quiet", concurrency=1)  # a queue no instance was ever in
 
     def by_status(queue: str) -> dict[str, float]:
-        return {
-            dict(labels)["status"]: count
-            for (name, labels), count in samples(metrics.render().decode()).items()
-            if name == "laneway_instances" and dict(labels)["queue"] == queue
-        }
+        return _instances(samples(metrics.render().decode()), queue)
 
-    none = {status.value: 0.0 for status in Status}
     await metrics.refresh(store)
-    assert by_status("hello") == none | {"pending": 1.0}
-    assert by_status("quiet") == none
+    assert by_status("hello") == NO_INSTANCES | {"pending": 1.0}
+    assert by_status("quiet") == NO_INSTANCES
     await engine.cancel(enqueued.instance_id)
     await metrics.refresh(store, force=True)
-    assert by_status("hello") == none | {"cancelled": 1.0}  # pending reads 0, not nothing
-    assert by_status("quiet") == none
+    assert by_status("hello") == NO_INSTANCES | {"cancelled": 1.0}  # pending reads 0, not nothing
+    assert by_status("quiet") == NO_INSTANCES
 
 
 async def test_a_scrape_waits_for_a_slow_snapshot_read_only_so_long(
@@ -158,6 +168,85 @@ async def test_a_scrape_waits_for_a_slow_snapshot_read_only_so_long(
             )
 
         assert await eventually(scraped, lambda pending: pending == 1) == 1
+        await metrics.aclose()
+
+
+class _Clock:
+    """A monotonic clock the test moves: how old a snapshot is, without waiting for it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _cluster(metrics: Metrics) -> tuple[float, dict[str, float]]:
+    """The snapshot's age, and the `hello` queue's laneway_instances by status."""
+    scraped = samples(metrics.render().decode())
+    return scraped[("laneway_cluster_snapshot_age_seconds", ())], _instances(scraped, "hello")
+
+
+async def test_a_snapshot_that_fails_to_be_read_again_shows_its_age_then_goes(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    clock = _Clock()
+    metrics = Metrics(refresh_seconds=5, wait_seconds=30, stale_seconds=15, clock=clock)
+    # A read that meets the test's lock fails at once (1 ms lock timeout), within the wait.
+    async with open_store(database_url, timeouts=Timeouts(lock_ms=1)) as store:
+        engine = make_engine(store, hello, observer=metrics)
+        await engine.enqueue("hello", {"name": "one"})
+        clock.now += 3
+        assert await _cluster(metrics) == (3, {})  # nothing read yet: as old as the process
+        await metrics.refresh(store)
+        assert await _cluster(metrics) == (0, NO_INSTANCES | {"pending": 1})
+        locked = admin.transaction()
+        await locked.start()
+        try:
+            await admin.execute("LOCK TABLE laneway.queues IN ACCESS EXCLUSIVE MODE")
+            clock.now += 6
+            await metrics.refresh(store)  # due, and fails
+            age, counts = await _cluster(metrics)
+            assert (age, counts["pending"]) == (6, 1)  # one failed read: kept, and it says so
+            clock.now += 10
+            await metrics.refresh(store)  # fails again
+            assert await _cluster(metrics) == (16, {})  # stale, and no read replaced it: gone
+        finally:
+            await locked.rollback()
+        await metrics.refresh(store)
+        age, counts = await _cluster(metrics)
+        assert (age, counts["pending"]) == (0, 1)
+        await metrics.aclose()
+
+
+async def test_a_snapshot_whose_read_hangs_is_served_only_so_long(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    clock = _Clock()
+    metrics = Metrics(refresh_seconds=5, wait_seconds=30, stale_seconds=15, clock=clock)
+    # The re-read waits on the test's lock with no lock timeout: it hangs until the test lets it.
+    async with open_store(database_url, timeouts=Timeouts(lock_ms=0)) as store:
+        engine = make_engine(store, hello, observer=metrics)
+        await engine.enqueue("hello", {"name": "one"})
+        await metrics.refresh(store)
+        assert (await _cluster(metrics))[1]["pending"] == 1
+        metrics.wait_seconds = 0.01  # from now on scrapes stop waiting at once
+        locked = admin.transaction()
+        await locked.start()
+        try:
+            await admin.execute("LOCK TABLE laneway.queues IN ACCESS EXCLUSIVE MODE")
+            clock.now += 6
+            await metrics.refresh(store)  # due: the read begins, and waits
+            clock.now += 10
+            age, counts = await _cluster(metrics)
+            assert (age, counts["pending"]) == (16, 1)  # older, but a read is on its way
+            clock.now += 10
+            assert await _cluster(metrics) == (26, {})  # that read has run 20 s: stale
+        finally:
+            await locked.rollback()
+        # The read ends: its figures are as of its start, 20 s ago, and nothing failed.
+        age, counts = await eventually(lambda: _cluster(metrics), lambda found: found[0] == 20)
+        assert counts["pending"] == 1
         await metrics.aclose()
 
 
