@@ -391,9 +391,11 @@ async def metrics_server(
     metrics: Metrics, store: Store, *, host: str, port: int
 ) -> AsyncIterator[None]:
     """Serve GET /metrics on host:port for the duration of the block: a worker's metrics,
-    which has no HTTP server otherwise. Any other path is 404. No authentication: bind it
-    where only the scraper reaches (127.0.0.1 by default). It listens before the block
-    starts, so a port in use stops the process before its engine runs.
+    which has no HTTP server otherwise. A query string is ignored (Prometheus's `params` add
+    one), HEAD answers as GET does without the body, another method is 405 with an Allow
+    header, and any other path is 404. No authentication: bind it where only the scraper
+    reaches (127.0.0.1 by default). It listens before the block starts, so a port in use
+    stops the process before its engine runs.
 
     Raises:
         LanewayError: host:port cannot be listened on (in use, not of this machine).
@@ -406,15 +408,21 @@ async def metrics_server(
                 while (await reader.readline()).strip():
                     pass  # headers: none matter
             parts = request.decode("latin-1").split()
-            if len(parts) >= 2 and parts[0] in ("GET", "HEAD") and parts[1] == "/metrics":
-                await metrics.refresh(store)
-                body = metrics.render()
-                head = f"HTTP/1.1 200 OK\r\ncontent-type: {CONTENT_TYPE}\r\n"
+            method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+            extra = ""
+            if target.partition("?")[0] != "/metrics":
+                status, kind, body = "404 Not Found", "text/plain", b"not found\n"
+            elif method not in ("GET", "HEAD"):
+                status, kind, body = "405 Method Not Allowed", "text/plain", b"GET or HEAD\n"
+                extra = "allow: GET, HEAD\r\n"
             else:
-                body = b"not found\n"
-                head = "HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\n"
-            writer.write(f"{head}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode())
-            if parts and parts[0] != "HEAD":
+                await metrics.refresh(store)
+                status, kind, body = "200 OK", CONTENT_TYPE, metrics.render()
+            writer.write(
+                f"HTTP/1.1 {status}\r\ncontent-type: {kind}\r\n{extra}"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            )
+            if method != "HEAD":
                 writer.write(body)
             await writer.drain()
         except (TimeoutError, ConnectionError, UnicodeDecodeError):

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.examples import flaky, hello
 from laneway.config import Settings
-from laneway.metrics import STEP_BUCKETS, Metrics
+from laneway.metrics import STEP_BUCKETS, Metrics, metrics_server
 from laneway.model import Status, Transition
 from laneway.services import open_services
 from laneway.store import Store, open_store
@@ -286,6 +286,33 @@ async def test_a_worker_serves_its_metrics_on_its_port(database_url: str) -> Non
     assert value(found, "laneway_listener_connected") == 1
     assert ("laneway_pool_connections_idle", ()) in found
     assert missing.status_code == 404
+
+
+async def test_the_metrics_port_takes_a_query_string_and_head_and_refuses_other_methods(
+    store: Store,
+) -> None:
+    port = _free_port()
+    metrics = Metrics()
+    async with (
+        metrics_server(metrics, store, host="127.0.0.1", port=port),
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+    ):
+        with_params = await client.get("/metrics", params={"module": "laneway"})
+        head = await client.head("/metrics?module=laneway")
+        posted = await client.post("/metrics", content=b"")
+        deleted = await client.delete("/metrics")
+        elsewhere = await client.get("/metricsx?x=1")
+    await metrics.aclose()
+    assert with_params.status_code == 200
+    assert "laneway_claims_total" in with_params.text
+    assert head.status_code == 200
+    assert head.headers["content-type"] == with_params.headers["content-type"]
+    assert int(head.headers["content-length"]) > 0
+    assert head.content == b""
+    for refused in (posted, deleted):
+        assert refused.status_code == 405
+        assert refused.headers["allow"] == "GET, HEAD"
+    assert elsewhere.status_code == 404
 
 
 def test_settings_read_the_metrics_port() -> None:
