@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import metrics as client_metrics
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -87,7 +88,7 @@ class _Series(Collector):
     count and checks the metric on every call (about five times the cost, a few per cent of
     a no-op step). The hooks and the scrapes run on the event loop. A scrape gets the client's
     metric families, sample for sample what its Counter or Histogram would expose (`_total` or
-    `_bucket`/`_count`/`_sum`, and `_created`)."""
+    `_bucket`/`_count`/`_sum`, and `_created` unless the client's switch is off)."""
 
     def __init__(
         self,
@@ -119,10 +120,11 @@ class _Series(Collector):
 
     def collect(self) -> Iterable[Metric]:
         series = sorted(self._values.items())  # by labels; on the loop, nothing changes meanwhile
+        with_created = _created_series()
         if not self._bounds:
             counter = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
             for labels, (created, value) in series:
-                counter.add_metric(list(labels), value, created=created)
+                counter.add_metric(list(labels), value, created=created if with_created else None)
             return [counter]
         histogram = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for labels, (created, total, *counts) in series:
@@ -131,12 +133,23 @@ class _Series(Collector):
                 cumulative += count
                 buckets.append((le, cumulative))
             histogram.add_metric(list(labels), buckets, total)
-            histogram.samples.append(
-                Sample(
-                    f"{self.name}_created", dict(zip(self.labelnames, labels, strict=True)), created
+            if with_created:
+                histogram.samples.append(
+                    Sample(
+                        f"{self.name}_created",
+                        dict(zip(self.labelnames, labels, strict=True)),
+                        created,
+                    )
                 )
-            )
         return [histogram]
+
+
+def _created_series() -> bool:
+    """Whether the client library exports `_created` series now: PROMETHEUS_DISABLE_CREATED_SERIES
+    (read when the library is imported) and its disable_created_metrics() turn them off for its
+    own Counter and Histogram, so for _Series too. The library keeps that switch in a private
+    global and offers no getter; the pinned version has it, and without it they stay on."""
+    return bool(getattr(client_metrics, "_use_created", True))
 
 
 class Metrics:

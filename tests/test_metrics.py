@@ -11,6 +11,8 @@ import uuid
 
 import asyncpg
 import httpx
+import prometheus_client
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -393,9 +395,22 @@ def _families(
     }
 
 
-def test_the_per_step_series_expose_what_the_client_library_would() -> None:
+@pytest.fixture(params=[True, False], ids=["created", "no_created"])
+def created_series(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """The client library's `_created` switch on, then off: the global that
+    PROMETHEUS_DISABLE_CREATED_SERIES=True clears at its import (and disable_created_metrics()
+    at run time)."""
+    on: bool = request.param
+    monkeypatch.setattr(prometheus_client.metrics, "_use_created", on)
+    return on
+
+
+def test_the_per_step_series_expose_what_the_client_library_would(
+    created_series: bool,
+) -> None:
     # Kept in plain numbers for speed, they must read as prometheus_client's own Counter and
-    # Histogram would: names, types, help, labels, cumulative buckets, sums and counts.
+    # Histogram would: names, types, help, labels, cumulative buckets, sums and counts, and
+    # `_created` samples only while the client's switch is on.
     metrics = Metrics()
     reference = CollectorRegistry()
     steps = Histogram(
@@ -422,7 +437,8 @@ def test_the_per_step_series_expose_what_the_client_library_would() -> None:
         metrics.transitioned(transition)
         completed.labels("w", queue).inc()
     names = {"laneway_step_duration_seconds", "laneway_instances_completed"}
-    ours = _families(metrics.render().decode(), names)
-    theirs = _families(generate_latest(reference).decode(), names)
-    assert set(ours) == names
+    created = {f"{name}_created" for name in names}  # the text format's gauges of their own
+    ours = _families(metrics.render().decode(), names | created)
+    theirs = _families(generate_latest(reference).decode(), names | created)
+    assert set(ours) == (names | created if created_series else names)
     assert ours == theirs
