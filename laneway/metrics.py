@@ -55,6 +55,17 @@ _OUTCOMES = {
     Status.PENDING: "retried",
 }
 
+_OUTCOME_HELP = {
+    "completed": "Attempts of instances that completed in this process, by workflow and queue.",
+    "failed": "Instances that failed for good, counted where their last attempt ran, where "
+    "their lost lease was recovered (dead-lettered) or their wait timed out; by workflow and "
+    "queue.",
+    "retried": "Failed attempts that will run again, counted where they ran or where their "
+    "lost lease was recovered; by workflow and queue.",
+    "cancelled": "Instances cancelled by this process (the one that served the cancel, not "
+    "the one running it), by workflow and queue.",
+}
+
 
 @dataclass(slots=True)
 class _Snapshot:
@@ -168,13 +179,11 @@ class Metrics:
         self.wait_seconds = wait_seconds
         self._clock = clock
         labels = ("workflow", "queue")
+        # Who counts what (README, Metrics): an attempt's outcome the process that ran it, a
+        # cancel the process that served it, a lost lease the process that recovered it.
         self._outcomes = {
-            outcome: _Series(
-                f"laneway_instances_{outcome}",
-                f"Attempts of instances that {outcome} in this process, by workflow and queue.",
-                labels,
-            )
-            for outcome in ("completed", "failed", "retried", "cancelled")
+            outcome: _Series(f"laneway_instances_{outcome}", documentation, labels)
+            for outcome, documentation in _OUTCOME_HELP.items()
         }
         self._started = _Series(
             "laneway_instances_started",

@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.examples import flaky, hello
 from laneway.config import Settings
+from laneway.engine import Done, HandlerContext, Workflow
 from laneway.metrics import STEP_BUCKETS, Metrics, metrics_server
-from laneway.model import Status, Transition
+from laneway.model import JSONValue, Status, Transition
 from laneway.services import open_services
 from laneway.store import Store, open_store
 from laneway.store.pool import Timeouts
@@ -90,6 +91,53 @@ async def test_the_counters_move_after_workflows_run(store: Store) -> None:
     assert value(after, "laneway_enqueue_to_start_seconds_count", **flaky_labels) == 1
     assert value(after, "laneway_claims_total") >= 1
     assert value(after, "laneway_claim_batch_size_sum") == 4  # 1 hello + 3 flaky attempts
+
+
+async def test_a_cancel_and_a_lost_lease_count_where_the_readme_says(store: Store) -> None:
+    # README, Metrics: a cancel counts in the process that served it, not in the one running
+    # the instance; a lost worker's instance counts as retried, then failed once
+    # dead-lettered, in the process that recovered its lease.
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    async def held(ctx: HandlerContext, params: JSONValue) -> Done:
+        entered.set()
+        await gate.wait()
+        return Done()
+
+    workflow = Workflow("held", handlers={"run": held}, initial="run")
+    running, serving = Metrics(), Metrics()
+    runner = make_engine(store, workflow, observer=running, poll_interval_seconds=0.05)
+    server = make_engine(store, workflow, observer=serving, max_recoveries=1)
+    labels = {"workflow": "held", "queue": "held"}
+    async with runner.running():
+        cancelled = await server.enqueue("held")
+        await asyncio.wait_for(entered.wait(), timeout=10)
+        await server.cancel(cancelled.instance_id)
+        gate.set()  # the handler returns; its write finds the instance cancelled
+    ran, served = samples(running.render().decode()), samples(serving.render().decode())
+    assert value(ran, "laneway_instances_started_total", **labels) == 1
+    assert value(ran, "laneway_instances_cancelled_total", **labels) == 0
+    assert value(ran, "laneway_instances_completed_total", **labels) == 0
+    assert value(served, "laneway_instances_cancelled_total", **labels) == 1
+
+    lost = await server.enqueue("held")
+    for _ in range(2):  # claimed by a worker that then vanishes; `server` recovers its lease
+        async with store.connection() as conn:
+            await conn.execute("UPDATE laneway.instances SET run_after = now()")
+        assert len(await store.claim("vanished", ["held@1"], 10, 30.0)) == 1
+        async with store.connection() as conn:
+            await conn.execute(
+                "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+                " WHERE status = 'running'"
+            )
+        await server.claim_loop.maintain()
+    dead = await server.get(lost.instance_id)
+    assert dead is not None
+    assert dead.status == Status.FAILED
+    served = samples(serving.render().decode())
+    assert value(served, "laneway_instances_retried_total", **labels) == 1
+    assert value(served, "laneway_instances_failed_total", **labels) == 1
+    assert value(served, "laneway_instances_started_total", **labels) == 0
 
 
 async def test_cluster_gauges_come_from_a_snapshot_read_at_most_every_few_seconds(

@@ -29,8 +29,10 @@ class EngineObserver(Protocol):
         ...
 
     def transitioned(self, transition: Transition) -> None:
-        """An attempt's outcome changed the instance: completed, failed or cancelled as its
-        status says, or retried when its status is pending again."""
+        """This process changed an instance's status: completed, failed or cancelled as its
+        status says, or retried when its status is pending again. Called by the process that
+        wrote the change, and by it only: an attempt's outcome where it ran, a cancel where it
+        was served, a lost lease where it was recovered, a wait's timeout where it woke."""
         ...
 
 
