@@ -46,7 +46,7 @@ def throwaway_server(given_url: str | None = None, *, tune: bool = True) -> Iter
                 asyncio.run(_tune(url))
             yield url
     finally:
-        _stop_leftover_postmaster(data_dir / "pg")
+        stop_leftover_postmaster(data_dir / "pg")
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
@@ -65,9 +65,12 @@ async def _tune(url: str) -> None:
         await conn.close()
 
 
-def _stop_leftover_postmaster(pgdata: Path) -> None:
-    # After a restart (as the restart tests do) pgserver's handle points at the old process
-    # and its cleanup leaves the new postmaster running; stop whatever still runs here.
+def stop_leftover_postmaster(pgdata: Path) -> None:
+    """Stop the postmaster that still runs on `pgdata`, if any (fast shutdown, then kill).
+
+    After a restart (as the restart tests do) pgserver's handle points at the old process and
+    its cleanup leaves the new postmaster running; a test that fails half-way leaves one too.
+    """
     pid_file = pgdata / "postmaster.pid"
     if not pid_file.exists():
         return

@@ -1,16 +1,37 @@
 """Starts and stops the embedded PostgreSQL (the `pgserver` package) kept in a data folder.
 
 Owns the embedded server's lifetime. Used when no DATABASE_URL is set, so `make run` and
-`make test` need nothing installed by hand.
+`make test` need nothing installed by hand. pgserver counts the processes that use a folder's
+server; this module counts the users within this process (several services, nested or
+mounted side by side, share one pgserver handle per folder).
 """
 
 import contextlib
 import logging
+import threading
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pgserver.postgres_server import PostgresServer
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Handle:
+    server: "PostgresServer"
+    users: int = 0
+
+
+# Process-wide on purpose, like the pgserver handle it counts for: one server per data folder,
+# however many services in this process use it. The lock covers start-up too, so a second
+# user waits for the server the first one is starting instead of starting another.
+_handles: dict[Path, _Handle] = {}
+_handles_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -18,20 +39,36 @@ def embedded_postgres(data_dir: Path, *, stop_on_exit: bool = True) -> Iterator[
     """Start (or reuse) the PostgreSQL whose data lives in `data_dir/pg`; yield its URL.
 
     The server listens on a unix socket only. With `stop_on_exit`, it stops when the last
-    process using it lets go of it.
+    user lets go of it: the last one in this process, and then only if no other process uses
+    it. If any user asks to keep it (`stop_on_exit=False`), it is kept.
     """
     pgdata = (data_dir / "pg").resolve()
+    with _handles_lock:
+        handle = _handles.get(pgdata)
+        if handle is None:
+            handle = _handles[pgdata] = _Handle(_start(pgdata, stop_on_exit=stop_on_exit))
+        elif not stop_on_exit:
+            handle.server.cleanup_mode = None
+        handle.users += 1
+        url = str(handle.server.get_uri())
+    logger.info("embedded postgres ready", extra={"pgdata": str(pgdata)})
+    try:
+        yield url
+    finally:
+        with _handles_lock:
+            handle.users -= 1
+            if handle.users == 0:
+                del _handles[pgdata]
+                # Lets go of this process's handle; stops the server unless another process
+                # still uses it or a user asked to keep it (cleanup_mode None).
+                handle.server.cleanup()
+
+
+def _start(pgdata: Path, *, stop_on_exit: bool) -> "PostgresServer":
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset; that is harmless here.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from pgserver.postgres_server import get_server
 
-        server = get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
-    url = str(server.get_uri())
-    logger.info("embedded postgres ready", extra={"pgdata": str(pgdata)})
-    try:
-        yield url
-    finally:
-        if stop_on_exit:
-            server.cleanup()
+        return get_server(pgdata, cleanup_mode="stop" if stop_on_exit else None)
