@@ -34,16 +34,20 @@ def throwaway_server(given_url: str | None = None, *, tune: bool = True) -> Iter
 
     The embedded one lives in a fresh temporary folder (not pytest's, which pytest prunes
     while another run may still use it) and is stopped and deleted afterwards. With `tune`,
-    durability is switched off: a throwaway server needs none, and tests run much faster.
+    durability is switched off (a throwaway server needs none, and tests run much faster) and
+    connections are raised to 300 for parallel suites.
     """
     if given_url:
         yield given_url
         return
     data_dir = Path(tempfile.mkdtemp(prefix="laneway-pg-"))
     try:
-        with embedded_postgres(data_dir) as url:
-            if tune:
+        if tune:
+            with embedded_postgres(data_dir) as url:
                 asyncio.run(_tune(url))
+            # max_connections is read only at start (a reload does not apply it): the
+            # server is started again, once, with everything it was tuned to.
+        with embedded_postgres(data_dir) as url:
             yield url
     finally:
         stop_leftover_postmaster(data_dir / "pg")
@@ -58,7 +62,6 @@ async def _tune(url: str) -> None:
             "ALTER SYSTEM SET synchronous_commit = off",
             "ALTER SYSTEM SET full_page_writes = off",
             "ALTER SYSTEM SET max_connections = 300",
-            "SELECT pg_reload_conf()",
         ):
             await conn.execute(statement)
     finally:
