@@ -2,17 +2,21 @@
 
 Owns test-time helpers only: mock handler and operation contexts (FakeTools keeps operations,
 children and locks in memory) and the fixtures of `pytest_plugins = ["laneway.testing"]`: a
-migrated throwaway database per test, engines to drive with tick(). Needs pytest-asyncio.
+migrated throwaway database per test, engines to drive with tick(), and a session that a
+SIGTERM ends as Ctrl-C does, so its databases and server are cleaned up. Needs pytest-asyncio.
 """
 
 import asyncio
 import contextlib
 import json
 import os
+import signal
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import TypeGuard
 from uuid import UUID
 
@@ -316,6 +320,39 @@ def is_done(step: object) -> TypeGuard[Done]:
 
 
 # -- the pytest plugin ---------------------------------------------------------------------------
+
+_sigterm_interrupts = pytest.StashKey[bool]()
+
+
+def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # A repeat must not cut the clean-up short (`timeout` sends SIGTERM twice, a CI runner to
+    # every process of the job): it is ignored from now on. SIGKILL still ends a stuck one.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Have SIGTERM (a timeout, a cancelled CI job) end the session as Ctrl-C does.
+
+    A terminated process runs no fixture teardown: the embedded server, its temporary folder
+    and the databases on LANEWAY_TEST_DATABASE_URL would stay. An interrupted session tears
+    down as usual. Each process does this for itself (xdist workers included, which run
+    tests in their main thread); a SIGTERM handler someone else installed is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set there
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+        config.stash[_sigterm_interrupts] = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Give SIGTERM back the default handler it had before the session."""
+    if config.stash.get(_sigterm_interrupts, False) and signal.getsignal(signal.SIGTERM) in (
+        _interrupt_on_sigterm,
+        signal.SIG_IGN,
+    ):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,20 @@ conftest is tests/conftest.py, so the plugin's fixtures are imported here instea
 parameter then shadows the import, hence the F811 waivers.
 """
 
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
+import asyncpg
 import pytest
 
+import laneway
 from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Sleep, WaitForSignal, Workflow
 from laneway.engine.decorators import with_error_boundary
 from laneway.engine.template_interpreter import (
@@ -20,6 +30,7 @@ from laneway.engine.template_interpreter import (
 )
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, OperationRecord, Status
+from laneway.store.databases import drop_database, stop_leftover_postmaster
 from laneway.store.pool import connect
 from laneway.testing import (
     EngineFactory,
@@ -37,6 +48,7 @@ from laneway.testing import (
     run_handler,
     run_operation,
 )
+from tests.engine.helpers import eventually
 
 
 @pytest.fixture(scope="session")
@@ -280,3 +292,149 @@ async def test_laneway_database_url_is_migrated_and_empty(
         assert await conn.fetchval("SELECT count(*) FROM laneway.instances") == 0
     finally:
         await conn.close()
+
+
+# -- the plugin: a session ended by SIGTERM cleans up as one ended by Ctrl-C ---------------------
+
+# A user's test that is still running when the session gets SIGTERM: it says which database,
+# template and server it got, then waits for ever.
+STUCK_TEST = """
+import asyncio, json, os
+from urllib.parse import urlsplit
+
+import asyncpg
+
+async def test_stuck(laneway_database_url, laneway_template_name):
+    conn = await asyncpg.connect(laneway_database_url)
+    try:
+        data_directory = await conn.fetchval("SHOW data_directory")
+    finally:
+        await conn.close()
+    started = {
+        "database": urlsplit(laneway_database_url).path.lstrip("/"),
+        "template": laneway_template_name,
+        "data_directory": data_directory,
+    }
+    with open("started.json.tmp", "w") as out:
+        json.dump(started, out)
+    os.rename("started.json.tmp", "started.json")
+    await asyncio.Event().wait()
+"""
+
+
+def user_project(folder: Path, server_url: str | None) -> dict[str, str]:
+    """Write a project that uses the plugin into `folder`; return the environment to run it."""
+    (folder / "conftest.py").write_text('pytest_plugins = ["laneway.testing"]\n')
+    (folder / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    (folder / "test_stuck.py").write_text(STUCK_TEST)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LANEWAY_", "DATABASE_", "PYTEST_"))
+    }
+    env["PYTHONPATH"] = str(Path(laneway.__file__).resolve().parents[1])  # this laneway
+    if server_url is not None:
+        env["LANEWAY_TEST_DATABASE_URL"] = server_url
+    return env
+
+
+def started_test(folder: Path) -> dict[str, str] | None:
+    """What the stuck test got, once it runs."""
+    started = folder / "started.json"
+    got: dict[str, str] | None = json.loads(started.read_text()) if started.exists() else None
+    return got
+
+
+def postmaster_pid(data_directory: str) -> int:
+    return int(Path(data_directory, "postmaster.pid").read_text().split()[0])
+
+
+def postmaster_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def remove_server(data_directory: str) -> None:
+    stop_leftover_postmaster(Path(data_directory))
+    shutil.rmtree(Path(data_directory).parent, ignore_errors=True)
+
+
+def folder_exists(data_directory: str) -> bool:
+    return Path(data_directory).parent.exists()
+
+
+async def databases_named(server_url: str, names: list[str]) -> list[str]:
+    conn = await asyncpg.connect(server_url)
+    try:
+        rows = await conn.fetch("SELECT datname FROM pg_database WHERE datname = ANY($1)", names)
+    finally:
+        await conn.close()
+    return sorted(row["datname"] for row in rows)
+
+
+@pytest.mark.parametrize(
+    ("embedded", "workers"),
+    [(True, 0), (False, 0), (False, 2)],
+    ids=["embedded server", "LANEWAY_TEST_DATABASE_URL", "xdist workers"],
+)
+async def test_a_session_ended_by_sigterm_leaves_no_databases_or_server(
+    tmp_path: Path, server_url: str, embedded: bool, workers: int
+) -> None:
+    env = user_project(tmp_path, None if embedded else server_url)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_stuck.py"]
+    argv += ["-n", str(workers)] if workers else []
+    log = tmp_path / "session.log"
+    with log.open("wb") as out:
+        # With workers, the whole process group gets SIGTERM, as from `timeout` or a cancelled
+        # CI job: each worker tears its own session down.
+        session = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=bool(workers),
+        )
+
+    async def test_started() -> dict[str, str] | None:
+        assert session.returncode is None, log.read_text()
+        return started_test(tmp_path)
+
+    try:
+        got = await eventually(test_started, bool, timeout=120)
+        assert got is not None
+        postmaster = postmaster_pid(got["data_directory"]) if embedded else 0
+        if workers:
+            os.killpg(session.pid, signal.SIGTERM)
+        else:
+            session.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            returncode = await session.wait()
+        databases_left = await databases_named(server_url, [got["database"], got["template"]])
+        if embedded:
+
+            async def stopped() -> bool:
+                return not postmaster_runs(postmaster)
+
+            await eventually(stopped, bool, timeout=15)  # not our child: init reaps it
+            assert not folder_exists(got["data_directory"])
+    finally:
+        if session.returncode is None:
+            if workers:
+                os.killpg(session.pid, signal.SIGKILL)
+            else:
+                session.kill()
+            await session.wait()
+        # Whatever a failed clean-up left, so that this test leaks nothing itself.
+        if (left := started_test(tmp_path)) is not None and embedded:
+            remove_server(left["data_directory"])
+        elif left is not None:
+            for name in (left["database"], left["template"]):
+                await drop_database(server_url, name)
+    assert returncode == pytest.ExitCode.INTERRUPTED, log.read_text()  # not killed: torn down
+    assert databases_left == []
