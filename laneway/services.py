@@ -35,7 +35,7 @@ class Services:
 
 @contextlib.asynccontextmanager
 async def open_services(
-    settings: Settings, *, workflows: Iterable[Workflow] = (), role: str = "serve"
+    settings: Settings, *, workflows: Iterable[Workflow] = (), role: str = "worker"
 ) -> AsyncIterator[Services]:
     """Build one process's object graph; tear it down in reverse order.
 
@@ -43,7 +43,9 @@ async def open_services(
     The engine's loop is not started here: the caller runs `engine.run(stopping)` (or
     `engine.running()`) where it owns background tasks. Every connection is named
     `laneway-<role>-<owner id>` (or `laneway-listener-<owner id>`) in pg_stat_activity, and
-    a running engine shows in the workers registry with this role ("serve" or "worker").
+    a running engine shows in the workers registry with this role: "worker" unless the
+    caller is the HTTP service ("serve", api/lifespan.py) or a CLI command ("cli"). An engine
+    run as a library is a worker.
     """
     registry = WorkflowRegistry.from_modules(settings.workflow_modules)
     for workflow in workflows:

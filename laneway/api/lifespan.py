@@ -32,7 +32,7 @@ async def running(
 ) -> AsyncIterator[Services]:
     """Open the services for `settings` (with `workflows` registered besides the modules'),
     start the hub, run the engine loop until the block ends; yields the services."""
-    async with open_services(settings, workflows=tuple(workflows)) as services:
+    async with open_services(settings, workflows=tuple(workflows), role="serve") as services:
         await services.hub.start()
         stopping = asyncio.Event()
         with raised_alone():  # an error of the block comes out as itself

@@ -54,8 +54,9 @@ def settings(database_url: str) -> Settings:
 
 @asynccontextmanager
 async def running_services(settings: Settings) -> AsyncIterator[Services]:
-    """Services with the engine loop running (unless the settings turn it off)."""
-    async with open_services(settings) as services:
+    """Services with the engine loop running (unless the settings turn it off), as the API's
+    process has them."""
+    async with open_services(settings, role="serve") as services:
         stopping = asyncio.Event()
         task = None
         if settings.engine_enabled:

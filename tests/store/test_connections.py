@@ -10,6 +10,7 @@ from laneway.config import Settings
 from laneway.services import open_services
 from laneway.store import open_store
 from laneway.store.pool import Timeouts
+from tests.engine.helpers import eventually
 from tests.workflows import noop
 
 
@@ -57,3 +58,22 @@ async def test_a_process_names_its_connections_by_role_and_owner(
     assert lock_timeout == "3s"
     assert before_running == {"laneway-worker-w7"}
     assert while_running == {"laneway-worker-w7", "laneway-listener-w7"}
+
+
+async def test_an_engine_run_as_a_library_registers_as_a_worker(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # Not the HTTP service (which says role="serve" in api/lifespan.py): a worker, in the
+    # workers registry and in pg_stat_activity alike.
+    settings = Settings(database_url=database_url, owner_id="lib1")
+    async with open_services(settings, workflows=[noop]) as services, services.engine.running():
+        workers = await eventually(services.engine.workers, bool)  # registered once it runs
+        names = await admin.fetch(
+            "SELECT DISTINCT application_name FROM pg_stat_activity"
+            " WHERE application_name LIKE 'laneway-%-lib1'"
+        )
+    assert [(w.owner_id, w.role) for w in workers] == [("lib1", "worker")]
+    assert {row["application_name"] for row in names} == {
+        "laneway-worker-lib1",
+        "laneway-listener-lib1",
+    }
