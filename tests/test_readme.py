@@ -309,6 +309,7 @@ def embedding_api_available() -> bool:
 EMBEDDED_CHECK = """
 import sys
 from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 import {module}
 
 # TestClient's own "testserver" is no loopback name: without tokens the host allow-list
@@ -319,6 +320,16 @@ with TestClient({module}.app, base_url="http://localhost") as client:
         print(response.status_code, response.text)
         assert response.status_code == 200 and "errors" not in response.json(), response.text
     {extra}
+    socket_url = "ws://localhost" + {requests!r}[0][0]
+    # The legacy graphql-ws protocol is refused (4406), on a host's own schema too.
+    with client.websocket_connect(socket_url, subprotocols=["graphql-ws"]) as ws:
+        ws.send_json({{"type": "connection_init", "payload": {{}}}})
+        try:
+            answer = ws.receive_json()
+        except WebSocketDisconnect as closed:
+            assert closed.code == 4406, closed.code
+        else:
+            raise AssertionError(f"graphql-ws was accepted: {{answer}}")
 """
 
 
