@@ -320,7 +320,11 @@ with TestClient({module}.app, base_url="http://localhost") as client:
         print(response.status_code, response.text)
         assert response.status_code == 200 and "errors" not in response.json(), response.text
     {extra}
+    # A relative websocket URL would be ws://testserver whatever base_url says: absolute it is.
     socket_url = "ws://localhost" + {requests!r}[0][0]
+    with client.websocket_connect(socket_url, subprotocols=["graphql-transport-ws"]) as ws:
+        ws.send_json({{"type": "connection_init", "payload": {{}}}})
+        assert ws.receive_json()["type"] == "connection_ack"
     # The legacy graphql-ws protocol is refused (4406), on a host's own schema too.
     with client.websocket_connect(socket_url, subprotocols=["graphql-ws"]) as ws:
         ws.send_json({{"type": "connection_init", "payload": {{}}}})
