@@ -4,7 +4,8 @@ Every python and toml block starts with a `# NAME` comment: the file it is. The 
 them all into a temporary folder outside the checkout and run them there with the repository's
 .venv (where laneway is installed, as a user's project would have it), on the test server: a
 fresh database per test as DATABASE_URL, the server itself as LANEWAY_TEST_DATABASE_URL for
-the pytest example. The `text` block is what `python main.py` prints.
+the pytest example. The `text` block is what `python main.py` prints. The python blocks pass
+`mypy --strict` too, so that a project that copies them and checks strictly stays clean.
 
 Shell blocks are run too, each in its own way (SHELL_CHECKS names them; a block that no check
 claims fails `test_every_block_is_checked`):
@@ -231,6 +232,17 @@ async def test_modules_start_nothing_when_imported(project: Path) -> None:
     returncode, _, err = await run([str(PYTHON), "-c", code], cwd=project, env=env, timeout=30)
     assert returncode == 0, err
     assert not (project / ".laneway").exists()
+
+
+async def test_python_blocks_pass_strict_typing(project: Path, tmp_path: Path) -> None:
+    # A user who copies the examples into a project checked with `mypy --strict` gets no
+    # error. MYPYPATH: laneway's source, as an installed wheel would show it (mypy does not
+    # follow the import hook of an editable install).
+    modules = sorted(name for name in files() if name.endswith(".py"))
+    argv = [str(PYTHON), "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "mypy")]
+    env = user_environment(None, MYPYPATH=str(REPO))
+    code, out, err = await run([*argv, *modules], cwd=project, env=env)
+    assert code == 0, out + err
 
 
 async def test_main_prints_what_the_readme_says(project: Path, database_url: str) -> None:
