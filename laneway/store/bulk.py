@@ -19,12 +19,11 @@ import asyncpg
 from laneway.errors import NotFoundError
 from laneway.model import EventType, InstanceFilter, InstanceRecord, JSONValue, NewEvent, Status
 from laneway.store import queries
-from laneway.store.instances import InstanceStore, filter_args
+from laneway.store.instances import DEADLOCK_ATTEMPTS, InstanceStore, filter_args
 from laneway.store.rows import Conn, instance_from_row
 
 BATCH_SIZE = 100  # rows per batch transaction; also keeps a cancel's doorbell under 8,000 bytes
 SAMPLE_SIZE = 100  # ids a bulk action reports of what it matched
-DEADLOCK_ATTEMPTS = 3  # tries of one batch that deadlocked with another writer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,9 +1,9 @@
 """The Store's instance area: queues, instance reads, and the API side's writes.
 
-Owns enqueueing (one statement per batch: rows, `enqueued` events and the doorbell; a batch
-without keys is copied in, the bulk path) and the lookups that resolve idempotency and singleton
-keys. Cancel, resume and retry are bulk.py's
-(one instance is their batch of one).
+Owns enqueueing (one statement per batch: rows, `enqueued` events and the doorbell, tried
+again after a deadlock; a batch without keys is copied in, the bulk path) and the lookups that
+resolve idempotency and singleton keys. The order a batch's rows go in is key_order.py's.
+Cancel, resume and retry are bulk.py's (one instance is their batch of one).
 """
 
 import asyncio
@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
+
+import asyncpg
 
 from laneway.errors import InvalidInputError
 from laneway.model import (
@@ -24,6 +26,7 @@ from laneway.model import (
 )
 from laneway.store import queries
 from laneway.store.base import EVENTS_LOCK_KEY, StoreBase
+from laneway.store.key_order import in_lock_order
 from laneway.store.rows import (
     Conn,
     instance_from_row,
@@ -38,6 +41,7 @@ from laneway.store.rows import (
 COPY_FROM = 64
 RECORDS_BETWEEN_TURNS = 100  # records built between the copy task's turns on the loop
 COPY_CHUNK = 100  # instances per COPY of a batch copied in, each copied while the next is read
+DEADLOCK_ATTEMPTS = 3  # tries of one write that deadlocked with another writer (bulk.py's too)
 
 
 def _copied_instance(new: NewInstance, run_after: datetime) -> tuple[object, ...]:
@@ -340,15 +344,16 @@ class InstanceStore(StoreBase):
     async def _enqueue_on(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
         found: dict[UUID, EnqueueResult] = {}
         place = {new.instance_id: index for index, new in enumerate(batch)}
-        todo = list(batch)
+        todo = in_lock_order(batch)
         for _ in range(5):
-            for record in await self._insert(conn, todo):
+            for record in await self._insert_retried(conn, todo):
                 found[record.instance_id] = EnqueueResult(instance=record, created=True)
             skipped = [n for n in todo if n.instance_id not in found]
             todo = []
             for new in skipped:
-                # The insert takes the batch in order, so a request never conflicted with an
-                # instance a later one created: as one call after another would have it.
+                # The insert takes requests that share a key in request order (in_lock_order),
+                # so a request never conflicted with an instance a later one created: as one
+                # call after another would have it.
                 existing = await self._find_by_keys(conn, new, place)
                 if existing is None:
                     todo.append(new)
@@ -357,6 +362,28 @@ class InstanceStore(StoreBase):
             if not todo:
                 return [found[new.instance_id] for new in batch]
         raise InvalidInputError("enqueue kept conflicting with a concurrent change; try again")
+
+    async def _insert_retried(
+        self, conn: Conn, todo: Sequence[NewInstance]
+    ) -> list[InstanceRecord]:
+        """`_insert`, tried again after a deadlock or serialization failure (rows whose two
+        kinds of key cross another batch's: in_lock_order), at most DEADLOCK_ATTEMPTS times.
+
+        Safe because the statement is its own transaction: the failure rolled all of it back,
+        its rows, the key rows it made or held, its events and the doorbell (a NOTIFY goes
+        only at commit), so the next try starts from nothing, with the same ids. Inside a
+        caller's transaction (a schedule's fire) the error goes to the caller, whose
+        transaction is what failed."""
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                return await self._insert(conn, todo)
+            except (
+                asyncpg.exceptions.DeadlockDetectedError,
+                asyncpg.exceptions.SerializationError,
+            ):
+                if attempt == DEADLOCK_ATTEMPTS or conn.is_in_transaction():
+                    raise
+        raise AssertionError("unreachable")
 
     async def _insert(self, conn: Conn, todo: Sequence[NewInstance]) -> list[InstanceRecord]:
         """Insert the instances with their events; those whose keys conflict are left out."""

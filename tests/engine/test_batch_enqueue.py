@@ -1,5 +1,7 @@
-"""The batch enqueue's bulk path: a batch without keys is copied in (store/instances.py
-`_copy_in`); what it returns, writes and rings must be what the statement path gives."""
+"""The batch enqueue: a batch without keys is copied in (store/instances.py `_copy_in`), and
+what it returns, writes and rings must be what the statement path gives; a batch with keys
+resolves them as one call after another would, and concurrent batches sharing keys in
+different orders neither deadlock nor fail (each key named once, the others given it)."""
 
 import asyncio
 import functools
@@ -10,13 +12,14 @@ import uuid
 from uuid import UUID
 
 import asyncpg
+import pytest
 
 from laneway.engine import EnqueueRequest
 from laneway.engine.requests import new_instance_id, new_instance_ids
-from laneway.model import EventType, Status
-from laneway.store import Store
+from laneway.model import EnqueueResult, EventType, Status
+from laneway.store import Store, instances
 from laneway.store.instances import COPY_FROM
-from tests.engine.helpers import make_engine, types_of
+from tests.engine.helpers import eventually, make_engine, types_of
 from tests.workflows import noop
 
 
@@ -99,6 +102,106 @@ async def test_a_batch_resolves_each_request_as_one_call_after_another_would(
     assert (first.instance_id, first.created) == (holder.instance_id, False)
     assert second.created
     assert second.instance_id != holder.instance_id
+
+
+async def test_requests_sharing_a_key_keep_their_order_whatever_their_other_keys(
+    store: Store,
+) -> None:
+    # The batch goes in in its lock order (by idempotency key), but the second request sorts
+    # first: their shared singleton key must still go to the first, as one call after another.
+    engine = make_engine(store, noop)
+    first, second = await engine.enqueue_many(
+        [
+            EnqueueRequest(name="noop", idempotency_key="b", singleton_key="s"),
+            EnqueueRequest(name="noop", idempotency_key="a", singleton_key="s"),
+        ]
+    )
+    assert (first.created, second.created) == (True, False)
+    assert second.instance_id == first.instance_id
+    assert first.instance.idempotency_key == "b"
+
+
+# Backends of the test database waiting for a lock (a row another transaction inserted).
+WAITING_ON_LOCKS = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE datname = current_database() AND wait_event_type = 'Lock'
+"""
+
+
+async def _past_a_gate(
+    store: Store, admin: asyncpg.Connection, gate: str, *batches: list[EnqueueRequest]
+) -> list[list[EnqueueResult] | BaseException]:
+    """Enqueue the batches at once, each stopped at the request whose idempotency key is
+    `gate` until every one of them waits for a lock: the test holds the gate (a row with that
+    key, inserted and not yet committed), so each batch has inserted the rows it sorts before
+    it, or waits for one another batch did. Then the gate row commits, and the batches go on
+    from there together: the interleaving in which opposite orders cross, every time."""
+    engine = make_engine(store, noop)
+    async with store.connection() as holder:
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute(
+            "INSERT INTO laneway.instances (instance_id, name, queue, idempotency_key)"
+            " VALUES ($1, 'noop', 'default', $2)",
+            new_instance_id(),
+            gate,
+        )
+        calls = [asyncio.create_task(engine.enqueue_many(batch)) for batch in batches]
+        try:
+            await eventually(lambda: admin.fetchval(WAITING_ON_LOCKS), lambda n: n == len(batches))
+        finally:
+            await transaction.commit()
+    return list(await asyncio.gather(*calls, return_exceptions=True))
+
+
+async def test_batches_sharing_keys_in_opposite_orders_do_not_deadlock(
+    store: Store, admin: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One try each: the lock order alone must keep them apart, not a second try.
+    monkeypatch.setattr(instances, "DEADLOCK_ATTEMPTS", 1)
+    keys = ["a-first", "m-gate", "z-last"]
+    forward = [EnqueueRequest(name="noop", idempotency_key=key) for key in keys]
+    outcomes = await _past_a_gate(store, admin, "m-gate", forward, forward[::-1])
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    one, other = (o for o in outcomes if not isinstance(o, BaseException))
+    # Each in its own request order; each key's instance created once, the other batch given it.
+    assert [r.instance.idempotency_key for r in one] == keys
+    assert [r.instance.idempotency_key for r in other] == keys[::-1]
+    by_key = {r.instance.idempotency_key: r for r in one}
+    for result in other:
+        twin = by_key[result.instance.idempotency_key]
+        assert result.instance_id == twin.instance_id
+        made_here = 0 if result.instance.idempotency_key == "m-gate" else 1  # the gate: ours
+        assert [result.created, twin.created].count(True) == made_here
+    assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 3
+
+
+async def test_batches_whose_keys_cross_past_any_order_are_written_again(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # Each row takes two keys, and no order of rows takes both kinds in one order: the first
+    # batch holds singleton z and wants y, the second holds y and wants z. The deadlock is
+    # real; the statement that lost it is tried again and finds the other batch's instances.
+    first = [
+        EnqueueRequest(name="noop", idempotency_key="a-1", singleton_key="z"),
+        EnqueueRequest(name="noop", idempotency_key="m-gate"),
+        EnqueueRequest(name="noop", idempotency_key="z-1", singleton_key="y"),
+    ]
+    second = [
+        EnqueueRequest(name="noop", idempotency_key="a-2", singleton_key="y"),
+        EnqueueRequest(name="noop", idempotency_key="m-gate"),
+        EnqueueRequest(name="noop", idempotency_key="z-2", singleton_key="z"),
+    ]
+    outcomes = await _past_a_gate(store, admin, "m-gate", first, second)
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    results = [r for o in outcomes if not isinstance(o, BaseException) for r in o]
+    singletons = {r.instance.singleton_key: r.instance_id for r in results if r.created}
+    assert set(singletons) == {"y", "z"}  # each key created once, by one of the batches
+    for result, request in zip(results, first + second, strict=True):
+        if request.singleton_key is not None:
+            assert result.instance_id == singletons[request.singleton_key]
+    stored = "SELECT count(*) FROM laneway.instances WHERE singleton_key IS NOT NULL"
+    assert await admin.fetchval(stored) == 2
 
 
 def test_a_batch_of_ids_is_time_ordered_random_and_well_formed() -> None:

@@ -138,7 +138,8 @@ _RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest 
 # One statement, so one round trip and one implicit transaction: the rows, their events and
 # the doorbell. A row whose keys conflict is skipped (not returned, no event). The queue_keys
 # row of every concurrency key is made or held first (laneway.hold_key), in one order, so two
-# batches cannot each hold a key the other waits for.
+# batches cannot each hold a key the other waits for; the rows go in in the order given,
+# which is the store's lock order (store/key_order.py `in_lock_order`) for the same reason.
 ENQUEUE_INSTANCES = f"""
 WITH held AS (
     SELECT count(laneway.hold_key(k.queue, k.concurrency_key)) AS n
