@@ -64,7 +64,7 @@ class BulkCalls:
                 self.claim_loop.wake()
             return records
 
-        return await self._bulk(where, RETRYABLE, write, dry_run=dry_run)
+        return await self._bulk(where, RETRYABLE, write, dry_run=dry_run, as_counted=True)
 
     async def resume_many(self, where: InstanceFilter, *, dry_run: bool = False) -> BulkResult:
         """Resume, without input, every paused instance `where` selects.
@@ -89,7 +89,7 @@ class BulkCalls:
                 self.claim_loop.wake()
             return records
 
-        return await self._bulk(where, RESUMABLE, write, dry_run=dry_run)
+        return await self._bulk(where, RESUMABLE, write, dry_run=dry_run, as_counted=True)
 
     async def _bulk(
         self,
@@ -98,16 +98,27 @@ class BulkCalls:
         write: BatchWrite,
         *,
         dry_run: bool,
+        as_counted: bool = False,
     ) -> BulkResult:
+        """Count, then walk and `write` in batches what was counted: nothing created since,
+        and when `as_counted` (retry and resume) nothing that came into `statuses` since.
+
+        `changed` counts only matched instances. A retry's or resume's statuses are resting
+        ones: an instance enters them by a step of its own (it fails, it pauses), so one that
+        does so after the count is left for the next call. A cancel's include pending and
+        running, between which instances move all the time: what was counted in one and is
+        in another now was still matched, so its walk is bounded by creation only (and may
+        also cancel one a retry brought back from failed after the count)."""
         match = await self.store.bulk_match(where, statuses)
         if dry_run or match.matched == 0:
             return BulkResult(matched=match.matched, changed=0, sample_ids=match.sample_ids)
         # Only what existed when it was counted: an instance created since is not this call's.
         before = match.at if where.created_before is None else min(where.created_before, match.at)
         walk = dataclasses.replace(where, created_before=before)
+        since = match.last_event_id if as_counted else None
         changed = 0
         after: BulkCandidate | None = None
-        while batch := await self.store.bulk_batch(walk, statuses, after):
+        while batch := await self.store.bulk_batch(walk, statuses, after, unchanged_since=since):
             after = batch[-1]
             changed += len(await write(batch))
         return BulkResult(matched=match.matched, changed=changed, sample_ids=match.sample_ids)

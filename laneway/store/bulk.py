@@ -1,7 +1,7 @@
 """The Store's bulk area: what a filter selects for cancel, retry or resume, and the batch writes.
 
-Owns the selection of a bulk action (count, sample and the clock that bounds it:
-queries.BULK_MATCH), the keyset walk over it in batches (queries.BULK_BATCH), and the batch
+Owns the selection of a bulk action (count, sample, and the clock and last event id that bound
+it: queries.BULK_MATCH), the keyset walk over it in batches (queries.BULK_BATCH), and the batch
 writes, each one transaction: the rows (their status re-checked by the UPDATE itself), their
 events in one append, and for a cancel the entity locks and the doorbell naming every cancelled
 id. The single cancel, resume and retry (instances.py) are these writes' batch of one. What an
@@ -33,6 +33,7 @@ class BulkMatch:
     matched: int
     sample_ids: list[UUID]
     at: datetime  # the walk goes no further than what was created before this
+    last_event_id: int  # the last event the count saw (queries.BULK_MATCH): what it counted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,7 +67,12 @@ class BulkStore(InstanceStore):
                 queries.BULK_MATCH, *filter_args(where), [s.value for s in statuses], SAMPLE_SIZE
             )
         assert row is not None
-        return BulkMatch(matched=row["matched"], sample_ids=list(row["sample_ids"]), at=row["at"])
+        return BulkMatch(
+            matched=row["matched"],
+            sample_ids=list(row["sample_ids"]),
+            at=row["at"],
+            last_event_id=row["last_event_id"],
+        )
 
     async def bulk_batch(
         self,
@@ -74,8 +80,12 @@ class BulkStore(InstanceStore):
         statuses: Sequence[Status],
         after: BulkCandidate | None,
         limit: int = BATCH_SIZE,
+        *,
+        unchanged_since: int | None = None,
     ) -> list[BulkCandidate]:
-        """The next rows of the walk, oldest first, after `after` (None: from the start)."""
+        """The next rows of the walk, oldest first, after `after` (None: from the start);
+        with `unchanged_since` (a BulkMatch's last_event_id), only rows with no event after
+        it, still in the status they were counted in."""
         async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.BULK_BATCH,
@@ -84,6 +94,7 @@ class BulkStore(InstanceStore):
                 after.created_at if after else None,
                 after.instance_id if after else None,
                 limit,
+                unchanged_since,
             )
         return [
             BulkCandidate(

@@ -1,4 +1,5 @@
-"""Bulk actions on a real PostgreSQL: caps hold, races end once, a repeat changes nothing."""
+"""Bulk actions on a real PostgreSQL: caps hold, races end once, a repeat changes nothing, and
+retry and resume change only what they counted."""
 
 import asyncio
 from collections.abc import Sequence
@@ -9,12 +10,21 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from laneway.engine import Done, HandlerContext, Pause, Workflow
+from laneway.engine import Done, Engine, HandlerContext, Pause, RetryPolicy, Workflow
 from laneway.engine.requests import EnqueueRequest
 from laneway.errors import ConflictError
 from laneway.events.hub import EventHub
-from laneway.model import InstanceFilter, InstanceRecord, JSONValue, Notification, Status
+from laneway.model import (
+    EventType,
+    InstanceFilter,
+    InstanceRecord,
+    JSONValue,
+    NewEvent,
+    Notification,
+    Status,
+)
 from laneway.store import Store
+from laneway.store.bulk import BulkMatch
 from laneway.store.rows import Conn
 from tests.engine.helpers import eventually, make_engine
 
@@ -353,3 +363,109 @@ async def test_of_failed_singletons_with_one_key_a_bulk_retry_brings_back_one(
     assert result.changed == 1
     statuses = [(await engine.get(i)).status for i in ids]  # type: ignore[union-attr]
     assert sorted(statuses) == [Status.FAILED, Status.FAILED, Status.PENDING]
+
+
+async def _boom(ctx: HandlerContext, params: JSONValue) -> Done:
+    raise RuntimeError("boom")
+
+
+failing = Workflow(
+    "failing", handlers={"run": _boom}, initial="run", retry=RetryPolicy(max_attempts=1)
+)
+parks = _pausing("parks", None)
+
+
+async def _one_rests_now_one_after_the_count(
+    engine: Engine, store: Store, name: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[UUID, UUID]:
+    """Two instances of `name`: one run now (it rests: fails or pauses), and one that comes
+    due only once the next bulk call has counted what it matched. The call's next step waits
+    until that one, created before the count, has run the same way (the real runner's writes
+    and events). Returns (the one run now, the one run after the count)."""
+    early = (await engine.enqueue(name)).instance_id
+    late = (await engine.enqueue(name, delay_ms=3_600_000)).instance_id
+    assert await engine.tick() == 1
+    counted = store.bulk_match
+
+    async def count_then_run_the_late_one(*args: Any, **kwargs: Any) -> BulkMatch:
+        match = await counted(*args, **kwargs)
+        async with store.connection() as conn:
+            await conn.execute(
+                "UPDATE laneway.instances SET run_after = now() WHERE instance_id = $1", late
+            )
+        assert await engine.tick() == 1
+        return match
+
+    monkeypatch.setattr(store, "bulk_match", count_then_run_the_late_one)
+    return early, late
+
+
+async def _status(engine: Engine, instance_id: UUID) -> Status:
+    record = await engine.get(instance_id)
+    assert record is not None
+    return record.status
+
+
+async def test_bulk_retry_leaves_an_instance_that_failed_after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(store, failing)
+    early, late = await _one_rests_now_one_after_the_count(engine, store, "failing", monkeypatch)
+    result = await engine.retry_many(InstanceFilter(name="failing"))
+    assert (result.matched, result.changed) == (1, 1)
+    assert await _status(engine, early) == Status.PENDING
+    assert await _status(engine, late) == Status.FAILED  # failed after the count: not this call's
+
+
+async def test_bulk_resume_leaves_an_instance_that_paused_after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(store, parks)
+    early, late = await _one_rests_now_one_after_the_count(engine, store, "parks", monkeypatch)
+    result = await engine.resume_many(InstanceFilter(name="parks"))
+    assert (result.matched, result.changed) == (1, 1)
+    assert await _status(engine, early) == Status.PENDING
+    assert await _status(engine, late) == Status.PAUSED
+
+
+async def test_bulk_cancel_takes_an_instance_that_paused_after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pending when counted, paused since: still one a cancel applies to, and counted.
+    engine = make_engine(store, parks)
+    early, late = await _one_rests_now_one_after_the_count(engine, store, "parks", monkeypatch)
+    result = await engine.cancel_many(InstanceFilter(name="parks"))
+    assert (result.matched, result.changed) == (2, 2)
+    assert {await _status(engine, early), await _status(engine, late)} == {Status.CANCELLED}
+
+
+async def test_bulk_retry_leaves_a_failure_committed_after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A writer that began before the count and committed after it: its updated_at (its
+    # transaction's start) is older than the count's clock, yet the count did not see it.
+    engine = make_engine(store, failing)
+    early = (await engine.enqueue("failing")).instance_id
+    late = (await engine.enqueue("failing", delay_ms=3_600_000)).instance_id
+    assert await engine.tick() == 1
+    counted = store.bulk_match
+
+    async def count_while_the_late_one_fails(*args: Any, **kwargs: Any) -> BulkMatch:
+        async with store.connection() as conn, conn.transaction():
+            await conn.execute(
+                "UPDATE laneway.instances SET status = 'failed', attempts = 1,"
+                " last_error = 'RuntimeError: boom', finished_at = now(), updated_at = now()"
+                " WHERE instance_id = $1",
+                late,
+            )
+            event = NewEvent(
+                instance_id=late, name="failing", type=EventType.FAILED, status=Status.FAILED
+            )
+            await store._append_events(conn, [event])  # as every writer does: one transaction
+            return await counted(*args, **kwargs)  # counted before that transaction commits
+
+    monkeypatch.setattr(store, "bulk_match", count_while_the_late_one_fails)
+    result = await engine.retry_many(InstanceFilter(name="failing"))
+    assert (result.matched, result.changed) == (1, 1)
+    assert await _status(engine, early) == Status.PENDING
+    assert await _status(engine, late) == Status.FAILED

@@ -12,10 +12,15 @@ from laneway.store.queries.instances import INSTANCE_COLUMNS, INSTANCE_FILTER
 # INSTANCE_FILTER's $1 ... $8, $9 the statuses the action applies to (text[]), $10 how many ids
 # to sample
 # What a bulk action (or its dry run) reports before it changes anything: how many instances
-# the filter selects in those statuses, the newest of them (in list order), and the database
-# clock after the count, which bounds the walk (what is created later is not this call's).
+# the filter selects in those statuses, the newest of them (in list order), and what bounds
+# the walk: the database clock after the count (what is created later is not this call's),
+# and the last event id the count's snapshot sees. Event ids become visible in id order (the
+# append lock, held to commit: laneway.append_events), and every status change appends its
+# event in its own transaction, so an instance whose status changed after the count has an
+# event after that id, and one whose last event is at or before it was counted as it is.
 BULK_MATCH = f"""
-SELECT (SELECT count(*)
+SELECT (SELECT COALESCE(max(event_id), 0) FROM laneway.events) AS last_event_id,
+       (SELECT count(*)
           FROM laneway.instances
          WHERE {INSTANCE_FILTER}
            AND status = ANY($9::text[])) AS matched,
@@ -30,16 +35,25 @@ SELECT (SELECT count(*)
 
 # INSTANCE_FILTER's $1 ... $8, $9 the statuses the action applies to (text[]), $10 and $11 the
 # key (created_at, instance_id) of the last row of the previous batch (NULL: from the start),
-# $12 the batch size
+# $12 the batch size, $13 BULK_MATCH's last event id (NULL: no such bound)
 # The next batch of a bulk action, oldest first, unlocked: the batch write re-checks each
-# row's status under its lock. With the pause's label and input schema, for a resume.
+# row's status under its lock. With the pause's label and input schema, for a resume. With
+# $13, only rows whose last event is at or before it: those in the status they were counted in
+# (a retry's or a resume's, whose statuses are resting ones; one that failed or paused since is
+# not one the call matched). The last event is read through events_instance, one instance's few
+# entries per partition, for each row the cheaper conditions keep, so its cost does not depend
+# on how many events came after $13 (the walk's own among them). None (pruned): as before.
 BULK_BATCH = f"""
-SELECT instance_id, created_at, checkpoint, wait -> 'input_schema' AS input_schema
-  FROM laneway.instances
+SELECT i.instance_id, i.created_at, i.checkpoint, i.wait -> 'input_schema' AS input_schema
+  FROM laneway.instances AS i
  WHERE {INSTANCE_FILTER}
    AND status = ANY($9::text[])
    AND ($10::timestamptz IS NULL OR (created_at, instance_id) > ($10::timestamptz, $11::uuid))
- ORDER BY created_at, instance_id
+   AND ($13::bigint IS NULL
+        OR (SELECT COALESCE(max(e.event_id), 0)
+              FROM laneway.events AS e
+             WHERE e.instance_id = i.instance_id) <= $13::bigint)
+ ORDER BY i.created_at, i.instance_id
  LIMIT $12
 """
 
