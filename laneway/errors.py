@@ -5,6 +5,7 @@ LanewayError
 ├── InvalidInputError    params rejected, bad interval or cron, limit out of range
 │   └── InputRejectedError  a resume's input failed its checkpoint's input schema
 ├── ConflictError        action not allowed in the instance's current status
+├── BulkStoppedError     a bulk action stopped at its time, part done (run it again)
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
 ├── MigrationsMissingError  the installation carries no migration files (internal)
 └── DatabaseNewerError   a newer Laneway migrated the database (internal)
@@ -82,6 +83,23 @@ class ConflictError(LanewayError):
         self.instance_id, self.status, self.action = instance_id, status, action
         message = f"cannot {action} instance {instance_id} while it is {status}"
         super().__init__(f"{message}: {reason}" if reason else message)
+
+
+class BulkStoppedError(LanewayError):
+    """A bulk action stopped at the time it was given (the HTTP operation's deadline) before it
+    had walked all it matched. What it changed stays changed; the same call again changes the
+    rest. `details()` gives both counts (the API's TIMEOUT error carries them)."""
+
+    def __init__(self, *, matched: int, changed: int) -> None:
+        self.matched = matched
+        self.changed = changed
+        super().__init__(
+            f"stopped at the operation's time limit after changing {changed} of the {matched}"
+            " instances it matched; the same call again changes the rest"
+        )
+
+    def details(self) -> dict[str, object]:
+        return {"matched": self.matched, "changed": self.changed}
 
 
 class LeaseLostError(LanewayError):

@@ -8,13 +8,14 @@ follows each batch, as after the single calls: observers, stopping the handlers,
 and waking the claim loop. The API, the command line and the dashboard all come here.
 """
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
 from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.observer import EngineObserver
 from laneway.engine.waits import validate_input
-from laneway.errors import InputRejectedError
+from laneway.errors import BulkStoppedError, InputRejectedError
 from laneway.model import BulkResult, InstanceFilter, InstanceRecord, Status, Transition
 from laneway.store import Store
 from laneway.store.bulk import BulkCandidate
@@ -37,7 +38,9 @@ class BulkCalls:
         """The workflow's terminal hook (Engine's)."""
         raise NotImplementedError
 
-    async def cancel_many(self, where: InstanceFilter, *, dry_run: bool = False) -> BulkResult:
+    async def cancel_many(
+        self, where: InstanceFilter, *, dry_run: bool = False, stop_at: float | None = None
+    ) -> BulkResult:
         """Cancel every instance `where` selects that is not terminal; each running handler is
         stopped wherever it runs. An instance that ends while the call runs is left as it
         ended. `dry_run`: count and sample only."""
@@ -51,9 +54,11 @@ class BulkCalls:
                 await self._run_hook(record)
             return records
 
-        return await self._bulk(where, CANCELLABLE, write, dry_run=dry_run)
+        return await self._bulk(where, CANCELLABLE, write, dry_run=dry_run, stop_at=stop_at)
 
-    async def retry_many(self, where: InstanceFilter, *, dry_run: bool = False) -> BulkResult:
+    async def retry_many(
+        self, where: InstanceFilter, *, dry_run: bool = False, stop_at: float | None = None
+    ) -> BulkResult:
         """Run again, with fresh attempts, every failed instance `where` selects. They go back
         to pending, so their queue's caps and rates decide when each runs again: a bulk retry
         cannot start more at once than the queue allows. `dry_run`: count and sample only."""
@@ -64,9 +69,13 @@ class BulkCalls:
                 self.claim_loop.wake()
             return records
 
-        return await self._bulk(where, RETRYABLE, write, dry_run=dry_run, as_counted=True)
+        return await self._bulk(
+            where, RETRYABLE, write, dry_run=dry_run, as_counted=True, stop_at=stop_at
+        )
 
-    async def resume_many(self, where: InstanceFilter, *, dry_run: bool = False) -> BulkResult:
+    async def resume_many(
+        self, where: InstanceFilter, *, dry_run: bool = False, stop_at: float | None = None
+    ) -> BulkResult:
         """Resume, without input, every paused instance `where` selects.
 
         An instance paused at a checkpoint whose input schema rejects a missing input stays
@@ -89,7 +98,9 @@ class BulkCalls:
                 self.claim_loop.wake()
             return records
 
-        return await self._bulk(where, RESUMABLE, write, dry_run=dry_run, as_counted=True)
+        return await self._bulk(
+            where, RESUMABLE, write, dry_run=dry_run, as_counted=True, stop_at=stop_at
+        )
 
     async def _bulk(
         self,
@@ -99,6 +110,7 @@ class BulkCalls:
         *,
         dry_run: bool,
         as_counted: bool = False,
+        stop_at: float | None = None,
     ) -> BulkResult:
         """Count, then walk and `write` in batches what was counted: nothing created since,
         and when `as_counted` (retry and resume) nothing that came into `statuses` since.
@@ -108,7 +120,16 @@ class BulkCalls:
         does so after the count is left for the next call. A cancel's include pending and
         running, between which instances move all the time: what was counted in one and is
         in another now was still matched, so its walk is bounded by creation only (and may
-        also cancel one a retry brought back from failed after the count)."""
+        also cancel one a retry brought back from failed after the count).
+
+        `stop_at` (the event loop's clock): past it, the walk stops before its next batch
+        (after one at least, so that calls again always get on) and raises BulkStoppedError
+        with how many it changed, instead of being cut off mid-batch by a deadline that would
+        say nothing of what it did.
+
+        Raises:
+            BulkStoppedError: `stop_at` passed with batches left to walk.
+        """
         match = await self.store.bulk_match(where, statuses)
         if dry_run or match.matched == 0:
             return BulkResult(matched=match.matched, changed=0, sample_ids=match.sample_ids)
@@ -119,6 +140,9 @@ class BulkCalls:
         changed = 0
         after: BulkCandidate | None = None
         while batch := await self.store.bulk_batch(walk, statuses, after, unchanged_since=since):
+            late = stop_at is not None and asyncio.get_running_loop().time() >= stop_at
+            if late and after is not None:
+                raise BulkStoppedError(matched=match.matched, changed=changed)
             after = batch[-1]
             changed += len(await write(batch))
         return BulkResult(matched=match.matched, changed=changed, sample_ids=match.sample_ids)

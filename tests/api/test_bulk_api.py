@@ -1,13 +1,27 @@
 """cancelWorkflows, retryWorkflows and resumeWorkflows over a real server: dry runs, the
 filter's checks, and the same write permission as every mutation."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
+from starlette.requests import Request
 
-from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
+from laneway.api.graphql.context import laneway_context
+from laneway.api.graphql.errors import STOP_AT
+from laneway.api.graphql.schema import schema
+from laneway.api.http.asgi import Receive, Scope, Send
+from laneway.api.http.deadline import OperationDeadline
+from laneway.engine import EnqueueRequest
+from tests.api.conftest import (
+    TOKEN,
+    LiveServer,
+    live_server,
+    make_settings,
+    running_services,
+)
 
 ENQUEUE = 'mutation { enqueueWorkflow(name: "noop") { instanceID } }'
 BULK = """
@@ -137,3 +151,43 @@ async def test_bulk_mutations_need_write_permission(
     assert await admin.fetchval(pending) == 2
     allowed = await secured.graphql(BULK, token=TOKEN, filter={})
     assert allowed["data"]["cancelWorkflows"]["changed"] == 2
+
+
+async def test_a_bulk_action_stopped_before_its_deadline_is_timeout_with_its_counts(
+    database_url: str,
+) -> None:
+    # The HTTP deadline's middleware puts the time to stop at in the request's scope (here:
+    # already past); the action stops between batches and says how far it got.
+    settings = make_settings(database_url, engine_enabled=False)
+    async with running_services(settings) as services:
+        await services.engine.enqueue_many([EnqueueRequest(name="noop") for _ in range(250)])
+        request = Request({"type": "http", "headers": [], STOP_AT: 0.0})
+        context = await laneway_context(services, request)
+        result = await schema.execute(
+            'mutation { cancelWorkflows(filter: {name: "noop"}) { matched changed } }',
+            context_value=context,
+        )
+    assert result.data is None
+    assert result.errors is not None
+    [error] = result.errors
+    assert error.extensions == {"code": "TIMEOUT", "matched": 250, "changed": 100}
+    assert "changing 100 of the 250" in error.message
+
+
+def test_the_deadline_puts_the_time_to_stop_at_in_the_scope() -> None:
+    seen: list[float] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope[STOP_AT] - asyncio.get_running_loop().time())
+
+    async def call(seconds: float) -> float:
+        middleware = OperationDeadline(app, seconds=seconds)
+        await middleware({"type": "http", "path": "/graphql"}, _nothing, _nothing)
+        return seen[-1]
+
+    assert 7.9 < asyncio.run(call(10.0)) <= 9.0  # a second before ten
+    assert 1.5 < asyncio.run(call(2.0)) <= 1.6  # a fifth of two
+
+
+async def _nothing(*args: Any) -> Any:
+    return None

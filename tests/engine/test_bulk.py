@@ -12,7 +12,7 @@ import pytest
 
 from laneway.engine import Done, Engine, HandlerContext, Pause, RetryPolicy, Workflow
 from laneway.engine.requests import EnqueueRequest
-from laneway.errors import ConflictError
+from laneway.errors import BulkStoppedError, ConflictError
 from laneway.events.hub import EventHub
 from laneway.model import (
     EventType,
@@ -160,6 +160,27 @@ async def test_a_repeated_bulk_call_changes_nothing(store: Store) -> None:
     assert (second.matched, second.changed, second.sample_ids) == (0, 0, [])
     assert await _count(store, "SELECT count(*) FROM laneway.events") == events
     assert (await engine.retry_many(InstanceFilter(name="parked"))).changed == 0
+
+
+async def test_a_bulk_call_past_its_time_stops_between_batches_saying_how_far_it_got(
+    store: Store,
+) -> None:
+    # Over HTTP the operation's deadline would cut it off mid-batch and say nothing of what it
+    # did; with a time to stop at, it ends between batches (after one at least, so that calls
+    # again always get on) and says how many it changed, and the same call again finishes.
+    await _enqueue(store, "parked", 250)
+    engine = make_engine(store, parked)
+    where = InstanceFilter(name="parked")
+    already = asyncio.get_running_loop().time()
+    with pytest.raises(BulkStoppedError) as stopped:
+        await engine.cancel_many(where, stop_at=already)
+    assert (stopped.value.matched, stopped.value.changed) == (250, 100)
+    assert stopped.value.details() == {"matched": 250, "changed": 100}
+    assert "100 of the 250" in str(stopped.value)
+    cancelled = "SELECT count(*) FROM laneway.instances WHERE status = 'cancelled'"
+    assert await _count(store, cancelled) == 100
+    rest = await engine.cancel_many(where, stop_at=asyncio.get_running_loop().time() + 60)
+    assert (rest.matched, rest.changed) == (150, 150)
 
 
 async def test_dry_run_counts_and_samples_newest_first_and_changes_nothing(store: Store) -> None:

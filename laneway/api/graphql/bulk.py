@@ -16,6 +16,7 @@ from strawberry.types import Info
 
 from laneway.api.graphql.arguments import given, status_filter
 from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.errors import STOP_AT
 from laneway.errors import InvalidInputError
 from laneway.model import BulkResult as BulkRecord
 from laneway.model import InstanceFilter as FilterModel
@@ -96,8 +97,15 @@ Filter = Annotated[InstanceFilterInput, strawberry.argument(name="filter")]
 DryRun = Annotated[bool | None, strawberry.argument(name="dryRun")]
 
 
-async def _run(call: BulkCall, where: InstanceFilterInput, dry_run: bool | None) -> BulkResult:
-    return BulkResult.from_record(await call(where.to_model(), dry_run=bool(dry_run)))
+async def _run(
+    info: Info[Any, Any], call: BulkCall, where: InstanceFilterInput, dry_run: bool | None
+) -> BulkResult:
+    """The call, stopping between batches before the HTTP operation's deadline (BulkStoppedError:
+    TIMEOUT with `matched` and `changed`) rather than cut off with nothing said."""
+    connection = laneway_of(info.context).connection
+    stop_at = None if connection is None else connection.scope.get(STOP_AT)
+    record = await call(where.to_model(), dry_run=bool(dry_run), stop_at=stop_at)
+    return BulkResult.from_record(record)
 
 
 async def resolve_cancel_workflows(
@@ -105,7 +113,7 @@ async def resolve_cancel_workflows(
 ) -> BulkResult:
     """Cancel every instance the filter selects that is not terminal (dryRun: count and sample
     only); an instance that ends while this runs stays as it ended."""
-    return await _run(laneway_of(info.context).services.engine.cancel_many, where, dry_run)
+    return await _run(info, laneway_of(info.context).services.engine.cancel_many, where, dry_run)
 
 
 async def resolve_retry_workflows(
@@ -113,7 +121,7 @@ async def resolve_retry_workflows(
 ) -> BulkResult:
     """Run again every failed instance the filter selects (dryRun: count and sample only); they
     go back through their queue's caps and rates."""
-    return await _run(laneway_of(info.context).services.engine.retry_many, where, dry_run)
+    return await _run(info, laneway_of(info.context).services.engine.retry_many, where, dry_run)
 
 
 async def resolve_resume_workflows(
@@ -122,4 +130,4 @@ async def resolve_resume_workflows(
     """Resume, without input, every paused instance the filter selects (dryRun: count and
     sample only); one whose checkpoint's input schema needs an input stays paused (matched, not
     changed)."""
-    return await _run(laneway_of(info.context).services.engine.resume_many, where, dry_run)
+    return await _run(info, laneway_of(info.context).services.engine.resume_many, where, dry_run)

@@ -32,6 +32,7 @@ from laneway.api.http.asgi import Send
 from laneway.api.request_trace import current_trace
 from laneway.engine import LockUnavailableError
 from laneway.errors import (
+    BulkStoppedError,
     ConflictError,
     InputRejectedError,
     InvalidInputError,
@@ -47,6 +48,11 @@ UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
 UNAVAILABLE_RETRY_AFTER_SECONDS = 2
 RATE_LIMITED = "RATE_LIMITED"
 TIMEOUT = "TIMEOUT"
+STOP_AT = "laneway.stop_at"
+"""In a timed HTTP request's scope (http/deadline.py): the event loop's time by which work
+that can end part-way (a bulk action, between its batches) stops, to answer with what it did
+(BulkStoppedError, TIMEOUT) before the deadline cuts it off with nothing: a fifth of the
+time, at most a second, before the deadline."""
 
 # Connection loss, refusal and server shutdown (OSError includes ConnectionError and
 # TimeoutError), connection-class SQLSTATEs (08, 57P0x), exhausted server resources (53),
@@ -70,6 +76,7 @@ ERROR_CODES: dict[type[LanewayError], str] = {
     InputRejectedError: "BAD_USER_INPUT",
     ConflictError: "CONFLICT",
     LockUnavailableError: "CONFLICT",
+    BulkStoppedError: TIMEOUT,
 }
 
 

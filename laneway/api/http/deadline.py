@@ -8,7 +8,7 @@ are exempt once their response starts. The websocket side keeps its own per-oper
 import asyncio
 import logging
 
-from laneway.api.graphql.errors import TIMEOUT, send_error
+from laneway.api.graphql.errors import STOP_AT, TIMEOUT, send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,8 @@ class OperationDeadline:
             return
         started = False
         deadline = asyncio.timeout(self.seconds)
+        now = asyncio.get_running_loop().time()
+        scope = {**scope, STOP_AT: now + self.seconds - min(self.seconds / 5, 1.0)}
 
         async def timed_send(message: Message) -> None:
             nonlocal started
