@@ -319,8 +319,14 @@ _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
         f" (live workers run {', '.join(repr(v) for v in row['live_versions']) or 'none'})"
     ),
     "QUEUE_PAUSED": lambda row, _: f"queue {row['queue']!r} is paused",
-    "QUEUE_FULL": lambda row, _: (
+    "QUEUE_FULL": lambda row, until: (
         f"queue {row['queue']!r} is full: {row['running']} of {row['concurrency']} running"
+        + (
+            f"; {row['lost_running']} of them held by a process that stopped heartbeating"
+            f" (the first of their leases expires at {_at(until)})"
+            if row["lost_running"] and until is not None
+            else ""
+        )
     ),
     "RATE_LIMITED": lambda row, until: (
         f"queue {row['queue']!r} is rate-limited to {row['rate_per_minute']:g}/min: "

@@ -161,3 +161,41 @@ async def test_an_engine_stops_when_a_newer_release_migrates_the_database_under_
         "the database was migrated by a newer release; stopping"
     ]
     gate.set()
+
+
+async def test_a_queue_full_of_a_lost_workers_runs_says_when_their_leases_expire(
+    store: Store,
+) -> None:
+    # Found by an outside audit: after a kill -9, QUEUE_FULL said "3 of 3 running" for a whole
+    # lease while every slot was a dead process's; it now says so, and until when.
+    engine = make_engine(store, noop)
+    await engine.configure_queue("noop", concurrency=1)
+    await engine.claim_loop.presence.beat()  # a live process runs noop
+    held = await engine.enqueue("noop")
+    [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)  # no row: not live
+    assert claimed.instance_id == held.instance_id
+    waiting = await engine.enqueue("noop")
+    reason = await engine.waiting_reason(waiting.instance_id)
+    assert reason is not None
+    assert reason.code == "QUEUE_FULL"
+    expires = await engine.get(held.instance_id)
+    assert expires is not None
+    assert reason.until == expires.lease_expires_at
+    assert reason.message.startswith("queue 'noop' is full: 1 of 1 running; 1 of them held")
+    assert "a process that stopped" in reason.message
+
+    # A live process's run is not one of them: no time is known then.
+    own = await engine.enqueue("noop", queue="own")
+    await engine.configure_queue("own", concurrency=1)
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET status = 'running', owner_id = $1,"
+            " lease_expires_at = now() + interval '30 seconds' WHERE instance_id = $2",
+            engine.owner_id,
+            own.instance_id,
+        )
+    behind = await engine.enqueue("noop", queue="own")
+    live = await engine.waiting_reason(behind.instance_id)
+    assert live is not None
+    assert (live.code, live.until) == ("QUEUE_FULL", None)
+    assert live.message == "queue 'own' is full: 1 of 1 running"

@@ -13,7 +13,8 @@ from laneway.store.queries.workers import LIVE
 # not due yet (a retry's backoff, or a
 # delay), no live process has its workflow, none runs its version, its queue paused, full or out of tokens, its key
 # full or out of tokens; else it is ready. `until` is when it may next become claimable, where
-# known. The facts behind the reason come along for its message.
+# known (for a full queue, when the first of its runs that a lost process holds expires).
+# The facts behind the reason come along for its message.
 WAITING_REASONS = f"""
 SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
        i.wait_signal, i.isolated, i.recoveries, r.code,
@@ -30,9 +31,10 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
             THEN now() + room.token_in * interval '1 second'
             WHEN r.code = 'KEY_RATE_LIMITED'
             THEN now() + key_room.token_in * interval '1 second'
+            WHEN r.code = 'QUEUE_FULL' THEN lost.expires
        END AS until,
        room.running, q.concurrency, q.rate_per_minute, key_room.running AS key_running,
-       q.key_concurrency, q.key_rate_per_minute
+       q.key_concurrency, q.key_rate_per_minute, lost.held AS lost_running
   FROM laneway.instances AS i
   JOIN laneway.queues AS q ON q.name = i.queue
  CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute, q.tokens,
@@ -63,6 +65,18 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
                 WHEN key_room.tokens_now < 1 THEN 'KEY_RATE_LIMITED'
                 ELSE 'READY'
            END AS code) AS r
+  -- A full queue's runs held by processes that stopped heartbeating (a kill -9): their slots
+  -- come back when the first of their leases expires, which is when it may start.
+  LEFT JOIN LATERAL (
+    SELECT count(*) AS held, min(x.lease_expires_at) AS expires
+      FROM laneway.instances AS x
+     WHERE x.queue = i.queue
+       AND x.status = 'running'
+       AND NOT EXISTS (SELECT 1
+                         FROM laneway.workers AS w
+                        WHERE w.owner_id = x.owner_id
+                          AND {LIVE})) AS lost
+         ON r.code = 'QUEUE_FULL'
  WHERE i.instance_id = ANY($1::uuid[])
    AND i.status IN ('pending', 'paused', 'waiting')
 """
