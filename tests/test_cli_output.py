@@ -3,6 +3,8 @@ control characters a terminal would act on shown escaped (laneway/cli/output.py)
 
 import io
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -10,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from laneway.cli import output
+from tests.processes import run_process
 from tests.test_cli import environment, laneway
 
 HOSTILE = [
@@ -110,3 +113,48 @@ async def test_status_and_watch_show_an_unbalanced_markup_message(database_url: 
     assert code == 1, err  # cancelled: the documented exit of a watch that ends so
     assert err == "", err
     assert "cancelled" in out
+
+
+def test_an_error_line_is_escaped_one_line_and_capped() -> None:
+    assert output.error_line("a\x1b]0;T\x07b\nc\r\n") == r"a\x1b]0;T\x07b\nc\r\n"
+    cut = output.error_line("é" * 100_000)
+    assert cut == "é" * output.MAX_ERROR_CHARS + "... (98,000 more characters cut)"
+    assert output.error_line("x" * output.MAX_ERROR_CHARS) == "x" * output.MAX_ERROR_CHARS
+
+
+ECHOING = """\
+from laneway import Done, Workflow
+
+
+def check(params):
+    raise ValueError(f"unknown customer {params['customer']}")
+
+
+async def _bill(ctx, params):
+    return Done(None)
+
+
+billing = Workflow("billing", handlers={"bill": _bill}, initial="bill", validator=check)
+"""
+
+
+async def test_an_error_that_quotes_hostile_params_is_one_escaped_line(
+    database_url: str, tmp_path: Path
+) -> None:
+    # A validator quoting the params as given: the message reaches the operator's terminal.
+    (tmp_path / "echoing.py").write_text(ECHOING)
+    env = environment(database_url, LANEWAY_WORKFLOWS="echoing")
+    script = str(Path(sys.executable).parent / "laneway")
+    hostile = "x\x1b]0;PWNED\x07\x1b[2J\x1b[31mRED\nline2"
+    escaped = r"x\x1b]0;PWNED\x07\x1b[2J\x1b[31mRED\nline2"
+    for customer, says in ((hostile, escaped), ("y" * 100_000, "more characters cut)")):
+        params = json.dumps({"customer": customer})
+        code, _, err = await run_process(
+            [script, "enqueue", "billing", "--params", params], cwd=tmp_path, env=env
+        )
+        assert code == 2, err
+        assert err.startswith("laneway: params rejected by 'billing': unknown customer "), err
+        assert err.endswith(says + "\n"), err[-200:]
+        assert err.count("\n") == 1
+        assert not {"\x1b", "\x07"} & set(err)
+        assert len(err) < output.MAX_ERROR_CHARS + 100

@@ -26,7 +26,11 @@ Command = Callable[..., Coroutine[Any, Any, int]]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
-    print(f"laneway: {message}", file=sys.stderr)
+    """Say `message` as one `laneway:` line on stderr and return `code`. The message may quote
+    what a server, a workflow's validator or the database said: output.error_line escapes it."""
+    from laneway.cli.output import error_line  # rich, loaded only once a command failed
+
+    print(f"laneway: {error_line(message)}", file=sys.stderr)
     return code
 
 

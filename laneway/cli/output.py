@@ -5,7 +5,8 @@ JSON output (`--json`, and the one-line answers of actions) is printed here too,
 Text that comes from data (messages, errors, stages, keys, descriptions) is printed as it is:
 never read as rich markup (`[red]`, `[link=…]`, an unbalanced `[/]` would crash the command),
 and its control characters (an escape sequence could clear the screen, set the title or
-plant a link in the operator's terminal) are shown escaped (`\x1b`), tty or not.
+plant a link in the operator's terminal) are shown escaped (`\x1b`), tty or not. So are
+the messages of errors (`error_line`), which also stay one line of bounded length.
 """
 
 import json
@@ -51,6 +52,21 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def visible(text: str) -> str:
     """`text` with every control character a terminal would act on written as an escape."""
     return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode(), text)
+
+
+MAX_ERROR_CHARS = 2_000
+"""How much of an error message `error_line` keeps: a whole screen, not a flood."""
+
+
+def error_line(message: str) -> str:
+    """An error message as one line of a terminal: its controls escaped (`visible`), each line
+    break written as `\\n`, and cut after MAX_ERROR_CHARS characters with a note of how much
+    was cut (a server or a workflow's validator wrote it: it may quote anything it was given).
+    """
+    line = visible(message).replace("\n", "\\n")
+    if len(line) <= MAX_ERROR_CHARS:
+        return line
+    return f"{line[:MAX_ERROR_CHARS]}... ({len(line) - MAX_ERROR_CHARS:,} more characters cut)"
 
 
 def literal(value: object, style: str = "") -> Text:
