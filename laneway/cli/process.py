@@ -87,9 +87,8 @@ def _on_signals(callback: Callable[[], object]) -> None:
 
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
     """Serve the API (and, unless LANEWAY_ENGINE=0, run the engine) until SIGINT/SIGTERM."""
-    import uvicorn
-
     from laneway.api.app import create_app, server_config
+    from laneway.cli.served import Server
 
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
@@ -104,7 +103,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     try:
         config = server_config(_built(build, settings), host=host, port=port, settings=settings)
         config.app = startup = StartupWatch(config.app)
-        server = uvicorn.Server(config)
+        server = Server(config)
         logger.info("listening", extra={"url": f"http://{host}:{listening.getsockname()[1]}"})
         await server.serve(sockets=[listening])
     except SystemExit:  # uvicorn's own exit when the app did not start

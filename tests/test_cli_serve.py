@@ -1,0 +1,65 @@
+"""`laneway serve` as a real process: the URL it logs, and how its stop signals end it.
+
+A clean shutdown on SIGINT or SIGTERM exits 0, as `worker` does (uvicorn's own handlers
+re-raised the signal once it had shut down, so the process died of it: exit 143).
+"""
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from tests.engine.helpers import eventually
+from tests.test_cli import ROOT, environment
+
+
+def is_ok(response: httpx.Response) -> bool:
+    return response.status_code == 200
+
+
+@asynccontextmanager
+async def serving(
+    database_url: str, *args: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """`laneway serve ARGS --port 0` once /healthz answers, with the URL it logged; killed if
+    the test leaves it running."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laneway", "serve", "--port", "0", *args,
+        cwd=ROOT, env=environment(database_url, LANEWAY_ENGINE="0"),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                line = await process.stderr.readline()
+                assert line, "serve ended before it listened"
+                record = json.loads(line)
+                if record["message"] == "listening":
+                    url = str(record["url"])
+                    break
+            async with httpx.AsyncClient(timeout=30) as client:
+                await eventually(lambda: client.get(f"{url}/healthz"), is_ok, timeout=60)
+        yield process, url
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_serve_exits_0_after_a_clean_shutdown_on_a_stop_signal(
+    database_url: str, signum: signal.Signals
+) -> None:
+    async with serving(database_url) as (process, _):
+        process.send_signal(signum)
+        async with asyncio.timeout(30):
+            _, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert b"Application shutdown complete" in err
+    assert b"Traceback" not in err
