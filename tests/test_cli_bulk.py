@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import pty
+import signal
 import sys
 from typing import Any
 
@@ -12,17 +13,20 @@ from app.examples import hello
 from laneway.engine.requests import EnqueueRequest
 from laneway.store import Store
 from tests.api.conftest import TOKEN, live_server, make_settings
-from tests.engine.helpers import make_engine
+from tests.engine.helpers import eventually, make_engine
 from tests.test_cli import ROOT, environment, laneway
 from tests.test_cli_remote import client_env
 
 
 async def _enqueue(store: Store, n: int) -> list[str]:
     engine = make_engine(store, hello)
-    results = await engine.enqueue_many(
-        [EnqueueRequest(name="hello", params={"name": "Bulk"}) for _ in range(n)]
-    )
-    return [str(r.instance_id) for r in results]
+    ids: list[str] = []
+    for start in range(0, n, 10_000):  # the most one call takes
+        results = await engine.enqueue_many(
+            [EnqueueRequest(name="hello", params={"name": "Bulk"})] * min(10_000, n - start)
+        )
+        ids += [str(r.instance_id) for r in results]
+    return ids
 
 
 async def _statuses(store: Store) -> list[str]:
@@ -50,8 +54,11 @@ async def _without_terminal(*args: str, env: dict[str, str]) -> tuple[int, str, 
     return process.returncode, out.decode(), err.decode()
 
 
-async def _at_terminal(*args: str, env: dict[str, str], answer: str) -> tuple[int, str, str]:
-    """`laneway ARGS` with a pseudo-terminal as stdin, answering its question with `answer`."""
+async def _at_terminal(
+    *args: str, env: dict[str, str], answer: str | signal.Signals
+) -> tuple[int, str, str]:
+    """`laneway ARGS` with a pseudo-terminal as stdin, answering its question with `answer`: a
+    line, or a signal (Ctrl-C at the terminal is SIGINT) and nothing typed."""
     leader, follower = pty.openpty()
     try:
         process = await asyncio.create_subprocess_exec(
@@ -70,12 +77,18 @@ async def _at_terminal(*args: str, env: dict[str, str], answer: str) -> tuple[in
         assert process.stderr is not None
         async with asyncio.timeout(60):
             asked = await process.stderr.readuntil(b"[y/N] ")
-            os.write(leader, answer.encode() + b"\n")
+            if isinstance(answer, str):
+                os.write(leader, answer.encode() + b"\n")
+            else:
+                process.send_signal(answer)
             out, err = await process.communicate()
     finally:
         os.close(leader)
         if follower >= 0:
             os.close(follower)
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
     assert process.returncode is not None
     return process.returncode, out.decode(), asked.decode() + err.decode()
 
@@ -118,6 +131,63 @@ async def test_a_terminal_is_asked_and_only_yes_goes_on(store: Store, database_u
     assert code == 0, err
     assert json.loads(out)["changed"] == 2
     assert await _statuses(store) == ["cancelled"] * 2
+
+
+async def test_ctrl_c_at_the_question_ends_at_once_and_changes_nothing(
+    store: Store, database_url: str
+) -> None:
+    # The answer used to be read by a thread that the runner waited for: Ctrl-C did nothing
+    # until Enter (_at_terminal's deadline fails it here).
+    await _enqueue(store, 2)
+    env = environment(database_url)
+    code, out, err = await _at_terminal(
+        "cancel", "--filter", "name=hello", env=env, answer=signal.SIGINT
+    )
+    assert code == 130, err
+    assert out == ""
+    assert err.endswith("[y/N] \nlaneway: interrupted: nothing was changed\n"), err
+    assert await _statuses(store) == ["pending"] * 2
+
+
+async def test_ctrl_c_during_a_bulk_action_says_it_may_be_unfinished_and_a_repeat_ends_it(
+    store: Store, database_url: str
+) -> None:
+    # It used to exit 0 and print nothing, although batches were committed.
+    many = 20_000  # batches of 100: it is still at work when the first ones are seen
+    await _enqueue(store, many)
+    env = environment(database_url)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laneway", "cancel", "--filter", "name=hello", "--yes",
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await eventually(lambda: _count(store, "cancelled"), bool, timeout=60)
+        process.send_signal(signal.SIGINT)
+        async with asyncio.timeout(60):
+            out, err = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 130, err
+    assert out == b""
+    assert err.decode() == (
+        f"laneway: interrupted: some of the {many} instances may have changed; run the same"
+        " command again to finish (or add --dry-run to count what is left)\n"
+    )
+    assert 0 < await _count(store, "cancelled") < many
+    code, out_text, err_text = await laneway("cancel", "--filter", "name=hello", "--yes", env=env)
+    assert code == 0, err_text
+    assert 0 < json.loads(out_text)["changed"] < many
+    assert await _count(store, "cancelled") == many
+
+
+async def _count(store: Store, status: str) -> int:
+    async with store.connection() as conn:
+        counted: int = await conn.fetchval(
+            "SELECT count(*) FROM laneway.instances WHERE status = $1", status
+        )
+    return counted
 
 
 async def test_bad_filters_exit_2_and_the_single_cancel_still_works(

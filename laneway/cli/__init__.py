@@ -2,9 +2,10 @@
 and queues enqueue, cancel, resume, retry, signal, status, workflows, queues and watch.
 
 Owns `main`: logging setup, the event loop and exit codes (0 ok, 1 not found, in the wrong
-status or failed, 2 bad input or a refused configuration). The parser is parser.py, the
-process subcommands process.py, the instance subcommands commands.py (through client.py:
-remote.py with --url, local.py without), and what a person reads output.py.
+status or failed, 2 bad input or a refused configuration, 130 interrupted by Ctrl-C). The
+parser is parser.py, the process subcommands process.py, the instance subcommands
+commands.py (through client.py: remote.py with --url, local.py without), and what a person
+reads output.py.
 """
 
 import asyncio
@@ -14,13 +15,20 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, database_error
+from laneway.cli.client import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    database_error,
+)
 from laneway.cli.parser import build_parser
 from laneway.config import Settings
 from laneway.errors import InvalidInputError, LanewayError
 from laneway.logs import configure_logging
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 Command = Callable[..., Coroutine[Any, Any, int]]
 
@@ -64,7 +72,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except LanewayError as exc:
         return _fail(str(exc), EXIT_USAGE if isinstance(exc, InvalidInputError) else EXIT_FAILED)
     except KeyboardInterrupt:
-        return EXIT_OK
+        # Ctrl-C before the command finished (watch, serve and worker take it as their normal
+        # end, and exit 0 by themselves): not a success, whatever it had done by then.
+        return _fail("interrupted", EXIT_INTERRUPTED)
     except Exception as exc:
         refused = database_error(exc)
         if refused is None:

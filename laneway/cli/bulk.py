@@ -1,19 +1,21 @@
 """`laneway cancel|retry|resume --filter KEY=VALUE ...`: a bulk action on what a filter selects.
 
 Owns the --filter words (name, queue, status (repeatable), key, version, created-after,
-created-before as ISO times), the dry run that always comes first and shows the count, and
-the confirmation: --yes, or a yes typed at a terminal; anywhere else it stops with exit 2.
+created-before as ISO times), the dry run that always comes first and shows the count, the
+confirmation: --yes, or a yes typed at a terminal; anywhere else it stops with exit 2, and
+what Ctrl-C means at each step (exit 130: nothing changed yet, or some may have).
 Both modes send the same mutation (cancelWorkflows, retryWorkflows, resumeWorkflows), so the
 database mode and --url go through the engine's one bulk path.
 """
 
 import argparse
 import asyncio
+import os
 import sys
 from datetime import UTC, datetime
 
 from laneway.cli import output
-from laneway.cli.client import EXIT_OK, EXIT_USAGE, CommandError, JSONObject
+from laneway.cli.client import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CommandError, JSONObject
 from laneway.cli.commands import open_client
 from laneway.config import Settings
 
@@ -81,11 +83,43 @@ def parse_filter(pairs: list[str]) -> JSONObject:
 
 
 async def _confirmed(action: str, matched: int) -> bool:
-    """Ask at the terminal; False for anything but y or yes."""
+    """Ask at the terminal; False for anything but y or yes.
+
+    Raises:
+        CommandError: Ctrl-C instead of an answer (exit 130; nothing was changed).
+    """
     sys.stderr.write(f"{VERBS[action].capitalize()} {matched} instances? [y/N] ")
     sys.stderr.flush()
-    answer = await asyncio.to_thread(sys.stdin.readline)
+    try:
+        answer = await _typed_line(sys.stdin.fileno())
+    except asyncio.CancelledError:
+        sys.stderr.write("\n")  # the question left the cursor on its line
+        raise CommandError("interrupted: nothing was changed", EXIT_INTERRUPTED) from None
     return answer.strip().lower() in ("y", "yes")
+
+
+async def _typed_line(fd: int) -> str:
+    """One line read from `fd` (a terminal) on the event loop, so that Ctrl-C (the runner
+    cancels this task) ends the wait at once: a thread blocked in readline() would hold the
+    process until Enter. Reads stop at a line break or the end of the input."""
+    loop = asyncio.get_running_loop()
+    readable = asyncio.Event()
+    loop.add_reader(fd, readable.set)
+    line = b""
+    try:
+        while not line.endswith(b"\n"):
+            await readable.wait()
+            readable.clear()
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:  # a terminal that went away (EIO): no answer
+                break
+            if not chunk:
+                break
+            line += chunk
+    finally:
+        loop.remove_reader(fd)
+    return line.decode(errors="replace")
 
 
 async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
@@ -112,6 +146,15 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
                 )
             if not await _confirmed(action, dry["matched"]):
                 raise CommandError("nothing was changed", EXIT_USAGE)
-        done: JSONObject = (await client.execute(document(action), filter=where))["bulk"]
+        try:
+            done: JSONObject = (await client.execute(document(action), filter=where))["bulk"]
+        except asyncio.CancelledError:
+            # Ctrl-C: the batches committed so far stay changed, and the count is lost with the
+            # call. A repeat changes each instance at most once, so it finishes the rest.
+            raise CommandError(
+                f"interrupted: some of the {dry['matched']} instances may have changed;"
+                " run the same command again to finish (or add --dry-run to count what is left)",
+                EXIT_INTERRUPTED,
+            ) from None
     output.print_json(done)
     return EXIT_OK

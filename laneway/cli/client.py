@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from laneway.errors import DatabaseNewerError, LanewayError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command that Ctrl-C stopped
 
 # The plain fields of WorkflowInstanceStatus in schema order, then waitingReason: what
 # `laneway status --json` has always printed (tests and scripts read it).

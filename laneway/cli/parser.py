@@ -26,7 +26,10 @@ separated); the current folder is on the import path. A module that cannot be im
 stops it with exit 2; so does an empty LANEWAY_WORKFLOWS, unless --allow-no-workflows.
 Database: DATABASE_URL, or the embedded PostgreSQL in .laneway/ of the current folder."""
 
-EXIT_CODES = "Exit codes: 0 ok, 1 not found, in the wrong status or failed, 2 bad input."
+EXIT_CODES = (
+    "Exit codes: 0 ok, 1 not found, in the wrong status or failed, 2 bad input,\n"
+    "130 interrupted (Ctrl-C)."
+)
 
 
 def whole_number(text: str) -> int:
