@@ -2,6 +2,7 @@
 database and through --url, a dry run first, and a confirmation (--yes, or a terminal's yes)."""
 
 import asyncio
+import dataclasses
 import json
 import os
 import pty
@@ -239,3 +240,32 @@ async def test_retry_and_resume_through_a_server(store: Store, database_url: str
         )
         assert code == 2  # no token: UNAUTHENTICATED
     assert await _statuses(store) == ["pending"] * 3
+
+
+async def test_a_bulk_action_cut_off_by_the_servers_deadline_says_to_run_it_again(
+    store: Store, database_url: str
+) -> None:
+    # It used to say "cannot serve this now", as if nothing had been done.
+    many = 20_000  # seconds of batches: the dry run fits in the deadline, the action does not
+    await _enqueue(store, many)
+    settings = make_settings(database_url, engine_enabled=False, operation_timeout_seconds=1)
+    async with live_server(settings) as server:
+        base = ("--filter", "name=hello", "--yes", "--url", f"http://127.0.0.1:{server.port}")
+        code, out, err = await laneway("cancel", *base, env=client_env())
+        assert code == 1, err
+        assert out == ""
+        assert err == (
+            f"laneway: the server at http://127.0.0.1:{server.port} stopped it at its time"
+            " limit (LANEWAY_OPERATION_TIMEOUT): The operation took longer than 1 s; the"
+            " cancel may have been done in part: run the same command again to finish it (it"
+            " changes each instance at most once)\n"
+        )
+        done = await _count(store, "cancelled")
+        assert 0 < done < many
+    # Again, where the server lets it run to the end: the rest, each once.
+    async with live_server(dataclasses.replace(settings, operation_timeout_seconds=0)) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        code, out, err = await laneway("cancel", *base[:3], "--url", url, env=client_env())
+    assert code == 0, err
+    assert json.loads(out)["changed"] == many - done
+    assert await _count(store, "cancelled") == many

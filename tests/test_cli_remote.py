@@ -13,6 +13,11 @@ import sys
 from typing import Any
 from uuid import UUID
 
+import httpx
+import pytest
+
+from laneway.cli.client import CommandError, UnreachableError
+from laneway.cli.remote import RemoteClient
 from laneway.model import Status
 from laneway.store import Store
 from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
@@ -161,3 +166,22 @@ async def test_watch_over_url_follows_new_events_until_interrupted(database_url:
                 await watcher.wait()
     assert (first["type"], first["instanceID"]) == ("enqueued", json.loads(out)["instanceID"])
     assert watcher.returncode == 0
+
+
+async def test_a_server_that_does_not_answer_is_not_called_unreachable() -> None:
+    # A read timeout: the request went out, and may have been done there.
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # takes the request, answers nothing until the client leaves
+        await reader.read()
+        writer.close()
+
+    listener = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    async with listener, httpx.AsyncClient(timeout=0.2) as http:
+        with pytest.raises(CommandError) as raised:
+            await RemoteClient(http, url, None).execute("{ queues { name } }")
+    assert str(raised.value) == f"the server at {url} did not answer within 0.2 s"
+    assert not isinstance(raised.value, UnreachableError)
+    with pytest.raises(UnreachableError, match=f"^cannot reach the server at {url}: "):
+        async with httpx.AsyncClient(timeout=0.2) as http:
+            await RemoteClient(http, url, None).execute("{ queues { name } }")

@@ -15,7 +15,15 @@ import sys
 from datetime import UTC, datetime
 
 from laneway.cli import output
-from laneway.cli.client import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CommandError, JSONObject
+from laneway.cli.client import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    REFUSED_CODES,
+    CommandError,
+    JSONObject,
+    UnreachableError,
+)
 from laneway.cli.commands import open_client
 from laneway.config import Settings
 
@@ -130,7 +138,8 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
     if getattr(args, "input", None) is not None:
         raise CommandError("a bulk resume takes no --input: resume each one alone", EXIT_USAGE)
     where = parse_filter(args.filter)
-    async with open_client(args, settings) as client:
+    # Over --url the whole action is one request: it may take longer than a read timeout.
+    async with open_client(args, settings, long_running=True) as client:
         dry: JSONObject = (await client.execute(document(action), filter=where, dryRun=True))[
             "bulk"
         ]
@@ -155,6 +164,16 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
                 f"interrupted: some of the {dry['matched']} instances may have changed;"
                 " run the same command again to finish (or add --dry-run to count what is left)",
                 EXIT_INTERRUPTED,
+            ) from None
+        except CommandError as exc:
+            if isinstance(exc, UnreachableError) or exc.code in REFUSED_CODES:
+                raise  # refused before it ran: nothing changed
+            # Cut off at the server's deadline, or its answer lost: the same as above.
+            raise CommandError(
+                f"{str(exc).rstrip('.')}; the {action} may have been done in part: run the same"
+                " command again to finish it (it changes each instance at most once)",
+                exc.exit_code,
+                code=exc.code,
             ) from None
     output.print_json(done)
     return EXIT_OK

@@ -68,6 +68,13 @@ EXIT_CODES = {
     "FORBIDDEN": EXIT_USAGE,
 }
 
+# Codes of a request that was refused before anything of it ran: it changed nothing. Any other
+# failure of an action (TIMEOUT, SERVICE_UNAVAILABLE, a masked error, an answer lost on the
+# way) may come after part of it was done.
+REFUSED_CODES = frozenset(
+    {"BAD_USER_INPUT", "GRAPHQL_VALIDATION_FAILED", "UNAUTHENTICATED", "FORBIDDEN", "RATE_LIMITED"}
+)
+
 JSONObject = dict[str, Any]
 
 
@@ -106,11 +113,19 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
 
 
 class CommandError(LanewayError):
-    """The command could not do what was asked; `exit_code` is what `laneway` exits with."""
+    """The command could not do what was asked; `exit_code` is what `laneway` exits with, and
+    `code` the `extensions.code` of the API error it stands for (None: not an API error)."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+    def __init__(
+        self, message: str, exit_code: int = EXIT_FAILED, *, code: str | None = None
+    ) -> None:
         self.exit_code = exit_code
+        self.code = code
         super().__init__(message)
+
+
+class UnreachableError(CommandError):
+    """The server could not be reached: the request was never sent, so nothing of it ran."""
 
 
 def raise_for_errors(errors: Sequence[Mapping[str, Any]], where: str) -> None:
@@ -129,9 +144,13 @@ def raise_for_errors(errors: Sequence[Mapping[str, Any]], where: str) -> None:
         message = f"{where} needs a token: pass --token TOKEN or set LANEWAY_TOKEN"
     elif code == "FORBIDDEN":
         message = f"{where} refused the token: {message}"
-    elif code in ("SERVICE_UNAVAILABLE", "RATE_LIMITED", "TIMEOUT"):
+    elif code == "TIMEOUT":
+        message = f"{where} stopped it at its time limit (LANEWAY_OPERATION_TIMEOUT): {message}"
+    elif code in ("SERVICE_UNAVAILABLE", "RATE_LIMITED"):
         message = f"{where} cannot serve this now: {message}"
-    raise CommandError(message, EXIT_CODES.get(str(code), EXIT_FAILED))
+    raise CommandError(
+        message, EXIT_CODES.get(str(code), EXIT_FAILED), code=str(code) if code else None
+    )
 
 
 class Client(Protocol):

@@ -35,12 +35,15 @@ from laneway.config import Settings
 
 
 @contextlib.asynccontextmanager
-async def open_client(args: argparse.Namespace, settings: Settings) -> AsyncIterator[Client]:
-    """The server's API when --url is given, else the database of `settings`."""
+async def open_client(
+    args: argparse.Namespace, settings: Settings, *, long_running: bool = False
+) -> AsyncIterator[Client]:
+    """The server's API when --url is given, else the database of `settings`. `long_running`:
+    a request waits for the server's answer as long as the server works on it."""
     if args.url:
         from laneway.cli.remote import open_remote
 
-        async with open_remote(args.url, args.token) as remote:
+        async with open_remote(args.url, args.token, long_running=long_running) as remote:
             yield remote
         return
     if args.token:

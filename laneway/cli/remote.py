@@ -1,8 +1,9 @@
 """The Client of --url: the server's GraphQL API over HTTP (httpx) and websockets.
 
-Owns the HTTP request (POST BASE/graphql with the bearer token), the graphql-transport-ws
-subscription that `watch` follows, and turning an unreachable or non-Laneway server into a
-one-line error. The workflows it knows are the server's.
+Owns the HTTP request (POST BASE/graphql with the bearer token) and how long it waits for an
+answer, the graphql-transport-ws subscription that `watch` follows, and turning an
+unreachable, silent or non-Laneway server into a one-line error that says whether the
+request was sent at all. The workflows it knows are the server's.
 """
 
 import contextlib
@@ -18,11 +19,15 @@ from laneway.cli.client import (
     EXIT_USAGE,
     CommandError,
     JSONObject,
+    UnreachableError,
     raise_for_errors,
 )
 
 PROTOCOL = "graphql-transport-ws"
 TIMEOUT_SECONDS = 30.0
+"""How long a request waits to connect, and for its answer unless it is long-running."""
+# Failures before the request went out: the server has seen nothing of it.
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError)
 
 
 def base_url(text: str) -> str:
@@ -62,8 +67,13 @@ class RemoteClient:
                 json={"query": document, "variables": variables},
                 headers=self._authorization(),
             )
+        except NOT_SENT as exc:
+            raise UnreachableError(f"cannot reach {self.where}: {_reason(exc)}") from None
+        except httpx.ReadTimeout:
+            seconds = self._client.timeout.read
+            raise CommandError(f"{self.where} did not answer within {seconds:g} s") from None
         except httpx.TransportError as exc:
-            raise CommandError(f"cannot reach {self.where}: {_reason(exc)}") from None
+            raise CommandError(f"lost the answer of {self.where}: {_reason(exc)}") from None
         try:
             body = response.json()
         except ValueError:
@@ -152,7 +162,13 @@ def _reason(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_remote(url: str, token: str | None) -> AsyncIterator[RemoteClient]:
-    """A RemoteClient for the server at the base URL `url`."""
-    async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
+async def open_remote(
+    url: str, token: str | None, *, long_running: bool = False
+) -> AsyncIterator[RemoteClient]:
+    """A RemoteClient for the server at the base URL `url`. `long_running` (a bulk action):
+    its requests wait for their answer as long as the server works on them, whose own
+    deadline (LANEWAY_OPERATION_TIMEOUT) ends them; a shorter wait here would give up on
+    work that goes on there."""
+    timeout = httpx.Timeout(TIMEOUT_SECONDS, read=None if long_running else TIMEOUT_SECONDS)
+    async with httpx.AsyncClient(timeout=timeout) as client:
         yield RemoteClient(client, base_url(url), token)

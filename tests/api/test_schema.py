@@ -15,7 +15,7 @@ import pytest
 from laneway.api.graphql.context import laneway_context
 from laneway.api.graphql.errors import ERROR_CODES
 from laneway.api.graphql.schema import schema
-from laneway.cli.client import CommandError
+from laneway.cli.client import CommandError, UnreachableError
 from laneway.errors import (
     DatabaseNewerError,
     LanewayError,
@@ -79,6 +79,7 @@ NOT_IN_GRAPHQL = {
     DatabaseNewerError,
     StepWriteRefusedError,
     CommandError,
+    UnreachableError,
 }
 
 
