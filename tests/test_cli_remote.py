@@ -16,12 +16,13 @@ from uuid import UUID
 import httpx
 import pytest
 
+from app.examples import countdown
 from laneway.cli.client import CommandError, UnreachableError
 from laneway.cli.remote import RemoteClient
 from laneway.model import Status
 from laneway.store import Store
 from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
-from tests.engine.helpers import until_status
+from tests.engine.helpers import make_engine, until_status
 from tests.test_cli import ROOT, environment, laneway
 
 NOWHERE = "postgresql://nobody@127.0.0.1:1/none"  # any use of a database would fail
@@ -185,3 +186,32 @@ async def test_a_server_that_does_not_answer_is_not_called_unreachable() -> None
     with pytest.raises(UnreachableError, match=f"^cannot reach the server at {url}: "):
         async with httpx.AsyncClient(timeout=0.2) as http:
             await RemoteClient(http, url, None).execute("{ queues { name } }")
+
+
+@pytest.mark.parametrize(("burst", "shows"), [(10, "60 of 60"), (3, "completed")])
+async def test_watch_over_url_with_a_token_keeps_within_the_rate_limit(
+    database_url: str, store: Store, burst: int, shows: str
+) -> None:
+    # A replay of 60 events used to ask for the progress 60 times: RATE_LIMITED, exit 1. Now
+    # it asks at most once a second; and when even that is refused (a burst of 3 is spent on
+    # the status, the websocket and the subscription), the bar shows the events' status.
+    engine = make_engine(store, countdown, poll_interval_seconds=0.05)
+    enqueued = await engine.enqueue("countdown", {"n": 60, "delayMs": 0})
+    async with engine.running():
+        await until_status(store, enqueued.instance_id, Status.COMPLETED, timeout=30)
+    settings = make_settings(
+        database_url,
+        api_tokens=(TOKEN,),
+        engine_enabled=False,
+        rate_limit_per_second=0.1,
+        rate_burst=burst,
+    )
+    async with live_server(settings) as server:
+        code, out, err = await remote(
+            server, "watch", "--instance", str(enqueued.instance_id), "--token", TOKEN
+        )
+    assert code == 0, err
+    assert err == ""
+    assert out.count("checkpoint") == 60
+    assert out.splitlines()[-1].startswith(f"{shows} "), out
+    assert "100%" in out

@@ -113,14 +113,21 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
 
 
 class CommandError(LanewayError):
-    """The command could not do what was asked; `exit_code` is what `laneway` exits with, and
-    `code` the `extensions.code` of the API error it stands for (None: not an API error)."""
+    """The command could not do what was asked; `exit_code` is what `laneway` exits with,
+    `code` the `extensions.code` of the API error it stands for (None: not an API error), and
+    `retry_after` the seconds the server asked to wait before trying again (Retry-After)."""
 
     def __init__(
-        self, message: str, exit_code: int = EXIT_FAILED, *, code: str | None = None
+        self,
+        message: str,
+        exit_code: int = EXIT_FAILED,
+        *,
+        code: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         self.exit_code = exit_code
         self.code = code
+        self.retry_after = retry_after
         super().__init__(message)
 
 
@@ -128,8 +135,11 @@ class UnreachableError(CommandError):
     """The server could not be reached: the request was never sent, so nothing of it ran."""
 
 
-def raise_for_errors(errors: Sequence[Mapping[str, Any]], where: str) -> None:
-    """Raise the first GraphQL error as a CommandError with the exit code its code means.
+def raise_for_errors(
+    errors: Sequence[Mapping[str, Any]], where: str, *, retry_after: float | None = None
+) -> None:
+    """Raise the first GraphQL error as a CommandError with the exit code its code means (and
+    `retry_after`, the answer's Retry-After).
 
     Raises:
         CommandError: there is an error.
@@ -149,7 +159,10 @@ def raise_for_errors(errors: Sequence[Mapping[str, Any]], where: str) -> None:
     elif code in ("SERVICE_UNAVAILABLE", "RATE_LIMITED"):
         message = f"{where} cannot serve this now: {message}"
     raise CommandError(
-        message, EXIT_CODES.get(str(code), EXIT_FAILED), code=str(code) if code else None
+        message,
+        EXIT_CODES.get(str(code), EXIT_FAILED),
+        code=str(code) if code else None,
+        retry_after=retry_after,
     )
 
 

@@ -9,8 +9,11 @@ codes are the same either way (client.py).
 import argparse
 import asyncio
 import contextlib
+import math
 import signal
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from laneway.cli import output
@@ -32,6 +35,9 @@ from laneway.cli.client import (
     JSONObject,
 )
 from laneway.config import Settings
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @contextlib.asynccontextmanager
@@ -257,19 +263,108 @@ async def _follow_instance(client: Client, target: str, after: str, *, as_json: 
         raise CommandError(f"the event stream of {target} ended early")
     out = output.console()
     with output.progress_bar(out) as bar:
-        task = bar.add_task("waiting", total=1.0)
-        async with client.follow(target, after) as events:
-            async for event in events:
-                bar.console.print(output.event_line(event, with_instance=False))
-                now = (await client.execute(PROGRESS, id=target))["workflowInstance"] or {}
-                progress = now.get("progress")
-                if event["type"] == "completed":
-                    progress = 1.0
-                bar.update(
-                    task,
-                    completed=progress or 0.0,
-                    description=output.visible(now.get("message") or event["status"]),
-                )
-                if event["type"] in output.TERMINAL:
-                    return str(event["type"])
+        shown = _InstanceBar(client, target, bar)
+        async with (
+            client.follow(target, after) as events,
+            contextlib.aclosing(_with_idle_ticks(events, shown.wait)) as ticks,
+        ):
+            async for tick in ticks:
+                if tick is None:  # the time to ask again has come, with no event
+                    await shown.ask()
+                    continue
+                bar.console.print(output.event_line(tick, with_instance=False))
+                if tick["type"] in output.TERMINAL:
+                    await shown.end(tick)
+                    return str(tick["type"])
+                await shown.changed(tick)
     raise CommandError(f"the event stream of {target} ended early")
+
+
+PROGRESS_EVERY_SECONDS = 1.0
+"""How often `watch --instance` asks for the instance's progress and message at most."""
+
+
+class _InstanceBar:
+    """The bar of `watch --instance`: the instance's progress and message, asked of the client
+    after its events, at most once every PROGRESS_EVERY_SECONDS (once per event was a query
+    per event: a replay of a few dozen overran a server's rate limit, and the watch failed).
+    An event within that second is shown by a later ask, when the second is over, even if no
+    other event comes. A RATE_LIMITED answer is not the watch's failure: the bar waits for the
+    answer's Retry-After and asks again."""
+
+    def __init__(self, client: Client, target: str, bar: "Progress") -> None:
+        self._client, self._target, self._bar = client, target, bar
+        self._task = bar.add_task("waiting", total=1.0)
+        self._status = "waiting"  # the last event's, shown while the instance has no message
+        self._asked_at = -math.inf
+        self._due: float | None = None  # when to ask next (monotonic); None: nothing new
+
+    def wait(self) -> float | None:
+        """Seconds until the next ask (None: none is due, until an event comes)."""
+        return None if self._due is None else max(0.0, self._due - time.monotonic())
+
+    async def changed(self, event: JSONObject) -> None:
+        """An event came: ask now, or once this second is over."""
+        self._status = event["status"]
+        if self._due is None:
+            self._due = self._asked_at + PROGRESS_EVERY_SECONDS
+        if self._due <= time.monotonic():
+            await self.ask()
+
+    async def ask(self) -> None:
+        """Ask for the progress and message and show them (or wait as a rate limit asks).
+
+        Raises:
+            CommandError: the client failed, other than RATE_LIMITED.
+        """
+        now = await self._now()
+        if now is not None:
+            self._show(now.get("progress"), now.get("message"))
+
+    async def end(self, event: JSONObject) -> None:
+        """The terminal event: the last progress and message (full when it completed)."""
+        self._status = event["status"]
+        now = await self._now() or {}
+        self._show(1.0 if event["type"] == "completed" else now.get("progress"), now.get("message"))
+
+    async def _now(self) -> JSONObject | None:
+        try:
+            data = await self._client.execute(PROGRESS, id=self._target)
+        except CommandError as exc:
+            if exc.code != "RATE_LIMITED":
+                raise
+            self._due = time.monotonic() + (exc.retry_after or PROGRESS_EVERY_SECONDS)
+            return None
+        self._asked_at, self._due = time.monotonic(), None
+        now: JSONObject = data["workflowInstance"] or {}
+        return now
+
+    def _show(self, progress: float | None, message: str | None) -> None:
+        description = output.visible(message or self._status)
+        self._bar.update(self._task, completed=progress or 0.0, description=description)
+
+
+async def _with_idle_ticks(
+    items: AsyncIterator[JSONObject], wait: Callable[[], float | None]
+) -> AsyncGenerator[JSONObject | None, None]:
+    """The items of `items`, and a None whenever `wait()` seconds pass without one (None: no
+    limit). The next item is awaited in a task of its own, which a tick leaves running: a
+    cancelled __anext__ would end the stream."""
+    upcoming = asyncio.ensure_future(anext(items))
+    try:
+        while True:
+            done, _ = await asyncio.wait({upcoming}, timeout=wait())
+            if not done:
+                yield None
+                continue
+            try:
+                item = upcoming.result()
+            except StopAsyncIteration:
+                return
+            upcoming = asyncio.ensure_future(anext(items))
+            yield item
+    finally:
+        upcoming.cancel()
+        await asyncio.wait({upcoming})
+        if not upcoming.cancelled():
+            upcoming.exception()  # retrieved: the stream's end, or a failure said already

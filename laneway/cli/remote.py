@@ -8,6 +8,7 @@ request was sent at all. The workflows it knows are the server's.
 
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -86,7 +87,7 @@ class RemoteClient:
         errors = body.get("errors")
         if errors is None and "error" in body:  # the JSON bodies of 413/429/503/504
             errors = [{"message": body.get("message") or body["error"], "extensions": body}]
-        raise_for_errors(errors or [], self.where)
+        raise_for_errors(errors or [], self.where, retry_after=_seconds(response))
         if response.status_code != 200 or not isinstance(body.get("data"), dict):
             raise CommandError(f"{self.where} answered HTTP {response.status_code}")
         data: dict[str, Any] = body["data"]
@@ -154,6 +155,15 @@ def _closed(code: int | None, where: str) -> CommandError:
             EXIT_USAGE,
         )
     return CommandError(f"lost the connection to {where} (close code {code})", EXIT_FAILED)
+
+
+def _seconds(response: httpx.Response) -> float | None:
+    """The Retry-After of `response` in seconds (None: none given, or an HTTP date)."""
+    try:
+        seconds = float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None
+    return seconds if 0 <= seconds < math.inf else None
 
 
 def _reason(exc: BaseException) -> str:
