@@ -24,6 +24,7 @@ from laneway.store import Store
 from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
 from tests.engine.helpers import make_engine, until_status
 from tests.test_cli import ROOT, environment, laneway
+from tests.test_cli_watch import _head, piped
 
 NOWHERE = "postgresql://nobody@127.0.0.1:1/none"  # any use of a database would fail
 UNKNOWN = "00000000-0000-7000-8000-000000000000"
@@ -215,3 +216,24 @@ async def test_watch_over_url_with_a_token_keeps_within_the_rate_limit(
     assert out.count("checkpoint") == 60
     assert out.splitlines()[-1].startswith(f"{shows} "), out
     assert "100%" in out
+
+
+async def test_watch_over_url_ends_quietly_with_141_when_its_reader_goes_away(
+    database_url: str,
+) -> None:
+    # It used to say "cannot reach the server: [Errno 32] Broken pipe" (exit 1).
+    async with live_server(make_settings(database_url, engine_enabled=False)) as server:
+        args = ("watch", "--json", "--url", url_of(server))
+        async with piped(*args, env=client_env()) as (process, reader, transport):
+            await server.wait_for_subscribers(1)
+            code, _, err = await remote(server, "enqueue", "hello", "--params", '{"name": "a"}')
+            assert code == 0, err
+            assert b"enqueued" in await _head(reader, transport)
+            code, _, err = await remote(server, "enqueue", "hello", "--params", '{"name": "b"}')
+            assert code == 0, err
+            assert process.stderr is not None
+            async with asyncio.timeout(30):
+                err_bytes = await process.stderr.read()
+                await process.wait()
+    assert process.returncode == 141, err_bytes.decode()
+    assert err_bytes == b""

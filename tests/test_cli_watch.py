@@ -5,13 +5,20 @@ watch --instance replays from the start, shows the progress and exits with the i
 terminal status: 0 completed, 1 failed or cancelled.
 """
 
+import asyncio
+import os
 import re
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from app.examples import countdown, flaky
+import pytest
+
+from app.examples import countdown, flaky, hello
 from laneway.model import Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine, until_status
-from tests.test_cli import environment, laneway
+from tests.test_cli import ROOT, environment, laneway
 
 
 async def test_watch_an_instance_replays_shows_progress_and_exits_0_when_completed(
@@ -72,3 +79,62 @@ async def test_watch_an_unknown_instance_exits_1_at_once(database_url: str) -> N
     )  # fmt: skip
     assert code == 1
     assert "no instance" in err
+
+
+@asynccontextmanager
+async def piped(
+    *args: str, env: dict[str, str]
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, asyncio.StreamReader, asyncio.BaseTransport]]:
+    """`laneway ARGS` writing into a pipe that the test reads, and closes when it has read
+    enough (as `| head` does); killed if the test leaves it running."""
+    read_end, write_end = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "laneway", *args, cwd=ROOT, env=env,
+            stdout=write_end, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb")
+    )
+    try:
+        yield process, reader, transport
+    finally:
+        transport.close()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def _head(reader: asyncio.StreamReader, transport: asyncio.BaseTransport) -> bytes:
+    """The first line, then the reader gone."""
+    async with asyncio.timeout(30):
+        line = await reader.readline()
+    transport.close()
+    return line
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+async def test_watch_ends_quietly_with_141_when_its_reader_goes_away(
+    database_url: str, store: Store, as_json: bool
+) -> None:
+    # `laneway watch … | head -1` used to exit 1: "cannot use the database: [Errno 32] Broken
+    # pipe". It now ends as a shell reports a command that SIGPIPE ended, and says nothing.
+    engine = make_engine(store, hello)
+    first = await engine.enqueue("hello", {"name": "a"})
+    env = environment(database_url)
+    args = ["--instance", str(first.instance_id)] if not as_json else ["--after", "0"]
+    async with piped("watch", *args, *(["--json"] if as_json else []), env=env) as running:
+        process, reader, transport = running
+        assert b"enqueued" in await _head(reader, transport)
+        # Something more to print, now that nobody reads it.
+        await engine.cancel(first.instance_id)
+        assert process.stderr is not None
+        async with asyncio.timeout(30):
+            err = await process.stderr.read()
+            await process.wait()
+    assert process.returncode == 141, err.decode()
+    assert err == b""

@@ -2,10 +2,10 @@
 and queues enqueue, cancel, resume, retry, signal, status, workflows, queues and watch.
 
 Owns `main`: logging setup, the event loop and exit codes (0 ok, 1 not found, in the wrong
-status or failed, 2 bad input or a refused configuration, 130 interrupted by Ctrl-C). The
-parser is parser.py, the process subcommands process.py, the instance subcommands
-commands.py (through client.py: remote.py with --url, local.py without), and what a person
-reads output.py.
+status or failed, 2 bad input or a refused configuration, 130 interrupted by Ctrl-C, 141
+the reader of its output gone). The parser is parser.py, the process subcommands
+process.py, the instance subcommands commands.py (through client.py: remote.py with --url,
+local.py without), and what a person reads output.py.
 """
 
 import asyncio
@@ -19,6 +19,7 @@ from laneway.cli.client import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_OUTPUT_CLOSED,
     EXIT_USAGE,
     CommandError,
     database_error,
@@ -28,7 +29,15 @@ from laneway.config import Settings
 from laneway.errors import InvalidInputError, LanewayError
 from laneway.logs import configure_logging
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_OUTPUT_CLOSED",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 Command = Callable[..., Coroutine[Any, Any, int]]
 
@@ -40,6 +49,17 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 
     print(f"laneway: {error_line(message)}", file=sys.stderr)
     return code
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away (`laneway watch --json | head -2`): end quietly, with the
+    exit code a shell reports for a command that SIGPIPE ended (Python ignores SIGPIPE, so a
+    write raised BrokenPipeError instead). stdout is pointed at /dev/null first, so that the
+    flush at exit does not fail again (Python's docs: "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OUTPUT_CLOSED
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -75,6 +95,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         # Ctrl-C before the command finished (watch, serve and worker take it as their normal
         # end, and exit 0 by themselves): not a success, whatever it had done by then.
         return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        return _output_closed()
     except Exception as exc:
         refused = database_error(exc)
         if refused is None:

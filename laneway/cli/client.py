@@ -14,6 +14,7 @@ from laneway.errors import DatabaseNewerError, LanewayError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command that Ctrl-C stopped
+EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head -2`)
 
 # The plain fields of WorkflowInstanceStatus in schema order, then waitingReason: what
 # `laneway status --json` has always printed (tests and scripts read it).

@@ -9,6 +9,7 @@ plant a link in the operator's terminal) are shown escaped (`\x1b`), tty or not.
 the messages of errors (`error_line`), which also stay one line of bounded length.
 """
 
+import errno
 import json
 import re
 import sys
@@ -74,9 +75,18 @@ def literal(value: object, style: str = "") -> Text:
     return Text(visible(str(value)), style=style)
 
 
+class _Console(Console):
+    """rich's Console, which says a closed stdout as print does: BrokenPipeError, which `main`
+    turns into a quiet exit 141 (rich's own answer is exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more from it, the progress bar's last frame included
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
+
+
 def console() -> Console:
     """A console on stdout; plain text (no colours or markup) when stdout is not a terminal."""
-    return Console(highlight=False, soft_wrap=False)
+    return _Console(highlight=False, soft_wrap=False)
 
 
 def print_json(value: object) -> None:

@@ -28,7 +28,7 @@ Database: DATABASE_URL, or the embedded PostgreSQL in .laneway/ of the current f
 
 EXIT_CODES = (
     "Exit codes: 0 ok, 1 not found, in the wrong status or failed, 2 bad input,\n"
-    "130 interrupted (Ctrl-C)."
+    "130 interrupted (Ctrl-C), 141 the reader of its output went away (| head)."
 )
 
 

@@ -10,7 +10,7 @@ import contextlib
 import json
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -23,6 +23,9 @@ from laneway.cli.client import (
     UnreachableError,
     raise_for_errors,
 )
+
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
 
 PROTOCOL = "graphql-transport-ws"
 TIMEOUT_SECONDS = 30.0
@@ -101,51 +104,63 @@ class RemoteClient:
         self, instance_id: str | None, after: str | None
     ) -> AsyncIterator[AsyncIterator[JSONObject]]:
         from websockets.asyncio.client import connect
-        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
         ws_url = "ws" + self._url.removeprefix("http") + "/graphql"
-        try:
-            async with connect(ws_url, subprotocols=[PROTOCOL]) as socket:  # type: ignore[list-item]
-                await socket.send(
-                    json.dumps({"type": "connection_init", "payload": self._authorization()})
+        variables = {"id": instance_id, "after": after}
+        subscribe = {"query": EVENTS, "variables": variables}
+        async with contextlib.AsyncExitStack() as stack:
+            # Only the connection's own failures are said as the server's here: what the
+            # caller raises while following (a closed stdout, say) passes through as it is.
+            try:
+                socket = await stack.enter_async_context(
+                    connect(ws_url, subprotocols=[PROTOCOL])  # type: ignore[list-item]
                 )
+                init = {"type": "connection_init", "payload": self._authorization()}
+                await socket.send(json.dumps(init))
                 if json.loads(await socket.recv()).get("type") != "connection_ack":
                     raise CommandError(f"{self.where} did not accept the subscription")
-                variables = {"id": instance_id, "after": after}
                 await socket.send(
-                    json.dumps(
-                        {
-                            "id": "1",
-                            "type": "subscribe",
-                            "payload": {"query": EVENTS, "variables": variables},
-                        }
-                    )
+                    json.dumps({"id": "1", "type": "subscribe", "payload": subscribe})
                 )
+            except Exception as exc:
+                raise self._websocket_error(exc, reached=False) from None
+            yield self._events(socket)
 
-                async def events() -> AsyncIterator[JSONObject]:
-                    async for raw in socket:
-                        message = json.loads(raw)
-                        kind = message.get("type")
-                        if kind == "ping":
-                            await socket.send(json.dumps({"type": "pong"}))
-                        elif kind == "next":
-                            payload = message.get("payload") or {}
-                            raise_for_errors(payload.get("errors") or [], self.where)
-                            yield payload["data"]["workflowEvents"]
-                        elif kind == "error":
-                            raise_for_errors(message.get("payload") or [{}], self.where)
-                        elif kind == "complete":
-                            return
+    async def _events(self, socket: "ClientConnection") -> AsyncIterator[JSONObject]:
+        """The subscription's events, answering pings, until the server completes it."""
+        try:
+            async for raw in socket:
+                message = json.loads(raw)
+                kind = message.get("type")
+                if kind == "ping":
+                    await socket.send(json.dumps({"type": "pong"}))
+                elif kind == "next":
+                    payload = message.get("payload") or {}
+                    raise_for_errors(payload.get("errors") or [], self.where)
+                    yield payload["data"]["workflowEvents"]
+                elif kind == "error":
+                    raise_for_errors(message.get("payload") or [{}], self.where)
+                elif kind == "complete":
+                    return
+        except Exception as exc:
+            raise self._websocket_error(exc, reached=True) from None
 
-                yield events()
-        except ConnectionClosed as exc:
-            raise _closed(exc.rcvd.code if exc.rcvd else None, self.where) from None
-        except InvalidStatus as exc:
-            raise CommandError(
+    def _websocket_error(self, exc: Exception, *, reached: bool) -> Exception:
+        """What the websocket's failure `exc` means for the user: one line (`exc` itself when
+        it is not the connection's). `reached`: the server had accepted the subscription."""
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+        if isinstance(exc, ConnectionClosed):
+            return _closed(exc.rcvd.code if exc.rcvd else None, self.where)
+        if isinstance(exc, InvalidStatus):
+            return CommandError(
                 f"{self.where} refused the websocket (HTTP {exc.response.status_code})"
-            ) from None
-        except (OSError, InvalidHandshake, TimeoutError) as exc:
-            raise CommandError(f"cannot reach {self.where}: {_reason(exc)}") from None
+            )
+        if isinstance(exc, OSError | InvalidHandshake | TimeoutError):
+            if reached:
+                return CommandError(f"lost the connection to {self.where}: {_reason(exc)}")
+            return UnreachableError(f"cannot reach {self.where}: {_reason(exc)}")
+        return exc
 
 
 def _closed(code: int | None, where: str) -> CommandError:
