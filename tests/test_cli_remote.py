@@ -7,6 +7,7 @@ an unreachable server: 1), each a one-line message.
 """
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -15,6 +16,11 @@ from uuid import UUID
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from app.examples import countdown
 from laneway.cli.client import CommandError, UnreachableError
@@ -139,9 +145,13 @@ async def test_a_server_that_cannot_be_reached_is_one_line_exit_1(database_url: 
     code, _, err = await laneway("watch", "--url", "http://127.0.0.1:1", env=env)
     assert code == 1
     assert "cannot reach" in err
-    code, _, err = await laneway("queues", "--url", "127.0.0.1:8000", env=env)
-    assert code == 2
-    assert "--url must be the server's base URL, such as http://127.0.0.1:8000" in err
+    for url in ("127.0.0.1:8000", "http://[::1"):  # the second one was httpx's traceback
+        code, _, err = await laneway("queues", "--url", url, env=env)
+        assert code == 2, err
+        assert err == (
+            "laneway: --url must be the server's base URL, such as http://127.0.0.1:8000,"
+            f" not {url!r}\n"
+        )
     async with live_server(make_settings(database_url)) as server:
         code, _, err = await laneway("queues", "--url", f"{url_of(server)}/nothing-here", env=env)
     assert code == 1
@@ -237,3 +247,63 @@ async def test_watch_over_url_ends_quietly_with_141_when_its_reader_goes_away(
                 await process.wait()
     assert process.returncode == 141, err_bytes.decode()
     assert err_bytes == b""
+
+
+# Answers of a server that is not Laneway (or not of this version), by the path --url names.
+ODD_ANSWERS: dict[str, object] = {
+    "errors-of-strings": {"errors": ["boom"]},
+    "errors-not-a-list": {"errors": "not a list"},
+    "fields-missing": {"data": {"workflowInstance": {"instanceID": "x"}}},
+    "null-objects": {"data": {"action": None, "bulk": None, "queues": None}},
+    "null-in-a-list": {"data": {"queues": [None]}},
+}
+
+
+def odd_server() -> Starlette:
+    """Canned answers over HTTP; over the websocket, an event that is not WorkflowEvent."""
+
+    async def answer(request: Request) -> JSONResponse:
+        return JSONResponse(ODD_ANSWERS[request.path_params["case"]])
+
+    async def subscription(websocket: WebSocket) -> None:
+        await websocket.accept(subprotocol="graphql-transport-ws")
+        await websocket.receive_json()
+        await websocket.send_json({"type": "connection_ack"})
+        await websocket.receive_json()
+        await websocket.send_json({"id": "1", "type": "next", "payload": {"data": {"x": 1}}})
+        with contextlib.suppress(WebSocketDisconnect):
+            await websocket.receive_json()  # until the client leaves
+
+    return Starlette(
+        routes=[
+            Route("/{case}/graphql", answer, methods=["POST"]),
+            WebSocketRoute("/graphql", subscription),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "says"),
+    [
+        ("errors-of-strings", ("status", UNKNOWN), "laneway: boom"),
+        ("errors-not-a-list", ("status", UNKNOWN), "laneway: not a list"),
+        ("fields-missing", ("status", UNKNOWN), "has no workflowInstance.name where"),
+        ("null-objects", ("cancel", UNKNOWN), "has no action where"),
+        ("null-objects", ("cancel", "--filter", "name=x", "--yes"), "has no bulk where"),
+        ("null-objects", ("queues",), "has no queues where"),
+        ("null-in-a-list", ("queues",), "has no queues[0] where"),
+        ("", ("watch", "--json"), "has no workflowEvents where"),
+    ],
+)
+async def test_an_answer_that_is_not_laneways_is_one_line_exit_1(
+    case: str, args: tuple[str, ...], says: str
+) -> None:
+    # They were AttributeError, KeyError or TypeError tracebacks.
+    async with live_server(make_settings(NOWHERE), app=odd_server()) as server:
+        url = f"{url_of(server)}/{case}".rstrip("/")
+        code, out, err = await laneway(*args, "--url", url, env=client_env())
+    assert code == 1, err
+    assert out == ""
+    assert err.startswith("laneway: "), err
+    assert says in err, err
+    assert len(err.splitlines()) == 1, err

@@ -81,9 +81,10 @@ JSONObject = dict[str, Any]
 
 def database_error(exc: BaseException) -> tuple[str, int] | None:
     """The one line and exit code for an error of reaching or entering the database (a URL
-    that is not one: 2; a server that cannot be reached, a database or role it does not have,
-    a password it refuses, a privilege the role lacks, no connection or resource left for it,
-    a database a newer Laneway migrated: 1), or None for any other error."""
+    that is not one, or whose options the server refuses: 2; a server that cannot be reached,
+    a database or role it does not have, a password it refuses, a privilege the role lacks,
+    no connection or resource left for it, a session it ended at its start, a database a newer
+    Laneway migrated: 1), or None for any other error."""
     if isinstance(exc, DatabaseNewerError):
         return str(exc), EXIT_FAILED
     import asyncpg  # here, once a command failed: `--url` commands never load the driver
@@ -110,6 +111,13 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
     )
     if isinstance(exc, unreachable):
         return f"cannot use the database: {str(exc) or type(exc).__name__}", EXIT_FAILED
+    if isinstance(exc, asyncpg.PostgresError) and "FATAL" in (exc.severity_en, exc.severity):
+        # FATAL ends the session: here, its start, refused (Laneway's own statements fail
+        # with ERROR). A value (22), a name or its syntax (42) or a setting that cannot change
+        # now (55) is an option of the URL's (?options=-c ...) that the server will not take.
+        if str(exc.sqlstate or "").startswith(("22", "42", "55")):
+            return f"the database refused DATABASE_URL's options: {exc}", EXIT_USAGE
+        return f"cannot use the database: {exc}", EXIT_FAILED
     return None
 
 
@@ -136,20 +144,21 @@ class UnreachableError(CommandError):
     """The server could not be reached: the request was never sent, so nothing of it ran."""
 
 
-def raise_for_errors(
-    errors: Sequence[Mapping[str, Any]], where: str, *, retry_after: float | None = None
-) -> None:
-    """Raise the first GraphQL error as a CommandError with the exit code its code means (and
-    `retry_after`, the answer's Retry-After).
+def raise_for_errors(errors: object, where: str, *, retry_after: float | None = None) -> None:
+    """Raise the first GraphQL error of `errors` (an answer's: a list of error objects, though
+    a server that is not Laneway may send anything, read as well as it can be) as a
+    CommandError with the exit code its code means (and `retry_after`, the Retry-After).
 
     Raises:
         CommandError: there is an error.
     """
     if not errors:
         return
-    first = errors[0]
-    extensions = first.get("extensions") or {}
-    code = extensions.get("code")
+    first = errors[0] if isinstance(errors, Sequence) and not isinstance(errors, str) else errors
+    if not isinstance(first, Mapping):
+        first = {"message": str(first)}
+    extensions = first.get("extensions")
+    code = extensions.get("code") if isinstance(extensions, Mapping) else None
     message = str(first.get("message") or "the request failed")
     if code == "UNAUTHENTICATED":
         message = f"{where} needs a token: pass --token TOKEN or set LANEWAY_TOKEN"

@@ -39,10 +39,15 @@ def whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
 
 
-def non_negative(text: str) -> int:
+MAX_EVENT_ID = 2**63 - 1  # event ids are PostgreSQL bigints
+
+
+def event_id(text: str) -> int:
     value = whole_number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {text!r}")
+    if not 0 <= value <= MAX_EVENT_ID:
+        raise argparse.ArgumentTypeError(
+            f"must be an event id from 0 to {MAX_EVENT_ID}, not {text!r}"
+        )
     return value
 
 
@@ -379,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--after",
         metavar="EVENT_ID",
-        type=non_negative,
+        type=event_id,
         help="start after this event id (0: from the first event)",
     )
     p.set_defaults(run=_lazy("commands", "watch"))

@@ -42,7 +42,10 @@ def base_url(text: str) -> str:
     """
     url = text.strip().rstrip("/")
     url = url.removesuffix("/graphql")
-    parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
+    try:
+        parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
+    except httpx.InvalidURL:  # http://[::1 (unclosed), a port out of range, ...
+        parsed = None
     if parsed is None or not parsed.host:
         raise CommandError(
             f"--url must be the server's base URL, such as http://127.0.0.1:8000, not {text!r}",
@@ -90,10 +93,26 @@ class RemoteClient:
         errors = body.get("errors")
         if errors is None and "error" in body:  # the JSON bodies of 413/429/503/504
             errors = [{"message": body.get("message") or body["error"], "extensions": body}]
-        raise_for_errors(errors or [], self.where, retry_after=_seconds(response))
+        raise_for_errors(errors, self.where, retry_after=_seconds(response))
         if response.status_code != 200 or not isinstance(body.get("data"), dict):
             raise CommandError(f"{self.where} answered HTTP {response.status_code}")
-        data: dict[str, Any] = body["data"]
+        data: dict[str, Any] = self._checked(document, body["data"])
+        return data
+
+    def _checked(self, document: str, data: object) -> Any:
+        """`data`, once it holds what `document` selects.
+
+        Raises:
+            CommandError: it does not (exit 1).
+        """
+        from laneway.cli.answers import lacking
+
+        wrong = lacking(document, data)
+        if wrong is not None:
+            raise CommandError(
+                f"the answer of {self.where} has no {wrong} where this command reads it"
+                " (is it a Laneway server, and of a version this command knows?)"
+            )
         return data
 
     def check_workflow(self, name: str) -> None:
@@ -117,7 +136,7 @@ class RemoteClient:
                 )
                 init = {"type": "connection_init", "payload": self._authorization()}
                 await socket.send(json.dumps(init))
-                if json.loads(await socket.recv()).get("type") != "connection_ack":
+                if self._message(await socket.recv()).get("type") != "connection_ack":
                     raise CommandError(f"{self.where} did not accept the subscription")
                 await socket.send(
                     json.dumps({"id": "1", "type": "subscribe", "payload": subscribe})
@@ -130,20 +149,35 @@ class RemoteClient:
         """The subscription's events, answering pings, until the server completes it."""
         try:
             async for raw in socket:
-                message = json.loads(raw)
+                message = self._message(raw)
                 kind = message.get("type")
                 if kind == "ping":
                     await socket.send(json.dumps({"type": "pong"}))
                 elif kind == "next":
-                    payload = message.get("payload") or {}
-                    raise_for_errors(payload.get("errors") or [], self.where)
-                    yield payload["data"]["workflowEvents"]
+                    payload = message.get("payload")
+                    payload = payload if isinstance(payload, dict) else {}
+                    raise_for_errors(payload.get("errors"), self.where)
+                    yield self._checked(EVENTS, payload.get("data"))["workflowEvents"]
                 elif kind == "error":
                     raise_for_errors(message.get("payload") or [{}], self.where)
                 elif kind == "complete":
                     return
         except Exception as exc:
             raise self._websocket_error(exc, reached=True) from None
+
+    def _message(self, raw: str | bytes) -> dict[str, Any]:
+        """One graphql-transport-ws message.
+
+        Raises:
+            CommandError: it is not one (not a JSON object).
+        """
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            raise CommandError(f"{self.where} sent a websocket message that is not GraphQL's")
+        return message
 
     def _websocket_error(self, exc: Exception, *, reached: bool) -> Exception:
         """What the websocket's failure `exc` means for the user: one line (`exc` itself when
