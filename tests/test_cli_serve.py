@@ -6,7 +6,9 @@ re-raised the signal once it had shut down, so the process died of it: exit 143)
 
 import asyncio
 import json
+import re
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -63,3 +65,22 @@ async def test_serve_exits_0_after_a_clean_shutdown_on_a_stop_signal(
     assert process.returncode == 0, err.decode()
     assert b"Application shutdown complete" in err
     assert b"Traceback" not in err
+
+
+def ipv6_loopback() -> bool:
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback on this machine")
+async def test_serve_on_an_ipv6_address_logs_a_url_that_works(database_url: str) -> None:
+    # It logged http://::1:PORT, which is no URL.
+    async with serving(database_url, "--host", "::1") as (process, url):
+        assert re.fullmatch(r"http://\[::1\]:\d+", url), url
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await process.communicate()
+    assert process.returncode == 0

@@ -104,7 +104,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         config = server_config(_built(build, settings), host=host, port=port, settings=settings)
         config.app = startup = StartupWatch(config.app)
         server = Server(config)
-        logger.info("listening", extra={"url": f"http://{host}:{listening.getsockname()[1]}"})
+        url = f"http://{authority(host, listening.getsockname()[1])}"
+        logger.info("listening", extra={"url": url})
         await server.serve(sockets=[listening])
     except SystemExit:  # uvicorn's own exit when the app did not start
         raise startup.refusal() from None
@@ -119,6 +120,11 @@ def _built(build: "Callable[[Settings], Starlette]", settings: Settings) -> "Sta
         return build(settings)
     except Exception as exc:
         raise CommandError(f"the app did not start: {error_line(exc)}") from None
+
+
+def authority(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 address in brackets (`[::1]:8000`)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 LISTEN_BACKLOG = 2048
@@ -136,7 +142,7 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
         return socket.create_server((host, port), family=family, backlog=backlog)
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise CommandError(f"cannot listen on {host}:{port}: {reason}") from None
+        raise CommandError(f"cannot listen on {authority(host, port)}: {reason}") from None
 
 
 class StartupWatch:
