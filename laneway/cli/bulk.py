@@ -168,10 +168,16 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
         except CommandError as exc:
             if isinstance(exc, UnreachableError) or exc.code in REFUSED_CODES:
                 raise  # refused before it ran: nothing changed
-            # Cut off at the server's deadline, or its answer lost: the same as above.
+            # Stopped at the server's deadline (with how far it got, or cut off without a
+            # word), or its answer lost: the same as above.
+            how_far = (
+                ": run the same"
+                if exc.changed is not None
+                else f"; the {action} may have been done in part: run the same"
+            )
             raise CommandError(
-                f"{str(exc).rstrip('.')}; the {action} may have been done in part: run the same"
-                " command again to finish it (it changes each instance at most once)",
+                f"{str(exc).rstrip('.')}{how_far} command again to finish it (it changes each"
+                " instance at most once)",
                 exc.exit_code,
                 code=exc.code,
             ) from None

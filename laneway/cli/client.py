@@ -123,8 +123,10 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
 
 class CommandError(LanewayError):
     """The command could not do what was asked; `exit_code` is what `laneway` exits with,
-    `code` the `extensions.code` of the API error it stands for (None: not an API error), and
-    `retry_after` the seconds the server asked to wait before trying again (Retry-After)."""
+    `code` the `extensions.code` of the API error it stands for (None: not an API error),
+    `retry_after` the seconds the server asked to wait before trying again (Retry-After), and
+    `changed` how many instances a bulk action the server stopped at its time limit changed
+    (TIMEOUT with `matched` and `changed`; None: not known)."""
 
     def __init__(
         self,
@@ -133,10 +135,12 @@ class CommandError(LanewayError):
         *,
         code: str | None = None,
         retry_after: float | None = None,
+        changed: int | None = None,
     ) -> None:
         self.exit_code = exit_code
         self.code = code
         self.retry_after = retry_after
+        self.changed = changed
         super().__init__(message)
 
 
@@ -160,7 +164,18 @@ def raise_for_errors(errors: object, where: str, *, retry_after: float | None = 
     extensions = first.get("extensions")
     code = extensions.get("code") if isinstance(extensions, Mapping) else None
     message = str(first.get("message") or "the request failed")
-    if code == "UNAUTHENTICATED":
+    changed, matched = (
+        (extensions.get("changed"), extensions.get("matched"))
+        if isinstance(extensions, Mapping)
+        else (None, None)
+    )
+    counted = isinstance(changed, int) and isinstance(matched, int)
+    if code == "TIMEOUT" and counted:  # a bulk action stopped between its batches
+        message = (
+            f"{where} stopped it at its time limit (LANEWAY_OPERATION_TIMEOUT) after it"
+            f" changed {changed} of the {matched} instances it matched"
+        )
+    elif code == "UNAUTHENTICATED":
         message = f"{where} needs a token: pass --token TOKEN or set LANEWAY_TOKEN"
     elif code == "FORBIDDEN":
         message = f"{where} refused the token: {message}"
@@ -173,6 +188,7 @@ def raise_for_errors(errors: object, where: str, *, retry_after: float | None = 
         EXIT_CODES.get(str(code), EXIT_FAILED),
         code=str(code) if code else None,
         retry_after=retry_after,
+        changed=changed if counted and isinstance(changed, int) else None,
     )
 
 
