@@ -417,6 +417,10 @@ async def test_preflight_without_workflows_names_what_it_reads_them_from() -> No
     assert "as in --workflows workflows" in err
 
 
+def _with(query: str, parameter: str) -> str:
+    return f"{query}&{parameter}" if query else parameter
+
+
 def unusable_database_urls(database_url: str) -> list[tuple[str, int, str]]:
     """(DATABASE_URL, exit code, what the one line says) for databases a command cannot use."""
     parts = urlsplit(database_url)
@@ -431,8 +435,11 @@ def unusable_database_urls(database_url: str) -> list[tuple[str, int, str]]:
             2,
             "DATABASE_URL is not a PostgreSQL URL it can use: `sslmode` parameter must be",
         ),
-        (  # an option the server refuses as the session starts (a FATAL error)
-            urlunsplit(parts._replace(query="options=-c%20statement_timeout%3Dabc")),
+        (  # an option the server refuses as the session starts (a FATAL error); the URL's
+            # own query kept (the embedded server's socket folder is its `host`)
+            urlunsplit(
+                parts._replace(query=_with(parts.query, "options=-c%20statement_timeout%3Dabc"))
+            ),
             2,
             "the database refused DATABASE_URL's options: invalid value for parameter",
         ),

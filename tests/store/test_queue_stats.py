@@ -47,6 +47,12 @@ def _nodes(node: dict[str, JSONValue]) -> Iterator[dict[str, JSONValue]]:
         yield from _nodes(child)
 
 
+def _index_of(scan: dict[str, JSONValue]) -> JSONValue:
+    """The index a scan of the table reads: its own (an index scan), or its Bitmap Index Scan's
+    (a bitmap heap scan, which PostgreSQL 16 prefers here where 15 scans the index)."""
+    return next((node["Index Name"] for node in _nodes(scan) if "Index Name" in node), None)
+
+
 async def _filled(admin: asyncpg.Connection) -> None:
     await admin.execute(FILL)
     await admin.execute("VACUUM ANALYZE laneway.instances")
@@ -88,9 +94,9 @@ async def test_queue_stats_read_the_instances_once_whatever_the_number_of_queues
     assert [node["Actual Loops"] for node in scans] == [1] * len(scans)
     # Pending and running rows through their partial indexes; all the other statuses in one
     # pass.
-    through_live = {node.get("Index Name") for node in scans} & LIVE_INDEXES
+    through_live = {_index_of(node) for node in scans} & LIVE_INDEXES
     assert "instances_claimable" in through_live
     assert "instances_running" in through_live
     assert through_live & {"instances_claimable_keyed", "instances_claimable_keyed_order"}
-    passes = [node for node in scans if node.get("Index Name") not in LIVE_INDEXES]
+    passes = [node for node in scans if _index_of(node) not in LIVE_INDEXES]
     assert len(passes) == 1, [node["Node Type"] for node in passes]
