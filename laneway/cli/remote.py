@@ -132,7 +132,9 @@ class RemoteClient:
             # caller raises while following (a closed stdout, say) passes through as it is.
             try:
                 socket = await stack.enter_async_context(
-                    connect(ws_url, subprotocols=[PROTOCOL])  # type: ignore[list-item]
+                    # A short close: a follower that stops (its reader gone) with replayed
+                    # frames unread would wait the library's 10 s for the close handshake.
+                    connect(ws_url, subprotocols=[PROTOCOL], close_timeout=1)  # type: ignore[list-item]
                 )
                 init = {"type": "connection_init", "payload": self._authorization()}
                 await socket.send(json.dumps(init))
