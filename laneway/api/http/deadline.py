@@ -1,4 +1,4 @@
-"""OperationDeadline: a /graphql request must answer within LANEWAY_OPERATION_TIMEOUT_SECONDS.
+"""OperationDeadline: a /graphql request must answer within LANEWAY_OPERATION_TIMEOUT.
 
 Owns the wall clock of one HTTP operation, as a pure ASGI middleware; streamed subscriptions
 are exempt once their response starts. The websocket side keeps its own per-operation clock
