@@ -22,7 +22,7 @@ from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
 from laneway.engine.observer import EngineObserver, NoObserver
-from laneway.engine.page_calls import PageCalls
+from laneway.engine.page_calls import MAX_LIST_LIMIT, PageCalls
 from laneway.engine.payloads import encode_json
 from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
@@ -35,7 +35,6 @@ from laneway.errors import ConflictError, InvalidInputError, NotFoundError, rais
 from laneway.model import (
     EnqueueResult,
     EventRecord,
-    InstanceFilter,
     InstanceRecord,
     JSONValue,
     NewInstance,
@@ -53,7 +52,6 @@ from laneway.store.leases import DEFAULT_MAX_RECOVERIES
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 10_000  # instances per enqueue_many
-MAX_LIST_LIMIT = 500
 
 
 # How long a stopping process lets steps in flight finish before it hands them back. Below
@@ -253,31 +251,6 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
         """Why a pending or paused instance is not running (None: it runs, ended or is unknown),
         decided by the claim's own predicates. store.waiting_reasons does a page at once."""
         return (await self.store.waiting_reasons([instance_id])).get(instance_id)
-
-    async def list_instances(
-        self,
-        where: InstanceFilter | None = None,
-        *,
-        limit: int = 50,
-        offset: int = 0,
-        summaries: bool = False,
-    ) -> list[InstanceRecord]:
-        """Instances newest first, as full records unless `summaries`.
-
-        Summaries are the records without their internal `state` (given as {}) and
-        `next_params` (None), which the database then neither reads nor sends: what a page the
-        API shows needs, as an instance's state may be megabytes. `get` has the full record.
-
-        Raises:
-            InvalidInputError: limit outside 1..500, or a negative offset.
-        """
-        if not 1 <= limit <= MAX_LIST_LIMIT:
-            raise InvalidInputError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
-        if offset < 0:
-            raise InvalidInputError("offset must not be negative")
-        return await self.store.list_instances(
-            where or InstanceFilter(), limit=limit, offset=offset, summaries=summaries
-        )
 
     async def cancel(self, instance_id: UUID) -> InstanceRecord:
         """Cancel an instance; a running handler is stopped wherever it runs.

@@ -1,4 +1,5 @@
-"""The Engine's keyset pages of instances, and the opaque cursors that name a place in them.
+"""The Engine's lists of instances: by offset, and in keyset pages with the opaque cursors that
+name a place in them.
 
 A part of Engine (engine.py), kept apart so that each file reads as one area. The order is
 newest first by (created_at, instance_id), descending; a cursor is an instance's place in it,
@@ -18,7 +19,8 @@ from laneway.model import InstanceFilter, InstancePage, InstanceRecord
 from laneway.store import Store
 from laneway.store.pages import PageKey
 
-MAX_PAGE_SIZE = 500  # `first`, as for the offset list's limit
+MAX_LIST_LIMIT = 500  # an offset list's `limit` (and a list of events')
+MAX_PAGE_SIZE = MAX_LIST_LIMIT  # `first`, as for the offset list's limit
 MAX_CURSOR_CHARS = 64  # a cursor is 34 characters; anything far longer is not one
 
 _CURSOR_VERSION = 1  # the first byte, so the layout can change without misreading old ones
@@ -62,9 +64,34 @@ def _encode_key(key: PageKey) -> str:
 
 
 class PageCalls:
-    """Keyset pages, on the Engine's store."""
+    """Lists of instances, by offset and by keyset pages, on the Engine's store."""
 
     store: Store
+
+    async def list_instances(
+        self,
+        where: InstanceFilter | None = None,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        summaries: bool = False,
+    ) -> list[InstanceRecord]:
+        """Instances newest first, as full records unless `summaries`.
+
+        Summaries are the records without their internal `state` (given as {}) and
+        `next_params` (None), which the database then neither reads nor sends: what a page the
+        API shows needs, as an instance's state may be megabytes. `get` has the full record.
+
+        Raises:
+            InvalidInputError: limit outside 1..500, or a negative offset.
+        """
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        if offset < 0:
+            raise InvalidInputError("offset must not be negative")
+        return await self.store.list_instances(
+            where or InstanceFilter(), limit=limit, offset=offset, summaries=summaries
+        )
 
     async def page_instances(
         self, where: InstanceFilter | None = None, *, first: int = 50, after: str | None = None

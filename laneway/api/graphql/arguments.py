@@ -13,7 +13,7 @@ from uuid import UUID
 import strawberry
 from strawberry.types.unset import UNSET
 
-from laneway.engine.engine import MAX_LIST_LIMIT
+from laneway.engine.page_calls import MAX_LIST_LIMIT
 from laneway.errors import InvalidInputError
 from laneway.model import Status
 

@@ -55,8 +55,7 @@ from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.bulk import MAX_TIME_MS
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH
-from laneway.engine.engine import MAX_LIST_LIMIT
-from laneway.engine.page_calls import MAX_CURSOR_CHARS, MAX_PAGE_SIZE
+from laneway.engine.page_calls import MAX_CURSOR_CHARS, MAX_LIST_LIMIT, MAX_PAGE_SIZE
 from laneway.engine.payloads import text_storable
 from laneway.engine.queue_calls import MAX_HISTORY_MINUTES
 from laneway.engine.requests import (
