@@ -39,6 +39,7 @@ from laneway.api import (
     LanewayQuery,
     LanewaySchema,
     LanewaySubscription,
+    LanewayTransportWSHandler,
     create_app,
     laneway_context,
     running,
@@ -95,9 +96,11 @@ def user_of(connection: HTTPConnection) -> str:
 
 
 class HostGraphQL(GraphQL[HostContext, None]):
-    """The host's GraphQL view: its context, with Laneway's services from the lifespan state."""
+    """The host's GraphQL view: its context, with Laneway's services from the lifespan state,
+    and Laneway's websocket handler (a subscriber that leaves mid-stream is not an error)."""
 
     permission = HostPermission()
+    graphql_transport_ws_handler_class = LanewayTransportWSHandler
 
     async def get_context(
         self, request: Request | WebSocket, response: Response | WebSocket

@@ -8,7 +8,8 @@ context and either
 - builds its schema as a LanewaySchema (a strawberry.Schema that logs only unexpected errors)
   from LanewayQuery, LanewayMutation and LanewaySubscription (with
   `extensions=schema_extensions()`), enters `running(settings)` in its lifespan, and puts
-  `await laneway_context(services, request, permission)` on its context as `laneway`.
+  `await laneway_context(services, request, permission)` on its context as `laneway`; its
+  Strawberry view takes LanewayTransportWSHandler as its `graphql_transport_ws_handler_class`.
 
 A Permission (default: BearerTokens) decides who may read and write. app/host.py shows both.
 """
@@ -21,6 +22,7 @@ from laneway.api.graphql.query import LanewayQuery
 from laneway.api.graphql.schema import LanewaySchema, schema_config, schema_extensions
 from laneway.api.graphql.subscription import LanewaySubscription
 from laneway.api.lifespan import running
+from laneway.api.websocket import LanewayTransportWSHandler
 
 __all__ = [
     "BearerTokens",
@@ -32,6 +34,7 @@ __all__ = [
     "LanewayQuery",
     "LanewaySchema",
     "LanewaySubscription",
+    "LanewayTransportWSHandler",
     "Permission",
     "create_app",
     "laneway_context",

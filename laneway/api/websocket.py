@@ -213,6 +213,13 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
     path asks the same Permission as the subscription field would (permissions.decide).
     """
 
+    async def handle_task_exception(self, error: Exception) -> None:
+        """Strawberry's, but a client that went away while an operation was still sending to
+        it (a replay cut short, a tab closed) has done nothing wrong: not logged, where
+        Strawberry logs it as "Exception in worker task" with a traceback."""
+        if not isinstance(error, WebSocketDisconnected):
+            await super().handle_task_exception(error)
+
     async def handle_message(self, message: Message) -> None:
         """Strawberry's, with a frame that is JSON but not an object (`[1]`, `null`) closed
         with 4400 as any other bad frame is; Strawberry's own fails on it and drops the

@@ -7,6 +7,7 @@ permission rule, the names a host schema gets, and the context a dict can carry.
 """
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,11 +15,13 @@ from typing import Any
 import httpx
 import pytest
 import strawberry
+import websockets
 from gql import Client, GraphQLRequest
 from gql.transport.websockets import WebsocketsTransport
 from graphql import GraphQLNamedType, GraphQLObjectType, build_schema, print_type
 from starlette.applications import Starlette
 from starlette.routing import Mount
+from websockets.typing import Subprotocol
 
 from app import host
 from laneway.api import (
@@ -52,6 +55,9 @@ ENQUEUE = """mutation ($name: String!) {
 }"""
 EVENTS = """subscription ($id: ID) {
   workflowEvents(instanceID: $id, name: "hello") { eventID type instanceID name status }
+}"""
+BATCH = """mutation ($requests: [EnqueueInput!]!) {
+  enqueueWorkflows(requests: $requests) { instanceID }
 }"""
 STATUS = "query ($id: ID!) { workflowInstance(instanceID: $id) { instanceID status } }"
 BEARER = {"authorization": f"Bearer {TOKEN}"}
@@ -220,6 +226,31 @@ async def test_host_websocket_route_delivers_workflow_events(hosted: LiveServer)
         await subscriber
     assert [e["type"] for e in received] == ["enqueued", "started", "completed"]
     assert {(e["instanceID"], e["name"]) for e in received} == {(instance_id, "hello")}
+
+
+async def test_a_subscriber_leaving_mid_replay_is_not_an_error_on_the_host(
+    hosted: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that closes while its replay is still being sent has only gone away: the
+    host's view, with Laneway's websocket handler, logs nothing (Strawberry's own logs each
+    such close as "Exception in worker task" with a traceback)."""
+    requests = [{"name": "hello", "params": {"name": str(n)}} for n in range(40)]
+    await hosted.graphql(BATCH, token=TOKEN, requests=requests)
+    url = f"ws://127.0.0.1:{hosted.port}/graphql"
+    for _ in range(3):
+        async with websockets.connect(url, subprotocols=[Subprotocol(PROTOCOL)]) as socket:
+            await socket.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await socket.recv())["type"] == "connection_ack"
+            replay = {"query": 'subscription { workflowEvents(afterEventID: "0") { eventID } }'}
+            await socket.send(json.dumps({"id": "1", "type": "subscribe", "payload": replay}))
+            assert json.loads(await socket.recv())["type"] == "next"
+
+        async def left() -> bool:
+            health = await hosted.client.get(f"{hosted.prefix}/healthz")
+            return bool(health.json()["subscribers"] == 0)
+
+        await wait_until(left)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_a_host_with_only_its_schema_runs_laneway_with_running(database_url: str) -> None:
