@@ -177,11 +177,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = _outside_repository(tmp_path_factory.mktemp("source") / "laneway")
     shutil.copytree(ROOT, source, ignore=NOT_SOURCE, symlinks=True)
     dist = tmp_path_factory.mktemp("dist")
-    _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, "."],
+    done = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, "."],
         cwd=source,
         timeout=BUILD_TIMEOUT,
     )
+    # setuptools builds quietly when pyproject.toml lists every folder it ships, data
+    # folders included; a newcomer's first `make run` should not print its warnings.
+    assert "would be ignored" not in done.stdout + done.stderr, done.stdout + done.stderr
     built = sorted(dist.glob("*.whl"))
     assert [p.name for p in built] == [f"laneway-{VERSION}-py3-none-any.whl"]
     return built[0]
