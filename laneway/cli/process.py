@@ -7,14 +7,12 @@ alone, so `laneway worker` starts without loading Strawberry, Starlette and uvic
 """
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import importlib
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -77,12 +75,6 @@ def check_workflows(
             EXIT_USAGE,
         )
     return registry
-
-
-def _on_signals(callback: Callable[[], object]) -> None:
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, callback)
 
 
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -214,11 +206,9 @@ async def worker(args: argparse.Namespace, settings: Settings) -> int:
     check_workflows(settings, allow_none=args.allow_no_workflows)
     if args.metrics_port is not None:
         settings = dataclasses.replace(settings, metrics_port=args.metrics_port)
-    stopping = asyncio.Event()
     async with open_services(settings, role="worker") as services:
-        _on_signals(stopping.set)
         logger.info("worker started", extra={"workflows": services.engine.registry.names()})
-        await services.engine.run(stopping)
+        await services.engine.run_until_stopped()
     logger.info("worker stopped")
     return EXIT_OK
 

@@ -10,15 +10,26 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
+from types import FrameType
 
 import uvicorn
+
+from laneway.engine.run_calls import skip_all_drains
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Server(uvicorn.Server):
     """uvicorn.Server whose stop signals set its exit flags (uvicorn's handle_exit: the first
-    stops it gracefully, a second SIGINT forces it) and leave no signal to raise afterwards."""
+    stops it gracefully, a second SIGINT forces it) and leave no signal to raise afterwards.
+    A second signal also cuts short the drain of every engine the process runs, as it does
+    for `worker`."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        again = self.should_exit
+        super().handle_exit(sig, frame)
+        if again:
+            skip_all_drains()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

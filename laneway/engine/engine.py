@@ -7,13 +7,12 @@ schedule_calls.py's. Usable as a plain library, with no GraphQL.
 """
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from uuid import UUID
 
 from laneway.engine import faults, tracing
@@ -29,16 +28,16 @@ from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
 from laneway.engine.requests import check_key, new_instance, new_instance_ids, planned_fire
+from laneway.engine.run_calls import RunCalls
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
-from laneway.errors import ConflictError, InvalidInputError, NotFoundError, raised_alone
+from laneway.errors import ConflictError, InvalidInputError, NotFoundError
 from laneway.model import (
     EnqueueResult,
     EventRecord,
     InstanceRecord,
     JSONValue,
     NewInstance,
-    Notification,
     OperationRecord,
     SignalResult,
     Status,
@@ -65,7 +64,7 @@ def default_owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
+class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
     """Laneway's engine: one per process, sharing the database with any number of others."""
 
     def __init__(
@@ -408,65 +407,6 @@ class Engine(ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):
             if record.last_error:
                 where += f"; its last error: {record.last_error}"
             raise TimeoutError(where) from None
-
-    # -- running ---------------------------------------------------------------------------------
-
-    def notify(self, notification: Notification) -> None:
-        """Feed a NOTIFY from the event listener: wakes the loop, stops cancelled handlers."""
-        self.claim_loop.notify(notification)
-
-    async def tick(self) -> int:
-        """One round: maintenance, schedules, claim, and run the claimed instances to the end."""
-        return await self.claim_loop.tick()
-
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Claim and run instances until `stopping` is set (for the process's TaskGroup)."""
-        # Running from the first line: health checks must not see a starting engine as down.
-        self._started = True
-        try:
-            for step in self._before_run:
-                await step()
-            await self._prepare_queues()
-            self._ready = True
-            await self.claim_loop.run(stopping)
-        finally:
-            self._started = self._ready = False
-
-    async def _prepare_queues(self) -> None:
-        """Create the registered queues; a template's queue_settings are code's defaults,
-        written only where no operator has set the queue's caps (one statement each); the
-        newest version's, where versions differ."""
-        await self.store.ensure_queues({w.queue_name for w in self.registry})
-        for workflow in self.registry.newest():
-            settings = getattr(getattr(workflow, "template", None), "queue_settings", None)
-            if settings is not None:  # a template declares its queue's caps (validated there)
-                await self.store.apply_code_queue_settings(
-                    workflow.queue_name, settings.concurrency, settings.rate_per_minute
-                )
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator["Engine"]:
-        """Run the engine's loop in the background for the duration of the block. An error
-        of the block, or of the loop, comes out as itself (errors.raised_alone)."""
-        stopping = asyncio.Event()
-        with raised_alone():
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.run(stopping), name="laneway-engine")
-                try:
-                    yield self
-                finally:
-                    stopping.set()
-
-    @property
-    def is_running(self) -> bool:
-        """True while `run` is active, from its first line to its last."""
-        return self._started
-
-    @property
-    def is_ready(self) -> bool:
-        """True once `run` has prepared its queues and claims (what a caller that counts the
-        engine's own writes waits for)."""
-        return self._ready
 
     async def _after_terminal(self, transition: Transition) -> None:
         if not self.registry.has_terminal_hook(transition.name):

@@ -54,6 +54,8 @@ class Presence:
         self._stop_run = stop_run  # (instance id, why): a lease is gone, or the process stops
         self._schema_replaced = schema_replaced  # a newer release migrated the database
         self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
+        # Set by skip_drain (a second stop signal): the stop's waits end now, not at their limit.
+        self.hurried = asyncio.Event()
         self._owner_id = owner_id
         self._role = role
         self._lease_seconds = lease_seconds
@@ -133,10 +135,35 @@ class Presence:
         tasks = [run.task for run in runs if run.task is not None]
         if tasks and grace_seconds > 0:
             logger.info("draining", extra={"runs": len(tasks), "grace_s": grace_seconds})
-            await asyncio.wait(tasks, timeout=grace_seconds)
+            await self._wait(tasks, grace_seconds)
         for run in runs:
             if run.handed_back:
                 self._handed_back[run.record.instance_id] = run.record.lease_epoch
+
+    def skip_drain(self) -> None:
+        """End the stop's drain now (or skip it, for a stop not begun yet): the steps in
+        flight are cancelled and handed back at once, not at the end of the grace."""
+        if not self.hurried.is_set():
+            logger.warning("stopping without waiting for the steps in flight")
+            self.hurried.set()
+
+    async def _wait(self, tasks: list["asyncio.Task[None]"], seconds: float) -> None:
+        """Until every task has ended, `seconds` have passed or skip_drain was called."""
+        if self.hurried.is_set():
+            return
+        hurried = asyncio.ensure_future(self.hurried.wait())
+        try:
+            async with asyncio.timeout(seconds):
+                pending = set(tasks)
+                while pending and not hurried.done():
+                    done, _ = await asyncio.wait(
+                        {*pending, hurried}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    pending -= done
+        except TimeoutError:
+            pass
+        finally:
+            hurried.cancel()
 
     async def hand_back(self) -> None:
         """Stop every run still here and release its lease (and those handed back while
