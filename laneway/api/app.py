@@ -46,6 +46,7 @@ from laneway.api.http.media_type import (
     wants_graphql_response,
 )
 from laneway.api.http.server import ConnectionLimits, http_protocol
+from laneway.api.http.slashes import redirect_by_path
 from laneway.api.http.stack import middleware_for
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
 from laneway.api.metrics_route import metrics_endpoint
@@ -306,6 +307,7 @@ class LanewayApp(Starlette):
             middleware=middleware_for(settings),
             lifespan=_own_lifespan,
         )
+        redirect_by_path(self.router)
         self.settings = settings
         self.workflows = tuple(workflows)
         self.services: Services | None = None

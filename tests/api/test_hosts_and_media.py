@@ -220,6 +220,22 @@ async def test_with_tokens_any_host_passes_and_the_token_still_decides(
     assert await instance_count(guarded, TOKEN) == 0
 
 
+@pytest.mark.parametrize(
+    ("path", "location"),
+    [("/graphql/", "/graphql"), ("/healthz/?verbose=1", "/healthz?verbose=1")],
+)
+async def test_a_trailing_slash_is_redirected_by_path_not_to_the_claimed_host(
+    guarded: LiveServer, path: str, location: str
+) -> None:
+    """With tokens and no list any Host is served; Starlette's redirect built an absolute
+    URL from it (`http://evil.example/graphql`), sending the client to the name it claimed."""
+    host = f"{FOREIGN}:{guarded.port}"
+    response = await guarded.client.get(path, headers={"host": host}, follow_redirects=False)
+    assert response.status_code == 307
+    assert response.headers["location"] == location
+    assert (await guarded.client.get("/nothing/", follow_redirects=False)).status_code == 404
+
+
 async def test_with_tokens_and_a_list_only_the_list_and_loopback_pass(database_url: str) -> None:
     settings = make_settings(
         database_url, engine_enabled=False, api_tokens=(TOKEN,), allowed_hosts=("api.example",)
