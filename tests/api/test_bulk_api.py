@@ -115,20 +115,21 @@ async def test_the_created_window_is_in_milliseconds(
 
 
 @pytest.mark.parametrize(
-    "where",
+    ("where", "named"),
     [
-        {"statuses": ["done"]},
-        {"createdAfter": -1.0},
-        {"createdBefore": 1e300},
-        {"name": "n" * 65},
+        ({"statuses": ["done"]}, "each of filter.statuses must be one of"),
+        ({"createdAfter": -1.0}, "createdAfter"),
+        ({"createdBefore": 1e300}, "createdBefore"),
+        ({"name": "n" * 65}, "name"),
     ],
 )
 async def test_a_bad_filter_is_bad_user_input_and_changes_nothing(
-    idle: LiveServer, admin: asyncpg.Connection, where: dict[str, Any]
+    idle: LiveServer, admin: asyncpg.Connection, where: dict[str, Any], named: str
 ) -> None:
     await _enqueue(idle, 1)
     body = await idle.graphql(BULK, filter=where)
     assert _code(body) == "BAD_USER_INPUT"
+    assert named in body["errors"][0]["message"]  # the argument refused, by name
     assert await admin.fetchval("SELECT count(*) FROM laneway.instances WHERE status = 'pending'")
 
 

@@ -171,4 +171,8 @@ async def test_first_out_of_range_is_bad_user_input(server: LiveServer) -> None:
 
 async def test_a_bad_status_is_bad_user_input(server: LiveServer) -> None:
     error = await _refused(server, status="sleeping")
-    assert "status must be one of" in error["message"]
+    assert error["message"].startswith("status must be one of")
+    assert error["message"].endswith('got "sleeping"')
+    listed = await _refused(server, statuses=["running", "x" * 100])
+    assert listed["message"].startswith("each of statuses must be one of")
+    assert listed["message"].endswith(f'got "{"x" * 40}…"')  # capped

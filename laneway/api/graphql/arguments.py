@@ -7,6 +7,7 @@ Shared by the resolvers and the websocket direct path, which must read a subscri
 arguments exactly as the resolver does.
 """
 
+import json
 from typing import Annotated, TypeVar
 from uuid import UUID
 
@@ -68,8 +69,11 @@ def parse_event_id(value: str) -> int:
     return int(value)
 
 
-def parse_status(value: str) -> Status:
-    """A status argument.
+SHOWN_VALUE_CHARS = 40  # of a refused value, in its error message
+
+
+def parse_status(value: str, argument: str = "status") -> Status:
+    """A status, given as `argument` (named in the error, with the value refused).
 
     Raises:
         InvalidInputError: not one of the statuses.
@@ -78,14 +82,19 @@ def parse_status(value: str) -> Status:
         return Status(value)
     except ValueError:
         known = ", ".join(s.value for s in Status)
-        raise InvalidInputError(f"status must be one of {known}") from None
+        cut = "…" if len(value) > SHOWN_VALUE_CHARS else ""
+        shown = json.dumps(value[:SHOWN_VALUE_CHARS] + cut, ensure_ascii=False)
+        raise InvalidInputError(f"{argument} must be one of {known}; got {shown}") from None
 
 
-def status_filter(status: str | None, statuses: list[str] | None) -> tuple[Status, ...] | None:
-    """`status` and `statuses` together: an instance must match both when both are given."""
+def status_filter(
+    status: str | None, statuses: list[str] | None, statuses_argument: str = "statuses"
+) -> tuple[Status, ...] | None:
+    """`status` and `statuses` together: an instance must match both when both are given.
+    `statuses_argument`: what the error of a bad one calls the list (`filter.statuses`)."""
     wanted: set[Status] | None = None
     if statuses is not None:
-        wanted = {parse_status(s) for s in statuses}
+        wanted = {parse_status(s, f"each of {statuses_argument}") for s in statuses}
     if status is not None:
         one = parse_status(status)
         wanted = {one} if wanted is None else wanted & {one}

@@ -47,7 +47,7 @@ class InstanceFilterInput:
         return FilterModel(
             name=given(self.name),
             queue=given(self.queue),
-            statuses=status_filter(None, given(self.statuses)),
+            statuses=status_filter(None, given(self.statuses), "filter.statuses"),
             concurrency_key=given(self.concurrency_key),
             version=given(self.version),
             created_after=parse_time_ms(given(self.created_after), "createdAfter"),
