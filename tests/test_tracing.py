@@ -38,7 +38,11 @@ async def test_steps_in_another_process_belong_to_the_enqueues_trace(database_ur
     spans = {line["name"]: line for line in enqueuing if "name" in line}
     request, enqueue = spans["request"], spans["laneway.enqueue"]
     assert enqueue["parent_id"] == request["span_id"]
-    assert enqueue["attributes"]["laneway.workflow"] == "flaky"
+    assert enqueue["attributes"] == {
+        "laneway.workflow": "flaky",
+        "laneway.queue": "flaky",
+        "laneway.instance_id": instance_id,  # set once the row is written
+    }
 
     working = await _side(database_url, "work", instance_id)
     steps = [line for line in working if line["name"] == "laneway.step flaky.attempt"]

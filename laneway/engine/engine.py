@@ -194,6 +194,8 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
             # Its steps' spans, in whatever process runs them, are children of this one.
             new = dataclasses.replace(new, trace_context=traced) if traced else new
             result = await self.store.enqueue(new)
+            if traced:  # the id is the row's: an idempotent enqueue's may be an older instance
+                tracing.annotate({"laneway.instance_id": str(result.instance_id)})
         self.claim_loop.wake()
         if new.delay_ms > 0:
             self.claim_loop.wake_in(new.delay_ms / 1000.0)

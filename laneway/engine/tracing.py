@@ -276,6 +276,16 @@ def step_span(
     )
 
 
+def annotate(attributes: Mapping[str, str | int]) -> None:
+    """Set `attributes` on the current span, once they are known (an enqueue's instance id,
+    after its row is written); called only inside a span made here (one that yielded a
+    traceparent)."""
+    try:
+        trace.get_current_span().set_attributes(dict(attributes))
+    except Exception as error:
+        _report("attributes", error)
+
+
 def mark_failed(description: str) -> None:
     """Set the current span's status to error (a failed attempt that raised nothing here);
     called only inside a span made here (one that yielded a traceparent)."""
