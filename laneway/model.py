@@ -86,7 +86,8 @@ class InstanceRecord:
     # The attempts before the current step's budget began: the step's attempt number is
     # attempts - attempt_base (`attempts` counts every attempt and never goes back).
     attempt_base: int = 0
-    trace_context: str | None = None  # the enqueue's W3C traceparent, when it was traced
+    # The enqueue's W3C traceparent when it was traced, else its first traced step's.
+    trace_context: str | None = None
     first_failed_trace: str | None = None  # its first failed attempt's span, for retries' links
     version: str = "1"  # the version of its workflow it started with (and runs on)
 

@@ -46,6 +46,7 @@ class CheckpointWrite:
     stage: str | None = None
     pause_label: str | None = None
     wait_json: str | None = None
+    trace: str | None = None  # the step's span (W3C traceparent), for an instance with none
     operations: tuple[OperationOutcome, ...] = ()  # recorded in the same transaction
 
 
@@ -61,6 +62,7 @@ class CompleteWrite:
     state_json: str
     stage: str | None = None
     message: str | None = None
+    trace: str | None = None  # the step's span (W3C traceparent), for an instance with none
     operations: tuple[OperationOutcome, ...] = ()
 
 
@@ -83,7 +85,9 @@ class FailWrite:
     traceback: str | None = None
     stage: str | None = None
     operation: str | None = None
-    trace: str | None = None  # the failed attempt's span (W3C traceparent), when traced
+    # The failed attempt's span (W3C traceparent), when traced: the first failure's is kept
+    # for its retries' links, and as the instance's trace context where it has none.
+    trace: str | None = None
     operations: tuple[OperationOutcome, ...] = ()
 
 

@@ -59,6 +59,39 @@ async def test_steps_in_another_process_belong_to_the_enqueues_trace(database_ur
     assert any(line["name"] == "laneway.claim" for line in working)
 
 
+async def test_an_instance_enqueued_untraced_is_one_trace_from_its_first_step(
+    database_url: str,
+) -> None:
+    lines = await _side(database_url, "untraced")
+    kept = {line["instance_id"]: line for line in lines if "trace_context" in line}
+    spans = [line for line in lines if line.get("name", "").startswith("laneway.step ")]
+    failing, passing, template, paused = kept
+    resumed = await _side(database_url, "resume", paused)
+    spans += [line for line in resumed if line.get("name", "").startswith("laneway.step ")]
+    traces = set()
+    for instance_id, expected in (
+        (failing, ["flaky.attempt", "flaky.attempt"]),
+        (passing, ["flaky.attempt"]),
+        (template, ["traced.fan", "traced.last"]),
+        (paused, ["review.ask", "review.decided"]),  # the second step in another process
+    ):
+        steps = [s for s in spans if s["attributes"]["laneway.instance_id"] == instance_id]
+        assert [s["name"] for s in steps] == [f"laneway.step {name}" for name in expected]
+        first, *later = steps
+        # Its first step is a trace of its own (not the enqueuing request's, nor another
+        # instance's), kept with the instance as an enqueue's would be; every later step,
+        # retry and other process included, is its child.
+        assert first["parent_id"] is None
+        assert kept[instance_id]["trace_context"].startswith(
+            f"00-{first['trace_id']}-{first['span_id']}-"
+        )
+        for step in later:
+            assert (step["trace_id"], step["parent_id"]) == (first["trace_id"], first["span_id"])
+        traces.add(first["trace_id"])
+    assert len(traces) == 4
+    assert not any(line.get("name") == "laneway.enqueue" for line in lines)
+
+
 async def test_a_graphql_operation_is_the_parent_of_its_enqueues(database_url: str) -> None:
     lines = await _side(database_url, "graphql")
     assert len([line for line in lines if "instance_id" in line]) == 2

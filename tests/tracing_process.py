@@ -3,7 +3,9 @@ in-memory exporter: `enqueue` (a request span that enqueues `flaky` with one fai
 prints the instance id), `graphql` (an enqueueWorkflows mutation through the schema),
 `documents` (operations with literal arguments, a long name, documents that do not parse),
 `template` (a template instance enqueued under a request span and run here),
-`work INSTANCE_ID` (an engine that runs it to completion) or `broken on_start|on_end` (with
+`work INSTANCE_ID` (an engine that runs it to completion) or `untraced` (instances enqueued
+by an engine that does not trace, run by one that does; `review` is left paused) and
+`resume INSTANCE_ID` (resumes it and runs it to completion) or `broken on_start|on_end` (with
 a span processor that raises there for Laneway's spans: instances enqueued and run, their
 outcomes and the tracing module's log lines printed) or `off settings|environment` (the same
 work inside a host's span, with tracing off in the settings, or in LANEWAY_TRACING read
@@ -11,7 +13,8 @@ through Settings.from_env) or `caller` (GraphQL over HTTP: with a caller's `trac
 with an invalid one, with none). Each prints its finished spans as JSON
 lines: name, trace and span ids, parent, links, attributes.
 
-Run as `python -m tests.tracing_process enqueue|graphql|documents|template|caller|work [ID]` (or
+Run as `python -m tests.tracing_process enqueue|graphql|documents|template|caller|untraced`,
+`work ID`, `resume ID` (or
 `broken HOOK`, `off SOURCE`) with TRACING_DATABASE_URL set.
 """
 
@@ -28,7 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from app.examples import flaky
+from app.examples import flaky, review
 from laneway import (
     Operation,
     OperationContext,
@@ -208,6 +211,41 @@ async def _caller() -> None:
             assert "errors" not in response.json(), response.text
 
 
+async def _untraced() -> None:
+    """Instances enqueued untraced (this engine's tracing off, inside a request's span that
+    must not become theirs), then run here by an engine that traces: `flaky` failing once and
+    not at all, the `traced` template, and `review` (paused; `resume ID` finishes it). Prints
+    each instance's id and the trace context kept with it."""
+    async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
+        workflows = (flaky, review, TRACED_TEMPLATE)
+        untraced = make_engine(store, *workflows, tracing=False)
+        with trace.get_tracer("test").start_as_current_span("request"):
+            enqueued = [
+                await untraced.enqueue("flaky", {"failTimes": 1}),
+                await untraced.enqueue("flaky", {"failTimes": 0}),
+                await untraced.enqueue("traced", {}),
+                await untraced.enqueue("review", {}),
+            ]
+        engine = make_engine(store, *workflows, poll_interval_seconds=0.05)
+        async with engine.running():
+            statuses = [Status.COMPLETED] * 3 + [Status.PAUSED]
+            for answer, status in zip(enqueued, statuses, strict=True):
+                await until_status(store, answer.instance_id, status, timeout=30)
+        for answer in enqueued:
+            record = await store.get_instance(answer.instance_id)
+            assert record is not None
+            line = {"instance_id": str(record.instance_id), "workflow": record.name}
+            print(json.dumps(line | {"trace_context": record.trace_context}), flush=True)
+
+
+async def _resume(instance: str) -> None:
+    async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
+        engine = make_engine(store, review, poll_interval_seconds=0.05)
+        async with engine.running():
+            await engine.resume(UUID(instance), {"decision": "approve"})
+            await until_status(store, UUID(instance), Status.COMPLETED, timeout=30)
+
+
 async def _every_kind_of_span(settings: Settings) -> None:
     async with open_services(settings, workflows=[TRACED_TEMPLATE]) as services:
         engine = services.engine
@@ -238,6 +276,10 @@ async def main(role: str, instance: str | None) -> None:
     if role == "off":
         assert instance is not None
         await _off(instance)
+        _dump()
+        return
+    if role in ("untraced", "resume"):
+        await (_untraced() if instance is None else _resume(instance))
         _dump()
         return
     if role == "template":

@@ -266,9 +266,13 @@ async def run_instance(
                 write = await _call_handler(ctx, workflow, action, record.lease_epoch, tools)
             except LeaseLostError:
                 return None
-            if isinstance(write, FailWrite) and traced is not None:
-                tracing.mark_failed(write.error)  # this step's span, not one around it
-                write = dataclasses.replace(write, trace=traced)
+            if traced is not None:
+                if isinstance(write, FailWrite):
+                    tracing.mark_failed(write.error)  # this step's span, not one around it
+                if isinstance(write, FailWrite) or record.trace_context is None:
+                    # Its first traced step's context becomes the instance's when its enqueue
+                    # left none, carried by this write: its later steps join this trace.
+                    write = dataclasses.replace(write, trace=traced)
         observe.step_finished(workflow.name, action, time.perf_counter() - started)
         parked = isinstance(write, CheckpointWrite) and (
             write.pause_label is not None or write.wait_json is not None
@@ -312,6 +316,8 @@ async def run_instance(
             # Shutting down: the step is recorded, the next one is another process's.
             run.handed_back = True
             return None
+        if write.trace is not None:  # kept with the instance now (see above): so here too
+            record = dataclasses.replace(record, trace_context=write.trace)
         stage = ctx.stage
         # The state the checkpoint wrote: the handler may have given ctx.state a new dict.
         state = ctx.state
@@ -354,6 +360,7 @@ def _failed_attempt(
         type=failure.type,
         message=failure.message,
         stage=write.stage,
+        trace=write.trace,
     )
 
 

@@ -4,7 +4,9 @@ Owns the spans the engine makes and the trace contexts it keeps with instances (
 traceparent strings: migrations/0018_traces.sql). An enqueue's context is stored with its
 instance, so the spans of its steps, in whatever process runs them, are children of the span
 that enqueued it; a retried step's span links to the span of the instance's first failed
-attempt. The process's tracer provider is the application's to configure (the SDK, an
+attempt. An instance enqueued untraced gets the context of its first traced step instead (a
+root span; the step's own write keeps it: runner.py, migrations/0033), so its later steps
+join that step's trace. The process's tracer provider is the application's to configure (the SDK, an
 exporter); Laneway only uses the API.
 
 `pip install laneway[otel]` brings the OpenTelemetry API and SDK; without them `AVAILABLE`
@@ -125,9 +127,12 @@ def _span(
             linked = trace.get_current_span(_context_of(link_to)).get_span_context()
             if linked.is_valid:
                 links.append(Link(linked))
+        # A step with no trace to join starts one (an empty context), whatever span its task
+        # inherited; any other span is a child of the current one.
+        root = otel_context.Context() if step else None
         made = trace.get_tracer(TRACER_NAME).start_span(
             name,
-            context=_context_of(parent) if parent else None,
+            context=_context_of(parent) if parent else root,
             kind=SpanKind.CONSUMER if step else SpanKind.INTERNAL,
             attributes=dict(attributes or {}),
             links=links,

@@ -311,6 +311,8 @@ def runner_batch_args(
         _column([o.metadata_json for _, _, o in outcomes]),
         _column([o.seconds for _, _, o in outcomes]),
         _column([max(now - o.finished_at, 0.0) for _, _, o in outcomes]),
+        _column([w.trace for w in checkpoints]),
+        _column([w.trace for w in completions]),
     )
 
 

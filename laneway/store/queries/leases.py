@@ -216,25 +216,27 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 # operation outcomes (templates): $32 instance ids, $33 lease epochs, $34 operation ids,
 #   $35 stages, $36 positions, $37 types, $38 statuses, $39 attempts, $40 errors, $41 data
 #   and $42 metadata (json text[]), $43 seconds each ran, $44 seconds since each finished.
+# $45 the checkpoints' and $46 the completions' spans' trace contexts (W3C traceparent, NULL:
+#   none), kept only by an instance that has none (its enqueue was not traced).
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
 # connection, not on every call.
-_BATCH_ARGS = ", ".join(f"${n}" for n in range(1, 45))  # the 44 above, in order
+_BATCH_ARGS = ", ".join(f"${n}" for n in range(1, 47))  # the 46 above, in order
 WRITE_RUNNER_BATCH = f"""
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
        {_DRAWN} AS last_event_id
   FROM laneway.write_runner_batch({_BATCH_ARGS})
 """
 
-# The 44 above, then $45 the run keys registered here ('name@version', text[]) and $46 at most
+# The 46 above, then $47 the run keys registered here ('name@version', text[]) and $48 at most
 # this many instances to claim: the group commit and, in its transaction, the claim of the
 # room it freed (laneway/store/sql/functions.sql). The batch's rows first (`claimed` NULL),
 # then one row per claimed instance (`claimed` its row); each with its doorbell's event id.
 WRITE_RUNNER_BATCH_AND_CLAIM = f"""
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
        last_event_id, claimed
-  FROM laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $45, $46)
+  FROM laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $47, $48)
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances

@@ -677,7 +677,7 @@ $$;
 
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
 -- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021; answers 0026;
--- a failure's stage on the instance 0032).
+-- a failure's stage on the instance 0032; the first traced step's context 0033).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
@@ -688,6 +688,10 @@ $$;
 -- Then (0021) the completions' stages and messages (the last step's report, NULL: keep) and the
 -- operation outcomes to record: instance ids, lease epochs, operation ids, stages, positions,
 -- types, statuses, attempts, errors, data and metadata (json text), seconds run, seconds ago.
+-- Then (0033) the checkpoints' and the completions' spans' trace contexts (W3C traceparent,
+-- NULL: none). An instance kept no trace context when its enqueue was not traced; the first
+-- step that is (a checkpoint, a completion or a failed attempt: $29) leaves its span's context
+-- with it instead, so that its later steps, in whatever process, join that one trace.
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
 -- A checkpoint saves state and the next action and renews the lease, or parks the instance
 -- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
@@ -748,7 +752,9 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_operation_data text[],
     p_operation_metadata text[],
     p_operation_seconds double precision[],
-    p_operation_ago double precision[]
+    p_operation_ago double precision[],
+    p_checkpoint_traces text[],
+    p_completion_traces text[]
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -784,12 +790,13 @@ BEGIN
                owner_id = CASE WHEN NOT u.parked THEN i.owner_id END,
                lease_expires_at = CASE WHEN NOT u.parked
                                        THEN now() + $2 * interval '1 second' END,
+               trace_context = COALESCE(i.trace_context, u.trace),  -- its first step's (0033)
                lease_renewed_at = now(), updated_at = now()
           FROM (SELECT u.*, $1 AS owner, u.wait_json::jsonb AS wait,
                        u.pause_label IS NOT NULL OR u.wait_json IS NOT NULL AS parked
-                  FROM unnest($4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $23)
+                  FROM unnest($4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $23, $45)
                        AS u (instance_id, state, next_action, next_params, progress, message,
-                             stage, pause_label, epoch, attempt, wait_json)
+                             stage, pause_label, epoch, attempt, wait_json, trace)
                 OFFSET 0) AS u
          WHERE i.instance_id = ANY($4)
            AND i.instance_id = u.instance_id
@@ -803,10 +810,11 @@ BEGIN
            SET status = 'completed', result = u.result::jsonb, state = u.state::jsonb,
                next_action = NULL, next_params = NULL, progress = 1, owner_id = NULL,
                stage = COALESCE(u.stage, i.stage), message = COALESCE(u.message, i.message),
+               trace_context = COALESCE(i.trace_context, u.trace),
                lease_expires_at = NULL, updated_at = now(), finished_at = now()
           FROM (SELECT u.*, $1 AS owner
-                  FROM unnest($14, $15, $16, $17, $30, $31)
-                       AS u (instance_id, result, state, epoch, stage, message)
+                  FROM unnest($14, $15, $16, $17, $30, $31, $46)
+                       AS u (instance_id, result, state, epoch, stage, message, trace)
                 OFFSET 0) AS u
          WHERE i.instance_id = ANY($14)
            AND i.instance_id = u.instance_id
@@ -827,6 +835,7 @@ BEGIN
                last_error = u.error, owner_id = NULL, lease_expires_at = NULL,
                stage = COALESCE(u.stage, i.stage),  -- where it failed (0032)
                first_failed_trace = COALESCE(i.first_failed_trace, u.trace),
+               trace_context = COALESCE(i.trace_context, u.trace),
                updated_at = now()
           FROM (SELECT u.*, $1 AS owner
                   FROM unnest($18, $19, $20, $21, $22, $24, $25, $26, $27, $28, $29)
@@ -986,6 +995,8 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch_and_claim(
     p_operation_metadata text[],
     p_operation_seconds double precision[],
     p_operation_ago double precision[],
+    p_checkpoint_traces text[],
+    p_completion_traces text[],
     p_names text[],
     p_limit integer
 ) RETURNS TABLE (
@@ -1019,7 +1030,8 @@ BEGIN
                p_completion_messages, p_operation_instance_ids, p_operation_epochs,
                p_operation_ids, p_operation_stages, p_operation_positions, p_operation_types,
                p_operation_statuses, p_operation_attempts, p_operation_errors,
-               p_operation_data, p_operation_metadata, p_operation_seconds, p_operation_ago) AS w;
+               p_operation_data, p_operation_metadata, p_operation_seconds, p_operation_ago,
+               p_checkpoint_traces, p_completion_traces) AS w;
     IF p_limit > 0 AND cardinality(p_names) > 0 THEN
         RETURN QUERY
         SELECT NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
