@@ -1,8 +1,9 @@
 """OpenTelemetry traces across two processes (issue #20, point 2): the steps' spans, run by a
 worker process, belong to the trace of the request that enqueued the instance in another; a
 retried attempt's span links to the first attempt's; every span carries the workflow,
-instance, queue and attempt. Each process uses the SDK's in-memory exporter
-(tests/tracing_process.py)."""
+instance, queue and attempt. A claim links to the traces of what it claimed, and their steps
+link to it. An instance enqueued untraced is one trace, from its first traced step. Each
+process uses the SDK's in-memory exporter (tests/tracing_process.py)."""
 
 import json
 import sys
@@ -54,9 +55,46 @@ async def test_steps_in_another_process_belong_to_the_enqueues_trace(database_ur
         assert step["attributes"]["laneway.instance_id"] == instance_id
         assert step["attributes"]["laneway.queue"] == "flaky"
     assert [s["attributes"]["laneway.attempt"] for s in steps] == [1, 2]
-    assert first["links"] == []
-    assert retry["links"] == [first["span_id"]]  # the retry links to the first attempt
-    assert any(line["name"] == "laneway.claim" for line in working)
+    claims = {line["span_id"]: line for line in working if line["name"] == "laneway.claim"}
+    # Each attempt links to the claim that started its run; the retry links to the first
+    # attempt first. The claim is a trace of its own, linked to the instance's trace.
+    assert [link in claims for link in first["links"]] == [True]
+    assert retry["links"][0] == first["span_id"]
+    assert [link in claims for link in retry["links"][1:]] == [True]
+    for step in steps:
+        claim = claims[step["links"][-1]]
+        assert claim["links"] == [enqueue["span_id"]]
+        assert claim["attributes"]["laneway.count"] == 1
+        assert claim["trace_id"] != step["trace_id"]
+
+
+async def test_a_claim_links_to_what_it_claimed_and_their_steps_link_to_it(
+    database_url: str,
+) -> None:
+    lines = await _side(database_url, "claims")
+    (rides,) = [line["rides"] for line in lines if "rides" in line]
+    assert sum(rides) >= 1  # a claim rode on a group commit, and is a span too
+    ids = [line["instance_id"] for line in lines if "instance_id" in line]
+    spans = [line for line in lines if "name" in line]
+    claims = {s["span_id"]: s for s in spans if s["name"] == "laneway.claim"}
+    enqueues = {
+        s["attributes"]["laneway.instance_id"]: s for s in spans if s["name"] == "laneway.enqueue"
+    }
+    steps = {
+        s["attributes"]["laneway.instance_id"]: s
+        for s in spans
+        if s["name"].startswith("laneway.step ")
+    }
+    assert set(steps) == set(ids)
+    for instance_id, step in steps.items():
+        # The claim is the batch's receive span: linked to each claimed instance's trace
+        # (its enqueue's span). The step stays in the instance's trace and links to the claim.
+        assert step["parent_id"] == enqueues[instance_id]["span_id"]
+        (claimed_by,) = step["links"]
+        claim = claims[claimed_by]
+        assert enqueues[instance_id]["span_id"] in claim["links"]
+        assert claim["attributes"]["laneway.count"] == len(claim["links"])
+    assert len({step["links"][0] for step in steps.values()}) == 3  # one claim each
 
 
 async def test_an_instance_enqueued_untraced_is_one_trace_from_its_first_step(

@@ -5,7 +5,8 @@ prints the instance id), `graphql` (an enqueueWorkflows mutation through the sch
 `template` (a template instance enqueued under a request span and run here),
 `work INSTANCE_ID` (an engine that runs it to completion) or `untraced` (instances enqueued
 by an engine that does not trace, run by one that does; `review` is left paused) and
-`resume INSTANCE_ID` (resumes it and runs it to completion) or `broken on_start|on_end` (with
+`resume INSTANCE_ID` (resumes it and runs it to completion) or `claims` (instances claimed one
+at a time, by the loop and by group commits) or `broken on_start|on_end` (with
 a span processor that raises there for Laneway's spans: instances enqueued and run, their
 outcomes and the tracing module's log lines printed) or `off settings|environment` (the same
 work inside a host's span, with tracing off in the settings, or in LANEWAY_TRACING read
@@ -14,6 +15,7 @@ with an invalid one, with none). Each prints its finished spans as JSON
 lines: name, trace and span ids, parent, links, attributes.
 
 Run as `python -m tests.tracing_process enqueue|graphql|documents|template|caller|untraced`,
+`claims`,
 `work ID`, `resume ID` (or
 `broken HOOK`, `off SOURCE`) with TRACING_DATABASE_URL set.
 """
@@ -47,7 +49,7 @@ from laneway.model import Status
 from laneway.services import open_services
 from laneway.store import open_store
 from tests.api.conftest import executor, live_server, make_settings
-from tests.engine.helpers import make_engine, until_status
+from tests.engine.helpers import make_engine, until_status, watch_claims
 
 EXPORTER = InMemorySpanExporter()
 
@@ -238,6 +240,26 @@ async def _untraced() -> None:
             print(json.dumps(line | {"trace_context": record.trace_context}), flush=True)
 
 
+async def _claims() -> None:
+    """Three `flaky` instances, each enqueued under a request span of its own, run one at a
+    time (concurrency 1): the loop claims the first, and each commit that ends a run claims
+    the next in its own transaction. Prints the instance ids, and how many instances each
+    claim that rode on a commit took."""
+    async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
+        engine = make_engine(store, flaky, poll_interval_seconds=0.05, concurrency=1)
+        ids = []
+        for _ in range(3):
+            with trace.get_tracer("test").start_as_current_span("request"):
+                ids.append((await engine.enqueue("flaky", {"failTimes": 0})).instance_id)
+        seen = watch_claims(store)
+        async with engine.running():
+            for instance_id in ids:
+                await until_status(store, instance_id, Status.COMPLETED, timeout=30)
+        for instance_id in ids:
+            print(json.dumps({"instance_id": str(instance_id)}), flush=True)
+        print(json.dumps({"rides": seen.rides}), flush=True)
+
+
 async def _resume(instance: str) -> None:
     async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
         engine = make_engine(store, review, poll_interval_seconds=0.05)
@@ -276,6 +298,10 @@ async def main(role: str, instance: str | None) -> None:
     if role == "off":
         assert instance is not None
         await _off(instance)
+        _dump()
+        return
+    if role == "claims":
+        await _claims()
         _dump()
         return
     if role in ("untraced", "resume"):

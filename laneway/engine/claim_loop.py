@@ -98,7 +98,7 @@ class ClaimLoop:
         self._group: asyncio.TaskGroup | None = None
         self._stopping: asyncio.Event | None = None
         self._replaced: DatabaseNewerError | None = None  # a newer release migrated meanwhile
-        self._committer = Committer(store, owner_id, lease_seconds, rider=self)
+        self._committer = Committer(store, owner_id, lease_seconds, rider=self, tracing=tracing)
         # A claim takes at most half the slots, so a busy engine runs two cohorts: one is
         # claimed while the other's group commit is in flight, instead of the claim and the
         # commit taking turns (no-op instances, 20,000 queued: ~9,000/s instead of ~7,500/s).
@@ -152,7 +152,9 @@ class ClaimLoop:
         limit = min(self._cohort, self.concurrency - len(self._runs) + freed)
         return self._registry.runs(), max(limit, 0)
 
-    def committed(self, token: int, commit: GroupCommit | None, limit: int) -> None:
+    def committed(
+        self, token: int, commit: GroupCommit | None, limit: int, traced: str | None
+    ) -> None:
         """A group commit is in, or failed (None) (ClaimRider): start what its claim took, and
         wake the loop when room it freed may be left (a commit that did not claim, or whose
         claim got all it asked for, a cohort's worth)."""
@@ -163,7 +165,7 @@ class ClaimLoop:
         if commit.claimed and self._group is not None:
             self._observer.claimed(commit.claimed, self.lease_seconds)
             for record in commit.claimed:
-                self._start(self._group, record)
+                self._start(self._group, record, traced)
         if limit > 0:
             self._slots_bound = len(commit.claimed) == limit
             if self._slots_bound:
@@ -299,19 +301,22 @@ class ClaimLoop:
             if transition.status.is_terminal:
                 await self._on_terminal(transition)
 
-    async def claim(self, limit: int | None = None) -> list[InstanceRecord]:
+    async def claim(self, limit: int | None = None) -> tuple[list[InstanceRecord], str | None]:
+        """Claim up to `limit` due instances; and the traceparent of the claim's span, or None."""
         free = self.concurrency - len(self._runs)
         limit = free if limit is None else min(limit, free)
         token, rung = self._doorbells.writing(), None
         try:
-            with tracing.span("laneway.claim", {"laneway.limit": limit}, on=self._tracing):
+            with tracing.span("laneway.claim", {"laneway.limit": limit}, on=self._tracing) as span:
                 claimed, rung = await self._store.claim_rung(
                     self.owner_id, self._registry.runs(), limit, self.lease_seconds
                 )
+                if span:  # a batch's receive: linked to each instance's trace (tracing.py)
+                    tracing.link_claimed(claimed)
         finally:
             self._doorbells.wrote(token, rung)
         self._observer.claimed(claimed, self.lease_seconds)
-        return claimed
+        return claimed, span
 
     async def tick(self) -> int:
         """One full round: maintenance, claim, and run what was claimed to its end.
@@ -319,11 +324,11 @@ class ClaimLoop:
         Returns how many instances were run. Tests drive the engine with this.
         """
         await self.maintain()
-        claimed = await self.claim()
+        claimed, traced = await self.claim()
         if claimed:
             async with asyncio.TaskGroup() as group:
                 for record in claimed:
-                    self._start(group, record)
+                    self._start(group, record, traced)
         return len(claimed)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -390,7 +395,7 @@ class ClaimLoop:
                 elif is_due(self._times.schedules):
                     claimable = await self._fire_schedules() or woken
                 limit = min(self._cohort, self.concurrency - len(self._runs))
-                claimed = await self.claim(limit) if claimable and limit > 0 else []
+                claimed, traced = await self.claim(limit) if claimable and limit > 0 else ([], None)
                 # A claim that got fewer than it asked for was bound by the queues' room (or
                 # their due work), which only a commit or another process can change.
                 self._slots_bound = limit <= 0 or len(claimed) == limit
@@ -406,7 +411,7 @@ class ClaimLoop:
                 await wait(stopping, delay)
                 continue
             for record in claimed:
-                self._start(group, record)
+                self._start(group, record, traced)
             if claimed and len(claimed) == limit and len(self._runs) < self.concurrency:
                 continue  # there may be more due work right now
             if claimable and limit > 0 and not claimed:
@@ -457,8 +462,8 @@ class ClaimLoop:
         finally:
             self._token_checking = False
 
-    def _start(self, group: asyncio.TaskGroup, record: InstanceRecord) -> None:
-        run = Run(record=record)
+    def _start(self, group: asyncio.TaskGroup, record: InstanceRecord, traced: str | None) -> None:
+        run = Run(record=record, claimed_by=traced)
         self._runs[record.instance_id] = run
         run.task = group.create_task(self._run(run), name=f"laneway-run-{record.instance_id}")
 

@@ -5,7 +5,8 @@ template operations' outcomes of every runner here) in one transaction, and the 
 sent the moment the answer to the one before is in. A batch the database refused for what it
 held (not because it went away) is written again one write per transaction, so that one
 write's fault fails that write alone. Also the hand-back of an instance whose write failed
-because the database went away. What a write means: laneway/writes.py.
+because the database went away, and, when tracing, the span of a claim that rode on a commit
+(tracing.claim_span). What a write means: laneway/writes.py.
 """
 
 import asyncio
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeGuard
 from uuid import UUID
 
-from laneway.engine import faults
+from laneway.engine import faults, tracing
 from laneway.engine.failures import type_name
 from laneway.errors import LeaseLostError, StepWriteRefusedError
 from laneway.model import GroupCommit, Transition
@@ -39,6 +40,7 @@ class _Flight:
     token: int
     limit: int
     answer: "asyncio.Task[GroupCommit]"
+    sent_ns: int = 0  # when it was sent (wall clock), for its claim's span; 0: not traced
 
 
 class ClaimRider(Protocol):
@@ -54,9 +56,11 @@ class ClaimRider(Protocol):
         """A batch is being written; returns its token for `committed`."""
         ...
 
-    def committed(self, token: int, commit: GroupCommit | None, limit: int) -> None:
+    def committed(
+        self, token: int, commit: GroupCommit | None, limit: int, traced: str | None
+    ) -> None:
         """The batch committed (`limit`: what its claim asked for), or failed (None); start
-        what it claimed."""
+        what it claimed (`traced`: its claim's span, when traced, for its steps' links)."""
         ...
 
 
@@ -70,11 +74,13 @@ class Committer:
         owner_id: str,
         lease_seconds: float,
         rider: ClaimRider | None = None,
+        tracing: bool = False,
     ) -> None:
         self._store = store
         self._owner_id = owner_id
         self._lease_seconds = lease_seconds
         self._rider = rider
+        self._tracing = tracing  # a claim that rides on a commit is a span (tracing.py)
         self._queued: list[_Queued] = []
         self._alone: list[_Queued] = []  # of a refused batch: each sent in a batch of its own
         self._flusher: asyncio.Task[None] | None = None
@@ -149,7 +155,7 @@ class Committer:
             for flight in flights:
                 flight.answer.cancel()
                 if self._rider is not None:
-                    self._rider.committed(flight.token, None, flight.limit)
+                    self._rider.committed(flight.token, None, flight.limit, None)
             left = [q for flight in flights for q in flight.batch] + self._alone + self._queued
             self._queued, self._alone = [], []
             if isinstance(exc, Exception):
@@ -180,7 +186,8 @@ class Committer:
                 self._owner_id, self._lease_seconds, writes, runs=runs, claim_limit=limit
             )
         )
-        return _Flight(batch=batch, token=token, limit=limit, answer=answer)
+        sent_ns = time.time_ns() if self._tracing and limit else 0
+        return _Flight(batch=batch, token=token, limit=limit, answer=answer, sent_ns=sent_ns)
 
     async def _settle(self, flight: _Flight, commit: GroupCommit | Exception) -> None:
         """Hand a batch's answer out: the rider starts what it claimed, then each write's
@@ -189,9 +196,11 @@ class Committer:
         rider = self._rider
         try:
             if rider is not None:
-                rider.committed(
-                    flight.token, None if isinstance(commit, Exception) else commit, flight.limit
-                )
+                done = None if isinstance(commit, Exception) else commit
+                claimed_by = None
+                if flight.sent_ns and done is not None and done.claimed:
+                    claimed_by = tracing.claim_span(flight.sent_ns, flight.limit, done.claimed)
+                rider.committed(flight.token, done, flight.limit, claimed_by)
             if _refused(commit):  # a batch of one by now (_flush_all): this write's own fault
                 raise StepWriteRefusedError(
                     f"the database refused this step's write: {type_name(commit)}: {commit}"

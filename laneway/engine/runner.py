@@ -207,6 +207,7 @@ class Run:
     record: InstanceRecord
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     task: "asyncio.Task[None] | None" = None
+    claimed_by: str | None = None  # the span of the claim that started it (tracing.py)
     draining: bool = False  # the process is stopping: end at the next checkpoint
     handed_back: bool = False  # stopped at a checkpoint while draining; still leased here
     # The write that ends this run here committed (terminal, paused, retry pending): the lease
@@ -261,7 +262,9 @@ async def run_instance(
         if faults.ARMED:
             await faults.hit("before_step")
         started = time.perf_counter()
-        with tracing.step_span(record, workflow.name, action, attempt, on=trace_steps) as traced:
+        with tracing.step_span(
+            record, workflow.name, action, attempt, run.claimed_by, on=trace_steps
+        ) as traced:
             try:
                 write = await _call_handler(ctx, workflow, action, record.lease_epoch, tools)
             except LeaseLostError:

@@ -6,8 +6,9 @@ instance, so the spans of its steps, in whatever process runs them, are children
 that enqueued it; a retried step's span links to the span of the instance's first failed
 attempt. An instance enqueued untraced gets the context of its first traced step instead (a
 root span; the step's own write keeps it: runner.py, migrations/0033), so its later steps
-join that step's trace. The process's tracer provider is the application's to configure (the SDK, an
-exporter); Laneway only uses the API.
+join that step's trace. A claim's span links to the trace of each instance it claimed, and
+each step's span to the claim that started its run. The process's tracer provider is the
+application's to configure (the SDK, an exporter); Laneway only uses the API.
 
 `pip install laneway[otel]` brings the OpenTelemetry API and SDK; without them `AVAILABLE`
 is False and every helper here returns at once. Whether a process traces is its settings'
@@ -24,7 +25,7 @@ kind of call in the process, and the work goes on, untraced where the span could
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from laneway.model import InstanceRecord
@@ -63,6 +64,14 @@ def current_traceparent() -> str | None:
 def _context_of(traceparent: str | None) -> Any:
     assert _PROPAGATOR is not None
     return _PROPAGATOR.extract({"traceparent": traceparent}) if traceparent else None
+
+
+def _linked(traceparent: str | None) -> Any | None:
+    """The span context a traceparent names, or None (no traceparent, or not a valid one)."""
+    if not traceparent:
+        return None
+    linked = trace.get_current_span(_context_of(traceparent)).get_span_context()
+    return linked if linked.is_valid else None
 
 
 _OFF: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
@@ -107,7 +116,7 @@ def span(
     is set and there is no current span (such a span would carry no context)."""
     if _skipped(on):
         return _OFF
-    return _span(name, attributes, None, None, False)
+    return _span(name, attributes, None, (), False)
 
 
 @contextlib.contextmanager
@@ -115,18 +124,14 @@ def _span(
     name: str,
     attributes: Mapping[str, str | int] | None,
     parent: str | None,
-    link_to: str | None,
+    link_to: Sequence[str | None],
     step: bool,
 ) -> Iterator[str | None]:
-    """The span of `span`, `lazy_span` and `step_span`: started, current for the block, ended.
-    A call that raises is reported (`_report`) and the block goes on, untraced if the span
-    did not start."""
+    """The span of `span`, `lazy_span` and `step_span`: started, current for the block, ended;
+    linked to the spans `link_to` names. A call that raises is reported (`_report`) and the
+    block goes on, untraced if the span did not start."""
     try:
-        links = []
-        if link_to:
-            linked = trace.get_current_span(_context_of(link_to)).get_span_context()
-            if linked.is_valid:
-                links.append(Link(linked))
+        links = [Link(linked) for linked in map(_linked, link_to) if linked is not None]
         # A step with no trace to join starts one (an empty context), whatever span its task
         # inherited; any other span is a child of the current one.
         root = otel_context.Context() if step else None
@@ -254,16 +259,23 @@ def lazy_span(
 ) -> contextlib.AbstractContextManager[str | None]:
     """A span around the block, a child of the current step's, with attributes built only
     now; called where `in_traced_step` said yes (this runs per operation)."""
-    return _span(name, attributes(), None, None, False)
+    return _span(name, attributes(), None, (), False)
 
 
 def step_span(
-    record: InstanceRecord, workflow: str, action: str, attempt: int, *, on: bool
+    record: InstanceRecord,
+    workflow: str,
+    action: str,
+    attempt: int,
+    claimed_by: str | None,
+    *,
+    on: bool,
 ) -> contextlib.AbstractContextManager[str | None]:
     """The span of one step of `record`: a child of the span that enqueued it, linked to its
-    first failed attempt's span on a retry. Its attributes are built only when tracing is on
-    (`on`: the engine's settings; this runs for every step). With no tracer provider set and
-    no enqueue's context to carry on, no span (it would carry no context)."""
+    first failed attempt's span on a retry, then to the span of the claim that started its
+    run (`claimed_by`). Its attributes are built only when tracing is on (`on`: the engine's
+    settings; this runs for every step). With no tracer provider set and no enqueue's context
+    to carry on, no span (it would carry no context)."""
     if not (on and AVAILABLE) or (record.trace_context is None and _unconfigured()):
         return _OFF
     return _span(
@@ -276,9 +288,61 @@ def step_span(
             "laneway.attempt": attempt,
         },
         record.trace_context,  # the enqueue's span, in whatever process it was
-        record.first_failed_trace if attempt > 1 else None,
+        (record.first_failed_trace if attempt > 1 else None, claimed_by),
         True,
     )
+
+
+# A claim is a batch consumer's receive: its span links to the trace of each instance it
+# claimed (the enqueue's span, as messaging conventions link a receive to each message's
+# creation context), and each step of a run it started links back to it (runner.py), while
+# staying in its own instance's trace.
+
+
+def _claim_links(claimed: Sequence[InstanceRecord]) -> list[Any]:
+    """A link to the trace of each claimed instance that has one, naming the instance."""
+    return [
+        Link(linked, {"laneway.instance_id": str(record.instance_id)})
+        for record in claimed
+        if (linked := _linked(record.trace_context)) is not None
+    ]
+
+
+def link_claimed(claimed: Sequence[InstanceRecord]) -> None:
+    """Link the current span (a claim's, made here) to the trace of each instance it claimed
+    that has one, and set `laneway.count`; called only inside it (it yielded a traceparent)."""
+    try:
+        claim = trace.get_current_span()
+        claim.set_attribute("laneway.count", len(claimed))
+        for link in _claim_links(claimed):
+            claim.add_link(link.context, link.attributes)
+    except Exception as error:
+        _report("attributes", error)
+
+
+def claim_span(started_ns: int, limit: int, claimed: Sequence[InstanceRecord]) -> str | None:
+    """The span of a claim that rode on a group commit (in its transaction, from when the
+    commit was sent, `started_ns`, until now) and claimed `claimed`: a trace of its own (the
+    commit's task may have been made inside any step), linked as `link_claimed` links. Made
+    once it is known to have claimed something. Returns its traceparent, for its runs'
+    steps to link to (None where `span` would make none, or it could not be made)."""
+    if not AVAILABLE or _unconfigured():  # as `span` with no current span
+        return None
+    try:
+        made = trace.get_tracer(TRACER_NAME).start_span(
+            "laneway.claim",
+            context=otel_context.Context(),
+            attributes={"laneway.limit": limit, "laneway.count": len(claimed)},
+            links=_claim_links(claimed),
+            start_time=started_ns,
+        )
+    except Exception as error:
+        _report("start", error)
+        return None
+    with current(made):
+        traceparent = current_traceparent()
+    _end(made)
+    return traceparent
 
 
 def annotate(attributes: Mapping[str, str | int]) -> None:

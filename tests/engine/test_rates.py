@@ -168,7 +168,8 @@ async def test_next_token_due_follows_the_claims_bucket(store: Store) -> None:
     await engine.enqueue_many([EnqueueRequest(name="slow") for _ in range(2)])
     assert (await store.next_token_due(["slow@1"])).due_in == 0.0  # the bucket holds one
     assert (await store.next_token_due(["plain@1"])).due_in is None  # not registered here
-    assert len(await engine.claim_loop.claim()) == 1  # the one token
+    claimed, _ = await engine.claim_loop.claim()
+    assert len(claimed) == 1  # the one token
     due_in = (await store.next_token_due(["slow@1"])).due_in
     assert due_in is not None
     assert 0.5 < due_in <= 1.0  # a token a second
