@@ -6,6 +6,7 @@ them all into a temporary folder outside the checkout and run them there with th
 fresh database per test as DATABASE_URL, the server itself as LANEWAY_TEST_DATABASE_URL for
 the pytest example. The `text` block is what `python main.py` prints. The python blocks pass
 `mypy --strict` too, so that a project that copies them and checks strictly stays clean.
+`telemetry.py` is run with a worker by tests/test_readme_traces.py.
 
 Shell blocks are run too, each in its own way (SHELL_CHECKS names them; a block that no check
 claims fails `test_every_block_is_checked`):
