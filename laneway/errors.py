@@ -8,6 +8,7 @@ LanewayError
 ├── BulkStoppedError     a bulk action stopped at its time, part done (run it again)
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
 ├── MigrationsMissingError  the installation carries no migration files (internal)
+├── MigrationsPendingError  the database lacks migrations of this Laneway, left unapplied (internal)
 └── DatabaseNewerError   a newer Laneway migrated the database (internal)
 
 Knows nothing of GraphQL or HTTP: laneway/api maps each class to an `extensions.code`.
@@ -142,3 +143,27 @@ class DatabaseNewerError(LanewayError):
             f" ship ({', '.join(unknown)}); run the newer release (or upgrade this"
             f" installation), not this one"
         )
+
+
+class MigrationsPendingError(LanewayError):
+    """The database lacks migrations this Laneway ships, and what was asked does not migrate.
+
+    Raised by the commands that do not migrate (everything but serve, worker and migrate) on a
+    database an older release migrated: applying the migrations there would change the schema
+    under that release's processes, which stop at their next heartbeat. `pending` names the
+    migrations, in order; `fresh` says the database has no Laneway schema at all.
+    """
+
+    def __init__(self, pending: list[str], *, fresh: bool) -> None:
+        self.pending = pending
+        self.fresh = fresh
+        if fresh:
+            message = "the database has no Laneway schema yet, and this does not create it"
+        else:
+            shown = ", ".join(pending) if len(pending) <= 3 else f"{pending[0]} … {pending[-1]}"
+            message = (
+                f"migrations are pending: the database's schema is older than this Laneway's"
+                f" (it lacks {len(pending)} of the migrations this release ships: {shown}),"
+                f" and this does not migrate it"
+            )
+        super().__init__(message)

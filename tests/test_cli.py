@@ -569,7 +569,7 @@ second = Workflow("dup", handlers={"two": _one}, initial="two")
 
 
 async def test_two_different_workflows_of_one_name_and_version_are_refused(
-    tmp_path: Path,
+    tmp_path: Path, database_url: str
 ) -> None:
     # Not the first kept and the second dropped without a word. One object that two modules
     # hold (one imports it from the other) is one workflow, and no problem.
@@ -587,7 +587,7 @@ async def test_two_different_workflows_of_one_name_and_version_are_refused(
         "laneway: workflow module 'dups': a different workflow named 'dup' is registered"
         " with version '1'"
     )
-    env = environment(None, LANEWAY_WORKFLOWS="etl,reexports")
+    env = environment(database_url, LANEWAY_WORKFLOWS="etl,reexports")
     code, out, err = await run_process(
         [laneway_script, "workflows"], cwd=tmp_path, env=env, timeout=60
     )

@@ -1,6 +1,7 @@
 """`laneway` against a database it must not run on as it stands: one line, and nothing runs.
 
-A database a newer release migrated, and (with a role that only runs Laneway) what such a
+A database a newer release migrated, one an older release migrated (which only serve,
+worker and migrate bring up to date), and (with a role that only runs Laneway) what such a
 role may and may not do. The databases it cannot reach at all are in test_cli.py.
 """
 
@@ -8,27 +9,50 @@ import asyncio
 import json
 import signal
 import sys
+import uuid
+from collections.abc import AsyncIterator
 from uuid import UUID
 
 import asyncpg
+import pytest
 
 from laneway.model import Status
 from laneway.store import Store
-from laneway.store.migrate import migrations
+from laneway.store.databases import create_database, drop_database
+from laneway.store.migrate import apply_migrations, migrations
+from laneway.store.pool import connect
 from tests.runtime_role import runtime_role
 from tests.test_cli import ROOT, environment, laneway
 
 UNKNOWN_ID = "00000000-0000-7000-8000-000000000000"
 EVERY_START = (("migrate",), ("status", UNKNOWN_ID), ("worker",), ("serve", "--port", "0"))
+PROCESS_STARTS = tuple(command for command in EVERY_START if command[0] != "status")
+# Every command that reads or acts on instances without --url: none of them migrates.
+INSTANCE_COMMANDS = (
+    ("status", UNKNOWN_ID),
+    ("workflows",),
+    ("queues",),
+    ("preflight", "--workflows", "app.examples"),
+    ("enqueue", "hello", "--params", '{"name": "New"}'),
+    ("cancel", UNKNOWN_ID),
+    ("retry", "--filter", "name=hello", "--yes"),
+    ("signal", UNKNOWN_ID, "go"),
+    ("watch", "--instance", UNKNOWN_ID),
+)
 
 
-async def says_in_one_line(env: dict[str, str], says: str) -> list[str]:
-    """Run every kind of start; each must exit 1 with its one line (serve logs its start and
-    stop around it, no traceback). Returns the lines."""
+async def says_in_one_line(
+    env: dict[str, str],
+    says: str,
+    commands: tuple[tuple[str, ...], ...] = EVERY_START,
+    exit_code: int = 1,
+) -> list[str]:
+    """Run `commands` (every kind of start); each must exit `exit_code` with its one line
+    (serve logs its start and stop around it, no traceback). Returns the lines."""
     lines = []
-    for command in EVERY_START:
+    for command in commands:
         code, _, err = await laneway(*command, env=env)
-        assert code == 1, (command, err)
+        assert code == exit_code, (command, err)
         assert "Traceback" not in err, (command, err)
         if command[0] != "serve":
             assert len(err.strip().splitlines()) == 1, (command, err)
@@ -92,11 +116,74 @@ async def test_a_role_refused_a_privilege_or_a_connection_is_one_line_exit_1(
 ) -> None:
     async with runtime_role(database_url, connection_limit=0) as role_url:
         await says_in_one_line(environment(role_url), "cannot use the database: too many conn")
-    # A migration pending (a new release started before `laneway migrate`): it cannot apply it.
+    # A migration pending (a new release started before `laneway migrate`): it cannot apply it
+    # (and `status`, which never migrates, says that it is pending).
     last = migrations()[-1].name
     await admin.execute("DELETE FROM laneway.schema_migrations WHERE name = $1", last)
     async with runtime_role(database_url) as role_url:
+        env = environment(role_url)
         lines = await says_in_one_line(
-            environment(role_url), "cannot use the database: permission denied for database"
+            env, "cannot use the database: permission denied for database", PROCESS_STARTS
         )
+        await says_in_one_line(env, "migrations are pending", (("status", UNKNOWN_ID),), 3)
     assert all("the schema's owner" in line for line in lines), lines
+
+
+@pytest.fixture
+async def older_database_url(server_url: str) -> AsyncIterator[str]:
+    """A database as the previous release left it: every migration but the newest applied."""
+    name = f"o_{uuid.uuid4().hex[:12]}"
+    url = await create_database(server_url, name)
+    try:
+        conn = await connect(url)
+        try:
+            await apply_migrations(conn, migrations()[:-1])
+        finally:
+            await conn.close()
+        yield url
+    finally:
+        await drop_database(server_url, name)
+
+
+async def _applied(url: str) -> list[str]:
+    conn = await connect(url)
+    try:
+        if not await conn.fetchval("SELECT to_regclass('laneway.schema_migrations') IS NOT NULL"):
+            return []
+        return [r["name"] for r in await conn.fetch("SELECT name FROM laneway.schema_migrations")]
+    finally:
+        await conn.close()
+
+
+async def test_no_instance_command_migrates_a_database_an_older_release_runs_on(
+    older_database_url: str,
+) -> None:
+    # Found by an outside audit: the new release's `laneway preflight`, run against production
+    # before the rollout as the docs say, migrated the database (as did status, workflows and
+    # queues), and the old release's workers stopped at their next heartbeat.
+    env = environment(older_database_url)
+    newest = migrations()[-1].name
+    lines = await says_in_one_line(env, "migrations are pending", INSTANCE_COMMANDS, 3)
+    assert all(f"it lacks 1 of the migrations this release ships: {newest})" in x for x in lines)
+    assert all("--url" in line and "laneway migrate" in line for line in lines), lines
+    assert newest not in await _applied(older_database_url)  # the schema is as it was
+    code, out, err = await laneway("migrate", env=env)  # what does migrate: migrate
+    assert code == 0, err
+    assert json.loads(out)["applied"] == [newest]
+    code, _, err = await laneway("status", UNKNOWN_ID, env=env)
+    assert (code, err.strip()) == (1, f"laneway: no instance {UNKNOWN_ID}")
+
+
+async def test_an_instance_command_creates_no_schema_in_an_empty_database(
+    server_url: str,
+) -> None:
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    url = await create_database(server_url, name)
+    try:
+        (line,) = await says_in_one_line(
+            environment(url), "the database has no Laneway schema yet", (("queues",),), 3
+        )
+        assert "run `laneway migrate` first" in line
+        assert await _applied(url) == []
+    finally:
+        await drop_database(server_url, name)

@@ -2,10 +2,10 @@
 and queues enqueue, cancel, resume, retry, signal, status, workflows, queues and watch.
 
 Owns `main`: logging setup, the event loop and exit codes (0 ok, 1 not found, in the wrong
-status or failed, 2 bad input or a refused configuration, 130 interrupted by Ctrl-C, 141
-the reader of its output gone). The parser is parser.py, the process subcommands
-process.py, the instance subcommands commands.py (through client.py: remote.py with --url,
-local.py without), and what a person reads output.py.
+status or failed, 2 bad input or a refused configuration, 3 migrations pending, 130
+interrupted by Ctrl-C, 141 the reader of its output gone). The parser is parser.py, the
+process subcommands process.py, the instance subcommands commands.py (through client.py:
+remote.py with --url, local.py without), and what a person reads output.py.
 """
 
 import asyncio
@@ -90,6 +90,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except CommandError as exc:
         return _fail(str(exc), exc.exit_code)
     except LanewayError as exc:
+        refused = database_error(exc)  # a database this release must not use as it stands
+        if refused is not None:
+            return _fail(*refused)
         return _fail(str(exc), EXIT_USAGE if isinstance(exc, InvalidInputError) else EXIT_FAILED)
     except KeyboardInterrupt:
         # Ctrl-C before the command finished (watch, serve and worker take it as their normal

@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from laneway.errors import DatabaseNewerError, LanewayError
+from laneway.errors import DatabaseNewerError, LanewayError, MigrationsPendingError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_MIGRATIONS_PENDING = 3  # the database lacks this release's migrations; only serve, worker
+# and migrate apply them (an older release may still run there: docs/deploying.md#upgrading)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command that Ctrl-C stopped
 EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head -2`)
 
@@ -84,9 +86,22 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
     that is not one, or whose options the server refuses: 2; a server that cannot be reached,
     a database or role it does not have, a password it refuses, a privilege the role lacks,
     no connection or resource left for it, a session it ended at its start, a database a newer
-    Laneway migrated: 1), or None for any other error."""
+    Laneway migrated: 1; a database that lacks this release's migrations, which a command
+    other than serve, worker and migrate does not apply: 3), or None for any other error."""
     if isinstance(exc, DatabaseNewerError):
         return str(exc), EXIT_FAILED
+    if isinstance(exc, MigrationsPendingError):
+        if exc.fresh:
+            advice = "run `laneway migrate` first (serve and worker also migrate at start)"
+        else:
+            advice = (
+                "while the previous release runs, ask its server instead (--url BASE; `laneway"
+                " preflight --url BASE` checks a deploy there); to upgrade, stop that release's"
+                " processes, then run `laneway migrate` (docs/deploying.md#upgrading)"
+            )
+        return f"{exc}: {advice}", EXIT_MIGRATIONS_PENDING
+    if isinstance(exc, LanewayError):
+        return None  # not the database's: said as it is
     import asyncpg  # here, once a command failed: `--url` commands never load the driver
 
     if isinstance(exc, asyncpg.ClientConfigurationError):

@@ -3,10 +3,12 @@
 Owns running the CLI's GraphQL documents in-process against open_services (DATABASE_URL, or
 the embedded PostgreSQL of the current folder), so both modes answer with the same fields and
 the same error codes; and following events through the event hub. The workflows it knows
-are those of LANEWAY_WORKFLOWS only.
+are those of LANEWAY_WORKFLOWS only. It never migrates: a database that lacks this release's
+migrations is refused (an older release's processes may still run on it).
 """
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -94,9 +96,23 @@ class LocalClient:
 @contextlib.asynccontextmanager
 async def open_local(settings: "Settings") -> AsyncIterator[LocalClient]:
     """A LocalClient on this process's database and LANEWAY_WORKFLOWS (importable from the
-    current folder, as for serve and worker)."""
+    current folder, as for serve and worker).
+
+    Raises:
+        MigrationsPendingError: the database lacks migrations this release ships. Applying
+            them here would change the schema under the processes of the release that runs
+            there (they stop at their next heartbeat), so only serve, worker and migrate do.
+    """
     from laneway.cli.process import current_folder_on_path
+    from laneway.store.embedded import embedded_postgres
+    from laneway.store.migrate import require_migrated
 
     current_folder_on_path()
-    async with open_services(settings, role="cli") as services:
+    async with contextlib.AsyncExitStack() as stack:
+        url = settings.database_url or stack.enter_context(embedded_postgres(settings.data_dir))
+        await require_migrated(url)
+        # Nothing is pending now (and nothing becomes so): open_services migrates nothing.
+        services = await stack.enter_async_context(
+            open_services(dataclasses.replace(settings, database_url=url), role="cli")
+        )
         yield LocalClient(services)

@@ -5,9 +5,10 @@ Migrations are numbered .sql files, append-only, one transaction each, read from
 `laneway.migrations` (the repository's top-level migrations/, carried inside the wheel), so an
 installed Laneway finds them as an editable checkout does. Concurrent starters wait on the
 lock and find nothing left to do; a database that records a migration not shipped here (a
-newer release migrated it) is refused. Also reads laneway/store/sql/functions.sql, the
-current text of every function the migrations leave (for reading and for the test that they
-agree).
+newer release migrated it) is refused. `require_migrated` checks the same without applying
+anything, for what must never migrate (the command line's instance commands). Also reads
+laneway/store/sql/functions.sql, the current text of every function the migrations leave (for
+reading and for the test that they agree).
 """
 
 import functools
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from laneway.errors import DatabaseNewerError, MigrationsMissingError
+from laneway.errors import DatabaseNewerError, MigrationsMissingError, MigrationsPendingError
 from laneway.store import queries
 from laneway.store.pool import MIGRATION_TIMEOUTS, connect
 
@@ -119,6 +120,45 @@ async def apply_migrations(
     finally:
         await conn.execute(queries.UNLOCK_MIGRATIONS, MIGRATIONS_LOCK_KEY)
     return applied_now
+
+
+async def pending_migrations(
+    conn: asyncpg.Connection, shipped: Sequence[Migration] | None = None
+) -> tuple[list[str], bool]:
+    """The migrations of `shipped` (default: those this Laneway ships) that the database has
+    not applied, in order, and whether it has no Laneway schema at all. Reads only: no DDL, no
+    lock.
+
+    Raises:
+        DatabaseNewerError: the database records migrations `shipped` does not hold.
+    """
+    shipped = migrations() if shipped is None else shipped
+    fresh = not await conn.fetchval(queries.MIGRATIONS_TABLE_EXISTS)
+    applied: set[str] = set()
+    if not fresh:
+        applied = {row["name"] for row in await conn.fetch(queries.APPLIED_MIGRATIONS)}
+        refuse_unknown(applied, shipped)
+    return sorted(m.name for m in shipped if m.name not in applied), fresh
+
+
+async def require_migrated(database_url: str) -> None:
+    """Check that the database at `database_url` has every migration this Laneway ships,
+    without applying any: a command that must not change the schema under the processes of
+    the release running there calls it before it opens a store, whose migration step then
+    finds nothing to do and runs no DDL (migrations are never taken back, so nothing can
+    become pending in between).
+
+    Raises:
+        MigrationsPendingError: some are not applied (or the database has no Laneway schema).
+        DatabaseNewerError: a newer Laneway migrated the database.
+    """
+    conn = await connect(database_url)
+    try:
+        pending, fresh = await pending_migrations(conn)
+    finally:
+        await conn.close()
+    if pending:
+        raise MigrationsPendingError(pending, fresh=fresh)
 
 
 def refuse_unknown(applied: set[str], shipped: Sequence[Migration]) -> None:

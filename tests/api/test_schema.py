@@ -21,6 +21,7 @@ from laneway.errors import (
     LanewayError,
     LeaseLostError,
     MigrationsMissingError,
+    MigrationsPendingError,
     StepWriteRefusedError,
 )
 from laneway.model import Status
@@ -76,6 +77,7 @@ def all_subclasses(cls: type) -> set[type]:
 NOT_IN_GRAPHQL = {
     LeaseLostError,
     MigrationsMissingError,
+    MigrationsPendingError,
     DatabaseNewerError,
     StepWriteRefusedError,
     CommandError,
