@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
+from laneway.cli.version import VersionAction
 from laneway.config import Settings
 
 Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_epilog(DATABASE, EXIT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=VersionAction)
     commands_ = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server, as_json = _server_options(), _json_option()
 
