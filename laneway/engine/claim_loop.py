@@ -348,7 +348,8 @@ class ClaimLoop:
                 # Until every run here has ended: what a commit in flight when the loop
                 # stops claims still starts here, and is drained and handed back with the rest.
                 self._group = group
-                # Leases are renewed until the hand-back, drain included.
+                # Leases are renewed until every run here has stopped: a handler that goes on
+                # after its cancel keeps its lease, so it never runs in two processes at once.
                 heartbeat = group.create_task(
                     self.presence.heartbeat(halted), name="laneway-heartbeat"
                 )
@@ -356,11 +357,10 @@ class ClaimLoop:
                     await self._loop(group, stopping)
                 finally:
                     try:
-                        await self.presence.drain(self.shutdown_grace_seconds)
+                        await self.presence.stop(self.shutdown_grace_seconds)
                     finally:
                         halted.set()
                         heartbeat.cancel()
-                        await self.presence.hand_back()
         finally:
             self._group = None
             await self.presence.unregister()

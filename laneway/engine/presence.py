@@ -28,8 +28,8 @@ logger = logging.getLogger(__name__)
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
 HAND_BACK_WAIT_SECONDS = 5.0
 """How long a stopping engine waits for its cancelled handlers to stop (after the shutdown
-grace) before it releases their leases; one still running then keeps its lease until it
-expires. The grace plus this stays under a supervisor's usual 30 s before SIGKILL."""
+grace) before it releases the leases of those that did, in one call; one still running then
+keeps its lease, renewed, and has it released when it stops."""
 
 
 class Presence:
@@ -165,35 +165,54 @@ class Presence:
         finally:
             hurried.cancel()
 
+    async def stop(self, grace_seconds: float) -> None:
+        """Drain, then hand back (also when the drain was cut short): returns once every run
+        here has stopped and its lease is released. The heartbeat must run until then."""
+        try:
+            await self.drain(grace_seconds)
+        finally:
+            await self.hand_back()
+
     async def hand_back(self) -> None:
         """Stop every run still here and release its lease (and those handed back while
         draining), so that another process resumes them from their last checkpoint now.
 
         A lease is released only once its run has stopped: a handler that unwinds after its
-        cancel (cleanup, a shielded call) would otherwise still run here while another
-        process runs the same instance, past its queue's cap. A run that has not stopped
-        within HAND_BACK_WAIT_SECONDS keeps its lease, which expires as a lost worker's would.
+        cancel (cleanup, a shielded call), or goes on as if none had come, would otherwise
+        still run here while another process runs the same instance, past its queue's cap.
+        One that has not stopped within HAND_BACK_WAIT_SECONDS keeps its lease, renewed by the
+        heartbeat, which goes on until this returns, and has it released when it stops: the
+        process cannot end before its runs anyway (the claim loop's task group waits for
+        them), and a process killed meanwhile loses the lease as a lost worker does.
         """
-        stopping = self.leases()
-        leases = {**self._handed_back, **stopping}
-        self._handed_back = {}
-        for instance_id in stopping:
+        waiting: dict[asyncio.Task[None], tuple[UUID, int]] = {}
+        for instance_id, run in list(self._runs.items()):
             self._stop_run(instance_id, "shutdown")
-        tasks = [run.task for run in self._runs.values() if run.task is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=HAND_BACK_WAIT_SECONDS)
-        still = [iid for iid, run in self._runs.items() if run.task and not run.task.done()]
-        if still:
+            if run.task is not None:
+                waiting[run.task] = (instance_id, run.record.lease_epoch)
+        leases, self._handed_back = self._handed_back, {}
+        pending = set(waiting)
+        if pending:
+            done, pending = await asyncio.wait(pending, timeout=HAND_BACK_WAIT_SECONDS)
+            leases.update(waiting[task] for task in done)
+        await self._release(leases)
+        if pending:
             logger.warning(
-                "runs still running after their cancel: their leases are left to expire",
-                extra={"instance_ids": [str(instance_id) for instance_id in still]},
+                "runs still running after their cancel: their leases are kept until they stop",
+                extra={"instance_ids": sorted(str(waiting[task][0]) for task in pending)},
             )
-            for instance_id in still:
-                leases.pop(instance_id, None)
-        if leases:
-            try:
-                if faults.ARMED:
-                    await faults.hit("before_release")
-                await self._store.release(self._owner_id, leases)
-            except Exception as exc:
-                logger.warning("release at shutdown failed", extra={"error": str(exc)})
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            await self._release(dict(waiting[task] for task in done))
+
+    async def _release(self, leases: dict[UUID, int]) -> None:
+        """Release `leases` (a run that ended here on its own gave its lease up already: the
+        release is fenced, and changes nothing for it)."""
+        if not leases:
+            return
+        try:
+            if faults.ARMED:
+                await faults.hit("before_release")
+            await self._store.release(self._owner_id, leases)
+        except Exception as exc:
+            logger.warning("release at shutdown failed", extra={"error": str(exc)})

@@ -1,0 +1,101 @@
+"""A stopping process's leases: renewed until each run has stopped, released as each stops.
+
+The drain and the first hand-back rules are in test_leases.py; these are the runs whose
+handler goes on after its cancel (a handler that catches CancelledError), found by an outside
+audit of deploys.
+"""
+
+import asyncio
+from datetime import datetime
+
+import pytest
+
+from laneway.engine import Done, HandlerContext, Workflow
+from laneway.model import Status
+from laneway.store import Store
+from tests.engine.helpers import make_engine
+
+LEASE_SECONDS = 0.6
+
+
+def _ignores_its_cancel(
+    entered: asyncio.Event, ignoring: asyncio.Event, go_on: asyncio.Event
+) -> Workflow:
+    async def stubborn(ctx: HandlerContext, params: object) -> Done:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ignoring.set()
+            await go_on.wait()  # its work goes on, as if no cancel had come
+        return Done({"finished": True})
+
+    return Workflow("stubborn", handlers={"run": stubborn}, initial="run")
+
+
+async def _db_now_plus(store: Store, seconds: float) -> datetime:
+    async with store.connection() as conn:
+        moment: datetime = await conn.fetchval(
+            "SELECT now() + $1::double precision * interval '1 second'", seconds
+        )
+    return moment
+
+
+async def _db_passed(store: Store, moment: datetime) -> bool:
+    async with store.connection() as conn:
+        passed: bool = await conn.fetchval("SELECT now() > $1", moment)
+    return passed
+
+
+def _warned(caplog: pytest.LogCaptureFixture) -> list[object]:
+    """The instance ids of each warning that runs go on after their cancel."""
+    return [
+        getattr(record, "instance_ids", None)
+        for record in caplog.records
+        if record.getMessage().startswith("runs still running after their cancel")
+    ]
+
+
+async def test_a_handler_that_ignores_its_cancel_keeps_its_lease_until_it_stops(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by an outside audit: after SIGTERM such a handler went on in the stopping process
+    # while its heartbeat was cancelled, so its lease lapsed and another worker started the same
+    # instance: both ran at once for 37 s, and the instance ended with recoveries=1, WorkerLost.
+    entered, ignoring, go_on = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    engine = make_engine(
+        store,
+        _ignores_its_cancel(entered, ignoring, go_on),
+        owner_id="stopping",
+        lease_seconds=LEASE_SECONDS,
+        shutdown_grace_seconds=0.05,
+    )
+    instance_id = (await engine.enqueue("stubborn")).instance_id
+    stopping = asyncio.Event()
+    running = asyncio.create_task(engine.run(stopping))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    with caplog.at_level("WARNING", logger="laneway.engine.presence"):
+        stopping.set()
+        await asyncio.wait_for(ignoring.wait(), timeout=10)
+        # Another worker's lease recovery, polled until the process has said which runs go on
+        # after their cancel and three leases' time has passed on the database's clock: the
+        # lease is renewed all along, so it never finds it expired.
+        until = await _db_now_plus(store, 3 * LEASE_SECONDS)
+        async with asyncio.timeout(30):
+            while not (_warned(caplog) and await _db_passed(store, until)):
+                assert await store.recover_expired_leases(max_recoveries=5) == []
+                await asyncio.sleep(0.05)
+        held = await engine.get(instance_id)
+        assert held is not None
+        assert (held.status, held.owner_id, held.recoveries) == (Status.RUNNING, "stopping", 0)
+        go_on.set()
+        await asyncio.wait_for(running, timeout=10)
+    ended = await engine.get(instance_id)
+    assert ended is not None
+    # Its own outcome, written under the lease it kept: no lost worker, no second run.
+    assert (ended.status, ended.result, ended.recoveries) == (
+        Status.COMPLETED,
+        {"finished": True},
+        0,
+    )
+    assert _warned(caplog) == [[str(instance_id)]]
