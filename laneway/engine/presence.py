@@ -26,10 +26,11 @@ from laneway.store.migrate import shipped_names
 logger = logging.getLogger(__name__)
 
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
-HAND_BACK_WAIT_SECONDS = 5.0
-"""How long a stopping engine waits for its cancelled handlers to stop (after the shutdown
-grace) before it releases the leases of those that did, in one call; one still running then
-keeps its lease, renewed, and has it released when it stops."""
+HAND_BACK_BATCH_SECONDS = 0.2
+"""How long a stopping engine waits for the runs it cancelled (after the shutdown grace) to
+stop before it releases the leases of those that did, in one call: a handler stops at its next
+await once cancelled, and its runner unwinds in a few turns of the loop. One still running
+then keeps its lease, renewed, and has it released when it stops, so it delays no other."""
 
 
 class Presence:
@@ -180,7 +181,8 @@ class Presence:
         A lease is released only once its run has stopped: a handler that unwinds after its
         cancel (cleanup, a shielded call), or goes on as if none had come, would otherwise
         still run here while another process runs the same instance, past its queue's cap.
-        One that has not stopped within HAND_BACK_WAIT_SECONDS keeps its lease, renewed by the
+        The runs that stop at their cancel are released together, within
+        HAND_BACK_BATCH_SECONDS; one still running then keeps its lease, renewed by the
         heartbeat, which goes on until this returns, and has it released when it stops: the
         process cannot end before its runs anyway (the claim loop's task group waits for
         them), and a process killed meanwhile loses the lease as a lost worker does.
@@ -193,7 +195,7 @@ class Presence:
         leases, self._handed_back = self._handed_back, {}
         pending = set(waiting)
         if pending:
-            done, pending = await asyncio.wait(pending, timeout=HAND_BACK_WAIT_SECONDS)
+            done, pending = await asyncio.wait(pending, timeout=HAND_BACK_BATCH_SECONDS)
             leases.update(waiting[task] for task in done)
         await self._release(leases)
         if pending:

@@ -13,7 +13,7 @@ import pytest
 from laneway.engine import Done, HandlerContext, Workflow
 from laneway.model import Status
 from laneway.store import Store
-from tests.engine.helpers import make_engine
+from tests.engine.helpers import eventually, make_engine
 
 LEASE_SECONDS = 0.6
 
@@ -99,3 +99,50 @@ async def test_a_handler_that_ignores_its_cancel_keeps_its_lease_until_it_stops(
         0,
     )
     assert _warned(caplog) == [[str(instance_id)]]
+
+
+def _cooperative(entered: asyncio.Event) -> Workflow:
+    async def waits(ctx: HandlerContext, params: object) -> Done:
+        entered.set()
+        await asyncio.Event().wait()  # stops at its cancel
+        return Done()
+
+    return Workflow("cooperative", handlers={"run": waits}, initial="run")
+
+
+async def test_runs_that_stop_at_their_cancel_are_released_at_once_beside_one_that_does_not(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by an outside audit: the hand-back waited up to 5 s for every cancelled run
+    # together, then released every lease in one call, so one handler that went on after its
+    # cancel held back the release of every cooperative instance (13 s more in the audit,
+    # past the 10 s Docker waits before it kills the process).
+    entered, ignoring, go_on, also_entered = (asyncio.Event() for _ in range(4))
+    engine = make_engine(
+        store,
+        _ignores_its_cancel(entered, ignoring, go_on),
+        _cooperative(also_entered),
+        owner_id="stopping",
+        lease_seconds=LEASE_SECONDS,
+        shutdown_grace_seconds=0.05,
+    )
+    stubborn = (await engine.enqueue("stubborn")).instance_id
+    cooperative = (await engine.enqueue("cooperative")).instance_id
+    stopping = asyncio.Event()
+    running = asyncio.create_task(engine.run(stopping))
+    await asyncio.wait_for(asyncio.gather(entered.wait(), also_entered.wait()), timeout=10)
+    with caplog.at_level("WARNING", logger="laneway.engine.presence"):
+        stopping.set()
+        await asyncio.wait_for(ignoring.wait(), timeout=10)
+        # Released while the other still runs, and well within the 5 s it used to wait.
+        released = await eventually(
+            lambda: engine.get(cooperative), lambda r: r is not None and r.owner_id is None, 2.5
+        )
+        assert released is not None
+        assert released.status == Status.PENDING
+        held = await engine.get(stubborn)
+        assert held is not None
+        assert (held.status, held.owner_id) == (Status.RUNNING, "stopping")
+        assert _warned(caplog) == [[str(stubborn)]]  # the one that goes on, by its id
+        go_on.set()
+        await asyncio.wait_for(running, timeout=10)
