@@ -146,3 +146,35 @@ async def test_runs_that_stop_at_their_cancel_are_released_at_once_beside_one_th
         assert _warned(caplog) == [[str(stubborn)]]  # the one that goes on, by its id
         go_on.set()
         await asyncio.wait_for(running, timeout=10)
+
+
+async def test_an_instance_handed_back_at_a_stop_keeps_its_place_in_its_queue(
+    store: Store,
+) -> None:
+    # Found by an outside audit: the release set run_after to now(), and a claim takes the
+    # earliest run_after first, so in a queue capped at 1 an instance handed back at a deploy
+    # ran after two enqueued after it.
+    entered = asyncio.Event()
+    first = make_engine(
+        store, _cooperative(entered), owner_id="stopping", shutdown_grace_seconds=0.05
+    )
+    await first.configure_queue("cooperative", concurrency=1)
+    handed = (await first.enqueue("cooperative")).instance_id
+    stopping = asyncio.Event()
+    running = asyncio.create_task(first.run(stopping))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    later = [(await first.enqueue("cooperative")).instance_id for _ in range(2)]
+    stopping.set()
+    await asyncio.wait_for(running, timeout=10)
+    for instance_id in later:  # the cap held them back: never claimed
+        waited = await store.get_instance(instance_id)
+        assert waited is not None
+        assert (waited.status, waited.attempts) == (Status.PENDING, 0)
+    back = await store.get_instance(handed)
+    assert back is not None
+    assert (back.status, back.owner_id) == (Status.PENDING, None)
+    second = make_engine(store, _cooperative(asyncio.Event()), owner_id="next")
+    claimed, _ = await second.claim_loop.claim(limit=1)
+    assert [record.instance_id for record in claimed] == [handed], later
+    # Its second claim counts in `attempts`; its step's budget (ctx.attempt) starts again.
+    assert (claimed[0].attempts, claimed[0].step_attempt) == (2, 1)

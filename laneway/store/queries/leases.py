@@ -190,11 +190,13 @@ RETURNING i.instance_id
 
 # $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
 # Graceful shutdown: the interrupted attempt is given back to its step's budget (the count goes
-# on), and another process may claim the instance at once instead of after the lease.
+# on), and another process may claim the instance at once instead of after the lease. It keeps
+# its place: a claim takes the earliest run_after first, and run_after stays the due time it
+# was claimed at (never later than now), so it does not go behind what was enqueued after it.
 RELEASE_INSTANCES = f"""
 UPDATE laneway.instances AS i
    SET status = 'pending', attempt_base = i.attempt_base + 1, owner_id = NULL,
-       lease_expires_at = NULL, run_after = now(), updated_at = now()
+       lease_expires_at = NULL, run_after = LEAST(i.run_after, now()), updated_at = now()
 {_STILL_HELD}
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 """
