@@ -7,6 +7,7 @@ alone, so `laneway worker` starts without loading Strawberry, Starlette and uvic
 """
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import importlib
@@ -22,6 +23,7 @@ from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, d
 from laneway.config import Settings
 from laneway.engine import WorkflowRegistry
 from laneway.engine.registry import error_line
+from laneway.engine.stop_signals import stop_signals
 from laneway.errors import InvalidInputError
 from laneway.services import open_services
 from laneway.store.embedded import embedded_postgres
@@ -206,9 +208,13 @@ async def worker(args: argparse.Namespace, settings: Settings) -> int:
     check_workflows(settings, allow_none=args.allow_no_workflows)
     if args.metrics_port is not None:
         settings = dataclasses.replace(settings, metrics_port=args.metrics_port)
+    stopping = asyncio.Event()
     async with open_services(settings, role="worker") as services:
-        logger.info("worker started", extra={"workflows": services.engine.registry.names()})
-        await services.engine.run_until_stopped()
+        engine = services.engine
+        # Taken before "worker started": a supervisor may stop it as soon as it reads that.
+        with stop_signals(stopping.set, engine.skip_drain):
+            logger.info("worker started", extra={"workflows": engine.registry.names()})
+            await engine.run(stopping)
     logger.info("worker stopped")
     return EXIT_OK
 
