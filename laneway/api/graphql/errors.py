@@ -11,7 +11,11 @@ Codes travel two ways. Every Laneway field carries CodedErrors, which turns a ma
 LanewayError into a GraphQLError with its code as the field raises it, so a host's schema
 with none of Laneway's extensions still answers NOT_FOUND, BAD_USER_INPUT or CONFLICT; the
 schema extension ErrorCodes (schema.py) adds what only a whole schema can: SERVICE_UNAVAILABLE,
-request ids on masked errors, no "Did you mean …?".
+request ids on masked errors, no "Did you mean …?", and the codes of a request's own errors,
+found before anything ran: GRAPHQL_PARSE_FAILED for a document that does not parse (or has too
+many tokens), GRAPHQL_VALIDATION_FAILED for one that does not validate (the depth and alias
+limits included), BAD_USER_INPUT for variable values that do not fit their types
+(request_code).
 """
 
 import inspect
@@ -22,7 +26,7 @@ from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import asyncpg
-from graphql import GraphQLError, Node
+from graphql import GraphQLError, GraphQLSyntaxError, Node
 from strawberry.extensions import FieldExtension
 from strawberry.extensions.field_extension import AsyncExtensionResolver, SyncExtensionResolver
 from strawberry.schema.exceptions import CannotGetOperationTypeError
@@ -47,6 +51,9 @@ SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
 UNAVAILABLE_RETRY_AFTER_SECONDS = 2
 RATE_LIMITED = "RATE_LIMITED"
+BAD_USER_INPUT = "BAD_USER_INPUT"
+PARSE_FAILED = "GRAPHQL_PARSE_FAILED"
+VALIDATION_FAILED = "GRAPHQL_VALIDATION_FAILED"
 TIMEOUT = "TIMEOUT"
 STOP_AT = "laneway.stop_at"
 """In a timed HTTP request's scope (http/deadline.py): the event loop's time by which work
@@ -72,8 +79,8 @@ _SUGGESTION = re.compile(r"\s*Did you mean .*$", re.DOTALL)
 
 ERROR_CODES: dict[type[LanewayError], str] = {
     NotFoundError: "NOT_FOUND",
-    InvalidInputError: "BAD_USER_INPUT",
-    InputRejectedError: "BAD_USER_INPUT",
+    InvalidInputError: BAD_USER_INPUT,
+    InputRejectedError: BAD_USER_INPUT,
     ConflictError: "CONFLICT",
     LockUnavailableError: "CONFLICT",
     BulkStoppedError: TIMEOUT,
@@ -198,6 +205,29 @@ def is_expected(error: GraphQLError) -> bool:
     if original is None or isinstance(original, GraphQLError | CannotGetOperationTypeError):
         return True
     return code_for(original) is not None
+
+
+def add_request_code(error: GraphQLError, *, executing: bool) -> None:
+    """Give a request's own error its code, if it has none: an error at no path, raised by
+    graphql-core itself (no original exception, or a GraphQLError without a code). A syntax
+    error is GRAPHQL_PARSE_FAILED; before execution, any other is validation's,
+    GRAPHQL_VALIDATION_FAILED; once execution is under way (`executing`), it comes from coercing
+    the variables, before any resolver: BAD_USER_INPUT. An error with a path is a field's, and
+    one with another original exception is coded or masked by add_code.
+    """
+    extensions = error.extensions or {}
+    if error.path is not None or "code" in extensions:
+        return
+    original = error.original_error
+    if original is not None and not isinstance(original, GraphQLError):
+        return
+    if isinstance(error, GraphQLSyntaxError):
+        code = PARSE_FAILED
+    elif executing:
+        code = BAD_USER_INPUT
+    else:
+        code = VALIDATION_FAILED
+    error.extensions = {**extensions, "code": code}
 
 
 def add_code(error: GraphQLError) -> None:

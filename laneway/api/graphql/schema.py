@@ -31,7 +31,7 @@ from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult
 
 from laneway.api.graphql.documents import DocumentCache
-from laneway.api.graphql.errors import MASKED_MESSAGE, add_code, is_expected
+from laneway.api.graphql.errors import MASKED_MESSAGE, add_code, add_request_code, is_expected
 from laneway.api.graphql.execution import LanewayExecutor
 from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
@@ -57,15 +57,24 @@ LIMIT_RULES = (
 
 class ErrorCodes(MaskErrors):
     """Mask unexpected errors as MASKED_MESSAGE, and attach `extensions.code` to errors raised
-    as mapped LanewayErrors and the request id to masked ones (see errors.py).
+    as mapped LanewayErrors, to the request's own (parse, validation, variables: it knows
+    whether execution had begun) and the request id to masked ones (see errors.py).
 
-    One extension for both, so an operation pays for one hook, not two: an operation's errors
-    are masked first and then given their codes, a streamed result's the other way round, as
-    when they were two extensions in that order.
+    One extension for all, so an operation pays for one hook, not three: an operation's
+    errors are masked first and then given their codes, a streamed result's the other way
+    round, as when they were two extensions in that order. A request's own error is never
+    masked, so its code comes first either way.
     """
 
     def __init__(self) -> None:
         super().__init__(should_mask_error=should_mask_error, error_message=MASKED_MESSAGE)
+        self.executing = False
+
+    def on_execute(self) -> Iterator[None]:
+        # Strawberry executes only a document that parsed and validated: an error at no path
+        # from here on is graphql-core's refusal of the variables (errors.add_request_code).
+        self.executing = True
+        yield
 
     def on_operation(self) -> Iterator[None]:
         # MaskErrors' hook is a generator function, typed as an Iterator.
@@ -76,12 +85,16 @@ class ErrorCodes(MaskErrors):
         if isinstance(result, GraphQLExecutionResult | ExecutionResult) and not result.errors:
             masking.close()  # nothing to mask: spare MaskErrors' protocol checks
             return
+        errors = getattr(result, "errors", None) or ()
+        for error in errors:
+            add_request_code(error, executing=self.executing)
         next(masking, None)  # MaskErrors masks what it must, and ends
         for error in getattr(result, "errors", None) or ():
             add_code(error)
 
     def on_stream_result(self, result: ExecutionResult) -> Iterator[None]:  # type: ignore[override]
         for error in result.errors or ():
+            add_request_code(error, executing=self.executing)
             add_code(error)
         yield from super().on_stream_result(result)
 

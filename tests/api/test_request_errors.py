@@ -1,0 +1,166 @@
+"""Every error a request can get carries `extensions.code`, over real HTTP and real websockets.
+
+A client (the CLI, a dashboard, Apollo Client) decides what to do from the code, never from a
+message: a request's own errors follow Apollo's names (GRAPHQL_PARSE_FAILED,
+GRAPHQL_VALIDATION_FAILED, BAD_USER_INPUT for variable values that do not fit their types),
+whichever transport carried them. The codes errors already had (the input guard's
+BAD_USER_INPUT, a field's NOT_FOUND) stay as they were.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
+
+from tests.api.conftest import FORBIDDEN_TEXT, LiveServer, live_server, make_settings
+
+PROTOCOL = Subprotocol("graphql-transport-ws")
+ID = "00000000-0000-0000-0000-000000000001"
+SIGNAL = f'mutation ($n: String!) {{ signalWorkflow(instanceID: "{ID}", name: $n) {{ accepted }} }}'
+EVENTS_OF = "subscription ($i: ID!) { workflowEvents(instanceID: $i) { eventID } }"
+
+
+def nested(depth: int) -> str:
+    inner = "leaf"
+    for level in range(depth, 0, -1):
+        inner = f"f{level} {{ {inner} }}"
+    return f"query deep {{ {inner} }}"
+
+
+# (case, document, variables, the code every error of the answer carries)
+CASES: list[tuple[str, str, dict[str, Any] | None, str]] = [
+    ("unknown field", "{ nope }", None, "GRAPHQL_VALIDATION_FAILED"),
+    (
+        "literal of the wrong type",
+        f'mutation {{ signalWorkflow(instanceID: "{ID}", name: 5) {{ accepted }} }}',
+        None,
+        "GRAPHQL_VALIDATION_FAILED",
+    ),
+    (
+        "undefined variable",
+        "{ workflowInstance(instanceID: $x) { name } }",
+        None,
+        "GRAPHQL_VALIDATION_FAILED",
+    ),
+    ("unknown fragment", "{ ...F }", None, "GRAPHQL_VALIDATION_FAILED"),
+    ("too deep", nested(11), None, "GRAPHQL_VALIDATION_FAILED"),
+    (
+        "too many aliases",
+        "{ " + " ".join(f"a{i}: workflows {{ name }}" for i in range(16)) + " }",
+        None,
+        "GRAPHQL_VALIDATION_FAILED",
+    ),
+    ("introspection off", "{ __schema { types { name } } }", None, "GRAPHQL_VALIDATION_FAILED"),
+    ("variable of the wrong type", SIGNAL, {"n": 5}, "BAD_USER_INPUT"),
+    ("missing variable", SIGNAL, {}, "BAD_USER_INPUT"),
+    ("null variable for a non-null type", SIGNAL, {"n": None}, "BAD_USER_INPUT"),
+    (
+        "input object variable with an unknown field",
+        "mutation ($r: [EnqueueInput!]!) { enqueueWorkflows(requests: $r) { created } }",
+        {"r": [{"nam": "noop"}]},
+        "BAD_USER_INPUT",
+    ),
+    (
+        "the input guard's refusal",
+        "{ workflowInstances(limit: 100000) { name } }",
+        None,
+        "BAD_USER_INPUT",
+    ),
+]
+# Over HTTP only: a websocket answers a document that does not parse by closing with 4400
+# (graphql-transport-ws), the close code being its code (test_syntax_errors_close_a_websocket).
+HTTP_ONLY: list[tuple[str, str, dict[str, Any] | None, str]] = [
+    ("syntax error", "{ workflows { name }", None, "GRAPHQL_PARSE_FAILED"),
+    ("empty document", "   ", None, "GRAPHQL_PARSE_FAILED"),
+    ("too many tokens", "{ " + "workflows { name } " * 700 + "}", None, "GRAPHQL_PARSE_FAILED"),
+]
+# Over a websocket only: HTTP serves no subscription.
+WS_ONLY: list[tuple[str, str, dict[str, Any] | None, str]] = [
+    ("subscription variable of the wrong type", EVENTS_OF, {"i": [1]}, "BAD_USER_INPUT"),
+    ("missing subscription variable", EVENTS_OF, {}, "BAD_USER_INPUT"),
+    (
+        "subscription literal of the wrong type",
+        "subscription { workflowEvents(instanceID: 5.5) { eventID } }",
+        None,
+        "GRAPHQL_VALIDATION_FAILED",
+    ),
+]
+
+
+@pytest.fixture
+async def closed_server(database_url: str) -> AsyncIterator[LiveServer]:
+    """No engine, and no GraphiQL, so introspection is refused as in production."""
+    settings = make_settings(database_url, engine_enabled=False, graphiql=False)
+    async with live_server(settings) as server:
+        yield server
+
+
+def error_codes(errors: list[dict[str, Any]]) -> set[str | None]:
+    assert errors
+    for word in FORBIDDEN_TEXT:
+        assert word not in json.dumps(errors)
+    return {(e.get("extensions") or {}).get("code") for e in errors}
+
+
+async def acked(server: LiveServer) -> ClientConnection:
+    ws = await connect(server.ws_url, subprotocols=[PROTOCOL])
+    await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+    assert json.loads(await ws.recv())["type"] == "connection_ack"
+    return ws
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/graphql-response+json"])
+async def test_request_errors_carry_a_code_over_http(
+    closed_server: LiveServer, accept: str
+) -> None:
+    for case, query, variables, code in CASES + HTTP_ONLY:
+        body: dict[str, Any] = {"query": query}
+        if variables is not None:
+            body["variables"] = variables
+        response = await closed_server.client.post(
+            "/graphql", json=body, headers={"accept": accept}
+        )
+        assert response.status_code < 500, response.text
+        assert error_codes(response.json()["errors"]) == {code}, (case, response.text)
+
+
+async def test_request_errors_carry_a_code_over_a_websocket(closed_server: LiveServer) -> None:
+    """Each on one socket, which stays open: an `error` message, or for a query or mutation
+    whose variables are refused a `next` with the errors and then `complete`."""
+    ws = await acked(closed_server)
+    try:
+        for number, (case, query, variables, code) in enumerate(CASES + WS_ONLY):
+            payload: dict[str, Any] = {"query": query}
+            if variables is not None:
+                payload["variables"] = variables
+            frame = {"id": str(number), "type": "subscribe", "payload": payload}
+            await ws.send(json.dumps(frame))
+            async with asyncio.timeout(10):
+                reply = json.loads(await ws.recv())
+                assert reply["id"] == str(number), reply
+                if reply["type"] == "next":
+                    errors = reply["payload"]["errors"]
+                    assert json.loads(await ws.recv())["type"] == "complete"
+                else:
+                    assert reply["type"] == "error", (case, reply)
+                    errors = reply["payload"]
+            assert error_codes(errors) == {code}, (case, reply)
+    finally:
+        await ws.close()
+
+
+async def test_syntax_errors_close_a_websocket_with_4400(closed_server: LiveServer) -> None:
+    for case, query, _, _ in HTTP_ONLY:
+        ws = await acked(closed_server)
+        frame = {"id": "1", "type": "subscribe", "payload": {"query": query}}
+        await ws.send(json.dumps(frame))
+        with pytest.raises(ConnectionClosed) as closed:
+            async with asyncio.timeout(10):
+                await ws.recv()
+        assert closed.value.rcvd is not None, case
+        assert closed.value.rcvd.code == 4400, case
