@@ -34,7 +34,7 @@ from laneway.api import lifespan
 from laneway.api.auth import BearerTokens, Decision, Permission
 from laneway.api.graphql.context import LanewayContext, laneway_context
 from laneway.api.graphql.documents import operation_refusal
-from laneway.api.graphql.errors import error_body
+from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE, error_body
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS, build_schema, schema
 from laneway.api.http.body_limits import DECODED_BODY
@@ -78,6 +78,11 @@ class MutationByGetError(HTTPException):
     allow = "POST"
 
 
+class OperationResolutionError(HTTPException):
+    """A document without the operation the request names, or with several and no name:
+    400, OPERATION_RESOLUTION_FAILURE (any other request error here is BAD_REQUEST)."""
+
+
 class LanewayGraphQL(GraphQL[LanewayContext, None]):
     """Strawberry's ASGI view with Laneway's context, the websocket connect check, strict
     JSON, and event fan-out that renders each event once per selection (websocket.py).
@@ -119,7 +124,7 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Strawberry's, with the `Allow` header a 405 needs, and a request error answered
         with a JSON error document in the media type the client asked for, as RequestLimits
-        answers the errors it finds."""
+        answers the errors it finds: BAD_REQUEST, or OPERATION_RESOLUTION_FAILURE."""
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
@@ -130,8 +135,13 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
             headers = {}
             if exc.status_code == 405:
                 headers["allow"] = exc.allow if isinstance(exc, MutationByGetError) else "GET, POST"
+            code = (
+                OPERATION_RESOLUTION_FAILURE
+                if isinstance(exc, OperationResolutionError)
+                else BAD_REQUEST
+            )
             response = Response(
-                error_body(exc.reason),
+                error_body(exc.reason, code),
                 status_code=exc.status_code,
                 headers=headers,
                 media_type=error_media_type(request.headers.get("accept")),
@@ -201,7 +211,7 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         if method == "GET" and query:  # a POST body's was refused by RequestLimits already
             refusal = operation_refusal(query, request_data.operation_name, MAX_TOKENS)
             if refusal is not None:
-                raise HTTPException(400, refusal)
+                raise OperationResolutionError(400, refusal)
         try:
             return await self.schema.execute(
                 query,
@@ -213,7 +223,7 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
                 operation_extensions=request_data.extensions,
             )
         except CannotGetOperationTypeError as exc:
-            raise HTTPException(400, exc.as_http_error_reason()) from exc
+            raise OperationResolutionError(400, exc.as_http_error_reason()) from exc
         except InvalidOperationTypeError as exc:
             if exc.operation_type is OperationType.SUBSCRIPTION:
                 raise HTTPException(400, SUBSCRIPTION_OVER_HTTP) from exc

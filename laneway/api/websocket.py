@@ -49,7 +49,7 @@ from laneway.api.auth import Decision
 from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.documents import operation_refusal, parsed
-from laneway.api.graphql.errors import TIMEOUT, public_error
+from laneway.api.graphql.errors import OPERATION_RESOLUTION_FAILURE, TIMEOUT, public_error
 from laneway.api.graphql.input_guard import check_operation
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
@@ -233,8 +233,9 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
         """Strawberry's, but a document without the operation it names, or with several and
         no name, is answered as any request error is, with an `error` message for that id
-        (graphql-transport-ws), where Strawberry would close the socket and every other
-        operation on it (or run the first of several)."""
+        (graphql-transport-ws) and the code HTTP gives it, OPERATION_RESOLUTION_FAILURE, where
+        Strawberry would close the socket and every other operation on it (or run the first
+        of several)."""
         payload: object = message.get("payload")
         if self.connection_acknowledged and message.get("id") not in self.operations:
             query = payload.get("query") if isinstance(payload, dict) else None
@@ -245,7 +246,12 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
                     error = {
                         "id": message["id"],
                         "type": "error",
-                        "payload": [{"message": refusal}],
+                        "payload": [
+                            {
+                                "message": refusal,
+                                "extensions": {"code": OPERATION_RESOLUTION_FAILURE},
+                            }
+                        ],
                     }
                     await self.send_message(error)  # type: ignore[arg-type]
                     return

@@ -143,7 +143,9 @@ async def test_a_foreign_host_is_refused_with_400_before_anything_runs(
     foreign = f"{FOREIGN}:{open_server.port}"
     mutation = await post_as(open_server, foreign, ENQUEUE)
     assert mutation.status_code == 400
-    assert mutation.json() == {"errors": [{"message": UNKNOWN_HOST}]}
+    assert mutation.json() == {
+        "errors": [{"message": UNKNOWN_HOST, "extensions": {"code": "BAD_REQUEST"}}]
+    }
     assert mutation.headers[REQUEST_ID_HEADER]
     for path in ("/", "/healthz", "/graphql?query={__typename}"):
         response = await open_server.client.get(path, headers={"host": foreign})

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
 from tests.api.conftest import FORBIDDEN_TEXT, LiveServer, live_server, make_settings
@@ -164,3 +164,136 @@ async def test_syntax_errors_close_a_websocket_with_4400(closed_server: LiveServ
                 await ws.recv()
         assert closed.value.rcvd is not None, case
         assert closed.value.rcvd.code == 4400, case
+
+
+TWO_OPERATIONS = "query A { __typename } query B { workflows { name } }"
+JSON_TYPE = {"content-type": "application/json"}
+# (case, method, request arguments, HTTP status, code)
+REFUSED_REQUESTS: list[tuple[str, str, dict[str, Any], int, str]] = [
+    (
+        "unknown operation",
+        "POST",
+        {"json": {"query": TWO_OPERATIONS, "operationName": "C"}},
+        400,
+        "OPERATION_RESOLUTION_FAILURE",
+    ),
+    (
+        "unknown operation by GET",
+        "GET",
+        {"params": {"query": TWO_OPERATIONS, "operationName": "C"}},
+        400,
+        "OPERATION_RESOLUTION_FAILURE",
+    ),
+    (
+        "several operations, no name",
+        "POST",
+        {"json": {"query": TWO_OPERATIONS}},
+        400,
+        "OPERATION_RESOLUTION_FAILURE",
+    ),
+    (
+        "several operations by GET",
+        "GET",
+        {"params": {"query": TWO_OPERATIONS}},
+        400,
+        "OPERATION_RESOLUTION_FAILURE",
+    ),
+    ("not JSON", "POST", {"content": b"{", "headers": JSON_TYPE}, 400, "BAD_REQUEST"),
+    ("an array", "POST", {"json": [{"query": "{ __typename }"}]}, 400, "BAD_REQUEST"),
+    ("no query", "POST", {"json": {}}, 400, "BAD_REQUEST"),
+    ("a query that is no string", "POST", {"json": {"query": 5}}, 400, "BAD_REQUEST"),
+    (
+        "an operationName that is no string",
+        "POST",
+        {"json": {"query": "{ __typename }", "operationName": 5}},
+        400,
+        "BAD_REQUEST",
+    ),
+    (
+        "variables that are no object",
+        "POST",
+        {"json": {"query": "{ __typename }", "variables": [1]}},
+        400,
+        "BAD_REQUEST",
+    ),
+    (
+        "variables by GET that are not JSON",
+        "GET",
+        {"params": {"query": "{ __typename }", "variables": "{"}},
+        400,
+        "BAD_REQUEST",
+    ),
+    (
+        "a body too large",
+        "POST",
+        {"content": b"{" + b" " * (1024 * 1024) + b"}", "headers": JSON_TYPE},
+        413,
+        "BAD_REQUEST",
+    ),
+    (
+        "an unsupported content type",
+        "POST",
+        {"content": b"{ __typename }", "headers": {"content-type": "text/plain"}},
+        400,
+        "BAD_REQUEST",
+    ),
+    (
+        "a mutation by GET",
+        "GET",
+        {"params": {"query": 'mutation { deleteSchedule(name: "x") }'}},
+        405,
+        "BAD_REQUEST",
+    ),
+    ("another method", "PUT", {"json": {"query": "{ __typename }"}}, 405, "BAD_REQUEST"),
+    (
+        "a subscription",
+        "POST",
+        {"json": {"query": "subscription { workflowEvents { eventID } }"}},
+        400,
+        "BAD_REQUEST",
+    ),
+    (
+        "an unknown host",
+        "GET",
+        {"params": {"query": "{ __typename }"}, "headers": {"host": "rebound.example"}},
+        400,
+        "BAD_REQUEST",
+    ),
+]
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/graphql-response+json"])
+async def test_refused_requests_carry_a_code(closed_server: LiveServer, accept: str) -> None:
+    for case, method, arguments, status, code in REFUSED_REQUESTS:
+        rest = {key: value for key, value in arguments.items() if key != "headers"}
+        headers = {"accept": accept, **arguments.get("headers", {})}
+        response = await closed_server.client.request(method, "/graphql", headers=headers, **rest)
+        assert response.status_code == status, (case, response.text)
+        assert error_codes(response.json()["errors"]) == {code}, (case, response.text)
+
+
+async def test_a_websocket_refused_for_its_host_says_why_with_a_code(
+    closed_server: LiveServer,
+) -> None:
+    url = closed_server.ws_url
+    with pytest.raises(InvalidStatus) as refused:
+        await connect(url, subprotocols=[PROTOCOL], additional_headers={"host": "rebound.example"})
+    assert refused.value.response.status_code == 400
+    errors = json.loads(refused.value.response.body or b"")["errors"]
+    assert error_codes(errors) == {"BAD_REQUEST"}
+
+
+async def test_a_websocket_operation_without_its_operation_gets_a_code(
+    closed_server: LiveServer,
+) -> None:
+    ws = await acked(closed_server)
+    try:
+        for number, name in enumerate(("C", None)):
+            payload = {"query": TWO_OPERATIONS, "operationName": name}
+            await ws.send(json.dumps({"id": str(number), "type": "subscribe", "payload": payload}))
+            async with asyncio.timeout(10):
+                reply = json.loads(await ws.recv())
+            assert reply["type"] == "error", reply
+            assert error_codes(reply["payload"]) == {"OPERATION_RESOLUTION_FAILURE"}, reply
+    finally:
+        await ws.close()

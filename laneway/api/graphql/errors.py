@@ -15,7 +15,10 @@ request ids on masked errors, no "Did you mean …?", and the codes of a request
 found before anything ran: GRAPHQL_PARSE_FAILED for a document that does not parse (or has too
 many tokens), GRAPHQL_VALIDATION_FAILED for one that does not validate (the depth and alias
 limits included), BAD_USER_INPUT for variable values that do not fit their types
-(request_code).
+(request_code). A request refused before its document is even looked at (a body that is not
+JSON, too large, a wrong method, an unknown host) is BAD_REQUEST, and one whose document has
+no operation of the name asked for (or several and no name) OPERATION_RESOLUTION_FAILURE,
+both Apollo's names too (error_body, send_error).
 """
 
 import inspect
@@ -54,6 +57,8 @@ RATE_LIMITED = "RATE_LIMITED"
 BAD_USER_INPUT = "BAD_USER_INPUT"
 PARSE_FAILED = "GRAPHQL_PARSE_FAILED"
 VALIDATION_FAILED = "GRAPHQL_VALIDATION_FAILED"
+BAD_REQUEST = "BAD_REQUEST"
+OPERATION_RESOLUTION_FAILURE = "OPERATION_RESOLUTION_FAILURE"
 TIMEOUT = "TIMEOUT"
 STOP_AT = "laneway.stop_at"
 """In a timed HTTP request's scope (http/deadline.py): the event loop's time by which work
@@ -264,11 +269,9 @@ def public_error(error: BaseException) -> dict[str, object]:
     return {"message": MASKED_MESSAGE}
 
 
-def error_body(message: str, code: str | None = None) -> bytes:
+def error_body(message: str, code: str) -> bytes:
     """A GraphQL-shaped error document: `{"errors": [{"message", "extensions": {"code"}}]}`."""
-    error: dict[str, object] = {"message": message}
-    if code is not None:
-        error["extensions"] = {"code": code}
+    error = {"message": message, "extensions": {"code": code}}
     return json.dumps({"errors": [error]}).encode()
 
 
@@ -276,7 +279,7 @@ async def send_error(
     send: Send,
     status: int,
     message: str,
-    code: str | None = None,
+    code: str,
     headers: Iterable[tuple[bytes, bytes]] = (),
     media_type: str = "application/json",
 ) -> None:

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from laneway.api.graphql.documents import operation_refusal
-from laneway.api.graphql.errors import send_error
+from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE, send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.media_type import error_media_type
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1024 * 1024
 PARSE_ERROR = "Unable to parse request body as JSON"
+TOO_LARGE = "Request body too large."
 DECODED_BODY = "laneway.decoded_body"
 _JSON_KINDS = ((str, "a string"), (bool, "a boolean"), ((int, float), "a number"))
 
@@ -37,17 +38,20 @@ def not_an_object(body: object) -> str | None:
     return f"The request body must be a JSON object, not {kind}."
 
 
-def request_refusal(body: dict[str, Any], max_tokens: int) -> str | None:
-    """Why a request object names no operation to run, or None: an `operationName` that is
-    neither a string nor null (Strawberry checks the other members, but would look it up as
-    it came), or a document without the operation it names, or with several and no name
-    (documents.operation_refusal; Strawberry would run the first)."""
+def request_refusal(body: dict[str, Any], max_tokens: int) -> tuple[str, str] | None:
+    """Why a request object names no operation to run, and its code, or None: an
+    `operationName` that is neither a string nor null (BAD_REQUEST: Strawberry checks the
+    other members, but would look it up as it came), or a document without the operation it
+    names, or with several and no name (OPERATION_RESOLUTION_FAILURE:
+    documents.operation_refusal; Strawberry would run the first)."""
     query, name = body.get("query"), body.get("operationName")
     if name is not None and not isinstance(name, str):
-        return "The GraphQL operation's `operationName` must be a string or null, if provided."
+        message = "The GraphQL operation's `operationName` must be a string or null, if provided."
+        return message, BAD_REQUEST
     if not isinstance(query, str):
         return None  # Strawberry's own message
-    return operation_refusal(query, name, max_tokens)
+    refusal = operation_refusal(query, name, max_tokens)
+    return None if refusal is None else (refusal, OPERATION_RESOLUTION_FAILURE)
 
 
 class BodyTooLargeError(Exception):
@@ -93,7 +97,7 @@ class RequestLimits:
             return
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
-            await send_error(send, 413, "Request body too large.", media_type=_answered(scope))
+            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, media_type=_answered(scope))
             return
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -101,19 +105,20 @@ class RequestLimits:
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except BodyTooLargeError:
-            await send_error(send, 413, "Request body too large.", media_type=_answered(scope))
+            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, media_type=_answered(scope))
             return
         if _is_json(scope):
             try:
                 decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                await send_error(send, 400, PARSE_ERROR, media_type=_answered(scope))
+                await send_error(send, 400, PARSE_ERROR, BAD_REQUEST, media_type=_answered(scope))
                 return
             refusal = not_an_object(decoded)
-            if refusal is None and isinstance(decoded, dict):
-                refusal = request_refusal(decoded, self.max_tokens)
-            if refusal is not None:
-                await send_error(send, 400, refusal, media_type=_answered(scope))
+            refused = None if refusal is None else (refusal, BAD_REQUEST)
+            if refused is None and isinstance(decoded, dict):
+                refused = request_refusal(decoded, self.max_tokens)
+            if refused is not None:
+                await send_error(send, 400, *refused, media_type=_answered(scope))
                 return
             scope[DECODED_BODY] = decoded
         await self.app(scope, _replay(body, receive), send)

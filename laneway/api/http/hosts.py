@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from starlette.middleware import Middleware
 
-from laneway.api.graphql.errors import ForbiddenError, send_error
+from laneway.api.graphql.errors import BAD_REQUEST, ForbiddenError, send_error
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send
 from laneway.api.http.websocket_limits import refuse_handshake
 from laneway.config import ANY_HOST, Settings, split_host
@@ -149,9 +149,9 @@ class HostAllowList:
         if len(hosts) != 1 or not self._allows_host(hosts[0], scope.get("scheme", "http"), served):
             logger.info("unknown host refused", extra={"host": _shown(hosts)})
             if kind == "http":
-                await send_error(send, 400, UNKNOWN_HOST)
+                await send_error(send, 400, UNKNOWN_HOST, BAD_REQUEST)
             else:
-                await refuse_handshake(scope, receive, send, 400, UNKNOWN_HOST)
+                await refuse_handshake(scope, receive, send, 400, UNKNOWN_HOST, BAD_REQUEST)
             return
         if origin is not None and kind == "websocket":
             found = origin_host(origin.decode("latin-1"))

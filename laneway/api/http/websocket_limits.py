@@ -120,7 +120,7 @@ async def refuse_handshake(
     send: Send,
     status: int,
     message: str,
-    code: str | None = None,
+    code: str,
     headers: Iterable[tuple[bytes, bytes]] = (),
 ) -> None:
     """Answer a websocket handshake with `status` and an error document instead of the
