@@ -49,7 +49,12 @@ from laneway.api.auth import Decision
 from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.documents import operation_refusal, parsed
-from laneway.api.graphql.errors import OPERATION_RESOLUTION_FAILURE, TIMEOUT, public_error
+from laneway.api.graphql.errors import (
+    OPERATION_RESOLUTION_FAILURE,
+    RATE_LIMITED,
+    TIMEOUT,
+    public_error,
+)
 from laneway.api.graphql.input_guard import check_operation
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
@@ -66,6 +71,7 @@ MAX_DOCUMENT_CHARS = 4000  # longer documents go through the ordinary path and i
 MAX_SELECTIONS = 15  # at most the alias limit of the schema, so no limit is sidestepped
 MAX_PLANS = 256  # distinct documents remembered
 MAX_RENDERED = 8192  # rendered (event, selection) payloads remembered
+SUBSCRIPTION_LIMIT = "Subscription limit reached"  # Strawberry's words, now with a code
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared and hashed by identity
@@ -231,13 +237,26 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
         await super().handle_message(message)
 
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
-        """Strawberry's, but a document without the operation it names, or with several and
-        no name, is answered as any request error is, with an `error` message for that id
-        (graphql-transport-ws) and the code HTTP gives it, OPERATION_RESOLUTION_FAILURE, where
-        Strawberry would close the socket and every other operation on it (or run the first
-        of several)."""
+        """Strawberry's, but an operation over the socket's limit of operations at once is
+        refused with RATE_LIMITED (a limit on how much one client does at once, as the rate
+        limit's refusal of a subscribe is; Strawberry's own error has no code), and a
+        document without the operation it names, or with several and no name, is answered
+        as any request error is, with an `error` message for that id (graphql-transport-ws)
+        and the code HTTP gives it, OPERATION_RESOLUTION_FAILURE, where Strawberry would
+        close the socket and every other operation on it (or run the first of several)."""
         payload: object = message.get("payload")
         if self.connection_acknowledged and message.get("id") not in self.operations:
+            limit = self.max_subscriptions_per_connection
+            if limit is not None and len(self.operations) >= limit:
+                error = {
+                    "id": message["id"],
+                    "type": "error",
+                    "payload": [
+                        {"message": SUBSCRIPTION_LIMIT, "extensions": {"code": RATE_LIMITED}}
+                    ],
+                }
+                await self.send_message(error)  # type: ignore[arg-type]
+                return
             query = payload.get("query") if isinstance(payload, dict) else None
             name = payload.get("operationName") if isinstance(payload, dict) else None
             if isinstance(query, str) and isinstance(name, str | None):

@@ -17,6 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
+from laneway.api.app import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from tests.api.conftest import FORBIDDEN_TEXT, LiveServer, live_server, make_settings
 
 PROTOCOL = Subprotocol("graphql-transport-ws")
@@ -295,5 +296,34 @@ async def test_a_websocket_operation_without_its_operation_gets_a_code(
                 reply = json.loads(await ws.recv())
             assert reply["type"] == "error", reply
             assert error_codes(reply["payload"]) == {"OPERATION_RESOLUTION_FAILURE"}, reply
+    finally:
+        await ws.close()
+
+
+async def test_an_operation_over_a_sockets_limit_is_rate_limited_and_the_socket_stays(
+    closed_server: LiveServer,
+) -> None:
+    events = {"query": "subscription { workflowEvents { eventID } }"}
+    ws = await acked(closed_server)
+    try:
+        for number in range(MAX_SUBSCRIPTIONS_PER_CONNECTION + 1):
+            await ws.send(json.dumps({"id": str(number), "type": "subscribe", "payload": events}))
+        async with asyncio.timeout(10):
+            reply = json.loads(await ws.recv())
+        assert reply["type"] == "error", reply
+        assert reply["id"] == str(MAX_SUBSCRIPTIONS_PER_CONNECTION)
+        assert error_codes(reply["payload"]) == {"RATE_LIMITED"}
+        # One ends, and the same socket takes another.
+        await ws.send(json.dumps({"id": "0", "type": "complete"}))
+        await ws.send(
+            json.dumps({"id": "again", "type": "subscribe", "payload": {"query": "{ __typename }"}})
+        )
+        async with asyncio.timeout(10):
+            reply = json.loads(await ws.recv())
+        assert reply == {
+            "id": "again",
+            "type": "next",
+            "payload": {"data": {"__typename": "Query"}},
+        }
     finally:
         await ws.close()
