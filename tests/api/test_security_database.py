@@ -79,7 +79,10 @@ def test_driver_and_socket_errors_of_a_database_that_is_down_are_unavailable(
 )
 def test_other_errors_are_masked(error: BaseException) -> None:
     assert not is_database_unavailable(error)
-    assert public_error(error) == {"message": "Unexpected error."}
+    assert public_error(error) == {
+        "message": "Unexpected error.",
+        "extensions": {"code": "INTERNAL_SERVER_ERROR"},
+    }
 
 
 @pytest.fixture

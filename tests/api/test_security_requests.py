@@ -1,8 +1,9 @@
 """Request ids on every response and on every masked error, so a client's report finds the log.
 
 A resolver is made to fail with an unexpected exception (the store method behind `queues`
-raises), so the answer is the masked "Unexpected error.". Its `extensions.requestId` must
-be the response's X-Request-ID and the `request_id` of the log record with the traceback.
+raises), so the answer is the masked "Unexpected error.", with the code INTERNAL_SERVER_ERROR
+as every error has one. Its `extensions.requestId` must be the response's X-Request-ID and the
+`request_id` of the log record with the traceback.
 """
 
 import json
@@ -62,7 +63,7 @@ async def test_a_masked_error_carries_the_request_id_of_its_log_record(
     assert body["data"] is None
     error = body["errors"][0]
     assert error["message"] == "Unexpected error."
-    assert error["extensions"] == {"requestId": "trace-me-42"}
+    assert error["extensions"] == {"code": "INTERNAL_SERVER_ERROR", "requestId": "trace-me-42"}
     for word in FORBIDDEN_TEXT:
         assert word not in response.text
     records = failure_records(caplog)
@@ -92,6 +93,6 @@ async def test_a_masked_error_over_a_websocket_carries_the_connections_request_i
     assert reply["type"] == "next"
     error = reply["payload"]["errors"][0]
     assert error["message"] == "Unexpected error."
-    assert error["extensions"] == {"requestId": request_id}
+    assert error["extensions"] == {"code": "INTERNAL_SERVER_ERROR", "requestId": request_id}
     assert "boom" not in json.dumps(reply)
     assert [getattr(r, "request_id", None) for r in failure_records(caplog)] == [request_id]

@@ -3,8 +3,9 @@
 Owns what a client sees when something goes wrong. Domain errors (laneway/errors.py) get their
 code here; UNAUTHENTICATED and FORBIDDEN are the API layer's own. A database that cannot be
 reached is SERVICE_UNAVAILABLE (HTTP 503, see http/request_ids.py), with a message that names no
-host, driver or statement. Anything else is masked as "Unexpected error." with the request
-id in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
+host, driver or statement. Anything else is masked as "Unexpected error.", with the code
+INTERNAL_SERVER_ERROR and the request id in `extensions.requestId`, and logged once with its
+traceback (schema.py). Also the JSON
 error bodies the middlewares answer with (413, 429, 503, 504).
 
 Codes travel two ways. Every Laneway field carries CodedErrors, which turns a mapped
@@ -50,6 +51,7 @@ from laneway.errors import (
 logger = logging.getLogger(__name__)
 
 MASKED_MESSAGE = "Unexpected error."
+INTERNAL_SERVER_ERROR = "INTERNAL_SERVER_ERROR"
 SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
 UNAVAILABLE_RETRY_AFTER_SECONDS = 2
@@ -95,7 +97,7 @@ ERROR_CODES: dict[type[LanewayError], str] = {
 class APIError(GraphQLError):
     """An error of the API layer itself, raised with its code already attached."""
 
-    code = "INTERNAL_SERVER_ERROR"
+    code = INTERNAL_SERVER_ERROR
 
     def __init__(self, message: str) -> None:
         super().__init__(message, extensions={"code": self.code})
@@ -266,7 +268,7 @@ def public_error(error: BaseException) -> dict[str, object]:
     stream that fails, say): the database's SERVICE_UNAVAILABLE, or the masked message."""
     if is_database_unavailable(error):
         return {"message": UNAVAILABLE_MESSAGE, "extensions": {"code": SERVICE_UNAVAILABLE}}
-    return {"message": MASKED_MESSAGE}
+    return {"message": MASKED_MESSAGE, "extensions": {"code": INTERNAL_SERVER_ERROR}}
 
 
 def error_body(message: str, code: str) -> bytes:

@@ -31,7 +31,13 @@ from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult
 
 from laneway.api.graphql.documents import DocumentCache
-from laneway.api.graphql.errors import MASKED_MESSAGE, add_code, add_request_code, is_expected
+from laneway.api.graphql.errors import (
+    INTERNAL_SERVER_ERROR,
+    MASKED_MESSAGE,
+    add_code,
+    add_request_code,
+    is_expected,
+)
 from laneway.api.graphql.execution import LanewayExecutor
 from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
@@ -69,6 +75,12 @@ class ErrorCodes(MaskErrors):
     def __init__(self) -> None:
         super().__init__(should_mask_error=should_mask_error, error_message=MASKED_MESSAGE)
         self.executing = False
+
+    def anonymise_error(self, error: GraphQLError) -> GraphQLError:
+        """MaskErrors' masked error, with the code INTERNAL_SERVER_ERROR."""
+        masked = super().anonymise_error(error)
+        masked.extensions = {"code": INTERNAL_SERVER_ERROR}
+        return masked
 
     def on_execute(self) -> Iterator[None]:
         # Strawberry executes only a document that parsed and validated: an error at no path
