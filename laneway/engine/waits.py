@@ -5,7 +5,9 @@ with an input schema and an expiry), the validation of a resume's input against 
 (with the `jsonschema` library, Draft 2020-12 unless the schema names another), and the JSON
 that the group commit stores as the instance's `wait` (migrations/0016_waits.sql reads
 `seconds` and `signal` from it; the wake-up reads `on_timeout`, `expiry` and `retry`). No I/O:
-a schema's `$ref`s resolve within the schema itself, never by fetching a document.
+a schema's `$ref`s resolve within the schema itself, never by fetching a document. Every
+jsonschema message that reaches a client (a refused input, a refused schema) is told through
+problem_message, in JSON's spelling: clients send JSON, and jsonschema writes Python's.
 """
 
 import json
@@ -15,7 +17,7 @@ import jsonschema
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
-from jsonschema.exceptions import SchemaError, UnknownType
+from jsonschema.exceptions import SchemaError, UnknownType, ValidationError
 from referencing import Registry
 from referencing.jsonschema import SchemaRegistry
 
@@ -25,6 +27,8 @@ from laneway.model import JSONValue
 MAX_WAIT_SECONDS = 10 * 366 * 86_400.0  # about ten years: a timer, not a forever
 MAX_REPORTED_PROBLEMS = 10  # a rejected input names at most this many failing paths
 MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SHOWN_CHARS = 100  # a value a problem names, as JSON, is cut there
+MAX_PROBLEM_CHARS = 500  # and so is the whole problem's message
 
 ExpiryAction = Literal["resume", "cancel", "fail"]
 EXPIRY_ACTIONS: tuple[ExpiryAction, ...] = ("resume", "cancel", "fail")
@@ -67,7 +71,7 @@ def check_input_schema(schema: JSONValue, where: str) -> None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except SchemaError as exc:
         raise InvalidInputError(
-            f"{where}: input_schema is not a valid JSON Schema: {exc.message}"
+            f"{where}: input_schema is not a valid JSON Schema: {problem_message(exc)}"
         ) from None
     unresolved = _unresolved_reference(schema)
     if unresolved is not None:
@@ -149,12 +153,91 @@ def validate_input(schema: JSONValue, value: JSONValue, *, label: str | None) ->
         raise _unusable(where, exc) from None
     if not errors:
         return
-    problems = [(error.json_path, error.message) for error in errors[:MAX_REPORTED_PROBLEMS]]
+    problems = [
+        (error.json_path, problem_message(error)) for error in errors[:MAX_REPORTED_PROBLEMS]
+    ]
     path, message = problems[0]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     raise InputRejectedError(
         f"input rejected by the input schema of {where} at {path}: {message}{more}", problems
     )
+
+
+def shown(value: object) -> str:
+    """A value as a problem names it: its JSON (`null`, `true`, `"text"`), not Python's spelling
+    (`None`, `True`, `'text'`), cut to MAX_SHOWN_CHARS."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):  # a handler's default input, not JSON
+        text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 1] + "…"
+
+
+# Keywords whose message names properties (missing, depended on, unexpected) and not the value.
+_NAMING_KEYWORDS = frozenset(
+    (
+        "required",
+        "dependentRequired",
+        "dependencies",
+        "additionalProperties",
+        "unevaluatedProperties",
+    )
+)
+
+
+def problem_message(error: ValidationError | SchemaError) -> str:
+    """jsonschema's message of `error`, with the values it names in JSON's spelling (shown).
+
+    jsonschema writes them with repr: `None is not of type 'object'`, `'maybe' is not one of
+    ['approve', 'reject']`, and the whole of a large value. The common keywords are said again
+    here with shown; any other keeps jsonschema's words, with the value it starts with (most
+    do) as JSON, and the message is cut to MAX_PROBLEM_CHARS.
+    """
+    keyword: object = error.validator  # None for a schema that is `false` (typed str)
+    expected, value = error.validator_value, shown(error.instance)
+    if keyword is None:
+        message = f"False schema does not allow {value}"
+    elif keyword == "type":
+        types = expected if isinstance(expected, list) else [expected]
+        message = f"{value} is not of type {', '.join(shown(each) for each in types)}"
+    elif keyword == "enum":
+        message = f"{value} is not one of {shown(expected)}"
+    elif keyword == "const":
+        message = f"{shown(expected)} was expected"
+    elif keyword == "pattern":
+        message = f"{value} does not match {shown(expected)}"
+    elif keyword == "not":
+        message = f"{value} should not be valid under {shown(expected)}"
+    elif keyword in _NAMING_KEYWORDS:
+        message = error.message
+        for name in sorted(_names(error), key=len, reverse=True):
+            message = message.replace(repr(name), shown(name))
+    else:
+        message = error.message
+        spelled = repr(error.instance)
+        if message.startswith(spelled):
+            message = value + message[len(spelled) :]
+    if len(message) > MAX_PROBLEM_CHARS:
+        message = message[: MAX_PROBLEM_CHARS - 1] + "…"
+    return message
+
+
+def _names(error: ValidationError | SchemaError) -> set[str]:
+    """The property names a naming keyword's message may hold: the keyword's own (required
+    ones, dependencies), the value's keys, and the patterns of patternProperties."""
+    expected, schema = error.validator_value, error.schema
+    found: list[object] = []
+    if isinstance(expected, list):
+        found.extend(expected)
+    elif isinstance(expected, dict):
+        found.extend(expected)
+        for listed in expected.values():
+            found.extend(listed if isinstance(listed, list) else ())
+    if isinstance(error.instance, dict):
+        found.extend(error.instance)
+    if isinstance(schema, dict) and isinstance(schema.get("patternProperties"), dict):
+        found.extend(schema["patternProperties"])
+    return {name for name in found if isinstance(name, str)}
 
 
 def _unusable(where: str, exc: Exception) -> InputRejectedError:

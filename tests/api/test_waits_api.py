@@ -157,6 +157,37 @@ async def test_review_refuses_bad_input_then_takes_the_decision(server: LiveServ
     assert done["checkpointInputSchema"] is None
 
 
+async def test_a_refused_input_is_told_in_json_as_the_client_sent_it(server: LiveServer) -> None:
+    """A JSON client sent null, or "maybe": the refusal says null and "maybe", not Python's
+    None and 'maybe', in the message and in every problem."""
+    instance_id = await enqueue(server, "review", {})
+    await until_status(server, instance_id, "paused")
+    literal = (
+        f'mutation {{ resumeWorkflow(instanceID: "{instance_id}", input: null) {{ status }} }}'
+    )
+    for body, said in (
+        (await server.graphql(RESUME, id=instance_id, input=None), 'null is not of type "object"'),
+        (await server.graphql(literal), 'null is not of type "object"'),
+        (
+            await server.graphql(RESUME, id=instance_id, input={"decision": "maybe"}),
+            '"maybe" is not one of ["approve", "reject"]',
+        ),
+        (
+            await server.graphql(RESUME, id=instance_id, input={"comment": "fine"}),
+            '"decision" is a required property',
+        ),
+    ):
+        [error] = body["errors"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert error["message"].endswith(said), error
+        problems = error["extensions"]["problems"]
+        assert said in [problem["message"] for problem in problems], problems
+        for text in (error["message"], *(problem["message"] for problem in problems)):
+            for python in ("None", "'maybe'", "'decision'"):
+                assert python not in text, text
+    assert (await instance(server, instance_id))["status"] == "paused"
+
+
 async def test_review_whose_schema_cannot_be_used_is_refused_not_masked(
     server: LiveServer, admin: asyncpg.Connection
 ) -> None:

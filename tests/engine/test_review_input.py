@@ -19,6 +19,7 @@ from laneway.engine import (
     compile_template,
     completed,
 )
+from laneway.engine.waits import validate_input
 from laneway.errors import ConflictError, InputRejectedError, InvalidInputError
 from laneway.model import EventType, InstanceFilter, JSONValue, Status
 from laneway.store import Store
@@ -156,6 +157,42 @@ def test_bad_schemas_and_expiries_are_refused_where_they_are_made() -> None:
         Pause("decide", "next", timeout_seconds=5, on_expiry=OnExpiry("fail", {"x": 1}))
     with pytest.raises(InvalidInputError, match="not a valid JSON Schema"):
         Checkpoint(after_stage="a", label="decide", input_schema={"required": "decision"})
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "said"),
+    [
+        ({"type": "object"}, None, 'null is not of type "object"'),
+        ({"type": ["string", "null"]}, True, 'true is not of type "string", "null"'),
+        ({"enum": ["yes", None]}, "maybe", '"maybe" is not one of ["yes", null]'),
+        ({"const": False}, 0, "false was expected"),
+        ({"required": ["decision"]}, {}, '"decision" is a required property'),
+        (
+            {"additionalProperties": False},
+            {"extra": 1, "it's": 2},
+            'Additional properties are not allowed ("extra", "it\'s" were unexpected)',
+        ),
+        ({"dependentRequired": {"a": ["b"]}}, {"a": 1}, '"b" is a dependency of "a"'),
+        ({"pattern": "^a"}, "b", '"b" does not match "^a"'),
+        ({"not": {"type": "null"}}, None, 'null should not be valid under {"type": "null"}'),
+        ({"maxItems": 1}, [True, None], "[true, null] is too long"),
+        (False, {"k": None}, 'False schema does not allow {"k": null}'),
+        ({"type": "object"}, "x" * 300, '"' + "x" * 98 + '… is not of type "object"'),
+    ],
+)
+def test_a_refusal_names_values_in_json_cut_short(
+    schema: JSONValue, value: JSONValue, said: str
+) -> None:
+    with pytest.raises(InputRejectedError) as refused:
+        validate_input(schema, value, label="decide")
+    assert refused.value.problems[0][1] == said
+    assert str(refused.value).endswith(said)
+
+
+def test_a_refused_schema_names_its_values_in_json() -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        Pause("decide", "next", input_schema={"required": "decision"})
+    assert str(refused.value).endswith('"decision" is not of type "array"')
 
 
 async def _draft(ctx: OperationContext) -> OperationResult:
