@@ -188,6 +188,28 @@ async def test_a_refused_input_is_told_in_json_as_the_client_sent_it(server: Liv
     assert (await instance(server, instance_id))["status"] == "paused"
 
 
+async def test_a_cancelled_pause_keeps_no_checkpoint_label(server: LiveServer) -> None:
+    """`checkpoint` is the label while paused: cancelling a paused instance, alone or in bulk,
+    clears it, as a resume and an expiry do."""
+    alone = await enqueue(server, "review", {})
+    in_bulk = await enqueue(server, "review", {})
+    for instance_id in (alone, in_bulk):
+        assert (await until_status(server, instance_id, "paused"))["checkpoint"] == "decide"
+    cancel = "mutation ($id: ID!) { cancelWorkflow(instanceID: $id) { status checkpoint } }"
+    cancelled = await server.graphql(cancel, id=alone)
+    assert cancelled["data"]["cancelWorkflow"] == {"status": "cancelled", "checkpoint": None}
+    bulk = 'mutation { cancelWorkflows(filter: {name: "review"}) { matched changed } }'
+    assert (await server.graphql(bulk))["data"]["cancelWorkflows"] == {"matched": 1, "changed": 1}
+    for instance_id in (alone, in_bulk):
+        assert await instance(server, instance_id) == {
+            "status": "cancelled",
+            "result": None,
+            "checkpoint": None,
+            "checkpointInputSchema": None,
+            "waitingReason": None,
+        }
+
+
 async def test_review_whose_schema_cannot_be_used_is_refused_not_masked(
     server: LiveServer, admin: asyncpg.Connection
 ) -> None:

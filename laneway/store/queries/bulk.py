@@ -63,9 +63,12 @@ SELECT i.instance_id, i.created_at, i.checkpoint, i.wait -> 'input_schema' AS in
 # $1 instance ids (uuid[])
 # The status is checked by the UPDATE itself: under READ COMMITTED a row that a worker is
 # completing is re-read after its lock is released, so a row that just ended is left alone.
+# A pause or wait it was in ends with it, as a resume, a signal or an expiry ends one: its
+# checkpoint label (the label while paused), wait and awaited signal go.
 CANCEL_INSTANCES = f"""
 UPDATE laneway.instances
    SET status = 'cancelled', owner_id = NULL, lease_expires_at = NULL, wake_at = NULL,
+       checkpoint = NULL, wait = NULL, wait_signal = NULL,
        updated_at = now(), finished_at = now()
  WHERE instance_id = ANY($1::uuid[])
    AND status NOT IN ('completed', 'failed', 'cancelled')
