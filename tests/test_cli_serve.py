@@ -1,7 +1,8 @@
 """`laneway serve` as a real process: the URL it logs, and how its stop signals end it.
 
 A clean shutdown on SIGINT or SIGTERM exits 0, as `worker` does (uvicorn's own handlers
-re-raised the signal once it had shut down, so the process died of it: exit 143).
+re-raised the signal once it had shut down, so the process died of it: exit 143). A badly
+wired template refuses `serve` as it refuses `worker`: exit 2 and one line, no traceback.
 """
 
 import asyncio
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from tests.engine.helpers import eventually
-from tests.test_cli import ROOT, environment
+from tests.test_cli import ROOT, environment, laneway
 
 
 def is_ok(response: httpx.Response) -> bool:
@@ -84,3 +85,24 @@ async def test_serve_on_an_ipv6_address_logs_a_url_that_works(database_url: str)
         async with asyncio.timeout(30):
             await process.communicate()
     assert process.returncode == 0
+
+
+async def test_a_badly_wired_template_refuses_serve_as_it_refuses_worker(
+    database_url: str,
+) -> None:
+    env = environment(database_url, LANEWAY_WORKFLOWS="tests.miswired_workflows")
+    code, _, said = await laneway("worker", env=env)
+    assert code == 2, said
+    [refusal] = said.splitlines()
+    assert refusal.startswith("laneway: 2 template problem(s):"), refusal
+    assert "no handler for operation type 'unhandled'" in refusal
+    assert "next_workflow 'nowhere' is not registered" in refusal
+    # The modules LANEWAY_WORKFLOWS names are all the app's: refused before it listens.
+    code, _, said = await laneway("serve", "--port", "0", env=env)
+    assert (code, said.splitlines()) == (2, [refusal])
+    # An --app factory's own workflows are checked as its app starts, inside uvicorn's
+    # lifespan: the same line and code, and uvicorn logs no traceback.
+    code, _, said = await laneway("serve", "--port", "0", "--app", "app.main:build", env=env)
+    assert code == 2, said
+    assert said.splitlines()[-1] == refusal
+    assert "Traceback" not in said

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, database_error
 from laneway.config import Settings
 from laneway.engine import WorkflowRegistry
+from laneway.engine import check_workflows as check_wiring
 from laneway.engine.registry import error_line
 from laneway.engine.stop_signals import stop_signals
 from laneway.errors import InvalidInputError
@@ -89,7 +90,11 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     settings.check_bind(host)
     # An --app factory chooses its own workflows (app.main adds the examples), so only the
     # modules the environment names are checked for it.
-    check_workflows(settings, allow_none=args.allow_no_workflows or bool(args.app))
+    registry = check_workflows(settings, allow_none=args.allow_no_workflows or bool(args.app))
+    if not args.app:
+        # Those are all the app's workflows: a badly wired template refuses now, as `worker`
+        # refuses it, before anything listens (an app's own is refused by StartupWatch).
+        check_wiring(registry)
     build = app_factory(args.app) if args.app else create_app
     # Listening comes first, so that a port in use is one line before anything starts (uvicorn
     # would start the app, engine included, then fail to bind and exit on its own).
@@ -141,9 +146,11 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
 
 class StartupWatch:
     """The served app, keeping what its lifespan startup raised: uvicorn exits, and `serve`
-    says it in one line. A database it cannot use is that line alone: the traceback Starlette
-    hands uvicorn to log is left out of the startup-failed message (any other failure keeps
-    it, for the frames that show where the app went wrong)."""
+    says it in one line. A database it cannot use, or a configuration Laneway refuses
+    (InvalidInputError: a badly wired template, a module that cannot be imported), is that
+    line alone, with the exit code `worker` has for it: the traceback Starlette hands uvicorn
+    to log is left out of the startup-failed message (any other failure keeps it, for the
+    frames that show where the app went wrong)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -156,7 +163,7 @@ class StartupWatch:
             if (
                 message.get("type") == "lifespan.startup.failed"
                 and failure is not None
-                and database_error(failure) is not None
+                and _said_in_one_line(failure)
             ):
                 message = {**message, "message": ""}
             await send(message)
@@ -169,14 +176,20 @@ class StartupWatch:
             raise
 
     def refusal(self) -> BaseException:
-        """Why the app did not start: a database error as it came (`main` says it in one
-        line), anything else as a CommandError (exit 1)."""
+        """Why the app did not start: a database error or a refused configuration as it came
+        (`main` says it in one line, exit 2 for the configuration), anything else as a
+        CommandError (exit 1)."""
         failure = self.failure
         if failure is None:
             return CommandError("the server did not start (the log above says why)")
-        if database_error(failure) is not None:
+        if _said_in_one_line(failure):
             return failure
         return CommandError(f"the app did not start: {type(failure).__name__}: {failure}")
+
+
+def _said_in_one_line(failure: BaseException) -> bool:
+    """A start-up failure `main` says in one line, which needs no traceback."""
+    return isinstance(failure, InvalidInputError) or database_error(failure) is not None
 
 
 def app_factory(reference: str) -> "Callable[[Settings], Starlette]":
