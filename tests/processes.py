@@ -15,8 +15,10 @@ async def run_process(
     cwd: str | PathLike[str],
     env: Mapping[str, str],
     timeout: float = 60,
+    stdin: bytes | None = None,
 ) -> tuple[int, str, str]:
-    """Run `argv` to its end; return its exit code, stdout and stderr.
+    """Run `argv` to its end, with `stdin` as its input (None: this process's stdin); return
+    its exit code, stdout and stderr.
 
     Raises:
         TimeoutError: it ran longer than `timeout` seconds (it is killed first).
@@ -25,12 +27,13 @@ async def run_process(
         *argv,
         cwd=cwd,
         env=dict(env),
+        stdin=None if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
         async with asyncio.timeout(timeout):
-            out, err = await process.communicate()
+            out, err = await process.communicate(stdin)
     finally:
         if process.returncode is None:
             process.kill()

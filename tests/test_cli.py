@@ -43,9 +43,11 @@ def environment(database_url: str | None, **extra: str) -> dict[str, str]:
     return env
 
 
-async def laneway(*args: str, env: Mapping[str, str], timeout: float = 60) -> tuple[int, str, str]:
+async def laneway(
+    *args: str, env: Mapping[str, str], timeout: float = 60, stdin: bytes | None = None
+) -> tuple[int, str, str]:
     return await run_process(
-        [sys.executable, "-m", "laneway", *args], cwd=ROOT, env=env, timeout=timeout
+        [sys.executable, "-m", "laneway", *args], cwd=ROOT, env=env, timeout=timeout, stdin=stdin
     )
 
 
@@ -116,7 +118,7 @@ async def test_bad_input_exits_2_and_unknown_instance_exits_1(database_url: str)
     env = environment(database_url)
     code, _, err = await laneway("enqueue", "hello", "--params", "{name: x}", env=env)
     assert code == 2
-    assert "--params is not valid JSON" in err
+    assert "laneway: enqueue: argument --params: not valid JSON: " in err
     code, _, err = await laneway("enqueue", "hello", "--params", '{"n": NaN}', env=env)
     assert code == 2
     code, _, err = await laneway("enqueue", "nope", "--params", "{}", env=env)

@@ -28,7 +28,7 @@ async def test_signal_wakes_a_wait_and_refuses_what_it_must(
         await until_status(store, enqueued.instance_id, Status.WAITING, timeout=30)
         code, _, err = await laneway("signal", instance_id, "approve", "--payload", "{x}", env=env)
         assert code == 2
-        assert "--payload is not valid JSON" in err
+        assert "argument --payload: not valid JSON" in err
         code, out, err = await laneway(
             "signal", instance_id, "approve", "--payload", '{"by": "cli"}',
             "--idempotency-key", "once", env=env,

@@ -73,7 +73,10 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Entry point of `laneway` and `python -m laneway`; returns the exit code."""
     env = os.environ if environ is None else environ
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while a JSON option was read from stdin
+        return _fail("interrupted", EXIT_INTERRUPTED)
     if getattr(args, "url", None) and not args.token:
         args.token = env.get("LANEWAY_TOKEN") or None  # only for a server: a database needs none
     configure_logging(logging.INFO if args.command in ("serve", "worker") else logging.WARNING)

@@ -72,31 +72,14 @@ def instance_id(text: str) -> str:
         raise CommandError(f"not an instance id: {text!r}", EXIT_USAGE) from None
 
 
-def json_option(text: str | None, option: str) -> object:
-    """The JSON of an option (None when it is not given).
-
-    Raises:
-        CommandError: it is not strict JSON (exit 2, naming the option).
-    """
-    from laneway.api.http.strict_json import strict_json_loads
-
-    if text is None:
-        return None
-    try:
-        return strict_json_loads(text)
-    except ValueError as exc:
-        raise CommandError(f"{option} is not valid JSON: {exc}", EXIT_USAGE) from None
-
-
 async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """Enqueue one instance and print `{"instanceID", "created"}`."""
-    params = json_option(args.params, "--params")
     async with open_client(args, settings) as client:
         client.check_workflow(args.name)
         data = await client.execute(
             ENQUEUE,
             name=args.name,
-            params=params,
+            params=args.params,
             queue=args.queue,
             priority=args.priority,
             delayMs=args.delay_ms,
@@ -139,17 +122,19 @@ async def retry(args: argparse.Namespace, settings: Settings) -> int:
 
 async def resume(args: argparse.Namespace, settings: Settings) -> int:
     """Resume a paused instance, with `--input` for its checkpoint's input schema."""
-    given = json_option(args.input, "--input") if args.filter is None else None
-    return await _action(args, settings, RESUME, input=given)
+    return await _action(args, settings, RESUME, input=args.input)
 
 
 async def send_signal(args: argparse.Namespace, settings: Settings) -> int:
     """Send a signal and print `{"signalID", "accepted", "status"}`."""
     target = instance_id(args.instance_id)
-    payload = json_option(args.payload, "--payload")
     async with open_client(args, settings) as client:
         data = await client.execute(
-            SIGNAL, id=target, name=args.name, payload=payload, idempotencyKey=args.idempotency_key
+            SIGNAL,
+            id=target,
+            name=args.name,
+            payload=args.payload,
+            idempotencyKey=args.idempotency_key,
         )
     sent = data["signalWorkflow"]
     output.print_json(

@@ -1,7 +1,8 @@
 """The `laneway` command line: subcommands, options, and each one's --help.
 
 Owns the words a person reads in --help and in usage errors (no internal names: every option
-type says what it wants). The subcommands themselves live in process.py and commands.py.
+type says what it wants, in arguments.py). The subcommands themselves live in process.py and
+commands.py.
 """
 
 import argparse
@@ -10,6 +11,7 @@ import textwrap
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
+from laneway.cli.arguments import event_id, json_value, milliseconds, port_number, whole_number
 from laneway.cli.version import VersionAction
 from laneway.config import Settings
 
@@ -27,48 +29,12 @@ separated); the current folder is on the import path. A module that cannot be im
 stops it with exit 2; so does an empty LANEWAY_WORKFLOWS, unless --allow-no-workflows.
 Database: DATABASE_URL, or the embedded PostgreSQL in .laneway/ of the current folder."""
 
+JSON_SOURCES = "@PATH reads it from a file, - from stdin"
+
 EXIT_CODES = (
     "Exit codes: 0 ok, 1 not found, in the wrong status or failed, 2 bad input,\n"
     "130 interrupted (Ctrl-C), 141 the reader of its output went away (| head)."
 )
-
-
-def whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-
-
-MAX_EVENT_ID = 2**63 - 1  # event ids are PostgreSQL bigints
-
-
-def event_id(text: str) -> int:
-    value = whole_number(text)
-    if not 0 <= value <= MAX_EVENT_ID:
-        raise argparse.ArgumentTypeError(
-            f"must be an event id from 0 to {MAX_EVENT_ID}, not {text!r}"
-        )
-    return value
-
-
-def port_number(text: str) -> int:
-    value = whole_number(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, not {text!r}")
-    return value
-
-
-def milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a number of milliseconds, not {text!r}"
-        ) from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {text!r}")
-    return value
 
 
 def _lazy(module: str, name: str) -> Command:
@@ -235,7 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
         server,
     )
     p.add_argument("name", metavar="NAME", help="the workflow's name")
-    p.add_argument("--params", metavar="JSON", help="params as JSON (default: null)")
+    p.add_argument(
+        "--params",
+        metavar="JSON",
+        type=json_value,
+        help=f"params as JSON (default: null); {JSON_SOURCES}",
+    )
     p.add_argument("--queue", help="run on this queue (default: the workflow's)")
     p.add_argument("--priority", type=whole_number, default=0, help="higher runs first")
     p.add_argument(
@@ -292,7 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
         server,
     )
     p.add_argument("instance_id", metavar="ID", nargs="?")
-    p.add_argument("--input", metavar="JSON", help="the reviewer's input as JSON")
+    p.add_argument(
+        "--input",
+        metavar="JSON",
+        type=json_value,
+        help=f"the reviewer's input as JSON; {JSON_SOURCES}",
+    )
     _bulk_options(p)
     p.set_defaults(run=_lazy("commands", "resume"))
 
@@ -308,7 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("instance_id", metavar="ID")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--payload", metavar="JSON", help="the signal's payload as JSON")
+    p.add_argument(
+        "--payload",
+        metavar="JSON",
+        type=json_value,
+        help=f"the signal's payload as JSON; {JSON_SOURCES}",
+    )
     p.add_argument(
         "--idempotency-key", metavar="KEY", help="a repeated key (per instance) sends nothing"
     )
