@@ -3,6 +3,7 @@
 Exit codes: 0 ok, 1 not found, 2 bad input or a refused configuration.
 """
 
+import argparse
 import asyncio
 import json
 import os
@@ -20,7 +21,7 @@ from uuid import UUID
 import pytest
 
 from laneway.api.graphql.schema import export_schema
-from laneway.cli import main
+from laneway.cli import build_parser, main
 from laneway.model import Status
 from laneway.store import Store
 from laneway.store import migrate as migrate_module
@@ -347,6 +348,44 @@ def test_every_help_says_what_it_uses_and_gives_an_example(
         assert "--url BASE" in text
         assert "LANEWAY_TOKEN" in text
         assert "LANEWAY_WORKFLOWS" in text  # which workflows the database mode knows
+
+
+def _subcommands() -> list[str]:
+    """Every subcommand the parser has (not a list kept by hand: a new one is checked too)."""
+    (choices,) = [
+        action.choices
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    ]
+    return sorted(choices)
+
+
+def _documented_exit_codes() -> set[int]:
+    """The exit codes docs/cli.md explains in its "Exit codes" section."""
+    section = (ROOT / "docs" / "cli.md").read_text().split("## Exit codes", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    return {int(code) for code in re.findall(r"(?:^|; )(\d+) ", section, flags=re.MULTILINE)}
+
+
+@pytest.mark.parametrize("command", ["", *_subcommands()])
+def test_every_help_ends_with_its_exit_codes_as_documented(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"] if command else ["--help"])
+    assert exited.value.code == 0
+    last = capsys.readouterr().out.rstrip().split("\n\n")[-1].splitlines()
+    assert last[0] == "Exit codes:", last
+    codes = [int(line.split()[0]) for line in last[1:] if not line.startswith(" " * 7)]
+    assert codes[0] == 0
+    assert codes == sorted(set(codes))
+    assert set(codes) <= _documented_exit_codes() == {0, 1, 2, 3, 130, 141}
+    meanings = {int(line.split()[0]): line.split(None, 1)[1] for line in last[1:] if line[2] != " "}
+    if command == "watch":
+        assert meanings[0].startswith("the watched instance completed")
+        assert 130 not in meanings  # Ctrl-C is how a watch of every instance ends: 0
+    if command == "preflight":
+        assert meanings[1].startswith("something would be")
 
 
 def test_usage_errors_name_what_is_wanted_not_internals(

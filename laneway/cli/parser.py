@@ -1,78 +1,41 @@
-"""The `laneway` command line: subcommands, options, and each one's --help.
+"""The `laneway` command line: which subcommands there are, and their options.
 
-Owns the words a person reads in --help and in usage errors (no internal names: every option
-type says what it wants, in arguments.py). The subcommands themselves live in process.py and
-commands.py.
+Owns the words a person reads in each subcommand's --help and in usage errors (no internal
+names: every option type says what it wants, in arguments.py; every --help is built, and ends
+with its exit codes, as subcommands.py builds it). The subcommands themselves live in
+process.py, commands.py, bulk.py and preflight.py.
 """
 
 import argparse
-import importlib
-import textwrap
-from collections.abc import Callable, Coroutine
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from laneway.cli.arguments import event_id, json_value, milliseconds, port_number, whole_number
-from laneway.cli.version import VersionAction
-from laneway.config import Settings
-
-Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
-
-DATABASE = """\
-Database and workflows: without --url, the database of DATABASE_URL, or when it is not set
-the embedded PostgreSQL in .laneway/ of the current folder, and the workflows of the modules
-in LANEWAY_WORKFLOWS. With --url BASE, the server's GraphQL API (POST BASE/graphql) and the
-workflows that server registered; --token, or LANEWAY_TOKEN, is its bearer token."""
-
-WORKFLOW_MODULES = """\
-Workflows: every Workflow at the top level of the modules in LANEWAY_WORKFLOWS (comma-
-separated); the current folder is on the import path. A module that cannot be imported
-stops it with exit 2; so does an empty LANEWAY_WORKFLOWS, unless --allow-no-workflows.
-Database: DATABASE_URL, or the embedded PostgreSQL in .laneway/ of the current folder."""
-
-JSON_SOURCES = "@PATH reads it from a file, - from stdin"
-
-EXIT_CODES = (
-    "Exit codes: 0 ok, 1 not found, in the wrong status or failed, 2 bad input,\n"
-    "130 interrupted (Ctrl-C), 141 the reader of its output went away (| head)."
+from laneway.cli.subcommands import (
+    DATABASE,
+    JSON_SOURCES,
+    WORKFLOW_MODULES,
+    Subcommands,
+    epilog,
+    lazy,
 )
+from laneway.cli.version import VersionAction
 
-
-def _lazy(module: str, name: str) -> Command:
-    """The subcommand `name` of laneway/cli/`module`.py, imported when it runs: `laneway
-    worker` loads neither rich nor httpx, `laneway status` not the engine's process code."""
-
-    async def run(args: argparse.Namespace, settings: Settings) -> int:
-        command: Command = getattr(importlib.import_module(f"laneway.cli.{module}"), name)
-        return await command(args, settings)
-
-    return run
-
-
-def _server_options() -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
-    group = options.add_argument_group("server (instead of the database)")
-    group.add_argument(
-        "--url",
-        metavar="BASE",
-        help="the server's base URL, such as http://127.0.0.1:8000: go through its GraphQL"
-        " API and its workflows",
-    )
-    group.add_argument(
-        "--token",
-        help="the server's bearer token (one of its LANEWAY_API_TOKENS; default: LANEWAY_TOKEN)",
-    )
-    return options
-
-
-def _json_option() -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    return options
-
-
-def _epilog(*parts: str) -> str:
-    return "\n\n".join(parts)
-
+# The exit codes of the subcommands whose codes mean more, or other, than subcommands.py's
+# EXIT_MEANINGS (the same as docs/cli.md says them).
+PROCESS_EXITS = {
+    0: "stopped by SIGINT or SIGTERM (a clean shutdown)",
+    3: None,  # it migrates
+    130: None,
+    141: None,
+}
+BULK_EXITS = {
+    1: "not found or in the wrong status for it, or the server or database cannot be used;"
+    " with --filter, stopped at the server's time limit (run it again to finish)",
+    2: "bad input (an option, id, filter or JSON), a refused token or configuration; with"
+    " --filter, no --yes and no terminal to ask at",
+    130: "interrupted (Ctrl-C): at the question, nothing changed; while it works, what it"
+    " changed so far stays changed",
+}
 
 _BULK_APPLIES = {
     "cancel": "every selected instance that is not terminal",
@@ -82,7 +45,8 @@ _BULK_APPLIES = {
 }
 
 
-def _bulk_help(name: str) -> str:
+def _bulk_help(name: str) -> tuple[str, str]:
+    """The paragraphs of --help on `name --filter`: what it does, an example."""
     text = (
         f"With --filter instead of ID: {name} {_BULK_APPLIES[name]}. KEY is name, queue,"
         " status (repeatable), key (the concurrency key), version, created-after or"
@@ -91,7 +55,7 @@ def _bulk_help(name: str) -> str:
         " 2); --dry-run only counts. Prints {matched, changed, sampleIDs}."
     )
     example = f"laneway {name} --filter name=billing --filter created-after=2026-01-31T00:00Z --yes"
-    return f"{textwrap.fill(text, width=92)}\n\nExample:\n  {example}"
+    return text, f"Example:\n  {example}"
 
 
 def _bulk_options(p: argparse.ArgumentParser) -> None:
@@ -123,32 +87,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
         prog="laneway",
         description="Laneway: durable workflows on PostgreSQL. `laneway COMMAND --help` for one.",
-        epilog=_epilog(DATABASE, EXIT_CODES),
+        epilog=epilog(
+            DATABASE, "Each `laneway COMMAND --help` ends with the exit codes of that command."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=VersionAction)
-    commands_ = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    server, as_json = _server_options(), _json_option()
-
-    def add(
-        name: str, summary: str, epilog: str, *parents: argparse.ArgumentParser
-    ) -> argparse.ArgumentParser:
-        return commands_.add_parser(
-            name,
-            help=summary,
-            description=summary[0].upper() + summary[1:] + ".",
-            epilog=epilog,
-            parents=list(parents),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+    commands = Subcommands(parser)
+    add, server, as_json = commands.add, commands.server, commands.as_json
 
     p = add(
         "serve",
         "serve the GraphQL API and the dashboard, and run an engine (LANEWAY_ENGINE=0: API only)",
-        _epilog(
-            WORKFLOW_MODULES,
-            "Example:\n  LANEWAY_WORKFLOWS=workflows laneway serve --port 8000",
-        ),
+        WORKFLOW_MODULES,
+        "Example:\n  LANEWAY_WORKFLOWS=workflows laneway serve --port 8000",
+        run=lazy("process", "serve"),
+        exits={
+            **PROCESS_EXITS,
+            1: "cannot listen on its address (a port in use), cannot use the database, or its"
+            " app did not start",
+            2: "a refused configuration: a public address without LANEWAY_API_TOKENS, no"
+            " workflows, a module that cannot be imported, a bad option",
+        },
     )
     p.add_argument("--host", help="bind address (default: HOST or 127.0.0.1)")
     p.add_argument("--port", type=port_number, help="port (default: PORT or 8000)")
@@ -159,12 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
         " it chooses its own workflows",
     )
     p.add_argument("--allow-no-workflows", action="store_true", help="start even with no workflows")
-    p.set_defaults(run=_lazy("process", "serve"))
 
     p = add(
         "worker",
         "run instances (an engine only, no API) until Ctrl-C or SIGTERM",
-        _epilog(WORKFLOW_MODULES, "Example:\n  LANEWAY_WORKFLOWS=workflows laneway worker"),
+        WORKFLOW_MODULES,
+        "Example:\n  LANEWAY_WORKFLOWS=workflows laneway worker",
+        run=lazy("process", "worker"),
+        exits={
+            **PROCESS_EXITS,
+            1: "cannot use the database",
+            2: "a refused configuration: no workflows, a module that cannot be imported, a bad"
+            " option",
+        },
     )
     p.add_argument("--allow-no-workflows", action="store_true", help="start even with no workflows")
     p.add_argument(
@@ -174,31 +141,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://LANEWAY_METRICS_HOST:N/metrics "
         "(default: LANEWAY_METRICS_PORT; host 127.0.0.1; no token: bind it for the scraper only)",
     )
-    p.set_defaults(run=_lazy("process", "worker"))
 
     add(
         "migrate",
         "create or upgrade the database tables and print what was applied",
-        "Database: DATABASE_URL, or the embedded PostgreSQL in .laneway/ of the current folder."
-        "\n\nExample:\n  DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres"
-        " laneway migrate",
-    ).set_defaults(run=_lazy("process", "migrate"))
+        "Database: DATABASE_URL, or the embedded PostgreSQL in .laneway/ of the current folder.",
+        "Example:\n  DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres laneway migrate",
+        run=lazy("process", "migrate"),
+        exits={
+            0: "applied what was pending (or nothing was)",
+            1: "cannot use the database, or a newer release migrated it",
+            2: "a refused DATABASE_URL or configuration",
+            3: None,
+        },
+    )
     add(
         "export-schema",
         "print the GraphQL schema (SDL)",
-        "Uses no database and no workflows.\n\nExample:\n  laneway export-schema > schema.graphql",
-    ).set_defaults(run=_lazy("process", "export"))
+        "Uses no database and no workflows.",
+        "Example:\n  laneway export-schema > schema.graphql",
+        run=lazy("process", "export"),
+        exits={1: None, 2: "a refused configuration (of the environment)", 3: None},
+    )
 
     p = add(
         "enqueue",
         "start an instance of workflow NAME and print {instanceID, created}",
-        _epilog(
-            DATABASE,
-            'Examples:\n  laneway enqueue hello --params \'{"name": "Ada"}\'\n'
-            '  laneway enqueue hello --params \'{"name": "Ada"}\' --url http://127.0.0.1:8000',
-            EXIT_CODES,
-        ),
-        server,
+        DATABASE,
+        'Examples:\n  laneway enqueue hello --params \'{"name": "Ada"}\'\n'
+        '  laneway enqueue hello --params \'{"name": "Ada"}\' --url http://127.0.0.1:8000\n'
+        "  laneway enqueue ingest --params @batch.json",
+        run=lazy("commands", "enqueue"),
+        parents=[server],
     )
     p.add_argument("name", metavar="NAME", help="the workflow's name")
     p.add_argument(
@@ -220,47 +194,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--version", metavar="VERSION", help="run on this version (default: the newest there)"
     )
-    p.set_defaults(run=_lazy("commands", "enqueue"))
 
-    for name, summary, run in (
-        (
-            "cancel",
-            "cancel instance ID (a running handler is stopped)",
-            _lazy("commands", "cancel"),
-        ),
-        (
-            "retry",
-            "run failed instance ID again from its last checkpoint",
-            _lazy("commands", "retry"),
-        ),
+    for name, summary in (
+        ("cancel", "cancel instance ID (a running handler is stopped)"),
+        ("retry", "run failed instance ID again from its last checkpoint"),
     ):
         p = add(
             name,
             summary + " and print {instanceID, status}; or every one --filter selects",
-            _epilog(
-                DATABASE,
-                f"Example:\n  laneway {name} ID --url http://127.0.0.1:8000",
-                _bulk_help(name),
-                EXIT_CODES,
-            ),
-            server,
+            DATABASE,
+            f"Example:\n  laneway {name} ID --url http://127.0.0.1:8000",
+            *_bulk_help(name),
+            run=lazy("commands", name),
+            parents=[server],
+            exits=BULK_EXITS,
         )
         p.add_argument("instance_id", metavar="ID", nargs="?")
         _bulk_options(p)
-        p.set_defaults(run=run)
 
     p = add(
         "resume",
         "resume paused instance ID and print {instanceID, status}; or every one --filter selects",
-        _epilog(
-            DATABASE,
-            "--input is checked against the checkpoint's input schema; when it is refused the"
-            " message names the failing path (exit 2) and the instance stays paused.",
-            'Example:\n  laneway resume ID --input \'{"decision": "approve"}\'',
-            _bulk_help("resume"),
-            EXIT_CODES,
-        ),
-        server,
+        DATABASE,
+        "--input is checked against the checkpoint's input schema; when it is refused the"
+        " message names the failing path (exit 2) and the instance stays paused.",
+        'Example:\n  laneway resume ID --input \'{"decision": "approve"}\'',
+        *_bulk_help("resume"),
+        run=lazy("commands", "resume"),
+        parents=[server],
+        exits={**BULK_EXITS, 2: f"{BULK_EXITS[2]}; an --input the checkpoint's schema refuses"},
     )
     p.add_argument("instance_id", metavar="ID", nargs="?")
     p.add_argument(
@@ -270,17 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the reviewer's input as JSON; {JSON_SOURCES}",
     )
     _bulk_options(p)
-    p.set_defaults(run=_lazy("commands", "resume"))
 
     p = add(
         "signal",
         "send the signal NAME to instance ID and print {signalID, accepted, status}",
-        _epilog(
-            DATABASE,
-            'Example:\n  laneway signal ID approve --payload \'{"by": "ada"}\'',
-            EXIT_CODES,
-        ),
-        server,
+        DATABASE,
+        'Example:\n  laneway signal ID approve --payload \'{"by": "ada"}\'',
+        run=lazy("commands", "send_signal"),
+        parents=[server],
     )
     p.add_argument("instance_id", metavar="ID")
     p.add_argument("name", metavar="NAME")
@@ -293,75 +252,76 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--idempotency-key", metavar="KEY", help="a repeated key (per instance) sends nothing"
     )
-    p.set_defaults(run=_lazy("commands", "send_signal"))
 
     p = add(
         "status",
         "show instance ID: its status, why it waits, progress, times, params and result",
-        _epilog(
-            DATABASE,
-            "--json prints the GraphQL fields of WorkflowInstanceStatus and its waitingReason.",
-            "Examples:\n  laneway status ID\n  laneway status ID --json --url http://127.0.0.1:8000",
-            EXIT_CODES,
-        ),
-        server,
-        as_json,
+        DATABASE,
+        "--json prints the GraphQL fields of WorkflowInstanceStatus and its waitingReason.",
+        "Examples:\n  laneway status ID\n  laneway status ID --json --url http://127.0.0.1:8000",
+        run=lazy("commands", "status"),
+        parents=[server, as_json],
     )
     p.add_argument("instance_id", metavar="ID")
-    p.set_defaults(run=_lazy("commands", "status"))
 
-    p = add(
+    add(
         "workflows",
         "list the workflows: name, versions, queue, kind, stages, description",
-        _epilog(DATABASE, "Example:\n  laneway workflows --url http://127.0.0.1:8000"),
-        server,
-        as_json,
+        DATABASE,
+        "Example:\n  laneway workflows --url http://127.0.0.1:8000",
+        run=lazy("commands", "workflows"),
+        parents=[server, as_json],
     )
-    p.set_defaults(run=_lazy("commands", "workflows"))
 
     p = add(
         "preflight",
         "before a deploy: list the instances in flight that the new code could not run",
-        _epilog(
-            "The new code is the modules of --workflows (comma-separated; default:"
-            " LANEWAY_WORKFLOWS), imported from the current folder. A finding is a version"
-            " the new code no longer has (VERSION_GONE), or a next action or template stage it"
-            " no longer has (ACTION_MISSING, STAGE_MISSING), with a count and some ids."
-            " Exit 0 when nothing would be stranded, 1 when something would: gate a deploy"
-            " step on it.",
-            DATABASE,
-            "Examples:\n  laneway preflight --workflows myapp.workflows\n"
-            "  laneway preflight --json --url http://127.0.0.1:8000",
-        ),
-        server,
-        as_json,
+        "The new code is the modules of --workflows (comma-separated; default:"
+        " LANEWAY_WORKFLOWS), imported from the current folder. A finding is a version"
+        " the new code no longer has (VERSION_GONE), or a next action or template stage it"
+        " no longer has (ACTION_MISSING, STAGE_MISSING), with a count and some ids."
+        " Gate a deploy step on its exit code.",
+        DATABASE,
+        "Examples:\n  laneway preflight --workflows myapp.workflows\n"
+        "  laneway preflight --json --url http://127.0.0.1:8000",
+        run=lazy("preflight", "preflight"),
+        parents=[server, as_json],
+        exits={
+            0: "nothing in flight would be stranded",
+            1: "something would be, or the server or database cannot be used",
+            2: "the new code's modules cannot be imported or define no workflow, or bad input",
+            3: "without --url, the database lacks migrations the new release ships (it never"
+            " migrates: ask a server of the release running now with --url)",
+        },
     )
     p.add_argument("--workflows", metavar="MODULES", help="the new code's workflow modules")
-    p.set_defaults(run=_lazy("preflight", "preflight"))
 
-    p = add(
+    add(
         "queues",
         "list the queues: caps, paused, instances per status",
-        _epilog(DATABASE, "Example:\n  laneway queues --json"),
-        server,
-        as_json,
+        DATABASE,
+        "Example:\n  laneway queues --json",
+        run=lazy("commands", "queues"),
+        parents=[server, as_json],
     )
-    p.set_defaults(run=_lazy("commands", "queues"))
 
     p = add(
         "watch",
         "follow events as they happen",
-        _epilog(
-            "With --instance ID: that instance's events from its start, with a progress bar,"
-            " until it ends; exit 0 when it completed, 1 when it failed or was cancelled."
-            " Without: every instance's new events, until Ctrl-C. --json prints one JSON line"
-            " per event (the fields of WorkflowEvent). Over --url it follows the server's"
-            " workflowEvents subscription (websocket).",
-            DATABASE,
-            "Examples:\n  laneway watch --instance ID\n  laneway watch --json --url http://127.0.0.1:8000",
-        ),
-        server,
-        as_json,
+        "With --instance ID: that instance's events from its start, with a progress bar,"
+        " until it ends. Without: every instance's new events, until Ctrl-C. --json prints"
+        " one JSON line per event (the fields of WorkflowEvent). Over --url it follows the"
+        " server's workflowEvents subscription (websocket).",
+        DATABASE,
+        "Examples:\n  laneway watch --instance ID\n  laneway watch --json --url http://127.0.0.1:8000",
+        run=lazy("commands", "watch"),
+        parents=[server, as_json],
+        exits={
+            0: "the watched instance completed, or Ctrl-C ended the watch",
+            1: "the watched instance failed or was cancelled, or it is not found, or the server"
+            " or database cannot be used",
+            130: None,
+        },
     )
     p.add_argument("--instance", metavar="ID", help="only this instance, from its start")
     p.add_argument(
@@ -370,5 +330,4 @@ def build_parser() -> argparse.ArgumentParser:
         type=event_id,
         help="start after this event id (0: from the first event)",
     )
-    p.set_defaults(run=_lazy("commands", "watch"))
     return parser
