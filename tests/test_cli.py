@@ -20,13 +20,14 @@ from uuid import UUID
 
 import pytest
 
+from app.examples import hello
 from laneway.api.graphql.schema import export_schema
 from laneway.cli import build_parser, main
 from laneway.model import Status
 from laneway.store import Store
 from laneway.store import migrate as migrate_module
 from laneway.store.migrate import migrations, redact_url
-from tests.engine.helpers import until_status
+from tests.engine.helpers import make_engine, until_status
 from tests.processes import run_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,6 +313,34 @@ async def test_workflows_and_queues_print_tables_and_json(database_url: str) -> 
     assert code == 0, err
     assert "pend" in out.splitlines()[2]  # the header row
     assert any(default["name"] in line and " 1 " in line for line in out.splitlines()), out
+
+
+QUEUE_HEADERS = ["queue", "limits", "pend", "run", "paused", "wait", "done", "failed", "cancel"]
+
+
+async def test_queues_keep_their_labels_on_a_narrow_terminal(
+    database_url: str, store: Store
+) -> None:
+    # Under about 65 columns the table used to break its headers and queue names into a
+    # letter per line, and at 50 to hide them and cut the numbers ("12…"). Now the counts an
+    # operator looks at last are left out first, and a caption says which.
+    engine = make_engine(store, hello)
+    for _ in range(12):
+        await engine.enqueue("hello", {"name": "N"})
+    for columns in (64, 50, 40, 30):
+        code, out, err = await laneway(
+            "queues", env=environment(database_url, COLUMNS=str(columns))
+        )
+        assert code == 0, err
+        lines = out.splitlines()
+        assert all(len(line.rstrip()) <= columns for line in lines), out
+        header = lines[2].split()
+        assert header == [h for h in QUEUE_HEADERS if h in header], out  # whole, in order
+        assert header[:2] == ["queue", "pend"] or header[:3] == ["queue", "limits", "pend"], out
+        left_out = ", ".join(h for h in QUEUE_HEADERS if h not in header)
+        assert " ".join(out.split()).endswith(f"Left out to fit {columns} columns: {left_out}")
+        assert any(line.split()[:1] == ["hello"] and " 12 " in f"{line} " for line in lines), out
+        assert "…" not in out
 
 
 SUBCOMMANDS = [

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from laneway.cli import output
+from laneway.cli.output import Column, Listing
 from tests.processes import run_process
 from tests.test_cli import environment, laneway
 
@@ -158,3 +159,43 @@ async def test_an_error_that_quotes_hostile_params_is_one_escaped_line(
         assert err.count("\n") == 1
         assert not {"\x1b", "\x07"} & set(err)
         assert len(err) < output.MAX_ERROR_CHARS + 100
+
+
+def _plain(renderable: Any, width: int) -> str:
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, highlight=False).print(renderable)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("width", [12, 20, 33, 40, 52, 64, 80, 140])
+def test_a_listing_fits_its_width_leaving_out_columns_not_breaking_them(width: int) -> None:
+    columns = [
+        Column("name"),
+        Column("note", drop=2),
+        Column("count", drop=1, numeric=True),
+        Column("total", drop=3, numeric=True),
+    ]
+    rows = [
+        ["a-name-much-longer-than-sixteen-characters", "some words here", "123456", "7"],
+        ["b", "[red]x", "1", "99999999"],
+    ]
+    lines = _plain(Listing("Things", columns, rows), width).splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), lines
+    header = lines[2].split()
+    assert header[0] == "name"
+    assert header == [c.header for c in columns if c.header in header]  # whole, in order
+    shown = "\n".join(lines[4:])
+    for column, values in (("count", ("123456", "1")), ("total", ("7", "99999999"))):
+        if column in header:
+            assert all(f" {value}" in shown for value in values), lines  # never cut
+    left_out = [c.header for c in columns if c.header not in header]
+    if left_out:
+        words = " ".join(" ".join(lines).split())
+        assert words.endswith(f"Left out to fit {width} columns: {', '.join(left_out)}")
+        kept = [c.drop for c in columns if c.header in header]
+        assert min(c.drop for c in columns if c.header in left_out) > max(kept)
+    if width >= 100:
+        assert left_out == []
+        assert "a-name-much-longer-than-sixteen-characters" in shown  # not folded when it fits
+    if width < 40:
+        assert "total" not in header  # the first left out

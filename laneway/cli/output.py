@@ -14,10 +14,14 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from rich import box
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -162,20 +166,117 @@ def instance_table(shape: JSONObject) -> Table:
     return table
 
 
-def workflows_table(workflows: list[JSONObject]) -> Table:
-    table = Table(title="Workflows", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("name", "versions", "queue", "kind", "stages", "description"):
-        table.add_column(column, overflow="fold")
-    for workflow in workflows:
-        table.add_row(
-            literal(workflow["name"]),
-            literal(", ".join(workflow["versions"])),
-            literal(workflow["queue"]),
-            literal(workflow["kind"]),
-            literal(", ".join(workflow["stages"]) or "-"),
-            literal(workflow["description"] or "-"),
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A column of a Listing: its header, how soon it is left out when the terminal is too
+    narrow for every column (`drop`: the highest first; 0 is never left out), and whether it
+    holds numbers (right-aligned, never broken) or text (folded where it must be)."""
+
+    header: str
+    drop: int = 0
+    numeric: bool = False
+    style: str = ""
+
+
+class Listing:
+    """A table of rows, one cell per column, that fits the width it is printed at: the columns
+    that `drop` first are left out, one at a time, until what is left fits with every header
+    and number whole, and every word of text too up to WORD_CHARS characters; a caption names
+    what was left out. (Squeezed by rich instead, a table at 60 columns broke its headers and
+    names into a letter per line, and at 50 hid its text columns and cut numbers to "12…".)"""
+
+    WORD_CHARS = 16
+    """Text is folded only within words longer than this, or where it must be at all."""
+
+    def __init__(
+        self, title: str, columns: Sequence[Column], rows: Iterable[Sequence[str | Text]]
+    ) -> None:
+        self.title, self.columns = title, list(columns)
+        self.rows = [[c if isinstance(c, Text) else literal(c) for c in row] for row in rows]
+
+    def _widths(self, index: int) -> tuple[int, int]:
+        """How narrow column `index` may be, and how wide it would be on a wide terminal."""
+        column, cells = self.columns[index], [row[index].plain for row in self.rows]
+        header = cell_len(column.header)
+        widest = max([header, *(cell_len(line) for c in cells for line in c.splitlines())])
+        if column.numeric:
+            return widest, widest
+        words = [cell_len(word) for cell in cells for word in cell.split()]
+        return max(header, min(max(words, default=0), self.WORD_CHARS)), widest
+
+    def _table(self, shown: Sequence[int], widths: Sequence[int | None]) -> Table:
+        """The table of the columns `shown`, a text column `widths` wide (None: as it comes)."""
+        table = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for index, width in zip(shown, widths, strict=True):
+            column = self.columns[index]
+            table.add_column(
+                column.header,
+                justify="right" if column.numeric else "left",
+                style=column.style,
+                no_wrap=column.numeric,
+                overflow="fold",
+                width=width,
+            )
+        for row in self.rows:
+            table.add_row(*(row[index] for index in shown))
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        def frame() -> int:
+            """What the borders and padding take: the width of the table with empty columns."""
+            empty = self._table(shown, [0] * len(shown))
+            return Measurement.get(console, options, empty).minimum
+
+        width = options.max_width
+        shown = list(range(len(self.columns)))
+        narrowest = {index: self._widths(index)[0] for index in shown}
+        for index in sorted(shown, key=lambda i: -self.columns[i].drop):
+            if self.columns[index].drop == 0:
+                break
+            if frame() + sum(narrowest[i] for i in shown) <= width:
+                break
+            shown.remove(index)
+        # Each column as narrow as it may be; then what is left of the width widens the text
+        # columns a character at a time, in turn, each up to what it holds.
+        widths = {index: narrowest[index] for index in shown}
+        widest = {index: self._widths(index)[1] for index in shown}
+        spare = width - frame() - sum(widths.values())
+        while spare > 0 and (growing := [i for i in shown if widths[i] < widest[i]]):
+            for index in growing[:spare]:
+                widths[index] += 1
+            spare -= len(growing[:spare])
+        # Narrower still than the columns never left out: rich folds them as it can.
+        squeezed = spare < 0
+        table = self._table(
+            shown, [None if self.columns[i].numeric or squeezed else widths[i] for i in shown]
         )
-    return table
+        if left_out := [c.header for i, c in enumerate(self.columns) if i not in shown]:
+            table.caption = f"Left out to fit {width} columns: {', '.join(left_out)}"
+            table.caption_justify = "left"
+        yield table
+
+
+def workflows_table(workflows: list[JSONObject]) -> Listing:
+    columns = [
+        Column("name"),
+        Column("versions", drop=2),
+        Column("queue", drop=1),
+        Column("kind", drop=3),
+        Column("stages", drop=5),
+        Column("description", drop=4),
+    ]
+    rows = [
+        [
+            workflow["name"],
+            ", ".join(workflow["versions"]),
+            workflow["queue"],
+            workflow["kind"],
+            ", ".join(workflow["stages"]) or "-",
+            workflow["description"] or "-",
+        ]
+        for workflow in workflows
+    ]
+    return Listing("Workflows", columns, rows)
 
 
 def _limits(queue: JSONObject) -> str:
@@ -193,19 +294,34 @@ def _limits(queue: JSONObject) -> str:
     return "; ".join(parts)
 
 
-def queues_table(queues: list[JSONObject]) -> Table:
+# Which count columns of `laneway queues` a narrow terminal loses first (the highest): what
+# is queued, running and failing is what an operator looks for; the caps come next.
+QUEUE_DROPS = {
+    "pending": 1,
+    "running": 2,
+    "failed": 3,
+    "waiting": 5,
+    "paused": 6,
+    "completed": 7,
+    "cancelled": 8,
+}
+
+
+def queues_table(queues: list[JSONObject]) -> Listing:
     """Queues: name, caps (running at once, starts per minute, per key), counts per status."""
-    table = Table(title="Queues", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("queue", overflow="fold")
-    table.add_column("limits", overflow="fold")
-    for status, header in SHORT_HEADERS.items():
-        table.add_column(header, justify="right", style=STATUS_STYLES[status], no_wrap=True)
-    for queue in queues:
-        counts = queue["counts"]
-        table.add_row(
-            literal(queue["name"]), _limits(queue), *(str(counts[s]) for s in STATUS_STYLES)
-        )
-    return table
+    columns = [
+        Column("queue"),
+        Column("limits", drop=4),
+        *(
+            Column(SHORT_HEADERS[status], QUEUE_DROPS[status], True, STATUS_STYLES[status])
+            for status in STATUS_STYLES
+        ),
+    ]
+    rows = [
+        [queue["name"], _limits(queue), *(str(queue["counts"][s]) for s in STATUS_STYLES)]
+        for queue in queues
+    ]
+    return Listing("Queues", columns, rows)
 
 
 def event_line(event: JSONObject, *, with_instance: bool = True) -> Text:
