@@ -20,7 +20,7 @@ from graphql import (
 )
 
 from laneway.api.graphql.schema import export_schema
-from laneway.cli import bulk, client, preflight
+from laneway.cli import bulk, client, instances, preflight, queues, schedules, workers
 from laneway.cli.answers import NULLABLE_OBJECTS, OBJECT_LISTS, lacking, selection
 
 DOCUMENTS = [
@@ -35,6 +35,14 @@ DOCUMENTS = [
     client.QUEUES,
     client.EVENTS,
     preflight.PREFLIGHT,
+    instances.PAGE,
+    queues.QUEUE_HISTORY,
+    queues.CONFIGURE_QUEUE,
+    workers.WORKERS,
+    schedules.SCHEDULES,
+    schedules.CREATE_SCHEDULE,
+    schedules.SET_SCHEDULE_ENABLED,
+    schedules.DELETE_SCHEDULE,
     *(bulk.document(action) for action in bulk.FIELDS),
 ]
 

@@ -1,11 +1,13 @@
-"""The `laneway` command: serve, worker, migrate, export-schema, and for instances, workflows
-and queues enqueue, cancel, resume, retry, signal, status, workflows, queues and watch.
+"""The `laneway` command: serve, worker, migrate, export-schema; for instances enqueue, cancel,
+resume, retry, signal, status, instances and watch; and workflows, preflight, queues,
+queue-history, configure-queue, workers and the schedule subcommands.
 
 Owns `main`: logging setup, the event loop and exit codes (0 ok, 1 not found, in the wrong
 status or failed, 2 bad input or a refused configuration, 3 migrations pending, 130
-interrupted by Ctrl-C, 141 the reader of its output gone). The parser is parser.py, the
-process subcommands process.py, the instance subcommands commands.py (through client.py:
-remote.py with --url, local.py without), and what a person reads output.py.
+interrupted by Ctrl-C, 141 the reader of its output gone). The parser is parser.py (with
+cluster_parser.py), the process subcommands process.py, the others commands.py and a module
+each for the larger ones (through client.py: remote.py with --url, local.py without), and
+what a person reads output.py.
 """
 
 import asyncio

@@ -18,7 +18,18 @@ from typing import TypeAlias
 NULLABLE_OBJECTS = frozenset({"workflowInstance", "waitingReason"})
 # The object fields of the CLI's documents that hold a list of objects (never null, nor any
 # item of them); every other one holds one object. The same test keeps this so.
-OBJECT_LISTS = frozenset({"workflows", "queues", "deployPreflight"})
+OBJECT_LISTS = frozenset(
+    {
+        "workflows",
+        "queues",
+        "deployPreflight",
+        "edges",
+        "queueHistory",
+        "workers",
+        "versions",
+        "schedules",
+    }
+)
 
 Selection: TypeAlias = dict[str, "Selection | None"]
 """Response keys (an alias, else the field's name) and what each selects (None: a leaf)."""

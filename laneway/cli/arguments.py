@@ -7,6 +7,7 @@ values are used for (parser.py, the subcommands).
 """
 
 import argparse
+import math
 import sys
 
 STDIN = "-"
@@ -39,6 +40,16 @@ def port_number(text: str) -> int:
     value = whole_number(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, not {text!r}")
+    return value
+
+
+def number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
     return value
 
 

@@ -52,10 +52,11 @@ SIGNAL = """mutation ($id: ID!, $name: String!, $payload: JSON, $idempotencyKey:
   }
 }"""
 WORKFLOWS = "{ workflows { name queue kind stages description version versions } }"
-QUEUES = """{ queues {
+QUEUE_FIELDS = """
   name concurrency ratePerMinute keyConcurrency keyRatePerMinute paused settingsSource
   counts { pending running paused waiting completed failed cancelled }
-} }"""
+"""
+QUEUES = f"{{ queues {{ {QUEUE_FIELDS} }} }}"
 EVENTS = f"""subscription ($id: ID, $after: ID) {{
   workflowEvents(instanceID: $id, afterEventID: $after) {{ {EVENT_FIELDS} }}
 }}"""
@@ -224,10 +225,10 @@ class Client(Protocol):
         ...
 
     def check_workflow(self, name: str) -> None:
-        """Refuse, before enqueueing, a workflow name that this client cannot know.
+        """Refuse, before enqueueing or scheduling it, a workflow name this client cannot know.
 
         Raises:
-            CommandError: the name is not registered where enqueue checks it.
+            CommandError: the name is not registered where it will be checked.
         """
         ...
 

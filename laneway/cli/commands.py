@@ -1,9 +1,10 @@
-"""The subcommands that read or act on instances, workflows and queues.
+"""The subcommands that read or act on one instance, or list the workflows; and `open_client`.
 
-Owns what each of enqueue, cancel, resume, retry, signal, status, workflows, queues and watch
-asks and prints (cancel, resume and retry with --filter are bulk.py's). Each opens a Client:
-the server's GraphQL API with --url, the database without; the GraphQL documents and error
-codes are the same either way (client.py).
+Owns what each of enqueue, cancel, resume, retry, signal, status, workflows and watch asks and
+prints (cancel, resume and retry with --filter are bulk.py's; the page of instances, the
+queues, schedules and workers have modules of their own), and `print_listing`, how every list
+is printed. Each opens a Client: the server's GraphQL API with --url, the database without;
+the GraphQL documents and error codes are the same either way (client.py).
 """
 
 import argparse
@@ -24,7 +25,6 @@ from laneway.cli.client import (
     EXIT_OK,
     EXIT_USAGE,
     PROGRESS,
-    QUEUES,
     RESUME,
     RETRY,
     SIGNAL,
@@ -171,25 +171,24 @@ async def workflows(args: argparse.Namespace, settings: Settings) -> int:
     """List the workflows, as a table or JSON."""
     where = "the server" if args.url else "LANEWAY_WORKFLOWS"
     empty = f"No workflows are registered in {where}."
-    return await _listing(args, settings, WORKFLOWS, "workflows", output.workflows_table, empty)
+    return await print_listing(
+        args, settings, WORKFLOWS, "workflows", output.workflows_table, empty
+    )
 
 
-async def queues(args: argparse.Namespace, settings: Settings) -> int:
-    """List the queues with their caps and counts per status, as a table or JSON."""
-    return await _listing(args, settings, QUEUES, "queues", output.queues_table, None)
-
-
-async def _listing(
+async def print_listing(
     args: argparse.Namespace,
     settings: Settings,
     document: str,
     field: str,
     table: Callable[[list[JSONObject]], object],
     empty: str | None,
+    **variables: object,
 ) -> int:
-    """Print one list query's answer: JSON with --json, else a table (or `empty` for none)."""
+    """Print the list `field` of one query's answer: JSON with --json, else a table (or
+    `empty` for none)."""
     async with open_client(args, settings) as client:
-        listed: list[JSONObject] = (await client.execute(document))[field]
+        listed: list[JSONObject] = (await client.execute(document, **variables))[field]
     if args.json:
         output.print_json(listed)
     elif not listed and empty is not None:

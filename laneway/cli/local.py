@@ -69,8 +69,8 @@ class LocalClient:
         known = ", ".join(registry.names()) or "none"
         source = f"LANEWAY_WORKFLOWS={modules}" if modules else "LANEWAY_WORKFLOWS (not set)"
         raise CommandError(
-            f"unknown workflow {name!r}: without --url, enqueue knows only the workflows of"
-            f" {source}, which registers: {known}. To enqueue through a running server and its"
+            f"unknown workflow {name!r}: without --url, only the workflows of {source} are"
+            f" known here, which registers: {known}. To go through a running server and its"
             " workflows, add --url (for example --url http://127.0.0.1:8000)",
             EXIT_USAGE,
         )

@@ -127,7 +127,8 @@ def _status(status: str) -> Text:
     return literal(status, STATUS_STYLES.get(status, ""))
 
 
-def _json_text(value: object) -> str:
+def json_text(value: object) -> str:
+    """A JSON value on one line, or "-" for none."""
     return "-" if value is None else json.dumps(value)
 
 
@@ -156,11 +157,11 @@ def instance_table(shape: JSONObject) -> Table:
         ("concurrency key", shape.get("concurrencyKey") or "-"),
         ("version", shape.get("version") or "-"),
         ("parent", shape.get("parentID") or "-"),
-        ("params", _json_text(shape.get("params"))),
-        ("result", _json_text(shape.get("result"))),
+        ("params", json_text(shape.get("params"))),
+        ("result", json_text(shape.get("result"))),
     ]
     if shape.get("checkpointInputSchema") is not None:
-        rows.append(("input schema", _json_text(shape["checkpointInputSchema"])))
+        rows.append(("input schema", json_text(shape["checkpointInputSchema"])))
     for name, value in rows:
         table.add_row(name, value if isinstance(value, Text) else literal(value))
     return table
@@ -170,18 +171,24 @@ def instance_table(shape: JSONObject) -> Table:
 class Column:
     """A column of a Listing: its header, how soon it is left out when the terminal is too
     narrow for every column (`drop`: the highest first; 0 is never left out), and whether it
-    holds numbers (right-aligned, never broken) or text (folded where it must be)."""
+    holds numbers (right-aligned, never broken), text that is never broken either (`whole`:
+    an id a person copies) or text (folded where it must be)."""
 
     header: str
     drop: int = 0
     numeric: bool = False
     style: str = ""
+    whole: bool = False
+
+    @property
+    def unbroken(self) -> bool:
+        return self.numeric or self.whole
 
 
 class Listing:
     """A table of rows, one cell per column, that fits the width it is printed at: the columns
-    that `drop` first are left out, one at a time, until what is left fits with every header
-    and number whole, and every word of text too up to WORD_CHARS characters; a caption names
+    that `drop` first are left out, one at a time, until what is left fits with every header,
+    number and id whole, and every word of text too up to WORD_CHARS characters; a caption names
     what was left out. (Squeezed by rich instead, a table at 60 columns broke its headers and
     names into a letter per line, and at 50 hid its text columns and cut numbers to "12…".)"""
 
@@ -189,7 +196,7 @@ class Listing:
     """Text is folded only within words longer than this, or where it must be at all."""
 
     def __init__(
-        self, title: str, columns: Sequence[Column], rows: Iterable[Sequence[str | Text]]
+        self, title: str | Text, columns: Sequence[Column], rows: Iterable[Sequence[str | Text]]
     ) -> None:
         self.title, self.columns = title, list(columns)
         self.rows = [[c if isinstance(c, Text) else literal(c) for c in row] for row in rows]
@@ -199,13 +206,16 @@ class Listing:
         column, cells = self.columns[index], [row[index].plain for row in self.rows]
         header = cell_len(column.header)
         widest = max([header, *(cell_len(line) for c in cells for line in c.splitlines())])
-        if column.numeric:
+        if column.unbroken:
             return widest, widest
         words = [cell_len(word) for cell in cells for word in cell.split()]
         return max(header, min(max(words, default=0), self.WORD_CHARS)), widest
 
-    def _table(self, shown: Sequence[int], widths: Sequence[int | None]) -> Table:
-        """The table of the columns `shown`, a text column `widths` wide (None: as it comes)."""
+    def _table(
+        self, shown: Sequence[int], widths: Sequence[int | None], *, squeezed: bool = False
+    ) -> Table:
+        """The table of the columns `shown`, a text column `widths` wide (None: as it comes);
+        `squeezed`: too narrow for them, so that numbers and ids may be folded too."""
         table = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for index, width in zip(shown, widths, strict=True):
             column = self.columns[index]
@@ -213,7 +223,7 @@ class Listing:
                 column.header,
                 justify="right" if column.numeric else "left",
                 style=column.style,
-                no_wrap=column.numeric,
+                no_wrap=column.unbroken and not squeezed,
                 overflow="fold",
                 width=width,
             )
@@ -248,7 +258,9 @@ class Listing:
         # Narrower still than the columns never left out: rich folds them as it can.
         squeezed = spare < 0
         table = self._table(
-            shown, [None if self.columns[i].numeric or squeezed else widths[i] for i in shown]
+            shown,
+            [None if self.columns[i].unbroken or squeezed else widths[i] for i in shown],
+            squeezed=squeezed,
         )
         if left_out := [c.header for i, c in enumerate(self.columns) if i not in shown]:
             table.caption = f"Left out to fit {width} columns: {', '.join(left_out)}"

@@ -2,17 +2,20 @@
 
 Owns the words a person reads in each subcommand's --help and in usage errors (no internal
 names: every option type says what it wants, in arguments.py; every --help is built, and ends
-with its exit codes, as subcommands.py builds it). The subcommands themselves live in
-process.py, commands.py, bulk.py and preflight.py.
+with its exit codes, as subcommands.py builds it). The subcommands about queues,
+schedules and workers are cluster_parser.py's; the subcommands themselves live in process.py,
+commands.py, bulk.py, preflight.py, instances.py, queues.py, schedules.py and workers.py.
 """
 
 import argparse
 from typing import NoReturn
 
 from laneway.cli.arguments import event_id, json_value, milliseconds, port_number, whole_number
+from laneway.cli.cluster_parser import add_cluster_commands
 from laneway.cli.subcommands import (
     DATABASE,
     JSON_SOURCES,
+    UNUSABLE,
     WORKFLOW_MODULES,
     Subcommands,
     epilog,
@@ -264,6 +267,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("instance_id", metavar="ID")
 
+    p = add(
+        "instances",
+        "list a page of instances, newest first: those --filter selects, or all",
+        DATABASE,
+        "--filter takes the words of cancel --filter but created-after and created-before:"
+        " name, queue, status (repeatable), key, version; all must match. Under the table, the"
+        " --after that gives the next page. --json prints the GraphQL fields of"
+        " workflowInstancesConnection: {edges: [{cursor, node}], pageInfo: {hasNextPage,"
+        " endCursor}}, each node a summary (`laneway status ID` has the rest).",
+        "Examples:\n  laneway instances --filter status=failed --filter queue=emails\n"
+        "  laneway instances --first 200 --after CURSOR --json --url http://127.0.0.1:8000",
+        run=lazy("instances", "instances"),
+        parents=[server, as_json],
+        exits=UNUSABLE,
+    )
+    p.add_argument(
+        "--filter",
+        metavar="KEY=VALUE",
+        action="append",
+        help="select by name, queue, status, key or version (repeatable: all must match)",
+    )
+    p.add_argument("--first", metavar="N", type=whole_number, help="how many, 1 to 500 (50)")
+    p.add_argument("--after", metavar="CURSOR", help="the page after this cursor (endCursor)")
+
     add(
         "workflows",
         "list the workflows: name, versions, queue, kind, stages, description",
@@ -271,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Example:\n  laneway workflows --url http://127.0.0.1:8000",
         run=lazy("commands", "workflows"),
         parents=[server, as_json],
+        exits=UNUSABLE,
     )
 
     p = add(
@@ -295,15 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
         },
     )
     p.add_argument("--workflows", metavar="MODULES", help="the new code's workflow modules")
-
-    add(
-        "queues",
-        "list the queues: caps, paused, instances per status",
-        DATABASE,
-        "Example:\n  laneway queues --json",
-        run=lazy("commands", "queues"),
-        parents=[server, as_json],
-    )
 
     p = add(
         "watch",
@@ -330,4 +349,5 @@ def build_parser() -> argparse.ArgumentParser:
         type=event_id,
         help="start after this event id (0: from the first event)",
     )
+    add_cluster_commands(commands)
     return parser

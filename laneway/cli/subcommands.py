@@ -58,6 +58,8 @@ EXIT_MEANINGS: Mapping[int, str] = {
 
 Exits = Mapping[int, str | None]
 """A command's own meanings of exit codes, over EXIT_MEANINGS (None: it has no such code)."""
+UNUSABLE: Exits = {EXIT_FAILED: "the server or database cannot be used"}
+"""The exit codes of a command that looks nothing up by name: a list, a create."""
 
 
 def _wrapped(paragraph: str) -> str:

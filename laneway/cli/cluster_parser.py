@@ -1,0 +1,144 @@
+"""The subcommands about what instances run on, rather than about instances: the queues (their
+counts, history and caps), the schedules and the live workers; and their options.
+
+Owns the words of their --help and usage errors, as parser.py does for the others (which calls
+`add_cluster_commands`); the commands themselves are queues.py, schedules.py and workers.py.
+"""
+
+from laneway.cli.arguments import json_value, number, whole_number
+from laneway.cli.subcommands import DATABASE, JSON_SOURCES, UNUSABLE, Subcommands, lazy
+
+SCHEDULE_MISSING = "no schedule of that name, or the server or database cannot be used"
+
+
+def add_cluster_commands(commands: Subcommands) -> None:
+    """Add queues, queue-history, configure-queue, workers and the schedule subcommands."""
+    add, server, as_json = commands.add, commands.server, commands.as_json
+
+    add(
+        "queues",
+        "list the queues: caps, paused, instances per status",
+        DATABASE,
+        "Example:\n  laneway queues --json",
+        run=lazy("queues", "queues"),
+        parents=[server, as_json],
+        exits=UNUSABLE,
+    )
+
+    p = add(
+        "queue-history",
+        "show queue NAME's last minutes: attempts started, completed, failed, retried, pending",
+        "One row a minute, oldest first, zeros for a minute with nothing (a running engine rolls"
+        " each minute up a few seconds after it ends). --json prints the GraphQL fields of"
+        " QueueSample (`at`: the minute's start, ms since the epoch).",
+        DATABASE,
+        "Examples:\n  laneway queue-history default\n"
+        "  laneway queue-history default --minutes 1440 --json --url http://127.0.0.1:8000",
+        run=lazy("queues", "queue_history"),
+        parents=[server, as_json],
+        exits={1: "no queue of that name, or the server or database cannot be used"},
+    )
+    p.add_argument("name", metavar="NAME", help="the queue's name")
+    p.add_argument(
+        "--minutes", metavar="N", type=whole_number, help="how many minutes, 1 to 1440 (60)"
+    )
+
+    p = add(
+        "configure-queue",
+        "set queue NAME's caps (creating the queue) and print it as `queues --json` does",
+        "Every cap is set at once: one not given is no cap (a rate left out removes the rate"
+        " the queue had). Set by an operator, the caps are kept over the code's defaults.",
+        DATABASE,
+        "Example:\n  laneway configure-queue emails --concurrency 5 --rate-per-minute 120",
+        run=lazy("queues", "configure_queue"),
+        parents=[server],
+        exits=UNUSABLE,
+    )
+    p.add_argument("name", metavar="NAME", help="the queue's name")
+    p.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=whole_number,
+        required=True,
+        help="at most this many instances of it running at once",
+    )
+    p.add_argument("--rate-per-minute", metavar="R", type=number, help="at most R starts a minute")
+    p.add_argument(
+        "--key-concurrency", metavar="N", type=whole_number, help="at most N running per key"
+    )
+    p.add_argument(
+        "--key-rate-per-minute", metavar="R", type=number, help="at most R starts a minute per key"
+    )
+
+    add(
+        "workers",
+        "list the live processes that run an engine: role, host, load, versions, last seen",
+        "A process shows from its start, and drops out after three missed heartbeats.",
+        DATABASE,
+        "Example:\n  laneway workers --url http://127.0.0.1:8000",
+        run=lazy("workers", "workers"),
+        parents=[server, as_json],
+        exits=UNUSABLE,
+    )
+
+    add(
+        "schedules",
+        "list the schedules: workflow, interval or cron, enabled, next fire, params",
+        DATABASE,
+        "Example:\n  laneway schedules --json",
+        run=lazy("schedules", "schedules"),
+        parents=[server, as_json],
+        exits=UNUSABLE,
+    )
+
+    p = add(
+        "create-schedule",
+        "create (or replace) schedule NAME, which enqueues WORKFLOW at every fire, and print it",
+        "Give --every (an interval: 30s, 5m, 1h, 1d) or --cron (five fields, in --timezone)."
+        " The params are checked by the workflow's validator now, as an enqueue's are.",
+        DATABASE,
+        "Examples:\n  laneway create-schedule nightly report --cron '0 3 * * *'"
+        " --timezone Europe/Paris\n"
+        '  laneway create-schedule ping hello --every 5m --params \'{"name": "cron"}\'',
+        run=lazy("schedules", "create_schedule"),
+        parents=[server],
+        exits=UNUSABLE,
+    )
+    p.add_argument("name", metavar="NAME", help="the schedule's name")
+    p.add_argument("workflow", metavar="WORKFLOW", help="the workflow it enqueues")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", metavar="INTERVAL", help="fire every INTERVAL (30s, 5m, 1h)")
+    when.add_argument("--cron", metavar="EXPR", help="fire on the cron expression EXPR")
+    p.add_argument("--timezone", metavar="TZ", help="the cron's timezone (default: UTC)")
+    p.add_argument(
+        "--params",
+        metavar="JSON",
+        type=json_value,
+        help=f"the params of each instance it enqueues (default: null); {JSON_SOURCES}",
+    )
+
+    for verb, summary in (
+        ("enable", "enable schedule NAME (it fires at its next time, not for those it missed)"),
+        ("disable", "disable schedule NAME: it fires no more until it is enabled"),
+    ):
+        p = add(
+            f"{verb}-schedule",
+            f"{summary}; print it",
+            DATABASE,
+            f"Example:\n  laneway {verb}-schedule nightly",
+            run=lazy("schedules", f"{verb}_schedule"),
+            parents=[server],
+            exits={1: SCHEDULE_MISSING},
+        )
+        p.add_argument("name", metavar="NAME", help="the schedule's name")
+
+    p = add(
+        "delete-schedule",
+        'delete schedule NAME and print {"name", "deleted"}',
+        DATABASE,
+        "Example:\n  laneway delete-schedule nightly --url http://127.0.0.1:8000",
+        run=lazy("schedules", "delete_schedule"),
+        parents=[server],
+        exits={1: SCHEDULE_MISSING},
+    )
+    p.add_argument("name", metavar="NAME", help="the schedule's name")

@@ -1,0 +1,99 @@
+"""`laneway instances`: a page of instances, newest first, chosen by --filter.
+
+Owns the page's document (workflowInstancesConnection: a keyset page, so any page costs what
+the first does and new instances never shift the one a person is on), which of bulk.py's
+--filter words a page takes, and the table: an instance per row, and under it how to ask for
+the next page (--after, the page's endCursor). The fields of each instance are a summary;
+`laneway status ID` shows the rest.
+"""
+
+import argparse
+
+from laneway.cli import output
+from laneway.cli.bulk import parse_filter
+from laneway.cli.client import EXIT_OK, EXIT_USAGE, CommandError, JSONObject
+from laneway.cli.commands import open_client
+from laneway.cli.output import Column, Listing
+from laneway.config import Settings
+
+NODE_FIELDS = """
+  instanceID name queue status attempts lastError createdAt updatedAt priority runAfter
+  stage progress message concurrencyKey version parentID
+"""
+PAGE = f"""query ($first: Int, $after: String, $name: String, $queue: String,
+          $statuses: [String!], $concurrencyKey: String, $version: String) {{
+  workflowInstancesConnection(first: $first, after: $after, name: $name, queue: $queue,
+                              statuses: $statuses, concurrencyKey: $concurrencyKey,
+                              version: $version) {{
+    edges {{ cursor node {{ {NODE_FIELDS} }} }}
+    pageInfo {{ hasNextPage endCursor }}
+  }}
+}}"""
+# The --filter words a page takes: the connection has no creation-time bounds.
+PAGE_FILTERS = ("name", "queue", "statuses", "concurrencyKey", "version")
+
+
+def page_filter(pairs: list[str] | None) -> JSONObject:
+    """The connection's filter arguments of --filter KEY=VALUE pairs (bulk.py's words).
+
+    Raises:
+        CommandError: a word the page does not take, or bulk.parse_filter's refusals (exit 2).
+    """
+    where = parse_filter(pairs or [])
+    if unpaged := [field for field in where if field not in PAGE_FILTERS]:
+        word = "created-after" if unpaged[0] == "createdAfter" else "created-before"
+        raise CommandError(
+            f"--filter {word}= is for cancel, retry and resume; a page of instances is chosen"
+            " by name, queue, status, key and version",
+            EXIT_USAGE,
+        )
+    return where
+
+
+def instances_table(nodes: list[JSONObject]) -> Listing:
+    columns = [
+        Column("instance", whole=True),
+        Column("workflow", drop=1),
+        Column("status"),
+        Column("queue", drop=4),
+        Column("attempts", drop=5, numeric=True),
+        Column("created", drop=2),
+        Column("message", drop=6),
+        Column("last error", drop=3),
+    ]
+    rows = [
+        [
+            node["instanceID"],
+            node["name"],
+            output.literal(node["status"], output.STATUS_STYLES.get(node["status"], "")),
+            node["queue"],
+            str(node["attempts"]),
+            output.relative(node["createdAt"]),
+            node.get("message") or "-",
+            node.get("lastError") or "-",
+        ]
+        for node in nodes
+    ]
+    return Listing("Instances, newest first", columns, rows)
+
+
+async def instances(args: argparse.Namespace, settings: Settings) -> int:
+    """Print one page of instances, as a table (and how to get the next) or JSON."""
+    where = page_filter(args.filter)
+    async with open_client(args, settings) as client:
+        data = await client.execute(PAGE, first=args.first, after=args.after, **where)
+    page: JSONObject = data["workflowInstancesConnection"]
+    if args.json:
+        output.print_json(page)
+        return EXIT_OK
+    out = output.console()
+    nodes = [edge["node"] for edge in page["edges"]]
+    if not nodes:
+        out.print("No instances match." if args.after is None else "No more instances.")
+        return EXIT_OK
+    out.print(instances_table(nodes))
+    if page["pageInfo"]["hasNextPage"]:
+        out.print(
+            output.literal(f"Next page: the same with --after {page['pageInfo']['endCursor']}")
+        )
+    return EXIT_OK

@@ -1,0 +1,81 @@
+"""`laneway instances` on the database and through a server: a keyset page of instances,
+newest first, chosen by --filter, with the cursor of the next page.
+
+Exit codes: 0 ok; 2 a --filter word a page does not take, a bad --first or cursor.
+"""
+
+import json
+
+from app.examples import countdown, hello
+from laneway.store import Store
+from tests.cli_ways import both_ways, ways
+from tests.engine.helpers import make_engine
+
+
+@both_ways
+async def test_instances_pages_through_what_a_filter_selects(
+    way: str, database_url: str, store: Store
+) -> None:
+    engine = make_engine(store, hello, countdown)
+    greeted = [(await engine.enqueue("hello", {"name": f"p{i}"})).instance_id for i in range(5)]
+    counted = [
+        (await engine.enqueue("countdown", {"n": 1, "delayMs": 0})).instance_id for _ in range(2)
+    ]
+    await engine.cancel(greeted[1])
+    newest_first = [str(i) for i in reversed(greeted)]
+    async with ways(way, database_url) as laneway:
+        seen: list[str] = []
+        after: list[str] = []
+        while True:
+            code, out, err = await laneway(
+                "instances", "--filter", "name=hello", "--first", "2", *after, "--json"
+            )
+            assert code == 0, err
+            page = json.loads(out)
+            seen += [edge["node"]["instanceID"] for edge in page["edges"]]
+            assert {edge["node"]["name"] for edge in page["edges"]} == {"hello"}
+            if not page["pageInfo"]["hasNextPage"]:
+                break
+            after = ["--after", page["pageInfo"]["endCursor"]]
+        assert seen == newest_first
+        code, out, err = await laneway(
+            "instances", "--filter", "status=cancelled", "--filter", "status=failed", "--json"
+        )
+        assert code == 0, err
+        assert [e["node"]["instanceID"] for e in json.loads(out)["edges"]] == [str(greeted[1])]
+
+        code, out, err = await laneway("instances", "--filter", "queue=countdown")
+        assert code == 0, err
+        rows = [line.split() for line in out.splitlines()]
+        assert rows[2][:4] == ["instance", "workflow", "status", "queue"], out
+        assert [row[0] for row in rows[4:] if row] == [str(i) for i in reversed(counted)], out
+        assert "Next page" not in out
+        code, out, err = await laneway("instances", "--first", "1")
+        assert code == 0, err
+        assert newest_first[0] not in out  # the countdowns came later
+        next_page = out.splitlines()[-1]
+        assert next_page.startswith("Next page: the same with --after "), out
+        code, out, err = await laneway("instances", "--after", next_page.split()[-1], "--json")
+        assert code == 0, err
+        assert len(json.loads(out)["edges"]) == 6  # all but the newest
+
+
+@both_ways
+async def test_instances_refuses_what_a_page_cannot_select(way: str, database_url: str) -> None:
+    async with ways(way, database_url) as laneway:
+        code, out, err = await laneway("instances", "--filter", "name=nothing-like-it")
+        assert (code, out) == (0, "No instances match.\n"), err
+        code, _, err = await laneway("instances", "--filter", "created-after=2026-01-01")
+        assert code == 2
+        assert err == (
+            "laneway: --filter created-after= is for cancel, retry and resume; a page of"
+            " instances is chosen by name, queue, status, key and version\n"
+        )
+        for args, says in (
+            (("--first", "0"), '"first" of workflowInstancesConnection must be at least 1'),
+            (("--after", "not-a-cursor"), "after is not a cursor"),
+            (("--filter", "colour=red"), "--filter takes KEY=VALUE with KEY one of"),
+        ):
+            code, _, err = await laneway("instances", *args)
+            assert code == 2, err
+            assert says in err, err

@@ -1,0 +1,87 @@
+"""`laneway configure-queue` and `laneway queue-history` on the database and through a server.
+
+configure-queue sets every cap at once and prints the queue as `queues --json` does;
+queue-history prints one row a minute, oldest first. Exit codes: 0 ok, 1 an unknown queue's
+history, 2 a bad cap or number of minutes.
+"""
+
+import json
+
+from app.examples import hello
+from laneway.store import Store
+from tests.api.test_queue_history_api import _past_activity
+from tests.cli_ways import both_ways, ways
+from tests.engine.helpers import make_engine
+
+
+@both_ways
+async def test_configure_queue_sets_every_cap_and_queues_shows_them(
+    way: str, database_url: str
+) -> None:
+    async with ways(way, database_url) as laneway:
+        code, out, err = await laneway(
+            "configure-queue", "emails", "--concurrency", "3", "--rate-per-minute", "120",
+            "--key-concurrency", "1", "--key-rate-per-minute", "2.5",
+        )  # fmt: skip
+        assert code == 0, err
+        configured = json.loads(out)
+        assert {k: configured[k] for k in configured if k != "counts"} == {
+            "name": "emails",
+            "concurrency": 3,
+            "ratePerMinute": 120.0,
+            "keyConcurrency": 1,
+            "keyRatePerMinute": 2.5,
+            "paused": False,
+            "settingsSource": "operator",
+        }
+        code, out, err = await laneway("queues", "--json")
+        assert code == 0, err
+        assert configured in json.loads(out)
+        code, out, err = await laneway("queues")
+        assert code == 0, err
+        assert any(
+            line.split()[:5] == ["emails", "3,", "120/min;", "per", "key"]
+            for line in out.splitlines()
+        ), out
+        # A cap left out is no cap: the rates go.
+        code, out, err = await laneway("configure-queue", "emails", "--concurrency", "4")
+        assert code == 0, err
+        assert json.loads(out)["ratePerMinute"] is None
+        assert json.loads(out)["keyConcurrency"] is None
+        for args, says in (
+            (["--concurrency", "0"], "concurrency"),
+            (["--concurrency", "two"], "argument --concurrency: must be a whole number"),
+            (["--concurrency", "1", "--rate-per-minute", "nan"], "must be a finite number"),
+            ([], "the following arguments are required: --concurrency"),
+        ):
+            code, _, err = await laneway("configure-queue", "emails", *args)
+            assert code == 2, err
+            assert says in err, err
+
+
+@both_ways
+async def test_queue_history_shows_a_row_a_minute_oldest_first(
+    way: str, database_url: str, store: Store
+) -> None:
+    enqueued = await make_engine(store, hello).enqueue("hello", {"name": "h"})
+    # Two starts, a retry and a completion three minutes ago, rolled up.
+    minute = await _past_activity(database_url, str(enqueued.instance_id))
+    async with ways(way, database_url) as laneway:
+        code, out, err = await laneway("queue-history", "hello", "--minutes", "5", "--json")
+        assert code == 0, err
+        samples = json.loads(out)
+        assert [s["at"] for s in samples] == sorted(s["at"] for s in samples)
+        busy = {s["at"]: s for s in samples}[minute.timestamp() * 1000]
+        assert (busy["started"], busy["retried"], busy["completed"]) == (2, 1, 1)
+        code, out, err = await laneway("queue-history", "hello", "--minutes", "5")
+        assert code == 0, err
+        rows = [line.split() for line in out.splitlines() if line.strip()]
+        assert rows[1] == ["minute", "started", "completed", "failed", "retried", "pending"], out
+        label = f"{minute.astimezone():%H:%M}"
+        assert [label, "2", "1", "0", "1"] == next(r for r in rows if r[0] == label)[:5], out
+        assert len(rows) == 3 + 5  # title, header, rule, five minutes
+        code, _, err = await laneway("queue-history", "no-such-queue")
+        assert code == 1
+        assert "no-such-queue" in err
+        code, _, err = await laneway("queue-history", "hello", "--minutes", "0")
+        assert code == 2, err
