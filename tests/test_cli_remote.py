@@ -6,11 +6,15 @@ codes map to exit codes (NOT_FOUND, CONFLICT: 1; BAD_USER_INPUT, UNAUTHENTICATED
 an unreachable server: 1), each a one-line message.
 """
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import json
 import signal
 import sys
+import termios
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from uuid import UUID
 
@@ -22,13 +26,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from app.examples import countdown
+from app.examples import countdown, hello
 from laneway.cli.client import CommandError, UnreachableError
 from laneway.cli.remote import RemoteClient
 from laneway.model import Status
 from laneway.store import Store
 from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
-from tests.engine.helpers import make_engine, until_status
+from tests.engine.helpers import eventually, make_engine, until_status
 from tests.test_cli import ROOT, environment, laneway
 from tests.test_cli_watch import _head, piped
 
@@ -307,3 +311,131 @@ async def test_an_answer_that_is_not_laneways_is_one_line_exit_1(
     assert err.startswith("laneway: "), err
     assert says in err, err
     assert len(err.splitlines()) == 1, err
+
+
+class PongCounter:
+    """A TCP relay in front of the server that counts the websocket pongs its clients send:
+    their answers to the server's keepalive pings (RFC 6455 frames, client to server)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.pongs = 0
+        self._writers: list[asyncio.StreamWriter] = []
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        """Relay until exit; yields the base URL that reaches the server through it."""
+        relay = await asyncio.start_server(self._link, "127.0.0.1", 0)
+        try:
+            yield f"http://127.0.0.1:{relay.sockets[0].getsockname()[1]}"
+        finally:
+            relay.close()
+            for writer in self._writers:
+                writer.close()
+
+    async def _link(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        server, to_server = await asyncio.open_connection("127.0.0.1", self.port)
+        self._writers += [to_client, to_server]
+        with contextlib.suppress(ConnectionError):
+            await asyncio.gather(self._up(client, to_server), self._down(server, to_client))
+
+    async def _down(self, server: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        while data := await server.read(65536):
+            to_client.write(data)
+            await to_client.drain()
+        to_client.close()
+
+    async def _up(self, client: asyncio.StreamReader, to_server: asyncio.StreamWriter) -> None:
+        seen, upgraded = b"", False
+        while data := await client.read(65536):
+            to_server.write(data)
+            await to_server.drain()
+            seen += data
+            if not upgraded:  # the HTTP upgrade request comes first
+                _, separator, rest = seen.partition(b"\r\n\r\n")
+                upgraded, seen = bool(separator), rest if separator else seen
+            if upgraded:
+                seen = self._count(seen)
+        to_server.close()
+
+    def _count(self, frames: bytes) -> bytes:
+        """Count the pongs among the whole frames of `frames`; return what is left of it."""
+        while len(frames) >= 2:
+            opcode, length, at = frames[0] & 0x0F, frames[1] & 0x7F, 2
+            if length >= 126:
+                at += 2 if length == 126 else 8
+                length = int.from_bytes(frames[2:at])
+            at += 4 if frames[1] & 0x80 else 0  # a client's frames are masked
+            if len(frames) < at + length:
+                break
+            self.pongs += opcode == 0xA
+            frames = frames[at + length :]
+        return frames
+
+
+async def test_watch_over_url_outlives_a_reader_that_pauses_past_the_keepalive(
+    database_url: str, store: Store
+) -> None:
+    # `laneway watch --url ... | less`, then a reader that stops reading for a while: the
+    # print blocked on the full pipe, the event loop with it, so no keepalive ping was
+    # answered and the server dropped the connection after its ping interval and pong
+    # timeout (20 s + 20 s), and the watch died. Here those are 0.25 s and 1 s; the reader
+    # pauses until the watch has answered six pings since its output began (1.5 s and more).
+    engine = make_engine(store, hello)
+    # 127.0.0.1 at any port: the relay's, which the watch's Host names.
+    settings = make_settings(database_url, engine_enabled=False, allowed_hosts=("127.0.0.1",))
+    async with live_server(settings, ws_ping=(0.25, 1.0)) as server:
+        relay = PongCounter(server.port)
+        async with (
+            relay.running() as url,
+            piped("watch", "--json", "--url", url, env=client_env(), pipe_bytes=4096) as running,
+        ):
+            process, reader, transport = running
+            transport.pause_reading()  # the reader pauses: the pipe fills
+            await server.wait_for_subscribers(1)
+            names = [f"n{i}" for i in range(60)]  # 15 kB of JSON lines
+            enqueued = [(await engine.enqueue("hello", {"name": n})).instance_id for n in names]
+            pipe = transport.get_extra_info("pipe").fileno()
+            # The output (15 kB) is more than the pipe holds (4 kB): once it starts, the
+            # watch's writes block until the reader comes back. (How full the pipe gets then
+            # depends on how the writes fall into its one page.)
+            await _until(lambda: _unread(pipe) > 0, "nothing was written")
+            pongs = relay.pongs
+            await _until(
+                lambda: relay.pongs >= pongs + 6,
+                "the watch answered no keepalive ping while its reader paused",
+            )
+            transport.resume_reading()
+            async with asyncio.timeout(30):
+                lines = [json.loads(await reader.readline()) for _ in enqueued]
+                assert [line["instanceID"] for line in lines] == [str(i) for i in enqueued]
+                # Still subscribed: a new event comes through.
+                last = await engine.enqueue("hello", {"name": "after"})
+                assert json.loads(await reader.readline())["instanceID"] == str(last.instance_id)
+            assert process.returncode is None, "the watch ended"
+            process.send_signal(signal.SIGINT)
+            assert process.stderr is not None
+            async with asyncio.timeout(30):
+                err = await process.stderr.read()
+                code = await process.wait()
+    assert code == 0, err.decode()
+    assert err == b""
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe `fd` reads."""
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count[0]
+
+
+async def _until(holds: Callable[[], bool], failure: str, seconds: float = 20.0) -> None:
+    """Poll `holds` until it is true, failing with `failure` at the deadline."""
+
+    async def probe() -> bool:
+        return holds()
+
+    try:
+        await eventually(probe, bool, timeout=seconds)
+    except TimeoutError:
+        raise AssertionError(failure) from None

@@ -6,6 +6,7 @@ terminal status: 0 completed, 1 failed or cancelled.
 """
 
 import asyncio
+import fcntl
 import os
 import re
 import sys
@@ -83,11 +84,14 @@ async def test_watch_an_unknown_instance_exits_1_at_once(database_url: str) -> N
 
 @asynccontextmanager
 async def piped(
-    *args: str, env: dict[str, str]
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, asyncio.StreamReader, asyncio.BaseTransport]]:
-    """`laneway ARGS` writing into a pipe that the test reads, and closes when it has read
-    enough (as `| head` does); killed if the test leaves it running."""
+    *args: str, env: dict[str, str], pipe_bytes: int | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, asyncio.StreamReader, asyncio.ReadTransport]]:
+    """`laneway ARGS` writing into a pipe that the test reads (it may pause the transport, as
+    a pager does), and closes when it has read enough (as `| head` does); killed if the test
+    leaves it running. `pipe_bytes`: the pipe's capacity (Linux: 4096 and up)."""
     read_end, write_end = os.pipe()
+    if pipe_bytes is not None:
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, pipe_bytes)
     try:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "laneway", *args, cwd=ROOT, env=env,

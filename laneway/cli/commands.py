@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import math
 import signal
+import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from laneway.cli.client import (
     CommandError,
     JSONObject,
 )
+from laneway.cli.output_thread import OutputThread, output_thread
 from laneway.config import Settings
 
 if TYPE_CHECKING:
@@ -216,36 +218,47 @@ async def watch(args: argparse.Namespace, settings: Settings) -> int:
             await _instance(client, target)  # an unknown id fails now, not never
         _on_signals(task.cancel)
         try:
-            if target is None:
-                await _follow_all(client, after, as_json=args.json)
-                return EXIT_OK
-            ended = await _follow_instance(client, target, after or "0", as_json=args.json)
+            # Printed from a thread: a reader that pauses (a pager, a full pipe) must not
+            # stall the loop, which keeps the connection alive (the websocket's keepalive).
+            async with output_thread(sys.stdout) as stdout:
+                if target is None:
+                    await _follow_all(client, after, stdout, as_json=args.json)
+                    return EXIT_OK
+                ended = await _follow_instance(
+                    client, target, after or "0", stdout, as_json=args.json
+                )
         except asyncio.CancelledError:
             task.uncancel()
             return EXIT_OK
     return EXIT_OK if ended == "completed" else EXIT_FAILED
 
 
-async def _follow_all(client: Client, after: str | None, *, as_json: bool) -> None:
-    out = output.console()
+async def _follow_all(
+    client: Client, after: str | None, stdout: OutputThread, *, as_json: bool
+) -> None:
+    out = output.console(stdout.file)
     async with client.follow(None, after) as events:
         async for event in events:
             if as_json:
-                output.print_json(event)
+                output.print_json(event, stdout.file)
             else:
                 out.print(output.event_line(event))
+            await stdout.room()
 
 
-async def _follow_instance(client: Client, target: str, after: str, *, as_json: bool) -> str:
+async def _follow_instance(
+    client: Client, target: str, after: str, stdout: OutputThread, *, as_json: bool
+) -> str:
     """Print the instance's events until its terminal one; return its terminal status."""
     if as_json:
         async with client.follow(target, after) as events:
             async for event in events:
-                output.print_json(event)
+                output.print_json(event, stdout.file)
                 if event["type"] in output.TERMINAL:
                     return str(event["type"])
+                await stdout.room()
         raise CommandError(f"the event stream of {target} ended early")
-    out = output.console()
+    out = output.console(stdout.file)
     with output.progress_bar(out) as bar:
         shown = _InstanceBar(client, target, bar)
         async with (
@@ -261,6 +274,7 @@ async def _follow_instance(client: Client, target: str, after: str, *, as_json: 
                     await shown.end(tick)
                     return str(tick["type"])
                 await shown.changed(tick)
+                await stdout.room()
     raise CommandError(f"the event stream of {target} ended early")
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import IO
 
 from rich import box
 from rich.cells import cell_len
@@ -88,13 +89,15 @@ class _Console(Console):
         raise BrokenPipeError(errno.EPIPE, "the reader of stdout went away")
 
 
-def console() -> Console:
-    """A console on stdout; plain text (no colours or markup) when stdout is not a terminal."""
-    return _Console(highlight=False, soft_wrap=False)
+def console(file: IO[str] | None = None) -> Console:
+    """A console on `file` (None: stdout); plain text (no colours or markup) when it is not a
+    terminal."""
+    return _Console(file=file, highlight=False, soft_wrap=False)
 
 
-def print_json(value: object) -> None:
-    print(json.dumps(value), file=sys.stdout, flush=True)
+def print_json(value: object, file: IO[str] | None = None) -> None:
+    """`value` as one line of JSON on `file` (None: stdout)."""
+    print(json.dumps(value), file=file or sys.stdout, flush=True)
 
 
 def human_time(ms: float | None, now: float | None = None) -> str:

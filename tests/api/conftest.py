@@ -165,13 +165,22 @@ class LiveServer:
 
 @asynccontextmanager
 async def live_server(
-    settings: Settings, port: int = 0, *, app: Any = None, prefix: str = ""
+    settings: Settings,
+    port: int = 0,
+    *,
+    app: Any = None,
+    prefix: str = "",
+    ws_ping: tuple[float, float] | None = None,
 ) -> AsyncIterator[LiveServer]:
     """uvicorn with create_app(settings) on 127.0.0.1 (`port` 0: any free port; a chosen
     port lets a restarted server come back where clients are looking). `app`: serve that
-    instead, with Laneway's app mounted at `prefix` in it."""
+    instead, with Laneway's app mounted at `prefix` in it. `ws_ping`: the websocket
+    keepalive's ping interval and pong timeout in seconds, instead of uvicorn's 20 and 20."""
     served = create_app(settings) if app is None else app
-    server = uvicorn.Server(server_config(served, host="127.0.0.1", port=port))
+    config = server_config(served, host="127.0.0.1", port=port)
+    if ws_ping is not None:
+        config.ws_ping_interval, config.ws_ping_timeout = ws_ping
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(30):
