@@ -22,6 +22,7 @@ from graphql import (
 from laneway.api.graphql.schema import export_schema
 from laneway.cli import bulk, client, instances, preflight, queues, schedules, workers
 from laneway.cli.answers import NULLABLE_OBJECTS, OBJECT_LISTS, lacking, selection
+from laneway.cli.client import EXIT_USAGE, REFUSED_CODES, CommandError, raise_for_errors
 
 DOCUMENTS = [
     client.STATUS,
@@ -133,3 +134,24 @@ def test_lacking_checks_every_item_of_a_list_and_nulls_where_the_schema_allows_n
     assert lacking(document, {"queues": None}) == "queues"
     assert lacking(document, {"queues": queue}) == "queues"  # one object, not a list of them
     assert lacking(document, {"queues": []}) is None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "BAD_USER_INPUT",
+        "GRAPHQL_PARSE_FAILED",
+        "GRAPHQL_VALIDATION_FAILED",
+        "OPERATION_RESOLUTION_FAILURE",
+        "BAD_REQUEST",
+    ],
+)
+def test_a_request_the_server_refused_as_asked_wrongly_exits_2_and_changed_nothing(
+    code: str,
+) -> None:
+    """The codes the API gives a request it could not read or run (limits.md) mean the CLI
+    asked wrongly (a server of another release, say): exit 2, and nothing of it ran."""
+    with pytest.raises(CommandError) as raised:
+        raise_for_errors([{"message": "refused", "extensions": {"code": code}}], "the server")
+    assert raised.value.exit_code == EXIT_USAGE
+    assert code in REFUSED_CODES

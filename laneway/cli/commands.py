@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import math
-import signal
 import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -37,6 +36,7 @@ from laneway.cli.client import (
 )
 from laneway.cli.output_thread import OutputThread, output_thread
 from laneway.config import Settings
+from laneway.engine.stop_signals import stop_signals
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -200,12 +200,6 @@ async def print_listing(
     return EXIT_OK
 
 
-def _on_signals(callback: Callable[[], object]) -> None:
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, callback)
-
-
 async def watch(args: argparse.Namespace, settings: Settings) -> int:
     """Follow events: of one instance from its start until it ends (exit 0 when it completed,
     1 otherwise), or of every instance until Ctrl-C."""
@@ -216,17 +210,17 @@ async def watch(args: argparse.Namespace, settings: Settings) -> int:
     async with open_client(args, settings) as client:
         if target is not None:
             await _instance(client, target)  # an unknown id fails now, not never
-        _on_signals(task.cancel)
         try:
             # Printed from a thread: a reader that pauses (a pager, a full pipe) must not
             # stall the loop, which keeps the connection alive (the websocket's keepalive).
-            async with output_thread(sys.stdout) as stdout:
-                if target is None:
-                    await _follow_all(client, after, stdout, as_json=args.json)
-                    return EXIT_OK
-                ended = await _follow_instance(
-                    client, target, after or "0", stdout, as_json=args.json
-                )
+            with stop_signals(task.cancel, task.cancel):
+                async with output_thread(sys.stdout) as stdout:
+                    if target is None:
+                        await _follow_all(client, after, stdout, as_json=args.json)
+                        return EXIT_OK
+                    ended = await _follow_instance(
+                        client, target, after or "0", stdout, as_json=args.json
+                    )
         except asyncio.CancelledError:
             task.uncancel()
             return EXIT_OK
