@@ -242,8 +242,9 @@ class _StageRun:
         initial: dict[str, JSONValue],
         rows: Mapping[int, OperationRecord],
     ) -> Coroutine[object, None, _Pass]:
-        """Run `operations` once (at positions base + i), reusing completed `rows`. (The run
-        itself is the coroutine returned: a pass costs no frame of its own.)"""
+        """Run `operations` once (at positions base + i), reusing the final outcomes among
+        `rows` (_reusable). (The run itself is the coroutine returned: a pass costs no frame
+        of its own.)"""
         slots = [(base + offset, operation) for offset, operation in enumerate(operations)]
         if self._stage.parallel:
             return self._run_parallel(slots, context, initial, rows)
@@ -326,11 +327,15 @@ class _StageRun:
     def _reusable(
         self, position: int, operation: Operation, rows: Mapping[int, OperationRecord]
     ) -> OperationRecord | None:
-        """The completed row of this slot from an earlier run of the stage, if any."""
+        """The row of this slot from an earlier run of the stage, if its outcome is final: it
+        completed, or (non-critical) it failed after its attempts and the stage went on. A
+        critical failure is not: it failed the stage, and a retry runs it again."""
         row = rows.get(position)
-        if row is None or row.status != COMPLETED or row.type != operation.type:
+        if row is None or row.type != operation.type:
             return None
-        self._settle(position, COMPLETED)
+        if row.status != COMPLETED and (row.status != FAILED or operation.critical):
+            return None
+        self._settle(position, row.status)
         return row
 
     def _run_unless_skipped(

@@ -37,7 +37,8 @@ class Operation:
 
     A failed attempt is retried inside the stage after `retry_base_ms`, doubling up to
     `retry_max_ms`. A critical operation that still fails fails its stage; a non-critical
-    one is recorded as failed and the stage goes on. `condition` false: recorded as skipped.
+    one is recorded as failed and the stage goes on (that outcome is final: a run of the stage
+    after a lost worker, or a retry, keeps it). `condition` false: recorded as skipped.
     """
 
     type: str

@@ -81,8 +81,8 @@ class TemplateWorkflow(Workflow):
     Operations retry themselves (`max_attempts`); a critical operation that still fails
     ends the instance failed at once (StageFailedError is a PermanentFailure). Instance
     attempts (`retry`, RetryPolicy) cover lost workers: the next attempt re-runs only the
-    operations of the stage that have no completed row. `retry()` of a failed instance does
-    the same.
+    operations of the stage whose outcome is not final yet (a completed row is, and so is a
+    non-critical operation's failure). `retry()` of a failed instance does the same.
     """
 
     template: Template
