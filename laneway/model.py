@@ -384,6 +384,9 @@ class OperationRecord:
     metadata: JSONValue
     started_at: datetime | None
     finished_at: datetime | None
+    # The fix cycle whose pass wrote it: 0 for its stage's first pass, n for the fix operations
+    # of cycle n and the verify pass after them (engine/fix_cycles.py).
+    fix_cycle: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,6 +26,7 @@ from laneway.engine.context import (
     Step,
 )
 from laneway.engine.failures import StageFailure, format_traceback
+from laneway.engine.fix_cycles import FIX_POSITION_BASE, failure_text, may_fix, resume_point
 from laneway.engine.handler_map import Handler
 from laneway.engine.operation_attempt import NO_DATA, attempt, copied
 from laneway.engine.template import (
@@ -48,10 +49,6 @@ from laneway.engine.template import (
 from laneway.model import JSONValue, OperationRecord
 
 logger = logging.getLogger(__name__)
-
-FIX_POSITION_BASE = 1000
-"""Rows of fix operations sit at positions 1000 + i, apart from the stage's own 0 + i."""
-
 
 _PAUSE_TOKEN = "pause_token"
 """In a paused template's state: what a retry of the pause's stage brings as its params (a
@@ -110,7 +107,7 @@ class _StageRun:
         self._tools: InstanceTools = ctx.require_tools()
         self._settled: dict[int, str] = {}
         self._errors: dict[int, Exception] = {}  # a failed operation's exception, by position
-        self._fix_cycle = 0
+        self._fix_cycle = 0  # of the pass running: its rows keep it (fix_cycles.py)
         # Asked once: the stage's operations run in its context (parallel ones in copies).
         self._spans = tracing.in_traced_step()
         # In sequence the stage writes before anything waits (before the next operation, or
@@ -202,37 +199,36 @@ class _StageRun:
         rows: Mapping[int, OperationRecord],
     ) -> dict[str, JSONValue]:
         stage = self._stage
-        outcome = await self._run_pass(stage.operations, 0, context, initial, rows)
-        while outcome.failure is not None:
-            if not stage.fix_operations or self._fix_cycle >= stage.max_fix_cycles:
+        # A run after a lost worker or a retry goes on with the fix cycle the rows had reached,
+        # reusing only that cycle's rows (fix_cycles.py).
+        point = resume_point(rows.values(), context)
+        self._fix_cycle = point.cycle
+        context, fix_rows, stage_rows = point.context, point.fix_rows, point.stage_rows
+        while True:
+            if self._fix_cycle:  # a fix cycle: its fix operations, then verify
+                fixed = await self._run_pass(
+                    stage.fix_operations, FIX_POSITION_BASE, context, initial, fix_rows
+                )
+                if fixed.failure is not None:
+                    raise StageFailedError(
+                        failure_text(stage, fixed.failure, "fix operation", self._fix_cycle),
+                        stage=stage.name,
+                        operation=fixed.failure.type,
+                    ) from self._errors.get(fixed.failure.position)
+                context = fixed.context
+            # Every operation of the stage, since a fix may change any result.
+            self._settled.clear()
+            outcome = await self._run_pass(stage.operations, 0, context, initial, stage_rows)
+            if outcome.failure is None:
+                return outcome.context
+            if not may_fix(stage, self._fix_cycle):
                 raise StageFailedError(
-                    self._failure_text(outcome.failure, "operation"),
-                    stage=self._stage.name,
+                    failure_text(stage, outcome.failure, "operation", self._fix_cycle),
+                    stage=stage.name,
                     operation=outcome.failure.type,
                 ) from self._errors.get(outcome.failure.position)
             self._fix_cycle += 1
-            fixed = await self._run_pass(
-                stage.fix_operations, FIX_POSITION_BASE, outcome.context, initial, {}
-            )
-            if fixed.failure is not None:
-                raise StageFailedError(
-                    self._failure_text(fixed.failure, "fix operation"),
-                    stage=self._stage.name,
-                    operation=fixed.failure.type,
-                ) from self._errors.get(fixed.failure.position)
-            # Verify again: every operation of the stage, since the fix may change any result.
-            self._settled.clear()
-            outcome = await self._run_pass(stage.operations, 0, fixed.context, initial, {})
-        return outcome.context
-
-    def _failure_text(self, record: OperationRecord, what: str) -> str:
-        text = (
-            f"stage {self._stage.name!r}: {what} {record.type!r} (#{record.position}) failed "
-            f"after {record.attempts} attempt(s)"
-        )
-        if self._fix_cycle:
-            text += f" and {self._fix_cycle} fix cycle(s)"
-        return f"{text}: {record.error}"
+            context, fix_rows, stage_rows = outcome.context, {}, {}
 
     def _run_pass(
         self,
@@ -414,6 +410,7 @@ class _StageRun:
             metadata=result.metadata,
             started_at=None,
             finished_at=None,
+            fix_cycle=self._fix_cycle,
         )
         # Recorded as it finishes, written with the stage's next write or on its own soon
         # after (runner.RunnerTools): a crash later in the stage keeps this outcome.
@@ -469,6 +466,7 @@ class _StageRun:
             metadata={"reason": reason},
             started_at=None,
             finished_at=None,
+            fix_cycle=self._fix_cycle,
         )
         await self._tools.record_operation(record, seconds=0.0, carried=self._carried)
         self._settle(position, SKIPPED)

@@ -87,7 +87,9 @@ class Stage:
 
     With `fix_operations`, a critical failure runs them (in parallel too when the stage is)
     and then all the stage's operations again (verify), up to `max_fix_cycles` times before
-    the stage fails. `condition` false: the stage is skipped, its operations recorded so.
+    the stage fails: cycles counted across lost workers and retries, which go on with the
+    cycle the stage had reached. `condition` false: the stage is skipped, its operations
+    recorded so.
     """
 
     name: str

@@ -3,20 +3,17 @@
 Owns compiling (TemplateWorkflow, one handler per stage, the context as params) and the
 start-up check of compiled templates, and is where the template API is imported from.
 Running a stage (operations in sequence or in parallel, attempts, timeouts, conditions,
-fix-verify cycles, one operation row per outcome, checkpoints) is stage_run.py's. Runs on
+fix-verify cycles, one operation row per outcome, checkpoints) is stage_run.py's (where a
+fix-verify loop stands: fix_cycles.py). Runs on
 the ordinary runner: writes no SQL and adds no instance status. Definitions: template.py.
 """
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from laneway.engine.fix_cycles import FIX_POSITION_BASE
 from laneway.engine.handler_map import Handler, Workflow
-from laneway.engine.stage_run import (
-    FIX_POSITION_BASE,
-    StageFailedError,
-    retry_params,
-    stage_handler,
-)
+from laneway.engine.stage_run import StageFailedError, retry_params, stage_handler
 from laneway.engine.template import (
     Checkpoint,
     Condition,

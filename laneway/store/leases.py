@@ -313,6 +313,7 @@ def runner_batch_args(
         _column([max(now - o.finished_at, 0.0) for _, _, o in outcomes]),
         _column([w.trace for w in checkpoints]),
         _column([w.trace for w in completions]),
+        _column([o.record.fix_cycle for _, _, o in outcomes]),
     )
 
 

@@ -248,6 +248,7 @@ def operation_from_row(row: Row) -> OperationRecord:
         metadata=row["metadata"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        fix_cycle=row["fix_cycle"],
     )
 
 

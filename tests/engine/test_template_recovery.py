@@ -12,8 +12,11 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from laneway.engine import RetryPolicy
 from laneway.engine.template_interpreter import (
+    FIX_POSITION_BASE,
     Operation,
     OperationContext,
     OperationHandler,
@@ -170,3 +173,152 @@ async def test_a_non_critical_failure_already_recorded_is_not_run_again_after_a_
         "unavailable at attempt 2",
     )
     assert slot(rows, "s", 1).status == "completed"
+
+
+def _self_healing(max_fix_cycles: int, *, parallel: bool = False) -> Template:
+    return Template(
+        type="self_healing",
+        stages=[
+            Stage(
+                name="s",
+                operations=[fast("verify", max_attempts=1, timeout_seconds=30)],
+                parallel=parallel,
+                fix_operations=[fast("fixit")],
+                max_fix_cycles=max_fix_cycles,
+            )
+        ],
+        retry=RetryPolicy(max_attempts=3),
+    )
+
+
+def _verifier(seen: list[dict[str, object]]) -> OperationHandler:
+    async def verify(ctx: OperationContext) -> OperationResult:
+        seen.append(dict(ctx.context))
+        return completed({"verified": True}) if ctx.context.get("fixed") else failed("not fixed")
+
+    return verify
+
+
+async def _fixit(ctx: OperationContext) -> OperationResult:
+    return completed({"fixed": True})
+
+
+def _fix_written(rows: Rows) -> bool:
+    return any(r.type == "fixit" and r.status == "completed" for r in rows)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_lost_worker_mid_verify_resumes_the_fix_cycle_with_the_fix_data(
+    store: Store, database_url: str, parallel: bool
+) -> None:
+    template = _self_healing(max_fix_cycles=2, parallel=parallel)
+    gate = Gate()
+    first_calls: Counter[str] = Counter()
+    first_seen: list[dict[str, object]] = []
+    first = make_engine(
+        store,
+        compile_template(
+            template,
+            OperationRegistry(
+                {
+                    # The second verify (cycle 1's, after the fix) is where the worker is lost.
+                    "verify": counted(first_calls, gate.blocking(_verifier(first_seen), at_call=2)),
+                    "fixit": counted(first_calls, _fixit),
+                }
+            ),
+        ),
+        owner_id="first",
+    )
+    enqueued = await first.enqueue("self_healing", {"ticket": 7})
+    first_run = asyncio.create_task(first.tick())
+    second_calls: Counter[str] = Counter()
+    second_seen: list[dict[str, object]] = []
+    second_operations = OperationRegistry(
+        {
+            "verify": counted(second_calls, _verifier(second_seen)),
+            "fixit": counted(second_calls, _fixit),
+        }
+    )
+    await lose_worker_and_recover(
+        store,
+        database_url,
+        enqueued.instance_id,
+        first_run,
+        gate,
+        template,
+        second_operations,
+        _fix_written,
+    )
+    assert first_calls == {"verify": 2, "fixit": 1}
+    # The fix completed: it is not run again, and the verify that had not finished runs with
+    # its data, in the fix cycle the stage had reached.
+    assert second_calls == {"verify": 1}
+    assert second_seen == [{"ticket": 7, "fixed": True}]
+    done = await store.get_instance(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED, done.last_error
+    assert done.result == {"context": {"ticket": 7, "fixed": True, "verified": True}}
+    assert done.message == "s: 1 of 1 operations done (fix cycle 1)"
+    rows = await store.operations(enqueued.instance_id)
+    fix = slot(rows, "s", FIX_POSITION_BASE)
+    assert (fix.status, fix.attempts, fix.fix_cycle) == ("completed", 1, 1)
+    verify = slot(rows, "s", 0)
+    assert (verify.status, verify.fix_cycle) == ("completed", 1)
+
+
+async def _never_fixed(ctx: OperationContext) -> OperationResult:
+    return failed(f"still broken (fixed {ctx.context.get('fixes', 0)} times)")
+
+
+async def _count_fix(ctx: OperationContext) -> OperationResult:
+    fixes = ctx.context.get("fixes", 0)
+    assert isinstance(fixes, int)
+    return completed({"fixes": fixes + 1})
+
+
+async def test_fix_cycles_stay_within_max_fix_cycles_across_a_lost_worker(
+    store: Store, database_url: str
+) -> None:
+    template = _self_healing(max_fix_cycles=2)
+    gate = Gate()
+    first_calls: Counter[str] = Counter()
+    first = make_engine(
+        store,
+        compile_template(
+            template,
+            OperationRegistry(
+                {
+                    # The third verify (cycle 2's, the last one allowed) is where it is lost.
+                    "verify": counted(first_calls, gate.blocking(_never_fixed, at_call=3)),
+                    "fixit": counted(first_calls, _count_fix),
+                }
+            ),
+        ),
+        owner_id="first",
+    )
+    enqueued = await first.enqueue("self_healing")
+    first_run = asyncio.create_task(first.tick())
+    second_calls: Counter[str] = Counter()
+    second_operations = OperationRegistry(
+        {"verify": counted(second_calls, _never_fixed), "fixit": counted(second_calls, _count_fix)}
+    )
+    await lose_worker_and_recover(
+        store,
+        database_url,
+        enqueued.instance_id,
+        first_run,
+        gate,
+        template,
+        second_operations,
+        _fix_written,
+    )
+    assert first_calls == {"verify": 3, "fixit": 2}
+    # Cycle 2's verify runs once more and fails: no third cycle, nor cycles counted afresh.
+    assert second_calls == {"verify": 1}
+    failed_instance = await store.get_instance(enqueued.instance_id)
+    assert failed_instance is not None
+    assert failed_instance.status == Status.FAILED
+    assert failed_instance.last_error == (
+        "StageFailedError: stage 's': operation 'verify' (#0) failed after 1 attempt(s) and "
+        "2 fix cycle(s): still broken (fixed 2 times)"
+    )

@@ -83,8 +83,9 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
                 f"ARRAY[{ids}]::uuid[], array_fill('null'::text, ARRAY[{BATCH}]), "
                 f"array_fill('{{}}'::text, ARRAY[{BATCH}]), ARRAY[{epochs}]::bigint[], "
                 "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
-                # the completions' stages and messages, no operation rows, no span contexts
-                + ", ".join(["'{}'"] * 17)
+                # the completions' stages and messages, no operation rows (nor their fix
+                # cycles), no span contexts
+                + ", ".join(["'{}'"] * 18)
                 + ")"
             )
             completed = await conn.fetchval(

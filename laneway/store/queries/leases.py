@@ -220,25 +220,26 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 #   and $42 metadata (json text[]), $43 seconds each ran, $44 seconds since each finished.
 # $45 the checkpoints' and $46 the completions' spans' trace contexts (W3C traceparent, NULL:
 #   none), kept only by an instance that has none (its enqueue was not traced).
+# $47 the operation outcomes' fix cycles (of the passes that wrote them).
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
 # connection, not on every call.
-_BATCH_ARGS = ", ".join(f"${n}" for n in range(1, 47))  # the 46 above, in order
+_BATCH_ARGS = ", ".join(f"${n}" for n in range(1, 48))  # the 47 above, in order
 WRITE_RUNNER_BATCH = f"""
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
        {_DRAWN} AS last_event_id
   FROM laneway.write_runner_batch({_BATCH_ARGS})
 """
 
-# The 46 above, then $47 the run keys registered here ('name@version', text[]) and $48 at most
+# The 47 above, then $48 the run keys registered here ('name@version', text[]) and $49 at most
 # this many instances to claim: the group commit and, in its transaction, the claim of the
 # room it freed (laneway/store/sql/functions.sql). The batch's rows first (`claimed` NULL),
 # then one row per claimed instance (`claimed` its row); each with its doorbell's event id.
 WRITE_RUNNER_BATCH_AND_CLAIM = f"""
 SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
        last_event_id, claimed
-  FROM laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $47, $48)
+  FROM laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $48, $49)
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances

@@ -8,7 +8,7 @@ See laneway/store/queries/__init__.py for how statements are written.
 
 # $1 instance id
 LIST_OPERATIONS = """
-SELECT operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at
+SELECT operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at, fix_cycle
   FROM laneway.operations
  WHERE instance_id = $1
  ORDER BY finished_at, stage, position
@@ -16,7 +16,7 @@ SELECT operation_id, instance_id, stage, position, type, status, attempts, error
 
 # $1 instance ids (uuid[])
 LIST_OPERATIONS_OF = """
-SELECT operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at
+SELECT operation_id, instance_id, stage, position, type, status, attempts, error, data, metadata, started_at, finished_at, fix_cycle
   FROM laneway.operations
  WHERE instance_id = ANY($1::uuid[])
  ORDER BY instance_id, finished_at, stage, position

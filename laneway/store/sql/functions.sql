@@ -677,7 +677,8 @@ $$;
 
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
 -- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021; answers 0026;
--- a failure's stage on the instance 0032; the first traced step's context 0033).
+-- a failure's stage on the instance 0032; the first traced step's context 0033; operations'
+-- fix cycles 0034).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
@@ -692,6 +693,7 @@ $$;
 -- NULL: none). An instance kept no trace context when its enqueue was not traced; the first
 -- step that is (a checkpoint, a completion or a failed attempt: $29) leaves its span's context
 -- with it instead, so that its later steps, in whatever process, join that one trace.
+-- Then (0034) the operation outcomes' fix cycles (0: the stage's first pass; NULL counts as 0).
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
 -- A checkpoint saves state and the next action and renews the lease, or parks the instance
 -- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
@@ -754,7 +756,8 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_operation_seconds double precision[],
     p_operation_ago double precision[],
     p_checkpoint_traces text[],
-    p_completion_traces text[]
+    p_completion_traces text[],
+    p_operation_fix_cycles integer[]
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -853,18 +856,20 @@ BEGIN
         -- Template operations' outcomes (0021), fenced as the writes are (the snapshot is
         -- the one before this statement's updates, so an instance completed here still
         -- counts as running for its last operations). Each row's times are as the runner
-        -- saw them: finished `ago` seconds before this write, after running `seconds`.
+        -- saw them: finished `ago` seconds before this write, after running `seconds`; and
+        -- the fix cycle whose pass wrote it (0034).
         INSERT INTO laneway.operations AS o
                (operation_id, instance_id, stage, position, type, status, attempts, error, data,
-                metadata, started_at, finished_at)
+                metadata, started_at, finished_at, fix_cycle)
         SELECT u.operation_id, i.instance_id, u.stage, u.position, u.type, u.status,
                u.attempts, u.error, u.data::jsonb, u.metadata::jsonb,
                clock_timestamp() - (u.ago + u.seconds) * interval '1 second',
-               clock_timestamp() - u.ago * interval '1 second'
+               clock_timestamp() - u.ago * interval '1 second', COALESCE(u.fix_cycle, 0)
           FROM (SELECT u.*, $1 AS owner
-                  FROM unnest($32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44)
+                  FROM unnest($32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44,
+                              $47)
                        AS u (instance_id, epoch, operation_id, stage, position, type, status,
-                             attempts, error, data, metadata, seconds, ago)
+                             attempts, error, data, metadata, seconds, ago, fix_cycle)
                 OFFSET 0) AS u
           JOIN laneway.instances AS i ON i.instance_id = u.instance_id
          WHERE i.instance_id = ANY($32)
@@ -873,7 +878,8 @@ BEGIN
         ON CONFLICT (instance_id, stage, position) DO UPDATE
            SET type = EXCLUDED.type, status = EXCLUDED.status, attempts = EXCLUDED.attempts,
                error = EXCLUDED.error, data = EXCLUDED.data, metadata = EXCLUDED.metadata,
-               started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at
+               started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,
+               fix_cycle = EXCLUDED.fix_cycle
         RETURNING o.instance_id
     ),
     recorded AS (
@@ -997,6 +1003,7 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch_and_claim(
     p_operation_ago double precision[],
     p_checkpoint_traces text[],
     p_completion_traces text[],
+    p_operation_fix_cycles integer[],
     p_names text[],
     p_limit integer
 ) RETURNS TABLE (
@@ -1031,7 +1038,7 @@ BEGIN
                p_operation_ids, p_operation_stages, p_operation_positions, p_operation_types,
                p_operation_statuses, p_operation_attempts, p_operation_errors,
                p_operation_data, p_operation_metadata, p_operation_seconds, p_operation_ago,
-               p_checkpoint_traces, p_completion_traces) AS w;
+               p_checkpoint_traces, p_completion_traces, p_operation_fix_cycles) AS w;
     IF p_limit > 0 AND cardinality(p_names) > 0 THEN
         RETURN QUERY
         SELECT NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
