@@ -3,14 +3,15 @@
 Owns one call of a stage's handler: its operations in sequence or in parallel, each with its
 attempts, timeout and condition, the fix-verify cycles of a failed critical operation, one
 operation row per outcome (so a re-run skips what completed), and the checkpoint, progress
-and message the stage reports. Compiling a template into a workflow: template_interpreter.py.
+and message the stage reports. Where a fix-verify loop stands after a lost worker:
+fix_cycles.py; what a checkpoint's pause keeps in the state: stage_pauses.py. Compiling a
+template into a workflow: template_interpreter.py.
 """
 
 import asyncio
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -29,6 +30,7 @@ from laneway.engine.failures import StageFailure, format_traceback
 from laneway.engine.fix_cycles import FIX_POSITION_BASE, failure_text, may_fix, resume_point
 from laneway.engine.handler_map import Handler
 from laneway.engine.operation_attempt import NO_DATA, attempt, copied
+from laneway.engine.stage_pauses import mark_paused, take_pause
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
@@ -49,18 +51,6 @@ from laneway.engine.template import (
 from laneway.model import JSONValue, OperationRecord
 
 logger = logging.getLogger(__name__)
-
-_PAUSE_TOKEN = "pause_token"
-"""In a paused template's state: what a retry of the pause's stage brings as its params (a
-random token; a reviewer's input, which the stage run after a resume brings, never has it)."""
-
-_RETRY = "retry_of_pause"
-
-
-def retry_params(state: JSONValue) -> JSONValue:
-    """The params of the stage that paused, when retryWorkflow re-runs it after the pause
-    expired and failed the instance: they ask it to pause again (_StageRun.run)."""
-    return {_RETRY: state.get(_PAUSE_TOKEN) if isinstance(state, dict) else None}
 
 
 class StageFailedError(PermanentFailure, StageFailure):
@@ -120,9 +110,10 @@ class _StageRun:
         if "initial_context" in state:
             initial = dict(state["initial_context"])
             context = dict(state["context"])
-            paused_at = state.pop("paused_at", None)
-            token = state.pop(_PAUSE_TOKEN, None)
-            if paused_at is not None and self._retries_pause(params, token):
+            paused_at, retried = take_pause(
+                state, params, index=self._index, stage_count=len(self._template.stages)
+            )
+            if retried:
                 # retryWorkflow after the checkpoint expired: the stage is done; ask again.
                 return await self._after_stage(context, ran=True)
             if paused_at is not None and params is not None:
@@ -160,15 +151,6 @@ class _StageRun:
         )
         return await self._after_stage(context, ran=ran)
 
-    def _retries_pause(self, params: JSONValue, token: JSONValue) -> bool:
-        """Whether this run is retryWorkflow's of the stage that paused (and is done), not
-        a run after a resume (the next stage, or the last again, with the reviewer's input).
-        A pause from before tokens is known by a stage before the last being done already."""
-        if token is not None:
-            return isinstance(params, dict) and params.get(_RETRY) == token
-        done = int(self._ctx.state.get("stages_done") or 0)
-        return self._index < min(done, len(self._template.stages) - 1)
-
     async def _after_stage(self, context: dict[str, JSONValue], *, ran: bool) -> Step:
         step = step_after_stage(self._template, self._index, context, ran=ran)
         if isinstance(step, Next) and self._index == len(self._template.stages) - 1:
@@ -176,9 +158,7 @@ class _StageRun:
             # the completion keeps the stage's report (no step of its own to checkpoint it).
             return await self._finish(context)
         if isinstance(step, Pause):
-            state = self._ctx.state
-            state["paused_at"] = step.label  # the next stage merges the resume's input
-            state[_PAUSE_TOKEN] = uuid.uuid4().hex
+            mark_paused(self._ctx.state, step.label)
         return step
 
     async def _finish(self, context: dict[str, JSONValue]) -> Done:

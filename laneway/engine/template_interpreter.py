@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from laneway.engine.fix_cycles import FIX_POSITION_BASE
 from laneway.engine.handler_map import Handler, Workflow
-from laneway.engine.stage_run import StageFailedError, retry_params, stage_handler
+from laneway.engine.stage_pauses import retry_params
+from laneway.engine.stage_run import StageFailedError, stage_handler
 from laneway.engine.template import (
     Checkpoint,
     Condition,
@@ -94,7 +95,7 @@ class TemplateWorkflow(Workflow):
         return self.template.stage_names
 
     def retry_params(self, action: str, params: JSONValue, state: JSONValue) -> JSONValue:
-        """A stage's checkpoint that expired pauses again when retried (stage_run.py)."""
+        """A stage's checkpoint that expired pauses again when retried (stage_pauses.py)."""
         return retry_params(state)
 
     def validate_params(self, params: JSONValue) -> JSONValue:
