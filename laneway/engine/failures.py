@@ -47,10 +47,11 @@ def type_name(exc: BaseException) -> str:
 
 
 class StageFailure(Exception):  # noqa: N818 - a kind of failure, as the others read
-    """A template stage's failure (stage_run.StageFailedError): `stage` and `operation` say
-    where, and its cause, if any, is the operation's own exception."""
+    """A template stage's failure (stage_run.StageFailedError, context_budget's): `stage` and
+    `operation` (when one is to blame) say where, and its cause, if any, is the operation's
+    own exception."""
 
-    def __init__(self, message: str, *, stage: str, operation: str) -> None:
+    def __init__(self, message: str, *, stage: str, operation: str | None) -> None:
         super().__init__(message)
         self.stage = stage
         self.operation = operation
@@ -66,7 +67,8 @@ def failure_of(exc: BaseException) -> Failure:
     stage: str | None
     operation: str | None
     if isinstance(exc, StageFailure):
-        stage, operation = storable_text(exc.stage), storable_text(exc.operation)
+        stage = storable_text(exc.stage)
+        operation = None if exc.operation is None else storable_text(exc.operation)
         cause = exc.__cause__
         frames = None if cause is None else format_traceback(cause)
     else:

@@ -26,6 +26,7 @@ from laneway.engine.context import (
     PermanentFailure,
     Step,
 )
+from laneway.engine.context_budget import ContextBudget, context_cap, refusal
 from laneway.engine.failures import StageFailure, format_traceback
 from laneway.engine.fix_cycles import FIX_POSITION_BASE, failure_text, may_fix, resume_point
 from laneway.engine.handler_map import Handler
@@ -65,8 +66,10 @@ class StageFailedError(PermanentFailure, StageFailure):
 def stage_handler(
     template: Template, index: int, operations: Mapping[str, OperationHandler]
 ) -> Handler:
+    cap = context_cap(template)
+
     async def run_stage(ctx: HandlerContext, params: JSONValue) -> Step:
-        return await _StageRun(template, index, operations, ctx).run(params)
+        return await _StageRun(template, index, operations, ctx, cap).run(params)
 
     return run_stage
 
@@ -88,6 +91,7 @@ class _StageRun:
         index: int,
         operations: Mapping[str, OperationHandler],
         ctx: HandlerContext,
+        cap: int,
     ) -> None:
         self._template = template
         self._index = index
@@ -98,6 +102,7 @@ class _StageRun:
         self._settled: dict[int, str] = {}
         self._errors: dict[int, Exception] = {}  # a failed operation's exception, by position
         self._fix_cycle = 0  # of the pass running: its rows keep it (fix_cycles.py)
+        self._budget = ContextBudget(cap)  # the room left in the context (context_budget.py)
         # Asked once: the stage's operations run in its context (parallel ones in copies).
         self._spans = tracing.in_traced_step()
         # In sequence the stage writes before anything waits (before the next operation, or
@@ -119,6 +124,8 @@ class _StageRun:
             if paused_at is not None and params is not None:
                 # Resumed with a reviewer's input: it joins the context under the label.
                 context[str(paused_at)] = params
+                resumed = f"with the input resumed at checkpoint {paused_at!r}"
+                self._budget.check(context, resumed, self._stage.name)
         else:  # the first stage of a new instance: its params are the initial context
             initial = dict(params) if isinstance(params, dict) else {}
             context = dict(initial)
@@ -162,6 +169,7 @@ class _StageRun:
         return step
 
     async def _finish(self, context: dict[str, JSONValue]) -> Done:
+        self._budget.check(context, "at the template's end", self._stage.name)
         result: dict[str, JSONValue] = {"context": context}
         template = self._template
         if template.next_workflow is not None:
@@ -182,6 +190,8 @@ class _StageRun:
         # A run after a lost worker or a retry goes on with the fix cycle the rows had reached,
         # reusing only that cycle's rows (fix_cycles.py).
         point = resume_point(rows.values(), context)
+        if point.context is not context:
+            self._budget.forget()  # the data of the passes before joined it uncounted
         self._fix_cycle = point.cycle
         context, fix_rows, stage_rows = point.context, point.fix_rows, point.stage_rows
         while True:
@@ -264,6 +274,7 @@ class _StageRun:
         records: dict[int, OperationRecord] = {}
         tasks: dict[int, asyncio.Task[OperationRecord | None]] = {}
         await self._tools.write_operations()  # an earlier pass's, before these start
+        self._budget.start_pass(parallel=True)
         try:
             async with asyncio.TaskGroup() as group:
                 # Each starts here, in this task, until one waits: that one goes on in this
@@ -295,6 +306,7 @@ class _StageRun:
             record = task.result()
             if record is not None:
                 records[position] = record
+        self._budget.end_pass()
         ordered = [records[position] for position in sorted(records)]
         critical = {position for position, operation in slots if operation.critical}
         failure = next((r for r in ordered if r.status == FAILED and r.position in critical), None)
@@ -311,6 +323,8 @@ class _StageRun:
             return None
         if row.status != COMPLETED and (row.status != FAILED or operation.critical):
             return None
+        if isinstance(row.data, dict) and row.data:
+            self._budget.reused(row.data)
         self._settle(position, row.status)
         return row
 
@@ -369,6 +383,9 @@ class _StageRun:
                     handler, operation_ctx, operation.timeout_seconds
                 )
             done = result.status == COMPLETED
+            if done and (size := self._budget.refuses(context, result.data, len(encoded[0]))):
+                # Refused where it is made, not when the instance completes (context_budget.py).
+                result, encoded, done = failed(refusal(size, self._budget.cap)), NO_DATA, False
             if done:
                 break
             self._log_failed_attempt(operation, attempts, result.reason, error)

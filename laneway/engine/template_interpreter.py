@@ -11,6 +11,7 @@ the ordinary runner: writes no SQL and adds no instance status. Definitions: tem
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from laneway.engine.context_budget import ContextTooLargeError
 from laneway.engine.fix_cycles import FIX_POSITION_BASE
 from laneway.engine.handler_map import Handler, Workflow
 from laneway.engine.stage_pauses import retry_params
@@ -45,6 +46,7 @@ __all__ = [
     "FIX_POSITION_BASE",
     "Checkpoint",
     "Condition",
+    "ContextTooLargeError",
     "Operation",
     "OperationContext",
     "OperationHandler",
