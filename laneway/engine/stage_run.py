@@ -120,7 +120,7 @@ class _StageRun:
             )
             if retried:
                 # retryWorkflow after the checkpoint expired: the stage is done; ask again.
-                return await self._after_stage(context, ran=True)
+                return await self._after_stage(context)
             if paused_at is not None and params is not None:
                 # Resumed with a reviewer's input: it joins the context under the label.
                 context[str(paused_at)] = params
@@ -156,10 +156,10 @@ class _StageRun:
         self._ctx.message = (
             self._message() if ran else f"{stage.name}: skipped (condition is false)"
         )
-        return await self._after_stage(context, ran=ran)
+        return await self._after_stage(context)
 
-    async def _after_stage(self, context: dict[str, JSONValue], *, ran: bool) -> Step:
-        step = step_after_stage(self._template, self._index, context, ran=ran)
+    async def _after_stage(self, context: dict[str, JSONValue]) -> Step:
+        step = step_after_stage(self._template, self._index, context)
         if isinstance(step, Next) and self._index == len(self._template.stages) - 1:
             # The last stage, with no pause after it: the instance finishes in this step, and
             # the completion keeps the stage's report (no step of its own to checkpoint it).

@@ -119,7 +119,8 @@ class Stage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Checkpoint:
-    """Pause with `label` after stage `after_stage` when `condition` (default: always) holds.
+    """Pause with `label` after stage `after_stage` when `condition` (default: always) holds,
+    whether that stage ran or its own condition skipped it.
 
     With an `input_schema` (JSON Schema), a resume must bring an input that matches it; the
     input is merged into the context under the label. With `timeout_seconds`, the checkpoint
@@ -333,25 +334,26 @@ def merge_context(
 
 
 def step_after_stage(
-    template: Template, index: int, context: Mapping[str, JSONValue], *, ran: bool
+    template: Template, index: int, context: Mapping[str, JSONValue]
 ) -> Next | Pause:
     """What follows stage `index`: the next stage, or a pause at the first checkpoint whose
-    condition holds (only after a stage that ran). After the last stage the next action is
-    that stage again, which then finishes the instance (so its report is checkpointed).
+    condition holds, whether the stage ran or its condition skipped it (a review gate is
+    never passed silently; a checkpoint that should not pause then says so in its own
+    condition). After the last stage the next action is that stage again, which then
+    finishes the instance (so its report is checkpointed).
     """
     stages = template.stages
     following = stages[index + 1].name if index + 1 < len(stages) else stages[index].name
-    if ran:
-        view: Mapping[str, JSONValue] | None = None  # made once, when a condition asks
-        for checkpoint in template.checkpoints:
-            if checkpoint.after_stage != stages[index].name:
-                continue
-            if checkpoint.condition is None:
-                return checkpoint.pause(following)
-            if view is None:
-                view = MappingProxyType(dict(context))
-            if checkpoint.condition(view):
-                return checkpoint.pause(following)
+    view: Mapping[str, JSONValue] | None = None  # made once, when a condition asks
+    for checkpoint in template.checkpoints:
+        if checkpoint.after_stage != stages[index].name:
+            continue
+        if checkpoint.condition is None:
+            return checkpoint.pause(following)
+        if view is None:
+            view = MappingProxyType(dict(context))
+        if checkpoint.condition(view):
+            return checkpoint.pause(following)
     return Next(following)
 
 

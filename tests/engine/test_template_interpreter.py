@@ -245,14 +245,13 @@ def _three_stages(**options: Any) -> Template:
 
 
 @pytest.mark.parametrize(
-    ("checkpoints", "index", "context", "ran", "expected"),
+    ("checkpoints", "index", "context", "expected"),
     [
-        ((), 0, {}, True, Next("b")),
-        ((), 2, {}, True, Next("c")),  # the last stage is followed by its finish step
-        ((Checkpoint(after_stage="a", label="look"),), 0, {}, True, Pause("look", "b")),
-        ((Checkpoint(after_stage="a", label="look"),), 0, {}, False, Next("b")),
-        ((Checkpoint(after_stage="a", label="look"),), 1, {}, True, Next("c")),
-        ((Checkpoint(after_stage="c", label="approve"),), 2, {}, True, Pause("approve", "c")),
+        ((), 0, {}, Next("b")),
+        ((), 2, {}, Next("c")),  # the last stage is followed by its finish step
+        ((Checkpoint(after_stage="a", label="look"),), 0, {}, Pause("look", "b")),
+        ((Checkpoint(after_stage="a", label="look"),), 1, {}, Next("c")),
+        ((Checkpoint(after_stage="c", label="approve"),), 2, {}, Pause("approve", "c")),
         (
             (
                 Checkpoint(
@@ -261,7 +260,6 @@ def _three_stages(**options: Any) -> Template:
             ),
             0,
             {"review": False},
-            True,
             Next("b"),
         ),
         (
@@ -273,7 +271,6 @@ def _three_stages(**options: Any) -> Template:
             ),
             0,
             {"review": True},
-            True,
             Pause("first", "b"),
         ),
     ],
@@ -282,11 +279,10 @@ def test_step_after_stage_decides_next_or_pause(
     checkpoints: tuple[Checkpoint, ...],
     index: int,
     context: dict[str, JSONValue],
-    ran: bool,
     expected: Next | Pause,
 ) -> None:
     template = _three_stages(checkpoints=checkpoints)
-    assert step_after_stage(template, index, context, ran=ran) == expected
+    assert step_after_stage(template, index, context) == expected
 
 
 def _record(position: int, status: str, data: JSONValue) -> OperationRecord:
@@ -839,14 +835,13 @@ async def test_conditions_skip_stages_and_operations_with_skipped_rows(store: St
                 operations=[fast("c", condition=lambda c: c.get("mode") == "full"), fast("d")],
             ),
         ],
-        checkpoints=[Checkpoint(after_stage="optional", label="never")],
     )
     engine = make_engine(store, compile_template(template, operations))
     enqueued = await engine.enqueue("conditional", {"deep": False, "mode": "quick"})
     await engine.tick()
     done = await engine.get(enqueued.instance_id)
     assert done is not None
-    assert done.status == Status.COMPLETED  # no pause after a skipped stage
+    assert done.status == Status.COMPLETED
     assert counts(calls) == {"d": 1}
     rows = by_slot(await engine.operations(enqueued.instance_id))
     assert {slot: r.status for slot, r in rows.items()} == {
@@ -857,6 +852,48 @@ async def test_conditions_skip_stages_and_operations_with_skipped_rows(store: St
     }
     assert rows["optional", 0].metadata == {"reason": "stage condition is false"}
     assert rows["main", 0].metadata == {"reason": "operation condition is false"}
+
+
+@pytest.mark.parametrize(("review", "pauses"), [(True, True), (False, False)])
+async def test_a_checkpoint_after_a_skipped_stage_pauses_when_its_own_condition_holds(
+    store: Store, review: bool, pauses: bool
+) -> None:
+    # A review gate is never passed silently: whether its stage ran or its condition skipped
+    # it, the checkpoint pauses when its own condition holds (and only then).
+    calls: list[OperationContext] = []
+    operations = OperationRegistry({t: returning(calls) for t in ("enrich", "publish")})
+    template = Template(
+        type="gated",
+        stages=[
+            Stage(
+                name="enrich",
+                condition=lambda c: bool(c.get("deep")),
+                operations=[fast("enrich")],
+            ),
+            Stage(name="publish", operations=[fast("publish")]),
+        ],
+        checkpoints=[
+            Checkpoint(
+                after_stage="enrich", label="approve", condition=lambda c: c.get("review") is True
+            )
+        ],
+    )
+    engine = make_engine(store, compile_template(template, operations))
+    enqueued = await engine.enqueue("gated", {"deep": False, "review": review})
+    await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    if pauses:
+        assert (record.status, record.checkpoint) == (Status.PAUSED, "approve")
+        assert (record.stage, record.message) == ("enrich", "enrich: skipped (condition is false)")
+        assert counts(calls) == {}  # nothing published before the approval
+        await engine.resume(enqueued.instance_id)
+        await engine.tick()
+        record = await engine.get(enqueued.instance_id)
+        assert record is not None
+    assert record.status == Status.COMPLETED
+    assert counts(calls) == {"publish": 1}
+    assert (EventType.PAUSED in await types_of(store, enqueued.instance_id)) is pauses
 
 
 def _fix_verify(max_fix_cycles: int) -> Template:
