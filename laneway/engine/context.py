@@ -180,6 +180,15 @@ class CancelledByRequestError(Exception):
     """Raised by `HandlerContext.raise_if_cancelled` once the instance was cancelled."""
 
 
+def cancel_asked(cancelled: asyncio.Event) -> bool:
+    """Whether the run in this task was asked to stop: its instance's cancel flag `cancelled`
+    is set, or its task is being cancelled (a cancel, a lost lease, a stop past the grace, a
+    parallel sibling's failure). A CancelledError raised with neither is user code's own (an
+    awaited task was cancelled): a failure of that code, like any exception it raises."""
+    task = asyncio.current_task()
+    return cancelled.is_set() or (task is not None and task.cancelling() > 0)
+
+
 @dataclass(slots=True, kw_only=True)
 class HandlerContext:
     """The context one handler call receives.

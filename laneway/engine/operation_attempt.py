@@ -3,7 +3,10 @@ outcome checked (a result, JSON data and metadata, a reason of bounded length) a
 ready to write. Running a stage's operations and their attempts: stage_run.py.
 """
 
+import asyncio
+
 from laneway.engine import time_limit
+from laneway.engine.context import cancel_asked
 from laneway.engine.payloads import encode_json, json_copy, storable_text
 from laneway.engine.template import (
     COMPLETED,
@@ -23,7 +26,7 @@ NO_DATA = ("null", "null")
 
 async def attempt(
     handler: OperationHandler, ctx: OperationContext, timeout_seconds: float
-) -> tuple[OperationResult, tuple[str, str], Exception | None]:
+) -> tuple[OperationResult, tuple[str, str], BaseException | None]:
     """Call a handler once; an exception, a timeout or a bad return value is a failure. With
     the outcome, its row's data and metadata as JSON text: checked here, so that a value that
     is not JSON fails the attempt, and then written as they are; and the handler's own
@@ -33,7 +36,14 @@ async def attempt(
         result: object = await time_limit.within(handler(ctx), timeout_seconds)
     except time_limit.TimeLimitExceededError:
         return failed(f"timed out after {timeout_seconds:g}s"), NO_DATA, None
-    except Exception as exc:  # the operation's own error is its failure reason
+    except BaseException as exc:
+        # The operation's own error is its failure, as a handler's is (runner._call_handler):
+        # its own SystemExit, KeyboardInterrupt or GeneratorExit too (raised in a parallel
+        # stage's task they would stop the event loop, or the process), and a CancelledError of
+        # its own. Only a cancel of this run (a cancel, a lost lease, a stop past the grace, a
+        # sibling's failure) goes on as one; the time limit's own is TimeLimitExceededError.
+        if isinstance(exc, asyncio.CancelledError) and cancel_asked(ctx.cancelled):
+            raise
         return failed(reason_of(exc)), NO_DATA, exc
     if not isinstance(result, OperationResult):
         return (
@@ -56,7 +66,12 @@ async def attempt(
 
 
 def reason_of(exc: BaseException) -> str:
-    return storable_text((str(exc) or type(exc).__name__)[:MAX_REASON_CHARS])
+    """An exception's failure reason: its message, or its type when it has none; the type too
+    for what is no Exception (SystemExit: 3), whose message alone says little."""
+    text = str(exc) or type(exc).__name__
+    if not isinstance(exc, Exception) and text != type(exc).__name__:
+        text = f"{type(exc).__name__}: {text}"
+    return storable_text(text[:MAX_REASON_CHARS])
 
 
 def copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:

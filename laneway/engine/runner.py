@@ -25,6 +25,7 @@ from laneway.engine.context import (
     PermanentFailure,
     Sleep,
     WaitForSignal,
+    cancel_asked,
 )
 from laneway.engine.failures import failure_of
 from laneway.engine.handler_map import Workflow
@@ -449,7 +450,7 @@ async def _call_handler(
         # would end every run here, or the process), and a CancelledError of its own (an
         # awaited task was cancelled): only a cancel of this run (a cancel, a lost lease, a
         # stop past the grace) goes on as one.
-        if isinstance(exc, asyncio.CancelledError) and _cancel_asked(ctx):
+        if isinstance(exc, asyncio.CancelledError) and cancel_asked(ctx.cancelled):
             raise
         failure = failure_of(exc)
         # Taken here too when the handler raised, or its step was refused after they were
@@ -469,12 +470,6 @@ async def _call_handler(
             operation=failure.operation,
             operations=operations,
         )
-
-
-def _cancel_asked(ctx: HandlerContext) -> bool:
-    """Whether this run was asked to stop (its task cancelled, or the cancel flag set)."""
-    task = asyncio.current_task()
-    return ctx.cancelled.is_set() or (task is not None and task.cancelling() > 0)
 
 
 def _log_failure(write: FailWrite, transition: Transition, workflow: str, action: str) -> None:

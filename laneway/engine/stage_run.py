@@ -100,7 +100,7 @@ class _StageRun:
         self._ctx = ctx
         self._tools: InstanceTools = ctx.require_tools()
         self._settled: dict[int, str] = {}
-        self._errors: dict[int, Exception] = {}  # a failed operation's exception, by position
+        self._errors: dict[int, BaseException] = {}  # a failed operation's own, by position
         self._fix_cycle = 0  # of the pass running: its rows keep it (fix_cycles.py)
         self._budget = ContextBudget(cap)  # the room left in the context (context_budget.py)
         # Asked once: the stage's operations run in its context (parallel ones in copies).
@@ -353,7 +353,7 @@ class _StageRun:
         handler = self._operations.get(operation.type)
         started = time.monotonic()
         attempts = 0
-        error: Exception | None = None
+        error: BaseException | None = None
         encoded = NO_DATA
         done = False
         if handler is None:
@@ -418,7 +418,11 @@ class _StageRun:
         return record
 
     def _log_failed_attempt(
-        self, operation: Operation, attempt: int, reason: str | None, error: Exception | None
+        self,
+        operation: Operation,
+        attempt: int,
+        reason: str | None,
+        error: BaseException | None,
     ) -> None:
         """Every failed attempt of an operation at WARNING, with the user's traceback when it
         raised: one retried and then completed leaves its exception here (its row keeps the
@@ -439,7 +443,7 @@ class _StageRun:
 
     async def _traced_attempt(
         self, handler: OperationHandler, operation_ctx: OperationContext, operation: Operation
-    ) -> tuple[OperationResult, tuple[str, str], Exception | None]:
+    ) -> tuple[OperationResult, tuple[str, str], BaseException | None]:
         with tracing.lazy_span(
             f"laneway.operation {operation.type}",
             functools.partial(self._span_attributes, operation, operation_ctx.attempt),

@@ -547,3 +547,127 @@ async def test_whatever_a_handler_raises_is_a_failed_attempt_of_its_own_instance
     assert (failure.type, failure.message, failure.stage) == (type_, message, None)
     assert failure.traceback is not None
     assert "in raising" in failure.traceback
+
+
+async def _waits_then_completes(ctx: OperationContext) -> OperationResult:
+    await asyncio.sleep(0)
+    return completed({"waited": True})
+
+
+async def _completes(ctx: OperationContext) -> OperationResult:
+    return completed({"fine": True})
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        (SystemExit(3), "SystemExit: 3"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        (GeneratorExit(), "GeneratorExit"),
+        (asyncio.CancelledError(), "CancelledError"),  # its own, no cancel was asked
+    ],
+)
+@pytest.mark.parametrize("waits", [False, True])
+async def test_whatever_an_operation_raises_is_a_failed_attempt_of_that_operation(
+    store: Store, raised: BaseException, reason: str, waits: bool
+) -> None:
+    # As a handler's (above): the operation's own attempts, its row and its stage's failure,
+    # not the stage retried whole under the instance's RetryPolicy with no operation named.
+    # `waits`: it raises in a task of its own, after a sibling before it waited.
+    calls: list[int] = []
+
+    async def raising(ctx: OperationContext) -> OperationResult:
+        calls.append(ctx.attempt)
+        if waits:
+            await asyncio.sleep(0)
+        raise raised
+
+    template = Template(
+        type="raising",
+        stages=[
+            Stage(
+                name="s",
+                parallel=True,
+                operations=[
+                    *([Operation(type="waits")] if waits else []),
+                    Operation(type="raising", max_attempts=2, retry_base_ms=0, retry_max_ms=0),
+                    Operation(type="fine"),
+                ],
+            )
+        ],
+        retry=RetryPolicy(max_attempts=3),
+    )
+    registry = OperationRegistry(
+        {"raising": raising, "fine": _completes, "waits": _waits_then_completes}
+    )
+    engine = make_engine(store, compile_template(template, registry))
+    enqueued = await engine.enqueue("raising")
+    async with asyncio.timeout(10):
+        await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.attempts) == (Status.FAILED, 1)  # final: no stage retry
+    assert calls == [1, 2]
+    position = 1 if waits else 0
+    assert record.last_error == (
+        f"StageFailedError: stage 's': operation 'raising' (#{position}) failed after 2 "
+        f"attempt(s): {reason}"
+    )
+    (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert (failure.type, failure.stage, failure.operation) == ("StageFailedError", "s", "raising")
+    assert failure.traceback is not None
+    assert "in raising" in failure.traceback
+    rows = {
+        r.type: (r.status, r.attempts, r.error)
+        for r in await engine.operations(enqueued.instance_id)
+    }
+    assert rows.pop("raising") == ("failed", 2, reason)
+    assert set(rows.values()) == {("completed", 1, None)}  # its siblings ran and were recorded
+
+
+async def test_a_cancel_still_stops_operations_that_wait_in_tasks_of_their_own(
+    store: Store,
+) -> None:
+    # A real cancellation (of the instance here; a shutdown past its grace alike) is no
+    # operation's failure: it stops every operation of the stage, recording none.
+    entered: list[int] = []
+    all_in, stopped = asyncio.Event(), asyncio.Event()
+
+    async def waits(ctx: OperationContext) -> OperationResult:
+        entered.append(ctx.attempt)
+        if len(entered) == 3:
+            all_in.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if len(entered) == 3:
+                stopped.set()
+            raise
+        return completed()
+
+    template = Template(
+        type="cancelled_together",
+        stages=[
+            Stage(
+                name="s",
+                parallel=True,
+                operations=[Operation(type="waits", timeout_seconds=30) for _ in range(3)],
+            )
+        ],
+    )
+    engine = make_engine(
+        store,
+        compile_template(template, OperationRegistry({"waits": waits})),
+        poll_interval_seconds=0.05,
+    )
+    async with engine.running():
+        enqueued = await engine.enqueue("cancelled_together")
+        await asyncio.wait_for(all_in.wait(), timeout=10)
+        cancelled = await engine.cancel(enqueued.instance_id)
+        await asyncio.wait_for(stopped.wait(), timeout=10)
+    assert cancelled.status == Status.CANCELLED
+    assert entered == [1, 1, 1]  # no attempt after the cancel
+    assert await engine.operations(enqueued.instance_id) == []
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert record.status == Status.CANCELLED
