@@ -99,7 +99,8 @@ class LeaseStore(StoreBase):
         """Return instances whose lease ran out to pending.
 
         An instance out of attempts, or whose worker was already lost `max_recoveries` times
-        (dead-lettered), ends failed instead.
+        (dead-lettered), ends failed instead. The lost attempt names the stage that was
+        running: a template's (one with operation rows) is the stage of its next action.
         """
         async with self._acquire() as conn, conn.transaction():
             rows = await conn.fetch(queries.RECOVER_EXPIRED_LEASES, limit, max_recoveries)

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import pytest
 
-from laneway.engine import RetryPolicy
+from laneway.engine import Done, HandlerContext, RetryPolicy, Workflow
 from laneway.engine.template_interpreter import (
     FIX_POSITION_BASE,
     Operation,
@@ -28,7 +28,7 @@ from laneway.engine.template_interpreter import (
     completed,
     failed,
 )
-from laneway.model import OperationRecord, Status
+from laneway.model import EventType, JSONValue, OperationRecord, Status
 from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
 
@@ -322,3 +322,82 @@ async def test_fix_cycles_stay_within_max_fix_cycles_across_a_lost_worker(
         "StageFailedError: stage 's': operation 'verify' (#0) failed after 1 attempt(s) and "
         "2 fix cycle(s): still broken (fixed 2 times)"
     )
+
+
+@pytest.mark.parametrize(
+    ("lost_in", "named"),
+    [
+        ("s2", "s2"),  # s1's checkpoint saved "s1" as the instance's stage
+        ("s1, after an outcome", "s1"),
+        # Lost before any outcome of the instance was written: nothing tells a template from a
+        # handler map, whose stage is its last report's (none yet).
+        ("s1, before any outcome", None),
+    ],
+)
+async def test_a_lost_worker_is_recorded_in_the_stage_that_was_running(
+    store: Store, lost_in: str, named: str | None
+) -> None:
+    template = Template(
+        type="staged",
+        stages=[
+            Stage(
+                name="s1",
+                parallel=True,
+                operations=[fast("one", timeout_seconds=30), fast("quick")],
+            ),
+            Stage(
+                name="s2",
+                parallel=True,
+                operations=[fast("two", timeout_seconds=30), fast("three")],
+            ),
+        ],
+        retry=RetryPolicy(max_attempts=3),
+    )
+    gate = Gate()
+    handlers = {"one": _done, "quick": _done, "two": _done, "three": _done}
+    overrides = {"two" if lost_in == "s2" else "one": gate.blocking(_done)}
+    if lost_in == "s1, before any outcome":
+        overrides["quick"] = _after(gate)  # its sibling finishes only once the worker is lost
+    first = make_engine(
+        store,
+        compile_template(template, OperationRegistry({**handlers, **overrides})),
+        owner_id="first",
+    )
+    enqueued = await first.enqueue("staged")
+    first_run = asyncio.create_task(first.tick())
+    await asyncio.wait_for(gate.entered.wait(), timeout=10)
+    if lost_in != "s1, before any outcome":  # the outcomes of the stage so far are written
+        await eventually(lambda: store.operations(enqueued.instance_id), bool)
+    async with store.connection() as conn:  # the first worker "dies": its lease runs out
+        await conn.execute(
+            "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+            " WHERE instance_id = $1",
+            enqueued.instance_id,
+        )
+    # Any process recovers an expired lease, whether it runs the workflow or not.
+    other = make_engine(
+        store, Workflow("other", handlers={"run": _other}, initial="run"), owner_id="second"
+    )
+    await other.claim_loop.maintain()
+    gate.opened.set()
+    await asyncio.wait_for(first_run, timeout=10)  # its late writes are fenced out
+    failures = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert [(f.type, f.stage, f.operation) for f in failures] == [("WorkerLost", named, None)]
+    events = await store.instance_events_after(enqueued.instance_id, 0, 100)
+    [retrying] = [e for e in events if e.type == EventType.RETRYING]
+    assert retrying.stage == named
+    record = await store.get_instance(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.stage) == (Status.PENDING, named)
+
+
+def _after(gate: Gate) -> OperationHandler:
+    async def handle(ctx: OperationContext) -> OperationResult:
+        await gate.opened.wait()
+        return completed()
+
+    return handle
+
+
+async def _other(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done()

@@ -102,7 +102,13 @@ SELECT {INSTANCE_COLUMNS}, {_DRAWN} AS last_event_id
 # of being claimed in one batch and killed with it again. An instance lost twice, or whose next
 # loss dead-letters it, is marked `isolated`: it runs alone on a process that runs nothing
 # else (laneway.claim, migrations/0029), so a poison pill cannot take an innocent instance to
-# the cap with it.
+# the cap with it. The lost attempt is recorded in the stage that was running, as a failed one
+# is (migrations/0032), on the instance, its failure and its event: a template's step is the
+# stage it is named after, so its next action, which its last checkpoint saved as the step
+# began (the last report, in `stage`, names the stage before). A template is known by its
+# operation rows (any process recovers any lease, whether it runs the workflow or not); a
+# handler map, or a template lost before any operation outcome of its was written, keeps the
+# stage its last report gave.
 RECOVER_EXPIRED_LEASES = """
 WITH expired AS (
     SELECT instance_id
@@ -115,6 +121,12 @@ WITH expired AS (
 ),
 judged AS (
     SELECT i.instance_id,
+           CASE WHEN EXISTS (SELECT 1
+                               FROM laneway.operations AS o
+                              WHERE o.instance_id = i.instance_id)
+                THEN COALESCE(i.next_action, i.stage)
+                ELSE i.stage
+           END AS stage,
            CASE WHEN i.recoveries >= $2::integer
                 THEN 'DeadLettered: its worker was lost ' || (i.recoveries + 1)
                      || ' times (recovery cap ' || $2::integer || '), last during attempt ' || i.attempts
@@ -133,6 +145,7 @@ UPDATE laneway.instances AS i
        finished_at = CASE WHEN j.final_error IS NULL THEN NULL ELSE now() END,
        recoveries = i.recoveries + 1,
        isolated = i.isolated OR i.recoveries + 1 >= LEAST($2::integer, 2),
+       stage = j.stage,
        run_after = now() + CASE WHEN i.recoveries = 0 THEN interval '0'
                                 ELSE random() * LEAST(power(2, i.recoveries - 1), 30)
                                      * interval '1 second' END,
