@@ -1,6 +1,7 @@
 """Log formatting for the command line: readable text on a terminal, JSON lines otherwise.
 
-Owns the two formatters and `configure_logging`. Only laneway/cli.py calls it: library code never
+Owns the two formatters, the filter that keeps query strings out of uvicorn's websocket lines,
+and `configure_logging`. Only laneway/cli.py calls it: library code never
 configures logging, so an application that embeds the engine keeps its own handlers. Fields
 passed through `extra` appear in both formats.
 """
@@ -56,11 +57,33 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class QueryStrings(logging.Filter):
+    """Keeps query strings out of uvicorn's line for each websocket handshake
+    (`127.0.0.1:5000 - "WebSocket /graphql?..." [accepted]`): a client may put a secret there
+    (some send their token as `?token=`), and a log is read by more people than the token's
+    holders. The path stays, the query reads `?…`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if (
+            record.name == "uvicorn.error"
+            and isinstance(record.msg, str)
+            and record.msg.startswith('%s - "WebSocket %s"')
+            and isinstance(args, tuple)
+            and len(args) >= 2
+            and isinstance(args[1], str)
+            and "?" in args[1]
+        ):
+            record.args = (args[0], args[1].split("?", 1)[0] + "?…", *args[2:])
+        return True
+
+
 def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -> None:
     """Install one handler on the root logger: text on a TTY, JSON lines otherwise."""
     target = stream if stream is not None else sys.stderr
     handler = logging.StreamHandler(target)
     handler.setFormatter(TextFormatter() if target.isatty() else JSONFormatter())
+    handler.addFilter(QueryStrings())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -16,9 +16,13 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
+import websockets
+from websockets.typing import Subprotocol
 
 from tests.engine.helpers import eventually
 from tests.test_cli import ROOT, environment, laneway
+
+PROTOCOL = "graphql-transport-ws"
 
 
 def is_ok(response: httpx.Response) -> bool:
@@ -106,3 +110,18 @@ async def test_a_badly_wired_template_refuses_serve_as_it_refuses_worker(
     assert code == 2, said
     assert said.splitlines()[-1] == refusal
     assert "Traceback" not in said
+
+
+async def test_serve_keeps_a_websockets_query_string_out_of_its_log(database_url: str) -> None:
+    """uvicorn logs each websocket handshake with its path; a client may put its token in the
+    query string, which a log must not keep."""
+    async with serving(database_url) as (process, url):
+        address = url.replace("http://", "ws://") + "/graphql?token=SECRET-IN-QUERY"
+        async with websockets.connect(address, subprotocols=[Subprotocol(PROTOCOL)]) as socket:
+            await socket.send(json.dumps({"type": "connection_init"}))
+            assert json.loads(await socket.recv())["type"] == "connection_ack"
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            _, err = await process.communicate()
+    assert b"SECRET-IN-QUERY" not in err
+    assert b'WebSocket /graphql?\\u2026\\" [accepted]' in err  # the line stays, without it
