@@ -7,7 +7,6 @@ alone, so `laneway worker` starts without loading Strawberry, Starlette and uvic
 """
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import importlib
@@ -24,7 +23,6 @@ from laneway.config import Settings
 from laneway.engine import WorkflowRegistry
 from laneway.engine import check_workflows as check_wiring
 from laneway.engine.registry import error_line
-from laneway.engine.stop_signals import stop_signals
 from laneway.errors import InvalidInputError
 from laneway.services import open_services
 from laneway.store.embedded import embedded_postgres
@@ -221,13 +219,11 @@ async def worker(args: argparse.Namespace, settings: Settings) -> int:
     check_workflows(settings, allow_none=args.allow_no_workflows)
     if args.metrics_port is not None:
         settings = dataclasses.replace(settings, metrics_port=args.metrics_port)
-    stopping = asyncio.Event()
     async with open_services(settings, role="worker") as services:
-        engine = services.engine
-        # Taken before "worker started": a supervisor may stop it as soon as it reads that.
-        with stop_signals(stopping.set, engine.skip_drain):
-            logger.info("worker started", extra={"workflows": engine.registry.names()})
-            await engine.run(stopping)
+        names = services.engine.registry.names()
+        await services.engine.run_until_stopped(
+            lambda: logger.info("worker started", extra={"workflows": names})
+        )
     logger.info("worker stopped")
     return EXIT_OK
 

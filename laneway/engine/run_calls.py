@@ -73,13 +73,17 @@ class RunCalls:
                     workflow.queue_name, settings.concurrency, settings.rate_per_minute
                 )
 
-    async def run_until_stopped(self) -> None:
+    async def run_until_stopped(self, started: Callable[[], object] | None = None) -> None:
         """Run until SIGINT or SIGTERM, as `laneway worker` does: the first stops claiming and
         lets the steps in flight finish within the shutdown grace, then hands the rest back;
         a second cuts that wait short (`skip_drain`). For an application that runs an engine
-        in a process of its own; Python's default for SIGTERM would end it at once."""
+        in a process of its own; Python's default for SIGTERM would end it at once.
+        `started` is called once the signals are taken (a supervisor may stop the process as
+        soon as it says it started)."""
         stopping = asyncio.Event()
         with stop_signals(stopping.set, self.skip_drain):
+            if started is not None:
+                started()
             await self.run(stopping)
 
     def skip_drain(self) -> None:
