@@ -1,8 +1,9 @@
 """ClaimLoop: the claim loop that starts runners for due instances, within queue caps.
 
 Owns claiming (its own claims and those that ride on a group commit), expired-lease
-recovery, firing due schedules, the wake-up of waiting instances whose wake time came, and,
-through upkeep.py, retention and the queue history roll-up; through presence.py, the
+recovery, firing due schedules, the wake-up of waiting instances whose wake time came (the
+idle poll and what it finds: due_work.py), and, through upkeep.py, retention and the queue
+history roll-up; through presence.py, the
 heartbeat, the workers registry row and the leases' renewal and hand-back; through
 wake_times.py, the deadlines it wakes for before its next poll, and its sleep. Tells its
 observer of claims and outcomes. Does not run user code itself (runner.py) and writes no SQL
@@ -12,28 +13,26 @@ observer of claims and outcomes. Does not run user code itself (runner.py) and w
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from uuid import UUID
 
-from laneway.engine import faults, tracing
+from laneway.engine import tracing
 from laneway.engine.committer import Committer
 from laneway.engine.doorbells import Doorbells
+from laneway.engine.due_work import DueWork, SchedulePlanner, TerminalCallback
 from laneway.engine.observer import EngineObserver
 from laneway.engine.presence import Presence
 from laneway.engine.registry import WorkflowRegistry
-from laneway.engine.runner import ChildSpawner, Run, RunnerTools, run_instance
+from laneway.engine.runner import Run, run_instance
+from laneway.engine.runner_tools import ChildSpawner, RunnerTools
 from laneway.engine.upkeep import Upkeep
 from laneway.engine.wake_times import WakeTimes, is_due, wait
 from laneway.errors import DatabaseNewerError
 from laneway.model import (
     GroupCommit,
     InstanceRecord,
-    NewInstance,
     Notification,
-    ScheduleRecord,
     Status,
-    Transition,
 )
 from laneway.store import Store
 
@@ -43,14 +42,8 @@ CLAIM_COALESCE_SECONDS = 0.002
 TOKEN_MARGIN_SECONDS = 0.002  # claim this long after a token is due, so that it is there
 TOKEN_RETRY_SECONDS = 0.005  # first back-off when a token was there but another claimer had it
 
-SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
-TerminalCallback = Callable[[Transition], Awaitable[None]]
 
-WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
-SCHEDULE_RETRY_SECONDS = 0.05  # a schedule still due after firing: look again after this
-
-
-class ClaimLoop:
+class ClaimLoop(DueWork):
     """Claims due instances and runs them, as one process's share of the work."""
 
     def __init__(
@@ -191,17 +184,6 @@ class ClaimLoop:
         sooner than the next poll would."""
         self._times.claim_in(seconds)
 
-    def wake_waiters_in(self, seconds: float) -> None:
-        """Wake waiting instances after `seconds` (a wait's wake time this process knows of),
-        sooner than the next poll would find it."""
-        self._times.waiters_in(seconds)
-
-    def schedules_in(self, seconds: float) -> None:
-        """Fire schedules after `seconds` (the next one's due time, as the database counts),
-        sooner than the next poll would: an `every` shorter than the poll interval fires
-        every occurrence, each on time."""
-        self._times.schedules_in(seconds)
-
     def stop_run(self, instance_id: UUID, *, reason: str) -> bool:
         """Cancel the handler task of an instance running here; False if it is not here."""
         run = self._runs.get(instance_id)
@@ -219,87 +201,6 @@ class ClaimLoop:
         return True
 
     # -- one round, for tests and for the loop ---------------------------------------------------
-
-    async def maintain(self) -> None:
-        """Recover expired leases, fire due schedules, and report unrunnable instances."""
-        await self._recover()
-        await self._wake_waiters()
-        await self._fire_schedules()
-        await self._upkeep.run()
-
-    async def _poll(self) -> bool:
-        """The idle poll: one cheap statement, then only the work it found.
-
-        Returns whether due instances are waiting to be claimed.
-        """
-        self._last_poll = time.monotonic()
-        due = await self._store.due_work(self._registry.runs())
-        if due.expired_leases:
-            await self._recover()
-        woke = False
-        if due.next_wake_in is not None:
-            if due.next_wake_in <= 0:
-                woke = await self._wake_waiters()
-            else:
-                self.wake_waiters_in(due.next_wake_in)
-        fired = False
-        if due.due_schedules:
-            fired = await self._fire_schedules()
-        elif due.next_schedule_in is not None:  # only its workflows' schedules are counted
-            self.schedules_in(due.next_schedule_in)
-        await self._upkeep.run()
-        return due.claimable or woke or fired
-
-    async def _fire_schedules(self) -> bool:
-        """Fire the due schedules (an engine with workflows), then time the next one's firing.
-        Returns whether any enqueued an instance."""
-        self._times.schedules = None
-        if not len(self._registry):
-            return False
-        names = self._registry.names()
-        fired = await self._store.fire_due_schedules(self._plan_schedule, names)
-        if faults.ARMED:
-            await faults.hit("cron_insert")
-        next_in = await self._store.next_schedule_in(names)
-        if next_in is not None:
-            # Still due: another engine is firing it, or more were due than one call fires.
-            self.schedules_in(max(next_in, SCHEDULE_RETRY_SECONDS))
-        return bool(fired)
-
-    async def _wake_waiters(self) -> bool:
-        """Wake the waiting and paused instances whose wake time came, in batches (another
-        process's batch is skipped, so processes share a crowd of wake-ups); then look up the
-        next wake time. Returns whether any instance became pending."""
-        self._times.waiters = None
-        woke = False
-        for _ in range(WAKE_MAX_ROUNDS):
-            transitions, more = await self._store.wake_due()
-            for transition in transitions:
-                if transition.status.is_terminal:
-                    self._observer.transitioned(transition)
-                    await self._on_terminal(transition)
-                else:
-                    woke = True
-            if not more:
-                break
-        else:
-            self.wake_waiters_in(0.0)  # more are due: the next round goes on
-            return woke
-        next_in = await self._store.next_wake_in()
-        if next_in is not None:
-            self.wake_waiters_in(next_in)
-        return woke
-
-    async def _recover(self) -> None:
-        recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)
-        for transition in recovered:
-            logger.warning(
-                "lease expired, instance recovered",
-                extra={"instance_id": str(transition.instance_id), "status": transition.status},
-            )
-            self._observer.transitioned(transition)  # retried (pending) or failed
-            if transition.status.is_terminal:
-                await self._on_terminal(transition)
 
     async def claim(self, limit: int | None = None) -> tuple[list[InstanceRecord], str | None]:
         """Claim up to `limit` due instances; and the traceparent of the claim's span, or None."""

@@ -1,57 +1,45 @@
 """Running a template's stage: the handler each stage compiles to.
 
 Owns one call of a stage's handler: its operations in sequence or in parallel, each with its
-attempts, timeout and condition, the fix-verify cycles of a failed critical operation, one
-operation row per outcome (so a re-run skips what completed), and the checkpoint, progress
-and message the stage reports. Where a fix-verify loop stands after a lost worker:
-fix_cycles.py; what a checkpoint's pause keeps in the state: stage_pauses.py. Compiling a
-template into a workflow: template_interpreter.py.
+condition, the fix-verify cycles of a failed critical operation, one operation row per outcome
+(so a re-run skips what completed), and the checkpoint, progress and message the stage
+reports. One operation's attempts, timeout and record: stage_operations.py. Where a
+fix-verify loop stands after a lost worker: fix_cycles.py; what a checkpoint's pause keeps in
+the state: stage_pauses.py. Compiling a template into a workflow: template_interpreter.py.
 """
 
 import asyncio
-import functools
-import logging
-import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from laneway.engine import time_limit, tracing
+from laneway.engine import time_limit
 from laneway.engine.context import (
     Done,
     HandlerContext,
-    InstanceTools,
     Next,
     Pause,
     PermanentFailure,
     Step,
 )
-from laneway.engine.context_budget import ContextBudget, context_cap, refusal
-from laneway.engine.failures import StageFailure, format_traceback
+from laneway.engine.context_budget import context_cap
+from laneway.engine.failures import StageFailure
 from laneway.engine.fix_cycles import FIX_POSITION_BASE, failure_text, may_fix, resume_point
 from laneway.engine.handler_map import Handler
-from laneway.engine.operation_attempt import NO_DATA, attempt, copied
+from laneway.engine.stage_operations import StageOperations
 from laneway.engine.stage_pauses import mark_paused, take_pause
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
-    SKIPPED,
     Operation,
-    OperationContext,
     OperationHandler,
-    OperationResult,
-    Stage,
     Template,
     child_params,
-    failed,
     merge_context,
-    operation_id_for,
     stage_message,
     step_after_stage,
 )
 from laneway.model import JSONValue, OperationRecord
-
-logger = logging.getLogger(__name__)
 
 
 class StageFailedError(PermanentFailure, StageFailure):
@@ -82,33 +70,8 @@ class _Pass:
     failure: OperationRecord | None
 
 
-class _StageRun:
+class _StageRun(StageOperations):
     """One call of a stage's handler: runs the stage, or finishes the instance after it."""
-
-    def __init__(
-        self,
-        template: Template,
-        index: int,
-        operations: Mapping[str, OperationHandler],
-        ctx: HandlerContext,
-        cap: int,
-    ) -> None:
-        self._template = template
-        self._index = index
-        self._stage: Stage = template.stages[index]
-        self._operations = operations
-        self._ctx = ctx
-        self._tools: InstanceTools = ctx.require_tools()
-        self._settled: dict[int, str] = {}
-        self._errors: dict[int, BaseException] = {}  # a failed operation's own, by position
-        self._fix_cycle = 0  # of the pass running: its rows keep it (fix_cycles.py)
-        self._budget = ContextBudget(cap)  # the room left in the context (context_budget.py)
-        # Asked once: the stage's operations run in its context (parallel ones in copies).
-        self._spans = tracing.in_traced_step()
-        # In sequence the stage writes before anything waits (before the next operation, or
-        # its own step), which carries what finished; in parallel the siblings run on, so an
-        # outcome is also written on its own soon after (RunnerTools).
-        self._carried = not self._stage.parallel
 
     async def run(self, params: JSONValue) -> Step:
         state = self._ctx.state
@@ -339,153 +302,6 @@ class _StageRun:
         if operation.condition is not None and not operation.condition(MappingProxyType(context)):
             return self._record_skipped(operation, position, "operation condition is false")
         return self._run_operation(operation, position, context, initial)
-
-    async def _run_operation(
-        self,
-        operation: Operation,
-        position: int,
-        context: dict[str, JSONValue],
-        initial: dict[str, JSONValue],
-    ) -> OperationRecord:
-        """Attempt one operation until it completes or runs out of attempts; record it."""
-        ctx = self._ctx
-        operation_id = operation_id_for(ctx.instance_id, self._stage.name, position)
-        handler = self._operations.get(operation.type)
-        started = time.monotonic()
-        attempts = 0
-        error: BaseException | None = None
-        encoded = NO_DATA
-        done = False
-        if handler is None:
-            result = failed(f"no handler registered for operation type {operation.type!r}")
-        while handler is not None and attempts < operation.max_attempts:
-            if attempts:
-                await asyncio.sleep(operation.retry_delay_ms(attempts) / 1000.0)
-            attempts += 1
-            operation_ctx = OperationContext(
-                instance_id=ctx.instance_id,
-                operation_id=operation_id,
-                operation_type=operation.type,
-                stage=self._stage.name,
-                attempt=attempts,
-                max_attempts=operation.max_attempts,
-                context=copied(context),
-                initial_context=copied(initial),
-                workflow_type=self._template.type,
-                cancelled=ctx.cancelled,
-            )
-            if self._spans:
-                result, encoded, error = await self._traced_attempt(
-                    handler, operation_ctx, operation
-                )
-            else:  # no span, not even a null context (two calls per operation)
-                result, encoded, error = await attempt(
-                    handler, operation_ctx, operation.timeout_seconds
-                )
-            done = result.status == COMPLETED
-            if done and (size := self._budget.refuses(context, result.data, len(encoded[0]))):
-                # Refused where it is made, not when the instance completes (context_budget.py).
-                result, encoded, done = failed(refusal(size, self._budget.cap)), NO_DATA, False
-            if done:
-                break
-            self._log_failed_attempt(operation, attempts, result.reason, error)
-        if not done:  # the last attempt's exception (if it raised), for the stage's failure
-            if error is None:
-                self._errors.pop(position, None)
-            else:
-                self._errors[position] = error
-        record = OperationRecord(
-            operation_id=operation_id,
-            instance_id=ctx.instance_id,
-            stage=self._stage.name,
-            position=position,
-            type=operation.type,
-            status=result.status,
-            attempts=attempts,
-            error=result.reason,
-            data=result.data if done else None,
-            metadata=result.metadata,
-            started_at=None,
-            finished_at=None,
-            fix_cycle=self._fix_cycle,
-        )
-        # Recorded as it finishes, written with the stage's next write or on its own soon
-        # after (runner.RunnerTools): a crash later in the stage keeps this outcome.
-        await self._tools.record_operation(
-            record, seconds=time.monotonic() - started, encoded=encoded, carried=self._carried
-        )
-        self._settle(position, result.status)
-        return record
-
-    def _log_failed_attempt(
-        self,
-        operation: Operation,
-        attempt: int,
-        reason: str | None,
-        error: BaseException | None,
-    ) -> None:
-        """Every failed attempt of an operation at WARNING, with the user's traceback when it
-        raised: one retried and then completed leaves its exception here (its row keeps the
-        outcome only); a critical one's last is also the instance's failure (ERROR)."""
-        logger.warning(
-            "operation attempt failed",
-            extra={
-                "instance_id": str(self._ctx.instance_id),
-                "stage": self._stage.name,
-                "operation_type": operation.type,
-                "attempt": attempt,
-                "max_attempts": operation.max_attempts,
-                "critical": operation.critical,
-                "error": reason,
-                "traceback": None if error is None else format_traceback(error),
-            },
-        )
-
-    async def _traced_attempt(
-        self, handler: OperationHandler, operation_ctx: OperationContext, operation: Operation
-    ) -> tuple[OperationResult, tuple[str, str], BaseException | None]:
-        with tracing.lazy_span(
-            f"laneway.operation {operation.type}",
-            functools.partial(self._span_attributes, operation, operation_ctx.attempt),
-        ) as traced:
-            outcome = await attempt(handler, operation_ctx, operation.timeout_seconds)
-            if outcome[0].status != COMPLETED and traced is not None:  # not the step's span
-                tracing.mark_failed(outcome[0].reason or outcome[0].status)
-            return outcome
-
-    async def _record_skipped(self, operation: Operation, position: int, reason: str) -> None:
-        record = OperationRecord(
-            operation_id=operation_id_for(self._ctx.instance_id, self._stage.name, position),
-            instance_id=self._ctx.instance_id,
-            stage=self._stage.name,
-            position=position,
-            type=operation.type,
-            status=SKIPPED,
-            attempts=0,
-            error=None,
-            data=None,
-            metadata={"reason": reason},
-            started_at=None,
-            finished_at=None,
-            fix_cycle=self._fix_cycle,
-        )
-        await self._tools.record_operation(record, seconds=0.0, carried=self._carried)
-        self._settle(position, SKIPPED)
-
-    def _settle(self, position: int, status: str) -> None:
-        # Counted for the stage's report, which is made when the stage ends: a report is read
-        # only by the step's own write (runner._call_handler), so one per operation was waste.
-        if position < FIX_POSITION_BASE:
-            self._settled[position] = status
-
-    def _span_attributes(self, operation: Operation, attempt: int) -> dict[str, str | int]:
-        return {
-            "laneway.workflow": self._template.type,
-            "laneway.instance_id": str(self._ctx.instance_id),
-            "laneway.stage": self._stage.name,
-            "laneway.operation": operation.type,
-            "laneway.attempt": attempt,
-        }
 
     def _message(self) -> str:
         return stage_message(

@@ -1,5 +1,5 @@
 """When a template operation's outcome is written: with its stage's write, or on its own before
-anything that could crash would run it again (engine/runner.py RunnerTools)."""
+anything that could crash would run it again (engine/runner_tools.py RunnerTools)."""
 
 import asyncio
 

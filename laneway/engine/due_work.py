@@ -1,0 +1,134 @@
+"""The claim loop's maintenance: the idle poll and what it finds (expired leases to recover,
+waiting instances whose wake time came, due schedules), and the upkeep it runs after.
+
+A part of ClaimLoop (claim_loop.py), kept apart so that each file reads as one area; the
+statements are the store's, retention and the roll-up upkeep.py's.
+"""
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from laneway.engine import faults
+from laneway.engine.observer import EngineObserver
+from laneway.engine.registry import WorkflowRegistry
+from laneway.engine.upkeep import Upkeep
+from laneway.engine.wake_times import WakeTimes
+from laneway.model import NewInstance, ScheduleRecord, Transition
+from laneway.store import Store
+
+logger = logging.getLogger("laneway.engine.claim_loop")
+"""The loop's logger: a recovered lease is logged as the claim loop's, as it always was."""
+
+SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
+TerminalCallback = Callable[[Transition], Awaitable[None]]
+
+WAKE_MAX_ROUNDS = 50  # wake-ups per round: at most this many batches, then claim in between
+SCHEDULE_RETRY_SECONDS = 0.05  # a schedule still due after firing: look again after this
+
+
+class DueWork:
+    """Maintenance, on the ClaimLoop's store, registry, wake times and observer."""
+
+    _store: Store
+    _registry: WorkflowRegistry
+    _observer: EngineObserver
+    _times: WakeTimes
+    _upkeep: Upkeep
+    _plan_schedule: SchedulePlanner
+    _on_terminal: TerminalCallback
+    _last_poll: float
+    max_recoveries: int
+
+    def wake_waiters_in(self, seconds: float) -> None:
+        """Wake waiting instances after `seconds` (a wait's wake time this process knows of),
+        sooner than the next poll would find it."""
+        self._times.waiters_in(seconds)
+
+    def schedules_in(self, seconds: float) -> None:
+        """Fire schedules after `seconds` (the next one's due time, as the database counts),
+        sooner than the next poll would: an `every` shorter than the poll interval fires
+        every occurrence, each on time."""
+        self._times.schedules_in(seconds)
+
+    async def maintain(self) -> None:
+        """Recover expired leases, fire due schedules, and report unrunnable instances."""
+        await self._recover()
+        await self._wake_waiters()
+        await self._fire_schedules()
+        await self._upkeep.run()
+
+    async def _poll(self) -> bool:
+        """The idle poll: one cheap statement, then only the work it found.
+
+        Returns whether due instances are waiting to be claimed.
+        """
+        self._last_poll = time.monotonic()
+        due = await self._store.due_work(self._registry.runs())
+        if due.expired_leases:
+            await self._recover()
+        woke = False
+        if due.next_wake_in is not None:
+            if due.next_wake_in <= 0:
+                woke = await self._wake_waiters()
+            else:
+                self.wake_waiters_in(due.next_wake_in)
+        fired = False
+        if due.due_schedules:
+            fired = await self._fire_schedules()
+        elif due.next_schedule_in is not None:  # only its workflows' schedules are counted
+            self.schedules_in(due.next_schedule_in)
+        await self._upkeep.run()
+        return due.claimable or woke or fired
+
+    async def _fire_schedules(self) -> bool:
+        """Fire the due schedules (an engine with workflows), then time the next one's firing.
+        Returns whether any enqueued an instance."""
+        self._times.schedules = None
+        if not len(self._registry):
+            return False
+        names = self._registry.names()
+        fired = await self._store.fire_due_schedules(self._plan_schedule, names)
+        if faults.ARMED:
+            await faults.hit("cron_insert")
+        next_in = await self._store.next_schedule_in(names)
+        if next_in is not None:
+            # Still due: another engine is firing it, or more were due than one call fires.
+            self.schedules_in(max(next_in, SCHEDULE_RETRY_SECONDS))
+        return bool(fired)
+
+    async def _wake_waiters(self) -> bool:
+        """Wake the waiting and paused instances whose wake time came, in batches (another
+        process's batch is skipped, so processes share a crowd of wake-ups); then look up the
+        next wake time. Returns whether any instance became pending."""
+        self._times.waiters = None
+        woke = False
+        for _ in range(WAKE_MAX_ROUNDS):
+            transitions, more = await self._store.wake_due()
+            for transition in transitions:
+                if transition.status.is_terminal:
+                    self._observer.transitioned(transition)
+                    await self._on_terminal(transition)
+                else:
+                    woke = True
+            if not more:
+                break
+        else:
+            self.wake_waiters_in(0.0)  # more are due: the next round goes on
+            return woke
+        next_in = await self._store.next_wake_in()
+        if next_in is not None:
+            self.wake_waiters_in(next_in)
+        return woke
+
+    async def _recover(self) -> None:
+        recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)
+        for transition in recovered:
+            logger.warning(
+                "lease expired, instance recovered",
+                extra={"instance_id": str(transition.instance_id), "status": transition.status},
+            )
+            self._observer.transitioned(transition)  # retried (pending) or failed
+            if transition.status.is_terminal:
+                await self._on_terminal(transition)
