@@ -43,7 +43,9 @@ async def test_steps_in_another_process_belong_to_the_enqueues_trace(database_ur
         "laneway.workflow": "flaky",
         "laneway.queue": "flaky",
         "laneway.instance_id": instance_id,  # set once the row is written
+        "laneway.created": True,  # an idempotent enqueue's names the older instance: False
     }
+    assert enqueue["kind"] == "PRODUCER"  # the messaging conventions' creation context
 
     working = await _side(database_url, "work", instance_id)
     steps = [line for line in working if line["name"] == "laneway.step flaky.attempt"]
@@ -56,6 +58,11 @@ async def test_steps_in_another_process_belong_to_the_enqueues_trace(database_ur
         assert step["attributes"]["laneway.queue"] == "flaky"
     assert [s["attributes"]["laneway.attempt"] for s in steps] == [1, 2]
     claims = {line["span_id"]: line for line in working if line["name"] == "laneway.claim"}
+    # A receive (CLIENT), and only for a claim that took something: an idle worker's claims
+    # that find nothing are no spans.
+    assert {claim["kind"] for claim in claims.values()} == {"CLIENT"}
+    assert all(claim["attributes"]["laneway.count"] >= 1 for claim in claims.values())
+    assert {step["kind"] for step in steps} == {"CONSUMER"}  # a process
     # Each attempt links to the claim that started its run; the retry links to the first
     # attempt first. The claim is a trace of its own, linked to the instance's trace.
     assert [link in claims for link in first["links"]] == [True]
@@ -94,7 +101,9 @@ async def test_a_claim_links_to_what_it_claimed_and_their_steps_link_to_it(
         claim = claims[claimed_by]
         assert enqueues[instance_id]["span_id"] in claim["links"]
         assert claim["attributes"]["laneway.count"] == len(claim["links"])
-    assert len({step["links"][0] for step in steps.values()}) == 3  # one claim each
+    assert len({step["links"][0] for step in steps.values()}) == 4  # one claim each
+    # The claim that the delayed instance's enqueue woke found nothing, and is no span.
+    assert len(claims) == 4
 
 
 async def test_an_instance_enqueued_untraced_is_one_trace_from_its_first_step(
@@ -178,7 +187,7 @@ async def test_without_the_extra_tracing_is_off_and_costs_one_test() -> None:
         "import sys; sys.modules['opentelemetry'] = None\n"  # as if the extra were not installed
         "from laneway.engine import tracing\n"
         "assert not tracing.AVAILABLE\n"
-        "with tracing.span('laneway.step x.y', {'laneway.attempt': 1}, on=True) as traced:\n"
+        "with tracing.enqueue_span('laneway.enqueue', {'laneway.queue': 'q'}, on=True) as traced:\n"
         "    assert traced is None\n"
         "assert tracing.current_traceparent() is None\n"
         "assert not tracing.in_traced_step()\n"

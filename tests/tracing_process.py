@@ -243,8 +243,9 @@ async def _untraced() -> None:
 async def _claims() -> None:
     """Three `flaky` instances, each enqueued under a request span of its own, run one at a
     time (concurrency 1): the loop claims the first, and each commit that ends a run claims
-    the next in its own transaction. Prints the instance ids, and how many instances each
-    claim that rode on a commit took."""
+    the next in its own transaction; then a fourth, delayed, whose enqueue wakes the idle loop
+    for a claim that finds nothing (no span) until it is due. Prints the instance ids, and
+    how many instances each claim that rode on a commit took."""
     async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
         engine = make_engine(store, flaky, poll_interval_seconds=0.05, concurrency=1)
         ids = []
@@ -255,6 +256,10 @@ async def _claims() -> None:
         async with engine.running():
             for instance_id in ids:
                 await until_status(store, instance_id, Status.COMPLETED, timeout=30)
+            with trace.get_tracer("test").start_as_current_span("request"):
+                later = await engine.enqueue("flaky", {"failTimes": 0}, delay_ms=300)
+            ids.append(later.instance_id)
+            await until_status(store, later.instance_id, Status.COMPLETED, timeout=30)
         for instance_id in ids:
             print(json.dumps({"instance_id": str(instance_id)}), flush=True)
         print(json.dumps({"rides": seen.rides}), flush=True)

@@ -206,16 +206,16 @@ class ClaimLoop(DueWork):
         """Claim up to `limit` due instances; and the traceparent of the claim's span, or None."""
         free = self.concurrency - len(self._runs)
         limit = free if limit is None else min(limit, free)
+        started_ns = time.time_ns() if self._tracing else 0
         token, rung = self._doorbells.writing(), None
         try:
-            with tracing.span("laneway.claim", {"laneway.limit": limit}, on=self._tracing) as span:
-                claimed, rung = await self._store.claim_rung(
-                    self.owner_id, self._registry.runs(), limit, self.lease_seconds
-                )
-                if span:  # a batch's receive: linked to each instance's trace (tracing.py)
-                    tracing.link_claimed(claimed)
+            claimed, rung = await self._store.claim_rung(
+                self.owner_id, self._registry.runs(), limit, self.lease_seconds
+            )
         finally:
             self._doorbells.wrote(token, rung)
+        # A span only for a claim that took something (tracing.claim_span).
+        span = tracing.claim_span(started_ns, limit, claimed) if started_ns and claimed else None
         self._observer.claimed(claimed, self.lease_seconds)
         return claimed, span
 

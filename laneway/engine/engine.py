@@ -190,12 +190,17 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
             )
         )
         attributes = {"laneway.workflow": new.name, "laneway.queue": new.queue}
-        with tracing.span("laneway.enqueue", attributes, on=self.tracing) as traced:
+        with tracing.enqueue_span("laneway.enqueue", attributes, on=self.tracing) as traced:
             # Its steps' spans, in whatever process runs them, are children of this one.
             new = dataclasses.replace(new, trace_context=traced) if traced else new
             result = await self.store.enqueue(new)
             if traced:  # the id is the row's: an idempotent enqueue's may be an older instance
-                tracing.annotate({"laneway.instance_id": str(result.instance_id)})
+                tracing.annotate(
+                    {
+                        "laneway.instance_id": str(result.instance_id),
+                        "laneway.created": result.created,
+                    }
+                )
         self.claim_loop.wake()
         if new.delay_ms > 0:
             self.claim_loop.wake_in(new.delay_ms / 1000.0)
@@ -215,7 +220,7 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
         if len(requests) > MAX_BATCH:
             raise InvalidInputError(f"at most {MAX_BATCH} instances per batch")
         count = {"laneway.count": len(requests)}
-        with tracing.span("laneway.enqueue_many", count, on=self.tracing) as traced:
+        with tracing.enqueue_span("laneway.enqueue_many", count, on=self.tracing) as traced:
             # Checked as the store reads them: a large batch is copied in a chunk at a time
             # while the next is checked; a request that fails its check writes nothing.
             results = await self.store.enqueue_checked(

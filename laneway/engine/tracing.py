@@ -107,16 +107,18 @@ def _skipped(on: bool, parent: Any = None) -> bool:
     )
 
 
-def span(
-    name: str, attributes: Mapping[str, str | int] | None = None, *, on: bool
+def enqueue_span(
+    name: str, attributes: Mapping[str, str | int], *, on: bool
 ) -> contextlib.AbstractContextManager[str | None]:
-    """A span around the block, a child of the current span; an exception leaving the block
-    is recorded on it. Yields the span's own traceparent. When tracing is off (`on`: the
-    engine's settings): one shared no-op context that yields None, as when no tracer provider
-    is set and there is no current span (such a span would carry no context)."""
+    """The span of an enqueue (`name`: one or a batch), a child of the current span; an
+    exception leaving the block is recorded on it. Yields the span's own traceparent, which
+    the instances enqueued keep: the messaging conventions' creation context, so a PRODUCER
+    span, as each step's is a CONSUMER's. When tracing is off (`on`: the engine's settings):
+    one shared no-op context that yields None, as when no tracer provider is set and there is
+    no current span (such a span would carry no context)."""
     if _skipped(on):
         return _OFF
-    return _span(name, attributes, None, (), False)
+    return _span(name, attributes, None, (), False, producer=True)
 
 
 @contextlib.contextmanager
@@ -126,10 +128,13 @@ def _span(
     parent: str | None,
     link_to: Sequence[str | None],
     step: bool,
+    *,
+    producer: bool = False,
 ) -> Iterator[str | None]:
-    """The span of `span`, `lazy_span` and `step_span`: started, current for the block, ended;
-    linked to the spans `link_to` names. A call that raises is reported (`_report`) and the
-    block goes on, untraced if the span did not start."""
+    """The span of `enqueue_span` (a PRODUCER), `lazy_span` and `step_span` (a CONSUMER):
+    started, current for the block, ended; linked to the spans `link_to` names. A call that
+    raises is reported (`_report`) and the block goes on, untraced if the span did not
+    start."""
     try:
         links = [Link(linked) for linked in map(_linked, link_to) if linked is not None]
         # A step with no trace to join starts one (an empty context), whatever span its task
@@ -138,7 +143,11 @@ def _span(
         made = trace.get_tracer(TRACER_NAME).start_span(
             name,
             context=_context_of(parent) if parent else root,
-            kind=SpanKind.CONSUMER if step else SpanKind.INTERNAL,
+            kind=SpanKind.CONSUMER
+            if step
+            else SpanKind.PRODUCER
+            if producer
+            else SpanKind.INTERNAL,
             attributes=dict(attributes or {}),
             links=links,
         )
@@ -151,6 +160,12 @@ def _span(
             yield current_traceparent()
     finally:
         _end(made)
+
+
+def _kind(step: bool, producer: bool) -> Any:
+    if step:
+        return SpanKind.CONSUMER
+    return SpanKind.PRODUCER if producer else SpanKind.INTERNAL
 
 
 def server_span(name: str, headers: Mapping[str, str] | None = None) -> Any | None:
@@ -308,30 +323,21 @@ def _claim_links(claimed: Sequence[InstanceRecord]) -> list[Any]:
     ]
 
 
-def link_claimed(claimed: Sequence[InstanceRecord]) -> None:
-    """Link the current span (a claim's, made here) to the trace of each instance it claimed
-    that has one, and set `laneway.count`; called only inside it (it yielded a traceparent)."""
-    try:
-        claim = trace.get_current_span()
-        claim.set_attribute("laneway.count", len(claimed))
-        for link in _claim_links(claimed):
-            claim.add_link(link.context, link.attributes)
-    except Exception as error:
-        _report("attributes", error)
-
-
 def claim_span(started_ns: int, limit: int, claimed: Sequence[InstanceRecord]) -> str | None:
-    """The span of a claim that rode on a group commit (in its transaction, from when the
-    commit was sent, `started_ns`, until now) and claimed `claimed`: a trace of its own (the
-    commit's task may have been made inside any step), linked as `link_claimed` links. Made
-    once it is known to have claimed something. Returns its traceparent, for its runs'
-    steps to link to (None where `span` would make none, or it could not be made)."""
-    if not AVAILABLE or _unconfigured():  # as `span` with no current span
+    """The span of a claim, from `started_ns` (when it was sent: by the loop, or with a group
+    commit, in its transaction) until now, that claimed `claimed`: a trace of its own (a
+    commit's task may have been made inside any step), linked to each claimed instance's
+    trace, a CLIENT span (a receive, in the messaging conventions). Made once it is known to
+    have claimed something: a claim that finds nothing makes none (most claims of a crowd of
+    idle workers, each woken by one enqueue, find nothing). Returns its traceparent, for its
+    runs' steps to link to (None where no tracer provider is set, or it could not be made)."""
+    if not AVAILABLE or _unconfigured():  # as `enqueue_span` with no current span
         return None
     try:
         made = trace.get_tracer(TRACER_NAME).start_span(
             "laneway.claim",
             context=otel_context.Context(),
+            kind=SpanKind.CLIENT,
             attributes={"laneway.limit": limit, "laneway.count": len(claimed)},
             links=_claim_links(claimed),
             start_time=started_ns,
