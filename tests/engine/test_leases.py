@@ -464,3 +464,25 @@ async def test_a_renewal_stops_a_run_whose_lease_was_taken(store: Store) -> None
     await engine.claim_loop.presence.renew()
     assert run.cancelled.is_set()
     await asyncio.wait_for(tick, timeout=10)
+
+
+async def test_an_instance_whose_worker_was_lost_keeps_its_place_in_its_queue(
+    store: Store,
+) -> None:
+    # The first recovery set run_after to now(), and a claim takes the earliest run_after
+    # first: in a queue capped at 1, an instance whose worker died ran after two instances
+    # enqueued after it (a hand-back at a stop already kept its place).
+    engine = make_engine(store, noop)
+    await engine.configure_queue("noop", concurrency=1)
+    lost = (await engine.enqueue("noop")).instance_id
+    assert [r.instance_id for r in await store.claim("dies", ["noop@1"], 1, 30.0)] == [lost]
+    later = [(await engine.enqueue("noop")).instance_id for _ in range(2)]
+    async with store.connection() as conn:  # the worker vanished: its lease runs out
+        await conn.execute(
+            "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+            " WHERE instance_id = $1",
+            lost,
+        )
+    assert [t.instance_id for t in await store.recover_expired_leases()] == [lost]
+    claimed = await store.claim("next", ["noop@1"], 1, 30.0)
+    assert [record.instance_id for record in claimed] == [lost], later

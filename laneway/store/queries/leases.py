@@ -97,16 +97,17 @@ SELECT {INSTANCE_COLUMNS}, {_DRAWN} AS last_event_id
 # are counted apart from attempts (checkpoints reset attempts): an instance whose worker was
 # already lost `$2` times is dead-lettered, so a step that kills its worker cannot take down
 # worker after worker. The first recovery is claimable at once (a crashed worker's instances
-# resume without delay); later ones wait a random 0-1 s, 0-2 s, 0-4 s ... (at most 30 s), so
-# instances that keep dying together with a poison pill on one worker are spread out instead
-# of being claimed in one batch and killed with it again. An instance lost twice, or whose next
-# loss dead-letters it, is marked `isolated`: it runs alone on a process that runs nothing
-# else (laneway.claim, migrations/0029), so a poison pill cannot take an innocent instance to
-# the cap with it. The lost attempt is recorded in the stage that was running, as a failed one
-# is (migrations/0032), on the instance, its failure and its event: a template's step is the
-# stage it is named after, so its next action, which its last checkpoint saved as the step
-# began (the last report, in `stage`, names the stage before). A template is known by its
-# operation rows (any process recovers any lease, whether it runs the workflow or not); a
+# resume without delay, in their place in the queue: run_after stays the due time they were
+# claimed at, as a hand-back's does); later ones wait a random 0-1 s, 0-2 s, 0-4 s ... (at most
+# 30 s), so instances that keep dying together with a poison pill on one worker are spread out
+# instead of being claimed in one batch and killed with it again. An instance lost twice, or
+# whose next loss dead-letters it, is marked `isolated`: it runs alone on a process that runs
+# nothing else (laneway.claim, migrations/0029), so a poison pill cannot take an innocent
+# instance to the cap with it. The lost attempt is recorded in the stage that was running, as a
+# failed one is (migrations/0032), on the instance, its failure and its event: a template's
+# step is the stage it is named after, so its next action, which its last checkpoint saved as
+# the step began (the last report, in `stage`, names the stage before). A template is known by
+# its operation rows (any process recovers any lease, whether it runs the workflow or not); a
 # handler map, or a template lost before any operation outcome of its was written, keeps the
 # stage its last report gave.
 RECOVER_EXPIRED_LEASES = """
@@ -146,9 +147,9 @@ UPDATE laneway.instances AS i
        recoveries = i.recoveries + 1,
        isolated = i.isolated OR i.recoveries + 1 >= LEAST($2::integer, 2),
        stage = j.stage,
-       run_after = now() + CASE WHEN i.recoveries = 0 THEN interval '0'
-                                ELSE random() * LEAST(power(2, i.recoveries - 1), 30)
-                                     * interval '1 second' END,
+       run_after = CASE WHEN i.recoveries = 0 THEN LEAST(i.run_after, now())
+                        ELSE now() + random() * LEAST(power(2, i.recoveries - 1), 30)
+                                   * interval '1 second' END,
        owner_id = NULL, lease_expires_at = NULL, updated_at = now()
   FROM judged AS j
  WHERE i.instance_id = j.instance_id
