@@ -15,6 +15,7 @@ from laneway.engine.waits import (
     ExpiryAction,
     check_expiry,
     check_input_schema,
+    check_max_input_bytes,
     check_wait_seconds,
     checkpoint_wait,
     signal_wait,
@@ -53,9 +54,10 @@ class Pause:
     """Checkpoint, then pause with the checkpoint `label` until the instance is resumed;
     on resume, `action` runs with `params`, or with the resume's input when one is given.
 
-    With an `input_schema` (JSON Schema), a resume must bring an input that matches it. With
-    `timeout_seconds`, the checkpoint expires after that long and `on_expiry` happens (by
-    default the instance fails).
+    With an `input_schema` (JSON Schema), a resume must bring an input that matches it; with
+    `max_input_bytes`, one whose JSON encoding takes at most that many bytes (a larger input
+    is refused, and the instance stays paused). With `timeout_seconds`, the checkpoint
+    expires after that long and `on_expiry` happens (by default the instance fails).
     """
 
     label: str
@@ -64,11 +66,13 @@ class Pause:
     input_schema: JSONValue = None
     timeout_seconds: float | None = None
     on_expiry: OnExpiry | None = None
+    max_input_bytes: int | None = None
 
     def __post_init__(self) -> None:
         where = f"checkpoint {self.label!r}"
         if self.input_schema is not None:
             check_input_schema(self.input_schema, where)
+        check_max_input_bytes(self.max_input_bytes, where)
         check_wait_seconds(self.timeout_seconds, f"{where}: timeout_seconds", optional=True)
         if self.on_expiry is not None:
             if self.timeout_seconds is None:
@@ -82,6 +86,7 @@ class Pause:
             self.timeout_seconds,
             expiry.then if expiry else None,
             expiry.input if expiry else None,
+            self.max_input_bytes,
         )
 
 

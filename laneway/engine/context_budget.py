@@ -54,6 +54,15 @@ def encoded_size(context: Mapping[str, JSONValue]) -> int:
     return len(encode_json(value, what="context", max_bytes=sys.maxsize))
 
 
+def input_room(context: Mapping[str, JSONValue], label: str, cap: int) -> int:
+    """The most bytes a resume's input may take encoded, merged into `context` under the
+    checkpoint's `label`, for the context to stay within `cap` (exact: the encoded key and
+    its separators are counted; an input under a label the context has replaces its value)."""
+    rest = {key: value for key, value in context.items() if key != label}
+    key_bytes = len(encode_json(label, what="checkpoint label")) + len(":") + (1 if rest else 0)
+    return max(cap - encoded_size(rest) - key_bytes, 0)
+
+
 def refusal(size: int, cap: int) -> str:
     """An operation attempt's failure reason: its data would take the context past the cap."""
     return (

@@ -278,21 +278,27 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
     async def resume(self, instance_id: UUID, input: JSONValue = None) -> InstanceRecord:
         """Put a paused instance back to pending, with the reviewer's `input` if given.
 
-        The input must match the checkpoint's input schema, if it has one. It reaches the
-        workflow as the params of the action after the pause (a handler map), or in the
+        The input must match the checkpoint's input schema, if it has one, and fit its
+        `max_input_bytes` (a template's checkpoint: the room left in the context). It reaches
+        the workflow as the params of the action after the pause (a handler map), or in the
         context under the checkpoint's label (a template).
 
         Raises:
             NotFoundError: no such instance.
             ConflictError: it is not paused, or its checkpoint expired (then the expiry
                 decides, though no engine has woken the instance yet).
-            InvalidInputError: the input is not JSON within the params limits, or does not
-                match the schema (InputRejectedError, naming the failing paths); the instance
-                stays paused.
+            InvalidInputError: the input is not JSON within the params limits or the
+                checkpoint's max_input_bytes, or does not match the schema
+                (InputRejectedError, naming the failing paths); the instance stays paused.
         """
-        checkpoint, input_schema = await self.store.pause_of(instance_id)
+        checkpoint, input_schema, max_bytes = await self.store.pause_of(instance_id)
         validate_input(input_schema, input, label=checkpoint)
         input_json = None if input is None else encode_json(input, what="input")
+        if input_json is not None and max_bytes is not None and len(input_json) > max_bytes:
+            raise InvalidInputError(
+                f"input is {len(input_json)} bytes encoded; checkpoint {checkpoint!r} takes at"
+                f" most {max_bytes}"
+            )
         record = await self.store.resume_instance(instance_id, input_json, checkpoint)
         if record is None:  # resumed, expired or paused elsewhere since it was read
             await self.store.pause_of(instance_id)  # says which, unless it paused elsewhere

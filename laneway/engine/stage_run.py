@@ -9,6 +9,7 @@ the state: stage_pauses.py. Compiling a template into a workflow: template_inter
 """
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -22,7 +23,7 @@ from laneway.engine.context import (
     PermanentFailure,
     Step,
 )
-from laneway.engine.context_budget import context_cap
+from laneway.engine.context_budget import context_cap, input_room
 from laneway.engine.failures import StageFailure
 from laneway.engine.fix_cycles import FIX_POSITION_BASE, failure_text, may_fix, resume_point
 from laneway.engine.handler_map import Handler
@@ -129,6 +130,10 @@ class _StageRun(StageOperations):
             return await self._finish(context)
         if isinstance(step, Pause):
             mark_paused(self._ctx.state, step.label)
+            # A resume's input joins the context: one that would take it past its cap is
+            # refused at the resume, and the instance stays paused (engine.resume).
+            room = input_room(context, step.label, self._budget.cap)
+            return dataclasses.replace(step, max_input_bytes=room)
         return step
 
     async def _finish(self, context: dict[str, JSONValue]) -> Done:

@@ -303,18 +303,30 @@ def signal_wait(
     }
 
 
+def check_max_input_bytes(value: int | None, where: str) -> None:
+    """A checkpoint's max_input_bytes: None (no bound but the params limit), or a count."""
+    if value is not None and (type(value) is not int or value < 0):
+        raise InvalidInputError(f"{where}: max_input_bytes must be an int >= 0, or None")
+
+
 def checkpoint_wait(
     input_schema: JSONValue,
     timeout_seconds: float | None,
     then: str | None,
     default_input: JSONValue,
+    max_input_bytes: int | None = None,
 ) -> dict[str, JSONValue] | None:
-    """A pause's wait: its input schema and expiry; None for a plain pause (nothing to keep)."""
-    if input_schema is None and timeout_seconds is None:
+    """A pause's wait: its input schema, size bound and expiry; None for a plain pause
+    (nothing to keep)."""
+    if input_schema is None and timeout_seconds is None and max_input_bytes is None:
         return None
+    bound: dict[str, JSONValue] = (
+        {} if max_input_bytes is None else {"max_input_bytes": max_input_bytes}
+    )
     return {
         "kind": "checkpoint",
         "input_schema": input_schema,
+        **bound,
         "seconds": None if timeout_seconds is None else float(timeout_seconds),
         "expiry": None
         if timeout_seconds is None

@@ -101,9 +101,10 @@ class WaitStore(StoreBase):
             )
         return woken, len(rows) >= limit
 
-    async def pause_of(self, instance_id: UUID) -> tuple[str | None, JSONValue]:
-        """The checkpoint a paused instance waits at and its input schema (None: none),
-        without the instance's state.
+    async def pause_of(self, instance_id: UUID) -> tuple[str | None, JSONValue, int | None]:
+        """The checkpoint a paused instance waits at, its input schema (None: none) and the
+        most bytes its input may take encoded (None: the params limit), without the
+        instance's state.
 
         Raises:
             NotFoundError: no such instance.
@@ -119,7 +120,7 @@ class WaitStore(StoreBase):
         if row["expired"]:
             reason = f"its checkpoint {row['checkpoint']!r} expired"
             raise ConflictError(instance_id, row["status"], "resume", reason=reason)
-        return row["checkpoint"], row["input_schema"]
+        return row["checkpoint"], row["input_schema"], row["max_input_bytes"]
 
     async def next_wake_in(self) -> float | None:
         """Seconds until the next wake-up of a waiting or paused instance (<= 0: due now;

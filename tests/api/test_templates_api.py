@@ -179,3 +179,22 @@ async def test_entity_lock_shows_its_holder_until_released(
     assert shown["fencingToken"] == str(lock.fencing_token)
     await services.engine.locks.release(lock)
     assert (await run(query, t="account", e="42")).data == {"entityLock": None}
+
+
+async def test_a_resume_input_the_context_has_no_room_for_is_bad_user_input(
+    run: Execute, services: Services
+) -> None:
+    report_id = await enqueue(run, "report", {"topic": "big", "review": True})
+    assert await settled(services, report_id) == Status.PAUSED
+    resume = """mutation ($id: ID!, $input: JSON) {
+      resumeWorkflow(instanceID: $id, input: $input) { status } }"""
+    # Within the params limit (256 KiB), but past what the context has room for under the
+    # label (its cap is the result's, less what the context holds).
+    refused = await run(resume, id=report_id, input={"note": "n" * 262_000})
+    assert codes(refused) == ["BAD_USER_INPUT"]
+    assert refused.errors is not None
+    assert "checkpoint 'data_ready' takes at most" in refused.errors[0].message
+    assert (await status(run, report_id))["status"] == "paused"  # nothing lost: resume again
+    accepted = await run(resume, id=report_id, input={"note": "fits"})
+    assert accepted.data == {"resumeWorkflow": {"status": "pending"}}, accepted.errors
+    assert await settled(services, report_id) == Status.COMPLETED

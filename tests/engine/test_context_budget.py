@@ -15,6 +15,7 @@ from laneway.engine.context_budget import (
     ContextTooLargeError,
     context_cap,
     encoded_size,
+    input_room,
 )
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, encode_json
 from laneway.engine.template_interpreter import (
@@ -28,6 +29,7 @@ from laneway.engine.template_interpreter import (
     compile_template,
     completed,
 )
+from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine
@@ -205,9 +207,7 @@ async def test_a_non_critical_operation_whose_data_would_pass_the_cap_is_left_ou
     assert done.message == "s: 1 of 2 operations done (1 failed)"
 
 
-async def test_a_resume_input_that_takes_the_context_past_the_cap_fails_the_instance_at_once(
-    store: Store,
-) -> None:
+def _reviewed(calls: list[int]) -> Any:
     template = Template(
         type="reviewed",
         stages=[
@@ -217,12 +217,63 @@ async def test_a_resume_input_that_takes_the_context_past_the_cap_fails_the_inst
         checkpoints=[Checkpoint(after_stage="draft", label="approve")],
         retry=RetryPolicy(max_attempts=3),
     )
+    return template, compile_template(template, OperationRegistry({"noop": _returning({}, calls)}))
+
+
+def test_the_room_for_a_resume_input_is_what_the_context_can_take_under_its_label() -> None:
+    context: dict[str, JSONValue] = {"a": "1"}
+    room = input_room(context, "ok", cap=100)
+    for size in (room, room + 1):  # exact: the label and its separators are counted
+        merged = {**context, "ok": "z" * (size - 2)}  # an input of `size` bytes encoded
+        assert (encoded_size(merged) <= 100) == (size == room)
+    # An input under a label the context has replaces its value; an empty context has no comma.
+    assert input_room({"ok": "x" * 50}, "ok", cap=100) == input_room({}, "ok", cap=100)
+    assert input_room({}, "ok", cap=100) == 100 - len('{"ok":}')
+    assert input_room({"a": "x" * 200}, "ok", cap=100) == 0
+
+
+async def test_a_resume_input_that_would_take_the_context_past_the_cap_is_refused_at_resume(
+    store: Store,
+) -> None:
+    # It was accepted, and failed the instance at the next stage: a reviewer's input lost, and
+    # a retry met the same context. Now the pause keeps the room left, and the resume checks.
     calls: list[int] = []
-    engine = make_engine(
-        store, compile_template(template, OperationRegistry({"noop": _returning({}, calls)}))
-    )
+    template, compiled = _reviewed(calls)
+    engine = make_engine(store, compiled)
     enqueued = await engine.enqueue("reviewed", {"draft": "x" * 150 * KIB})
     await engine.tick()
+    room = input_room({"draft": "x" * 150 * KIB}, "approve", context_cap(template))
+    fitting = {"notes": "y" * (room - len('{"notes":""}'))}
+    assert _size(fitting) == room
+    with pytest.raises(InvalidInputError) as refused:
+        await engine.resume(enqueued.instance_id, {"notes": fitting["notes"] + "y"})
+    assert str(refused.value) == (
+        f"input is {room + 1} bytes encoded; checkpoint 'approve' takes at most {room}"
+    )
+    paused = await engine.get(enqueued.instance_id)
+    assert paused is not None
+    assert (paused.status, paused.checkpoint) == (Status.PAUSED, "approve")
+    await engine.resume(enqueued.instance_id, fitting)  # to the byte
+    await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert record.status == Status.COMPLETED, record.last_error
+    assert record.result == {"context": {"draft": "x" * 150 * KIB, "approve": fitting}}
+    assert calls == [1, 1]
+
+
+async def test_a_pause_from_before_its_room_was_kept_fails_the_instance_at_the_next_stage(
+    store: Store,
+) -> None:
+    # An instance paused by an earlier release has no room in its wait: the resume accepts
+    # the input, and the next stage refuses it, failing the instance at once.
+    calls: list[int] = []
+    _, compiled = _reviewed(calls)
+    engine = make_engine(store, compiled)
+    enqueued = await engine.enqueue("reviewed", {"draft": "x" * 150 * KIB})
+    await engine.tick()
+    async with store.connection() as conn:
+        await conn.execute("UPDATE laneway.instances SET wait = wait - 'max_input_bytes'")
     await engine.resume(enqueued.instance_id, {"notes": "y" * 150 * KIB})  # under 256 KiB
     await engine.tick()
     record = await engine.get(enqueued.instance_id)

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from laneway.engine import Done, HandlerContext, Pause, Workflow
-from laneway.errors import ConflictError
+from laneway.errors import ConflictError, InvalidInputError
 from laneway.model import EventType, Status
 from laneway.store import Store
 from tests.engine.helpers import make_engine, types_of
@@ -76,3 +76,35 @@ async def test_resume_of_an_instance_that_is_not_paused_is_a_conflict(store: Sto
     enqueued = await engine.enqueue("reviewed")
     with pytest.raises(ConflictError, match="pending"):
         await engine.resume(enqueued.instance_id)
+
+
+async def _bounded(ctx: HandlerContext, params: object) -> Pause:
+    ctx.state["gathered"] = True
+    return Pause("note", "publish", max_input_bytes=12)
+
+
+async def test_a_resume_input_larger_than_max_input_bytes_is_refused_and_stays_paused(
+    store: Store,
+) -> None:
+    bounded = Workflow("bounded", handlers={"ask": _bounded, "publish": _publish}, initial="ask")
+    engine = make_engine(store, bounded)
+    enqueued = await engine.enqueue("bounded")
+    await engine.tick()
+    with pytest.raises(InvalidInputError, match=r"^input is 13 bytes encoded; checkpoint 'note'"):
+        await engine.resume(enqueued.instance_id, {"n": "12345"})  # {"n":"12345"}: 13 bytes
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert record.status == Status.PAUSED
+    await engine.resume(enqueued.instance_id, {"n": "1234"})  # 12: to the byte
+    await engine.tick()
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.status == Status.COMPLETED, done.last_error
+    assert done.result is not None
+    assert done.result["params"] == {"n": "1234"}
+
+
+@pytest.mark.parametrize("bound", [-1, True, 1.5])
+def test_max_input_bytes_is_a_count(bound: object) -> None:
+    with pytest.raises(InvalidInputError, match="max_input_bytes must be an int >= 0"):
+        Pause("note", "publish", max_input_bytes=bound)  # type: ignore[arg-type]

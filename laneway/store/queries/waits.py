@@ -22,6 +22,7 @@ SELECT EXTRACT(EPOCH FROM w.wake_at - now())::double precision
 # expired (no engine has woken it yet; then the expiry decides, not a resume).
 PAUSE_OF = """
 SELECT status, checkpoint, wait -> 'input_schema' AS input_schema,
+       (wait ->> 'max_input_bytes')::bigint AS max_input_bytes,
        COALESCE(wake_at < now(), false) AS expired
   FROM laneway.instances
  WHERE instance_id = $1
