@@ -299,3 +299,45 @@ def test_settings_read_the_header_timeout_and_connection_cap() -> None:
     assert (settings.header_timeout_seconds, settings.max_connections) == (2.5, 0)
     defaults = Settings.from_env({})
     assert (defaults.header_timeout_seconds, defaults.max_connections) == (5.0, 1000)
+
+
+async def _answer_to(server: LiveServer, sent: bytes) -> RawResponse:
+    """The server's answer to `sent` on a fresh socket, which it then closes; sending stops
+    where the server stopped reading."""
+    async with raw_socket(server) as (reader, writer):
+        with suppress(ConnectionError):
+            writer.write(sent)
+            await writer.drain()
+        return parse_response(await read_until_closed(reader, MARGIN))
+
+
+async def test_headers_over_the_cap_are_refused_431_before_they_are_all_kept(
+    short: LiveServer,
+) -> None:
+    # Found by an outside audit: uvicorn keeps every header with no cap of its own, and 200 MB
+    # of them, sent within the header timeout, were answered 200 (the process grew as much).
+    cap = ConnectionLimits().max_header_bytes
+    pad = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 1000) for i in range(cap // 1000 + 1))
+    for sent in (request_head(short) + pad + b"\r\n", b"GET /" + b"a" * cap + b" HTTP/1.1\r\n"):
+        refused = await _answer_to(short, sent)
+        assert refused.status == 431
+        assert refused.headers["content-type"] == "application/json"
+        (error,) = json.loads(refused.body)["errors"]
+        assert error["extensions"]["code"] == "BAD_REQUEST"
+        assert error["message"] == f"The request's target and headers are over {cap} bytes."
+    under = request_head(short) + pad[: cap // 2] + b"\r\n"
+    assert (await _answer_to(short, under + b"Connection: close\r\n\r\n")).status == 200
+
+
+async def test_a_request_that_is_not_http_is_answered_400_in_json_with_a_code(
+    short: LiveServer,
+) -> None:
+    # uvicorn's own answer was text/plain "Invalid HTTP request received." with no code.
+    refused = await _answer_to(short, b"NOT AN HTTP REQUEST\r\n\r\n")
+    assert (refused.status, refused.headers["content-type"]) == (400, "application/json")
+    (error,) = json.loads(refused.body)["errors"]
+    assert error == {
+        "message": "The request is not valid HTTP.",
+        "extensions": {"code": "BAD_REQUEST"},
+    }
+    assert (await short.client.get("/healthz")).status_code == 200

@@ -1,9 +1,10 @@
 """LanewayHttpProtocol: uvicorn's httptools protocol with slow-client timers and a connection cap.
 
 Owns what happens to a connection before the app sees a request: its headers must arrive in
-time, its declared body too, and a process keeps at most so many connections open (websockets
-included). Does not parse HTTP (httptools and uvicorn do), time the app's own work
-(deadline.py) or police websocket frames (websocket_limits.py).
+time and within a size, its declared body in time too, and a process keeps at most so many
+connections open (websockets included); a request the parser refuses is answered in JSON.
+Does not parse HTTP (httptools and uvicorn do), time the app's own work (deadline.py) or
+police websocket frames (websocket_limits.py).
 """
 
 import asyncio
@@ -14,7 +15,13 @@ from typing import ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from laneway.api.graphql.errors import SERVICE_UNAVAILABLE, TIMEOUT, error_body, send_error
+from laneway.api.graphql.errors import (
+    BAD_REQUEST,
+    SERVICE_UNAVAILABLE,
+    TIMEOUT,
+    error_body,
+    send_error,
+)
 from laneway.api.http.asgi import Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
@@ -34,12 +41,17 @@ class ConnectionLimits:
     `header_timeout_seconds` runs from the connection (or from the first byte of a later
     request on a keep-alive connection) to the end of the request's headers;
     `body_timeout_seconds` from the end of the headers to the end of the declared body;
-    `max_connections` counts every open connection of the server, websockets included.
+    `max_connections` counts every open connection of the server, websockets included;
+    `max_header_bytes` bounds a request's target and headers together (names and values, as
+    received): uvicorn keeps every header in memory until the request is parsed, with no cap
+    of its own, so headers of hundreds of megabytes, sent within the header timeout, grew the
+    process by as much (an outside audit: 4 such connections took it from 324 MB to 1.1 GB).
     """
 
     header_timeout_seconds: float = 5.0
     body_timeout_seconds: float = 10.0
     max_connections: int = 1000
+    max_header_bytes: int = 64 * 1024
 
 
 async def over_capacity(scope: Scope, receive: Receive, send: Send) -> None:
@@ -60,6 +72,8 @@ class LanewayHttpProtocol(HttpToolsProtocol):
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
     _refused = False
+    _header_bytes = 0  # of the request being parsed: its target and headers so far
+    _headers_too_large = False
     _header_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
 
@@ -79,11 +93,41 @@ class LanewayHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
+        self._header_bytes = 0
         super().on_message_begin()
         # The first request's clock started with the connection; a later one's starts here,
         # with its first byte (idle keep-alive in between is uvicorn's timeout_keep_alive).
         if self._header_timer is None:
             self._header_timer = self._later(self.limits.header_timeout_seconds, self._headers_late)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value))
+        super().on_header(name, value)
+
+    def _count_header_bytes(self, size: int) -> None:
+        """Refuse a request whose target and headers pass the cap, before keeping more of
+        them: raising here stops the parser, and uvicorn answers through send_400_response."""
+        self._header_bytes += size
+        cap = self.limits.max_header_bytes
+        if cap and self._header_bytes > cap:
+            self._headers_too_large = True
+            raise ValueError("request headers over the cap")
+
+    def send_400_response(self, msg: str) -> None:
+        """The answer to a request the parser refused (or whose headers passed the cap), in
+        JSON with its code as every other error is: uvicorn's own is text/plain, no code."""
+        self._stop_timers()
+        if self._headers_too_large:
+            cap = self.limits.max_header_bytes
+            logger.info("request headers over the cap refused", extra={"max_header_bytes": cap})
+            message = f"The request's target and headers are over {cap} bytes."
+            self._answer_and_close(431, error_body(message, BAD_REQUEST))
+            return
+        self._answer_and_close(400, error_body("The request is not valid HTTP.", BAD_REQUEST))
 
     def on_headers_complete(self) -> None:
         self._cancel_header_timer()
