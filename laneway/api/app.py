@@ -8,6 +8,7 @@ and the tests share.
 """
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from typing import Any
@@ -49,6 +50,7 @@ from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.slashes import redirect_by_path
 from laneway.api.http.stack import middleware_for
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
+from laneway.api.http.websocket_limits import REFUSED_HANDSHAKES
 from laneway.api.metrics_route import metrics_endpoint
 from laneway.api.routes import graphiql_asset, graphiql_response, healthz, home
 from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
@@ -373,6 +375,8 @@ def server_config(
         body_timeout_seconds=settings.operation_timeout_seconds,
         max_connections=settings.max_connections,
     )
+    # uvicorn calls each handshake Laneway refuses on purpose an error (websocket_limits.py).
+    logging.getLogger("uvicorn.error").addFilter(REFUSED_HANDSHAKES)
     return uvicorn.Config(
         app,
         host=host,

@@ -15,10 +15,13 @@ GraphQL view does:
   closes the socket with 4401.
 
 Also `refuse_handshake`, the HTTP answer instead of an upgrade that the host allow-list
-(hosts.py) sends too.
+(hosts.py) sends too, and the log filter that keeps uvicorn from calling each such answer an
+error (RefusedHandshakes).
 """
 
+import contextvars
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,6 +39,25 @@ from laneway.api.http.rate_limits import (
 TOO_MANY_CONNECTIONS = 4429
 HANDSHAKES_REFUSED = "Too many websocket handshakes; slow down."
 _DENIAL_EXTENSION = "websocket.http.response"
+UNFINISHED_HANDSHAKE = "ASGI callable returned without completing handshake."
+"""What uvicorn's websockets-sansio implementation logs, at ERROR, after any app that did not
+accept: an HTTP answer instead of the upgrade (a denial response) included."""
+_REFUSED = contextvars.ContextVar("laneway_handshake_refused", default=False)
+"""Set in the connection's task by refuse_handshake, which uvicorn's log line comes after."""
+
+
+class RefusedHandshakes(logging.Filter):
+    """Drops uvicorn's ERROR line for a handshake refused here on purpose (its 400, 403 or 429
+    is the answer, and its own INFO line says why): an expected refusal is no error, and log
+    alerts fired on each (an outside audit counted 23 in 70 s from two surplus dashboard
+    tabs). An app's handshake that ends unanswered for any other reason is still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_REFUSED.get() and record.getMessage() == UNFINISHED_HANDSHAKE)
+
+
+REFUSED_HANDSHAKES = RefusedHandshakes()
+"""The one filter server_config puts on uvicorn's error logger (once, however many servers)."""
 
 
 def _frame(text: object) -> dict[str, Any] | None:
@@ -126,6 +148,7 @@ async def refuse_handshake(
     """Answer a websocket handshake with `status` and an error document instead of the
     upgrade (ASGI's websocket denial response); on a server without it, close with 1008
     before accepting, which the client sees as HTTP 403. Nothing else runs."""
+    _REFUSED.set(True)  # this connection's task only: uvicorn logs after the app returns
     await receive()  # websocket.connect
     if _DENIAL_EXTENSION not in scope.get("extensions", {}):
         await send({"type": "websocket.close", "code": 1008})
