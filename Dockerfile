@@ -26,7 +26,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # directory). serve and worker refuse to start with no workflows, so a bare image serves the
 # examples; an image of your own sets LANEWAY_WORKFLOWS to its modules.
 COPY --from=build /dist/ /tmp/dist/
-RUN pip install /tmp/dist/laneway-*.whl \
+# The `pinned` extra: the exact dependency versions this release is tested with.
+RUN pip install "$(ls /tmp/dist/laneway-*.whl)[pinned]" \
     && rm -rf /tmp/dist \
     && useradd --system --no-create-home --home-dir /srv/laneway laneway \
     && mkdir -p /srv/laneway/.laneway \

@@ -9,6 +9,8 @@ import re
 import sys
 import tomllib
 
+from packaging.requirements import Requirement
+
 import laneway
 from laneway.store.migrate import MIGRATION_NAME, migrations
 from tests.processes import run_process
@@ -64,3 +66,24 @@ async def test_version_prints_the_installed_version_and_its_newest_migration() -
     )
     assert (code, err) == (0, "")
     assert out == f"laneway {laneway.__version__} (newest migration {migrations()[-1].name})\n"
+
+
+def test_every_dependency_range_holds_the_version_the_release_is_tested_with() -> None:
+    # The dependencies are ranges (an application installs Laneway beside its own versions);
+    # the `pinned` extra is the set the suite runs with (make install, CI, the wheel test, the
+    # image). A range that no longer admits its pin, or a dependency with no pin, would ship
+    # a combination nobody tested.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ranges = {Requirement(text).name: Requirement(text) for text in project["dependencies"]}
+    pins = {
+        Requirement(text).name: Requirement(text)
+        for text in project["optional-dependencies"]["pinned"]
+    }
+    unpinned = {"tzdata", "cross-web", "graphql-core"}  # Strawberry's own ranges bound the last two
+    assert set(pins) == set(ranges) - unpinned
+    for name, pin in pins.items():
+        (exact,) = pin.specifier
+        assert exact.operator == "==", pin
+        assert ranges[name].specifier.contains(exact.version), f"{ranges[name]} lacks {pin}"
+        assert pin.marker == ranges[name].marker, name
+    assert "laneway[pinned]" in project["optional-dependencies"]["dev"]

@@ -192,11 +192,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
-    """A fresh venv outside the repository with the wheel (and its dependencies) installed."""
+    """A fresh venv outside the repository with the wheel (and its dependencies, at the
+    versions the release is tested with: its `pinned` extra) installed."""
     folder = _outside_repository(tmp_path_factory.mktemp("venv") / "env")
     _run([sys.executable, "-m", "venv", folder], cwd=folder.parent, timeout=RUN_TIMEOUT)
     python = _bin(folder, "python")
-    _run([python, "-m", "pip", "install", "--quiet", wheel], cwd=folder, timeout=INSTALL_TIMEOUT)
+    pinned = f"{wheel}[pinned]"
+    _run([python, "-m", "pip", "install", "--quiet", pinned], cwd=folder, timeout=INSTALL_TIMEOUT)
     return folder
 
 
