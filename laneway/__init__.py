@@ -1,7 +1,8 @@
 """Laneway: a durable workflow engine on PostgreSQL, served as a GraphQL API.
 
-This package's `__all__` is the promised authoring API; anything else may be imported but
-is not promised.
+This package's `__all__` is the promised API: the authoring API, and every type and error
+the Engine's public methods take, return or raise (tests/test_public_api.py keeps it so);
+anything else may be imported but is not promised.
 """
 
 from importlib import metadata
@@ -35,13 +36,31 @@ from laneway.engine import (
 )
 from laneway.engine.preflight import PreflightFinding, WorkflowSpec
 from laneway.errors import (
+    BulkStoppedError,
     ConflictError,
     InputRejectedError,
     InvalidInputError,
     LanewayError,
     NotFoundError,
 )
-from laneway.model import BulkResult, InstanceFilter
+from laneway.model import (
+    BulkResult,
+    EnqueueResult,
+    EventRecord,
+    EventType,
+    InstanceFilter,
+    InstancePage,
+    InstanceRecord,
+    Notification,
+    OperationRecord,
+    QueueRecord,
+    QueueSample,
+    ScheduleRecord,
+    SignalResult,
+    Status,
+    WaitingReason,
+    WorkerRecord,
+)
 from laneway.services import Services, open_services
 from laneway.store.migrate import MigrationReport, migrate
 
@@ -49,35 +68,50 @@ __version__: str = metadata.version("laneway")  # pyproject.toml's, as installed
 
 __all__ = [
     "BulkResult",
+    "BulkStoppedError",
     "Checkpoint",
     "ConflictError",
     "Done",
     "Engine",
     "EnqueueRequest",
+    "EnqueueResult",
+    "EventRecord",
+    "EventType",
     "HandlerContext",
     "InputRejectedError",
     "InstanceFilter",
+    "InstancePage",
+    "InstanceRecord",
     "InvalidInputError",
     "LanewayError",
     "MigrationReport",
     "Next",
     "NotFoundError",
+    "Notification",
     "OnExpiry",
     "Operation",
     "OperationContext",
+    "OperationRecord",
     "OperationRegistry",
     "OperationResult",
     "Pause",
     "PermanentFailure",
     "PreflightFinding",
+    "QueueRecord",
+    "QueueSample",
     "RetryPolicy",
+    "ScheduleRecord",
     "Services",
     "Settings",
+    "SignalResult",
     "Sleep",
     "Stage",
+    "Status",
     "Step",
     "Template",
     "WaitForSignal",
+    "WaitingReason",
+    "WorkerRecord",
     "Workflow",
     "WorkflowRegistry",
     "WorkflowSpec",

@@ -43,7 +43,11 @@ class BulkCalls:
     ) -> BulkResult:
         """Cancel every instance `where` selects that is not terminal; each running handler is
         stopped wherever it runs. An instance that ends while the call runs is left as it
-        ended. `dry_run`: count and sample only."""
+        ended. `dry_run`: count and sample only.
+
+        Raises:
+            BulkStoppedError: `stop_at` passed with batches left; what it changed stays changed.
+        """
 
         async def write(batch: Sequence[BulkCandidate]) -> list[InstanceRecord]:
             records = await self.store.cancel_instances([c.instance_id for c in batch])
@@ -61,7 +65,11 @@ class BulkCalls:
     ) -> BulkResult:
         """Run again, with fresh attempts, every failed instance `where` selects. They go back
         to pending, so their queue's caps and rates decide when each runs again: a bulk retry
-        cannot start more at once than the queue allows. `dry_run`: count and sample only."""
+        cannot start more at once than the queue allows. `dry_run`: count and sample only.
+
+        Raises:
+            BulkStoppedError: `stop_at` passed with batches left; what it changed stays changed.
+        """
 
         async def write(batch: Sequence[BulkCandidate]) -> list[InstanceRecord]:
             records = await self.store.retry_instances([c.instance_id for c in batch])
@@ -83,6 +91,9 @@ class BulkCalls:
         whose schema cannot be used at all (validate_input refuses it too), rather than the
         call failing after the batches before it were committed. `dry_run`: count and sample
         only.
+
+        Raises:
+            BulkStoppedError: `stop_at` passed with batches left; what it changed stays changed.
         """
 
         async def write(batch: Sequence[BulkCandidate]) -> list[InstanceRecord]:
