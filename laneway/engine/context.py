@@ -181,6 +181,16 @@ class PermanentFailure(Exception):  # noqa: N818 - raised by users; reads as wha
     """
 
 
+class NotAwaitableError(PermanentFailure):
+    """A handler returned what cannot be awaited: a plain `def`, not an `async def`.
+
+    Final, like PermanentFailure: each attempt would run the same code and fail the same way,
+    so retrying only spends the budget (and the delays) before the same end. Raised where the
+    handler is called, not when the workflow is built: a plain function that returns a
+    coroutine (a lambda, a partial) is a handler too.
+    """
+
+
 class CancelledByRequestError(Exception):
     """Raised by `HandlerContext.raise_if_cancelled` once the instance was cancelled."""
 

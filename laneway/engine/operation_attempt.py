@@ -4,9 +4,10 @@ ready to write. Running a stage's operations and their attempts: stage_run.py.
 """
 
 import asyncio
+import inspect
 
 from laneway.engine import time_limit
-from laneway.engine.context import cancel_asked
+from laneway.engine.context import NotAwaitableError, cancel_asked
 from laneway.engine.payloads import encode_json, json_copy, storable_text
 from laneway.engine.template import (
     COMPLETED,
@@ -31,9 +32,18 @@ async def attempt(
     the outcome, its row's data and metadata as JSON text: checked here, so that a value that
     is not JSON fails the attempt, and then written as they are; and the handler's own
     exception, if it raised one (the stage's failure keeps it as its cause, whose traceback is
-    the user's code)."""
+    the user's code). A handler that returns what cannot be awaited fails with a
+    NotAwaitableError, not raised (no code of the user's raised it: no traceback to show),
+    which ends the operation's attempts (stage_operations.py)."""
     try:
-        result: object = await time_limit.within(handler(ctx), timeout_seconds)
+        called: object = handler(ctx)
+        if not inspect.isawaitable(called):
+            refused = NotAwaitableError(
+                f"operation handler {ctx.operation_type!r} of template {ctx.workflow_type!r}"
+                f" returned {type(called).__name__}, not an awaitable: define it with async def"
+            )
+            return failed(str(refused)), NO_DATA, refused
+        result: object = await time_limit.within(called, timeout_seconds)
     except time_limit.TimeLimitExceededError:
         return failed(f"timed out after {timeout_seconds:g}s"), NO_DATA, None
     except BaseException as exc:

@@ -8,6 +8,7 @@ Committer (committer.py: group commit). Claiming is claim_loop.py's job.
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import logging
 import time
@@ -20,6 +21,7 @@ from laneway.engine.context import (
     Done,
     HandlerContext,
     Next,
+    NotAwaitableError,
     Pause,
     PermanentFailure,
     Sleep,
@@ -254,7 +256,13 @@ async def _call_handler(
     try:
         if handler is None:
             raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
-        step = await handler(ctx, ctx.params)
+        called: object = handler(ctx, ctx.params)
+        if not inspect.isawaitable(called):
+            raise NotAwaitableError(
+                f"handler {action!r} of workflow {workflow.name!r} returned"
+                f" {type(called).__name__}, not an awaitable: define it with async def"
+            )
+        step = await called
         operations = await tools.carried()
         workflow.check_state(ctx.state)
         if isinstance(step, Next | Pause | Sleep | WaitForSignal):

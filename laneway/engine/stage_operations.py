@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 
 from laneway.engine import tracing
-from laneway.engine.context import HandlerContext, InstanceTools
+from laneway.engine.context import HandlerContext, InstanceTools, NotAwaitableError
 from laneway.engine.context_budget import ContextBudget, refusal
 from laneway.engine.failures import format_traceback
 from laneway.engine.fix_cycles import FIX_POSITION_BASE
@@ -111,6 +111,8 @@ class StageOperations:
             if done:
                 break
             self._log_failed_attempt(operation, attempts, result.reason, error)
+            if isinstance(error, NotAwaitableError):
+                break  # a plain def: every attempt would fail the same way, after its delay
         if not done:  # the last attempt's exception (if it raised), for the stage's failure
             if error is None:
                 self._errors.pop(position, None)

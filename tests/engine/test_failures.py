@@ -4,7 +4,7 @@ back; a workflow's state validator checks the state before it is checkpointed.""
 
 import asyncio
 import re
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import pydantic
@@ -671,3 +671,93 @@ async def test_a_cancel_still_stops_operations_that_wait_in_tasks_of_their_own(
     record = await engine.get(enqueued.instance_id)
     assert record is not None
     assert record.status == Status.CANCELLED
+
+
+def _not_async(ctx: HandlerContext, params: JSONValue) -> Done:
+    _plain_calls.append(ctx.attempt)
+    return Done({"never": "recorded"})
+
+
+_plain_calls: list[int] = []
+
+
+async def test_a_plain_def_handler_fails_the_instance_at_once_saying_why(store: Store) -> None:
+    # Retrying a handler that cannot be awaited fails the same way every time: it would only
+    # spend the budget (three TypeErrors), saying nothing of async def.
+    _plain_calls.clear()
+    plain = Workflow(
+        "plain",
+        handlers={"a": cast(Any, _not_async)},
+        initial="a",
+        retry=RetryPolicy(max_attempts=3, backoff="fixed", base_ms=0),
+    )
+    engine = make_engine(store, plain)
+    enqueued = await engine.enqueue("plain")
+    for _ in range(3):
+        await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.attempts) == (Status.FAILED, 1)
+    assert _plain_calls == [1]
+    why = (
+        "handler 'a' of workflow 'plain' returned Done, not an awaitable: define it with async def"
+    )
+    assert record.last_error == f"NotAwaitableError: {why}"
+    (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert (failure.type, failure.message) == ("NotAwaitableError", why)
+
+
+async def test_a_plain_function_that_returns_a_coroutine_is_a_handler(store: Store) -> None:
+    async def finish(value: int) -> Done:
+        return Done({"value": value})
+
+    lambdas = Workflow("lambdas", handlers={"a": lambda ctx, params: finish(7)}, initial="a")
+    engine = make_engine(store, lambdas)
+    enqueued = await engine.enqueue("lambdas")
+    await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.result) == (Status.COMPLETED, {"value": 7})
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_plain_def_operation_handler_fails_its_operation_at_once(
+    store: Store, parallel: bool
+) -> None:
+    calls: list[int] = []
+
+    def plain(ctx: OperationContext) -> OperationResult:
+        calls.append(ctx.attempt)
+        return completed()
+
+    template = Template(
+        type="plain_operation",
+        stages=[
+            Stage(
+                name="s",
+                parallel=parallel,
+                operations=[Operation(type="plain", retry_base_ms=0), Operation(type="fine")],
+            )
+        ],
+        retry=RetryPolicy(max_attempts=3),
+    )
+    registry = OperationRegistry({"plain": cast(Any, plain), "fine": _completes})
+    engine = make_engine(store, compile_template(template, registry))
+    enqueued = await engine.enqueue("plain_operation")
+    await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.attempts) == (Status.FAILED, 1)
+    assert calls == [1]  # one attempt of the operation's three
+    why = (
+        "operation handler 'plain' of template 'plain_operation' returned OperationResult,"
+        " not an awaitable: define it with async def"
+    )
+    assert record.last_error == (
+        f"StageFailedError: stage 's': operation 'plain' (#0) failed after 1 attempt(s): {why}"
+    )
+    (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert (failure.type, failure.operation) == ("StageFailedError", "plain")
+    assert failure.traceback is None  # no code of the user's raised: no engine frames either
+    rows = {r.type: (r.status, r.attempts) for r in await engine.operations(enqueued.instance_id)}
+    assert rows["plain"] == ("failed", 1)
