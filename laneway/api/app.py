@@ -46,6 +46,7 @@ from laneway.api.http.media_type import (
     is_request_error,
     wants_graphql_response,
 )
+from laneway.api.http.open_access import OpenAccessNotice
 from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.slashes import redirect_by_path
 from laneway.api.http.stack import middleware_for
@@ -323,6 +324,14 @@ class LanewayApp(Starlette):
         self.settings = settings
         self.workflows = tuple(workflows)
         self.services: Services | None = None
+        self.open_access = OpenAccessNotice(settings, permission)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Starlette's, after a look at the client while the app may still have to warn that
+        it is open (http/open_access.py): one flag per request after that."""
+        if self.open_access.pending:
+            self.open_access.seen(scope)
+        await super().__call__(scope, receive, send)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Services]:
