@@ -27,6 +27,7 @@ from laneway.cli.client import EXIT_USAGE, REFUSED_CODES, CommandError, raise_fo
 DOCUMENTS = [
     client.STATUS,
     client.PROGRESS,
+    client.LAST_EVENT,
     client.ENQUEUE,
     client.CANCEL,
     client.RETRY,

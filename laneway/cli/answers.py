@@ -28,6 +28,7 @@ OBJECT_LISTS = frozenset(
         "workers",
         "versions",
         "schedules",
+        "events",
     }
 )
 

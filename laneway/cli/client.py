@@ -29,6 +29,11 @@ EVENT_FIELDS = "eventID type instanceID name status at attempt error stage check
 
 STATUS = f"query ($id: ID!) {{ workflowInstance(instanceID: $id) {{ {INSTANCE_FIELDS} }} }}"
 PROGRESS = "query ($id: ID!) { workflowInstance(instanceID: $id) { status progress message } }"
+# The newest event of an instance when `watch --instance` starts: a terminal event before it
+# was superseded (a retry ran the instance again), so it does not end the watch.
+LAST_EVENT = """query ($id: ID!) {
+  workflowInstance(instanceID: $id) { events(limit: 1) { eventID } }
+}"""
 ENQUEUE = """
 mutation ($name: String!, $params: JSON, $queue: String, $priority: Int, $delayMs: Float,
           $idempotencyKey: String, $singletonKey: String, $concurrencyKey: String,

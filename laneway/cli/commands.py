@@ -24,6 +24,7 @@ from laneway.cli.client import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    LAST_EVENT,
     PROGRESS,
     RESUME,
     RETRY,
@@ -202,14 +203,16 @@ async def print_listing(
 
 async def watch(args: argparse.Namespace, settings: Settings) -> int:
     """Follow events: of one instance from its start until it ends (exit 0 when it completed,
-    1 otherwise), or of every instance until Ctrl-C."""
+    1 otherwise: the instance's actual end, not a failure a retry superseded), or of every
+    instance until Ctrl-C."""
     target = instance_id(args.instance) if args.instance else None
     after = str(args.after) if args.after is not None else None
     task = asyncio.current_task()
     assert task is not None
+    last: int | None = None
     async with open_client(args, settings) as client:
         if target is not None:
-            await _instance(client, target)  # an unknown id fails now, not never
+            last = await _last_event(client, target)  # an unknown id fails now, not never
         try:
             # Printed from a thread: a reader that pauses (a pager, a full pipe) must not
             # stall the loop, which keeps the connection alive (the websocket's keepalive).
@@ -219,7 +222,7 @@ async def watch(args: argparse.Namespace, settings: Settings) -> int:
                         await _follow_all(client, after, stdout, as_json=args.json)
                         return EXIT_OK
                     ended = await _follow_instance(
-                        client, target, after or "0", stdout, as_json=args.json
+                        client, target, after or "0", last, stdout, as_json=args.json
                     )
         except asyncio.CancelledError:
             task.uncancel()
@@ -240,15 +243,53 @@ async def _follow_all(
             await stdout.room()
 
 
+async def _last_event(client: Client, target: str) -> int | None:
+    """The id of the instance's newest event now (None: it has none).
+
+    Raises:
+        CommandError: there is no such instance (exit 1).
+    """
+    data = await client.execute(LAST_EVENT, id=target)
+    shape: JSONObject | None = data["workflowInstance"]
+    if shape is None:
+        raise CommandError(f"no instance {target}", EXIT_FAILED)
+    events: list[JSONObject] = shape["events"]
+    return _event_number(events[-1]) if events else None
+
+
+def _event_number(event: JSONObject) -> int:
+    """The event's id as the number it is (ids grow in commit order)."""
+    try:
+        return int(event["eventID"])
+    except (TypeError, ValueError):
+        raise CommandError(f"not an event id: {event['eventID']!r}") from None
+
+
+def _ends(event: JSONObject, last: int | None) -> bool:
+    """Whether `event` is the instance's end: a terminal event, and not one of the replay that
+    an event after it (`last`, the newest when the watch began) superseded. A failed instance
+    that a retry ran again has its `failed` in the history, and the end that came after."""
+    if event["type"] not in output.TERMINAL:
+        return False
+    return last is None or _event_number(event) >= last
+
+
 async def _follow_instance(
-    client: Client, target: str, after: str, stdout: OutputThread, *, as_json: bool
+    client: Client,
+    target: str,
+    after: str,
+    last: int | None,
+    stdout: OutputThread,
+    *,
+    as_json: bool,
 ) -> str:
-    """Print the instance's events until its terminal one; return its terminal status."""
+    """Print the instance's events until its end (`_ends`, with `last` the id of its newest
+    event when the watch began); return its terminal status."""
     if as_json:
         async with client.follow(target, after) as events:
             async for event in events:
                 output.print_json(event, stdout.file)
-                if event["type"] in output.TERMINAL:
+                if _ends(event, last):
                     return str(event["type"])
                 await stdout.room()
         raise CommandError(f"the event stream of {target} ended early")
@@ -264,7 +305,7 @@ async def _follow_instance(
                     await shown.ask()
                     continue
                 bar.console.print(output.event_line(tick, with_instance=False))
-                if tick["type"] in output.TERMINAL:
+                if _ends(tick, last):
                     await shown.end(tick)
                     return str(tick["type"])
                 await shown.changed(tick)
