@@ -49,7 +49,8 @@ async def test_configure_queue_sets_every_cap_and_queues_shows_them(
         assert json.loads(out)["ratePerMinute"] is None
         assert json.loads(out)["keyConcurrency"] is None
         for args, says in (
-            (["--concurrency", "0"], "concurrency"),
+            (["--concurrency", "0"], "laneway: --concurrency must be at least 1 and at most"),
+            (["--concurrency", "1", "--key-rate-per-minute", "0"], "--key-rate-per-minute must"),
             (["--concurrency", "two"], "argument --concurrency: must be a whole number"),
             (["--concurrency", "1", "--rate-per-minute", "nan"], "must be a finite number"),
             ([], "the following arguments are required: --concurrency"),
@@ -85,3 +86,4 @@ async def test_queue_history_shows_a_row_a_minute_oldest_first(
         assert "no-such-queue" in err
         code, _, err = await laneway("queue-history", "hello", "--minutes", "0")
         assert code == 2, err
+        assert err.startswith("laneway: --minutes must be at least 1"), err

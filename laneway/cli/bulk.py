@@ -25,6 +25,7 @@ from laneway.cli.client import (
     UnreachableError,
 )
 from laneway.cli.commands import open_client
+from laneway.cli.option_words import option_words
 from laneway.config import Settings
 
 FIELDS = {"cancel": "cancelWorkflows", "retry": "retryWorkflows", "resume": "resumeWorkflows"}
@@ -39,6 +40,10 @@ FILTER_FIELDS = {
     "created-after": "createdAfter",
     "created-before": "createdBefore",
 }
+
+
+# What the user typed for each field of the filter, for the API's refusals (option_words.py).
+FILTER_OPTIONS = {f"filter.{field}": f"--filter {key}=" for key, field in FILTER_FIELDS.items()}
 
 
 def document(action: str) -> str:
@@ -139,7 +144,10 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
         raise CommandError("a bulk resume takes no --input: resume each one alone", EXIT_USAGE)
     where = parse_filter(args.filter)
     # Over --url the whole action is one request: it may take longer than a read timeout.
-    async with open_client(args, settings, long_running=True) as client:
+    async with (
+        open_client(args, settings, long_running=True) as client,
+        option_words(FILTER_OPTIONS),
+    ):
         dry: JSONObject = (await client.execute(document(action), filter=where, dryRun=True))[
             "bulk"
         ]

@@ -35,6 +35,7 @@ from laneway.cli.client import (
     CommandError,
     JSONObject,
 )
+from laneway.cli.option_words import flags, option_words
 from laneway.cli.output_thread import OutputThread, output_thread
 from laneway.config import Settings
 from laneway.engine.stop_signals import stop_signals
@@ -77,7 +78,12 @@ def instance_id(text: str) -> str:
 
 async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """Enqueue one instance and print `{"instanceID", "created"}`."""
-    async with open_client(args, settings) as client:
+    options = {
+        "name": "NAME",
+        **flags("params", "queue", "priority", "delayMs", "idempotencyKey", "singletonKey"),
+        **flags("concurrencyKey", "version"),
+    }
+    async with open_client(args, settings) as client, option_words(options):
         client.check_workflow(args.name)
         data = await client.execute(
             ENQUEUE,
@@ -107,7 +113,7 @@ async def _action(
     if args.dry_run or args.yes:
         raise CommandError("--dry-run and --yes go with --filter", EXIT_USAGE)
     target = instance_id(args.instance_id)
-    async with open_client(args, settings) as client:
+    async with open_client(args, settings) as client, option_words(flags(*extra)):
         data = await client.execute(document, id=target, **extra)
     output.print_json(data["action"])
     return EXIT_OK
@@ -131,7 +137,8 @@ async def resume(args: argparse.Namespace, settings: Settings) -> int:
 async def send_signal(args: argparse.Namespace, settings: Settings) -> int:
     """Send a signal and print `{"signalID", "accepted", "status"}`."""
     target = instance_id(args.instance_id)
-    async with open_client(args, settings) as client:
+    options = {"name": "NAME", **flags("payload", "idempotencyKey")}
+    async with open_client(args, settings) as client, option_words(options):
         data = await client.execute(
             SIGNAL,
             id=target,

@@ -10,9 +10,10 @@ the next page (--after, the page's endCursor). The fields of each instance are a
 import argparse
 
 from laneway.cli import output
-from laneway.cli.bulk import parse_filter
+from laneway.cli.bulk import FILTER_FIELDS, parse_filter
 from laneway.cli.client import EXIT_OK, EXIT_USAGE, CommandError, JSONObject
 from laneway.cli.commands import open_client
+from laneway.cli.option_words import flags, option_words
 from laneway.cli.output import Column, Listing
 from laneway.config import Settings
 
@@ -31,6 +32,11 @@ PAGE = f"""query ($first: Int, $after: String, $name: String, $queue: String,
 }}"""
 # The --filter words a page takes: the connection has no creation-time bounds.
 PAGE_FILTERS = ("name", "queue", "statuses", "concurrencyKey", "version")
+# What the user typed for each argument of PAGE, for the API's refusals (option_words.py).
+PAGE_OPTIONS = {
+    **flags("first", "after"),
+    **{field: f"--filter {key}=" for key, field in FILTER_FIELDS.items() if field in PAGE_FILTERS},
+}
 
 
 def page_filter(pairs: list[str] | None) -> JSONObject:
@@ -80,7 +86,7 @@ def instances_table(nodes: list[JSONObject]) -> Listing:
 async def instances(args: argparse.Namespace, settings: Settings) -> int:
     """Print one page of instances, as a table (and how to get the next) or JSON."""
     where = page_filter(args.filter)
-    async with open_client(args, settings) as client:
+    async with open_client(args, settings) as client, option_words(PAGE_OPTIONS):
         data = await client.execute(PAGE, first=args.first, after=args.after, **where)
     page: JSONObject = data["workflowInstancesConnection"]
     if args.json:

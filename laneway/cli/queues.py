@@ -12,6 +12,7 @@ from datetime import datetime
 from laneway.cli import output
 from laneway.cli.client import EXIT_OK, QUEUE_FIELDS, QUEUES, JSONObject
 from laneway.cli.commands import open_client, print_listing
+from laneway.cli.option_words import flags, option_words
 from laneway.cli.output import Column, Listing
 from laneway.config import Settings
 
@@ -55,21 +56,26 @@ def history_table(name: str, samples: list[JSONObject]) -> Listing:
 
 async def queue_history(args: argparse.Namespace, settings: Settings) -> int:
     """Print a queue's last minutes, one row a minute, as a table or JSON."""
-    return await print_listing(
-        args,
-        settings,
-        QUEUE_HISTORY,
-        "queueHistory",
-        lambda samples: history_table(args.name, samples),
-        None,
-        name=args.name,
-        minutes=args.minutes,
-    )
+    async with option_words({"name": "NAME", **flags("minutes")}):
+        return await print_listing(
+            args,
+            settings,
+            QUEUE_HISTORY,
+            "queueHistory",
+            lambda samples: history_table(args.name, samples),
+            None,
+            name=args.name,
+            minutes=args.minutes,
+        )
 
 
 async def configure_queue(args: argparse.Namespace, settings: Settings) -> int:
     """Set a queue's caps (creating the queue if needed) and print it as `queues --json` does."""
-    async with open_client(args, settings) as client:
+    options = {
+        "name": "NAME",
+        **flags("concurrency", "ratePerMinute", "keyConcurrency", "keyRatePerMinute"),
+    }
+    async with open_client(args, settings) as client, option_words(options):
         data = await client.execute(
             CONFIGURE_QUEUE,
             name=args.name,

@@ -12,6 +12,7 @@ import argparse
 from laneway.cli import output
 from laneway.cli.client import EXIT_FAILED, EXIT_OK, CommandError, JSONObject
 from laneway.cli.commands import open_client, print_listing
+from laneway.cli.option_words import flags, option_words
 from laneway.cli.output import Column, Listing
 from laneway.config import Settings
 
@@ -28,6 +29,12 @@ SET_SCHEDULE_ENABLED = f"""mutation ($name: String!, $enabled: Boolean!) {{
   schedule: setScheduleEnabled(name: $name, enabled: $enabled) {{ {SCHEDULE_FIELDS} }}
 }}"""
 DELETE_SCHEDULE = "mutation ($name: String!) { deleted: deleteSchedule(name: $name) }"
+# What the user typed for each argument of these mutations, for the API's refusals.
+OPTIONS = {
+    "name": "NAME",
+    "workflowName": "WORKFLOW",
+    **flags("params", "every", "cron", "timezone"),
+}
 
 
 def _recurrence(schedule: JSONObject) -> str:
@@ -67,7 +74,7 @@ async def schedules(args: argparse.Namespace, settings: Settings) -> int:
 
 async def create_schedule(args: argparse.Namespace, settings: Settings) -> int:
     """Create (or replace) a schedule and print it."""
-    async with open_client(args, settings) as client:
+    async with open_client(args, settings) as client, option_words(OPTIONS):
         client.check_workflow(args.workflow)
         data = await client.execute(
             CREATE_SCHEDULE,
@@ -83,7 +90,7 @@ async def create_schedule(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _set_enabled(args: argparse.Namespace, settings: Settings, enabled: bool) -> int:
-    async with open_client(args, settings) as client:
+    async with open_client(args, settings) as client, option_words(OPTIONS):
         data = await client.execute(SET_SCHEDULE_ENABLED, name=args.name, enabled=enabled)
     output.print_json(data["schedule"])
     return EXIT_OK
@@ -105,7 +112,7 @@ async def delete_schedule(args: argparse.Namespace, settings: Settings) -> int:
     Raises:
         CommandError: there is no schedule of that name (exit 1).
     """
-    async with open_client(args, settings) as client:
+    async with open_client(args, settings) as client, option_words(OPTIONS):
         deleted = (await client.execute(DELETE_SCHEDULE, name=args.name))["deleted"]
     if not deleted:
         raise CommandError(f"no schedule {args.name!r}", EXIT_FAILED)
