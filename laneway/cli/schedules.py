@@ -3,8 +3,8 @@
 
 Owns their documents (schedules, createSchedule, setScheduleEnabled, deleteSchedule), the
 table of the schedules, and what each action prints: the schedule as `schedules --json` shows
-it, or for a delete `{"name", "deleted"}`. A delete of a schedule there is not is exit 1, as a
-NOT_FOUND of enable and disable is.
+it, or for a delete `{"name", "deleted"}`. A schedule there is not is one error, exit 1, for
+enable, disable and delete alike.
 """
 
 import argparse
@@ -89,9 +89,21 @@ async def create_schedule(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def _missing(name: str) -> CommandError:
+    """The one error of enable, disable and delete for a name no schedule has (exit 1). A
+    missing schedule is an enable's NOT_FOUND but a delete's `false`: said here, both read
+    alike, whatever words the API's NOT_FOUND has."""
+    return CommandError(f"no schedule named {name!r}", EXIT_FAILED, code="NOT_FOUND")
+
+
 async def _set_enabled(args: argparse.Namespace, settings: Settings, enabled: bool) -> int:
-    async with open_client(args, settings) as client, option_words(OPTIONS):
-        data = await client.execute(SET_SCHEDULE_ENABLED, name=args.name, enabled=enabled)
+    try:
+        async with open_client(args, settings) as client, option_words(OPTIONS):
+            data = await client.execute(SET_SCHEDULE_ENABLED, name=args.name, enabled=enabled)
+    except CommandError as exc:
+        if exc.code == "NOT_FOUND":
+            raise _missing(args.name) from None
+        raise
     output.print_json(data["schedule"])
     return EXIT_OK
 
@@ -115,6 +127,6 @@ async def delete_schedule(args: argparse.Namespace, settings: Settings) -> int:
     async with open_client(args, settings) as client, option_words(OPTIONS):
         deleted = (await client.execute(DELETE_SCHEDULE, name=args.name))["deleted"]
     if not deleted:
-        raise CommandError(f"no schedule {args.name!r}", EXIT_FAILED)
+        raise _missing(args.name)
     output.print_json({"name": args.name, "deleted": True})
     return EXIT_OK
