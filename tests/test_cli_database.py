@@ -7,10 +7,13 @@ role may and may not do. The databases it cannot reach at all are in test_cli.py
 
 import asyncio
 import json
+import shutil
 import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from uuid import UUID
 
 import asyncpg
@@ -19,7 +22,7 @@ import pytest
 from laneway.model import Status
 from laneway.store import Store
 from laneway.store.databases import create_database, drop_database
-from laneway.store.migrate import apply_migrations, migrations
+from laneway.store.migrate import apply_migrations, migrations, redact_url
 from laneway.store.pool import connect
 from tests.runtime_role import runtime_role
 from tests.test_cli import ROOT, environment, laneway
@@ -184,6 +187,24 @@ async def test_an_instance_command_creates_no_schema_in_an_empty_database(
             environment(url), "the database has no Laneway schema yet", (("queues",),), 3
         )
         assert "run `laneway migrate` first" in line
+        # Which database to migrate: DATABASE_URL's, its password hidden.
+        assert f"(DATABASE_URL {redact_url(url)})" in line, line
         assert await _applied(url) == []
     finally:
         await drop_database(server_url, name)
+
+
+async def test_an_instance_command_names_the_embedded_database_it_found_without_schema() -> None:
+    # A newcomer with no DATABASE_URL: the command starts the embedded PostgreSQL in
+    # ./.laneway, finds no schema, and must say it was that one, so `laneway migrate` is run
+    # where it migrates the same one. (A short folder: the server's socket lives in it.)
+    folder = Path(tempfile.mkdtemp(prefix="lw-"))
+    try:
+        env = environment(None, LANEWAY_DATA_DIR=str(folder / ".laneway"))
+        (line,) = await says_in_one_line(
+            env, "the database has no Laneway schema yet", (("queues",),), 3
+        )
+        where = f"(the embedded PostgreSQL in {(folder / '.laneway').resolve()}, as DATABASE_URL"
+        assert where in line, line
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -109,15 +109,7 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, DatabaseNewerError):
         return str(exc), EXIT_FAILED
     if isinstance(exc, MigrationsPendingError):
-        if exc.fresh:
-            advice = "run `laneway migrate` first (serve and worker also migrate at start)"
-        else:
-            advice = (
-                "while the previous release runs, ask its server instead (--url BASE; `laneway"
-                " preflight --url BASE` checks a deploy there); to upgrade, stop that release's"
-                " processes, then run `laneway migrate` (docs/deploying.md#upgrading)"
-            )
-        return f"{exc}: {advice}", EXIT_MIGRATIONS_PENDING
+        return migrations_pending(exc), EXIT_MIGRATIONS_PENDING
     if isinstance(exc, LanewayError):
         return None  # not the database's: said as it is
     import asyncpg  # here, once a command failed: `--url` commands never load the driver
@@ -152,6 +144,22 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
             return f"the database refused DATABASE_URL's options: {exc}", EXIT_USAGE
         return f"cannot use the database: {exc}", EXIT_FAILED
     return None
+
+
+def migrations_pending(exc: MigrationsPendingError, database: str | None = None) -> str:
+    """The one line for a database that lacks this release's migrations: what to do, and
+    which database it is (`database`, as local.py describes it; None: not known here). A
+    newcomer whose shell has no DATABASE_URL met the embedded one, and must migrate that."""
+    if exc.fresh:
+        advice = "run `laneway migrate` first (serve and worker also migrate at start)"
+    else:
+        advice = (
+            "while the previous release runs, ask its server instead (--url BASE; `laneway"
+            " preflight --url BASE` checks a deploy there); to upgrade, stop that release's"
+            " processes, then run `laneway migrate` (docs/deploying.md#upgrading)"
+        )
+    which = f" ({database})" if database else ""
+    return f"{exc}{which}: {advice}"
 
 
 class CommandError(LanewayError):

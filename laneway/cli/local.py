@@ -13,7 +13,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from laneway.cli.client import EXIT_USAGE, CommandError, JSONObject, raise_for_errors
+from laneway.cli.client import (
+    EXIT_MIGRATIONS_PENDING,
+    EXIT_USAGE,
+    CommandError,
+    JSONObject,
+    migrations_pending,
+    raise_for_errors,
+)
+from laneway.errors import MigrationsPendingError
 from laneway.events import EventSelection
 from laneway.services import Services, open_services
 
@@ -93,15 +101,27 @@ class LocalClient:
             yield shapes()
 
 
+def database_of(settings: "Settings") -> str:
+    """Which database the commands use, for a message: DATABASE_URL without its passwords, or
+    the embedded PostgreSQL's folder (the current one's `.laneway` unless LANEWAY_DATA_DIR)."""
+    from laneway.store.migrate import redact_url
+
+    if settings.database_url is None:
+        folder = settings.data_dir.resolve()
+        return f"the embedded PostgreSQL in {folder}, as DATABASE_URL is not set"
+    return f"DATABASE_URL {redact_url(settings.database_url)}"
+
+
 @contextlib.asynccontextmanager
 async def open_local(settings: "Settings") -> AsyncIterator[LocalClient]:
     """A LocalClient on this process's database and LANEWAY_WORKFLOWS (importable from the
     current folder, as for serve and worker).
 
     Raises:
-        MigrationsPendingError: the database lacks migrations this release ships. Applying
-            them here would change the schema under the processes of the release that runs
-            there (they stop at their next heartbeat), so only serve, worker and migrate do.
+        CommandError: the database lacks migrations this release ships (exit 3, naming the
+            database: database_of). Applying them here would change the schema under the
+            processes of the release that runs there (they stop at their next heartbeat), so
+            only serve, worker and migrate do.
     """
     from laneway.cli.process import current_folder_on_path
     from laneway.store.embedded import embedded_postgres
@@ -110,7 +130,11 @@ async def open_local(settings: "Settings") -> AsyncIterator[LocalClient]:
     current_folder_on_path()
     async with contextlib.AsyncExitStack() as stack:
         url = settings.database_url or stack.enter_context(embedded_postgres(settings.data_dir))
-        await require_migrated(url)
+        try:
+            await require_migrated(url)
+        except MigrationsPendingError as exc:
+            said = migrations_pending(exc, database_of(settings))
+            raise CommandError(said, EXIT_MIGRATIONS_PENDING) from None
         # Nothing is pending now (and nothing becomes so): open_services migrates nothing.
         services = await stack.enter_async_context(
             open_services(dataclasses.replace(settings, database_url=url), role="cli")
