@@ -356,6 +356,27 @@ def _subcommands() -> list[str]:
 PROCESS_COMMANDS = ("serve", "worker", "migrate", "export-schema")
 
 
+def _demo_workflows() -> set[str]:
+    """The names of the repository's demo workflows (app/examples.py): not in the wheel."""
+    from laneway.engine.registry import WorkflowRegistry
+
+    return set(WorkflowRegistry.from_modules(["app.examples"]).names())
+
+
+@pytest.mark.parametrize("command", ["", *_subcommands()])
+def test_no_help_gives_an_example_that_only_the_repository_has(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `laneway enqueue --help` showed `laneway enqueue hello`: from an installed wheel, there
+    # is no `hello` (nor app/), so the example failed as it was typed.
+    with pytest.raises(SystemExit):
+        main([command, "--help"] if command else ["--help"])
+    text = capsys.readouterr().out
+    named = set(re.findall(r"[\w-]+", text.split("Example", 1)[-1]))
+    assert not named & _demo_workflows(), text
+    assert not re.search(r"\bapp[./]", text), text  # the repository's service package
+
+
 @pytest.mark.parametrize("command", _subcommands())
 def test_every_help_says_what_it_uses_and_gives_an_example(
     command: str, capsys: pytest.CaptureFixture[str]

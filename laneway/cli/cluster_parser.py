@@ -97,9 +97,10 @@ def add_cluster_commands(commands: Subcommands) -> None:
         "Give --every (an interval: 30s, 5m, 1h, 1d) or --cron (five fields, in --timezone)."
         " The params are checked by the workflow's validator now, as an enqueue's are.",
         DATABASE,
-        "Examples:\n  laneway create-schedule nightly report --cron '0 3 * * *'"
+        # Workflows of the user's own (app/examples.py is the repository's, not the wheel's).
+        "Examples:\n  laneway create-schedule nightly build-report --cron '0 3 * * *'"
         " --timezone Europe/Paris\n"
-        '  laneway create-schedule ping hello --every 5m --params \'{"name": "cron"}\'',
+        "  laneway create-schedule hourly-sync sync --every 1h --params '{\"full\": false}'",
         run=lazy("schedules", "create_schedule"),
         parents=[server],
         exits=UNUSABLE,

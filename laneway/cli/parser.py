@@ -171,8 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
         "enqueue",
         "start an instance of workflow NAME and print {instanceID, created}",
         DATABASE,
-        'Examples:\n  laneway enqueue hello --params \'{"name": "Ada"}\'\n'
-        '  laneway enqueue hello --params \'{"name": "Ada"}\' --url http://127.0.0.1:8000\n'
+        # Workflows of the user's own (app/examples.py is the repository's, not the wheel's).
+        "Examples:\n  laneway enqueue send-invoice --params '{\"id\": 42}'\n"
+        "  laneway enqueue send-invoice --params '{\"id\": 42}' --url http://127.0.0.1:8000\n"
         "  laneway enqueue ingest --params @batch.json",
         run=lazy("commands", "enqueue"),
         parents=[server],
