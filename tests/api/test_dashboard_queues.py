@@ -1,0 +1,110 @@
+"""The dashboard's queue cards in a real browser (the set-up of test_dashboard.py): many
+queues each get their history chart, in requests within the server's document limits, and a
+history that cannot be read says so on its cards, not in the notice that the list's own
+errors use."""
+
+import json
+
+import pytest
+from playwright.async_api import Browser, Route, expect
+
+from laneway.api.graphql.schema import MAX_ALIASES
+from tests.api.conftest import CHROMIUM, LiveServer
+from tests.api.test_dashboard import TIMEOUT_MS, open_dashboard
+
+expect.set_options(timeout=TIMEOUT_MS)
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing: `apt-get install chromium`"
+)
+
+CONFIGURE = """mutation ($name: String!) {
+  configureQueue(name: $name, concurrency: 2) { name }
+}"""
+BY_STATUS = """query ($status: String) {
+  workflowInstancesConnection(status: $status, first: 50) { pageInfo { hasNextPage } }
+}"""
+EMPTY_HOUR = "last 60 min: 0 completed, 0 failed"
+HISTORY_DOWN = "History is resting."
+
+
+def history_requests(posted: list[str]) -> list[list[str]]:
+    """The queue names each queueHistory request of the page asked for, in order."""
+    asked = []
+    for body in posted:
+        request = json.loads(body)
+        if "queueHistory" in request["query"]:
+            asked.append(list(request["variables"].values()))
+    return asked
+
+
+@pytest.mark.parametrize("extra", [16, 40])
+async def test_every_queue_card_charts_its_history_when_there_are_many_queues(
+    server: LiveServer, browser: Browser, extra: int
+) -> None:
+    # One request with an alias per queue was refused past 15 queues (the alias limit; past
+    # about a hundred, the token limit): every card stayed on "Loading history…" and the
+    # refusal came back in the notice at each refresh.
+    for i in range(extra):
+        await server.graphql(CONFIGURE, name=f"x{i:02d}")
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        cards = page.get_by_test_id("queue-card")
+        await expect(page.locator('[data-testid="queue-card"][data-queue^="x"]')).to_have_count(
+            extra
+        )
+        names = await cards.evaluate_all("cards => cards.map(c => c.dataset.queue)")
+        for name in names:
+            card = page.locator(f'[data-testid="queue-card"][data-queue="{name}"]')
+            await card.scroll_into_view_if_needed()
+            await expect(card.get_by_test_id("queue-history-summary")).to_have_text(EMPTY_HOUR)
+            await expect(card.get_by_test_id("queue-history")).to_have_attribute(
+                "aria-label", EMPTY_HOUR
+            )
+        await expect(page.get_by_test_id("notice")).to_be_hidden()
+        asked = history_requests(dashboard.posted)
+        assert asked
+        assert max(len(queues) for queues in asked) < MAX_ALIASES
+        assert {queue for queues in asked for queue in queues} == set(names)
+        assert dashboard.problems == []
+
+
+async def test_a_history_that_cannot_be_read_leaves_the_lists_error_in_the_notice(
+    server: LiveServer, browser: Browser
+) -> None:
+    # The history's error went to the notice the instance list uses: it replaced the list's
+    # own error (here an unknown status in the address) at each history refresh.
+    body = await server.graphql(BY_STATUS, status="bogus")
+    list_error = body["errors"][0]["message"]
+
+    async def history_down(route: Route) -> None:
+        if "queueHistory" in (route.request.post_data or ""):
+            await route.fulfill(json={"errors": [{"message": HISTORY_DOWN}]})
+        else:
+            await route.fallback()
+
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        card = page.locator('[data-testid="queue-card"][data-queue="hello"]')
+        await expect(card.get_by_test_id("queue-history-summary")).to_have_text(EMPTY_HOUR)
+        await page.route("**/graphql", history_down)
+        await page.evaluate("() => { location.hash = '#status=bogus'; }")
+        notice = page.get_by_test_id("notice")
+        await expect(notice).to_have_text(list_error)
+        async with page.expect_response(
+            lambda response: "queueHistory" in (response.request.post_data or "")
+        ):
+            await page.evaluate("window.dispatchEvent(new Event('focus'))")
+        await expect(card.get_by_test_id("queue-history-summary")).to_contain_text(HISTORY_DOWN)
+        await expect(card.get_by_test_id("queue-history")).to_have_attribute(
+            "aria-label", f"History not loaded: {HISTORY_DOWN}"
+        )
+        await expect(notice).to_have_text(list_error)
+        # The chart drawn before stays: the error says the numbers may be old.
+        await expect(card.get_by_test_id("history-minute")).to_have_count(60)
+
+        # The history comes back with the next refresh, and the card says it again.
+        await page.unroute("**/graphql", history_down)
+        await page.evaluate("window.dispatchEvent(new Event('focus'))")
+        await expect(card.get_by_test_id("queue-history-summary")).to_have_text(EMPTY_HOUR)
+        await expect(notice).to_have_text(list_error)
