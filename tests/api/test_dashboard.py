@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from playwright.async_api import Browser, Locator, Page, expect
+from playwright.async_api import Browser, Locator, Page, ViewportSize, expect
 
 from app import host
 from laneway.services import open_services
@@ -111,11 +111,16 @@ class Dashboard:
 
 @asynccontextmanager
 async def open_dashboard(
-    browser: Browser, server: LiveServer, *, live: bool = True
+    browser: Browser,
+    server: LiveServer,
+    *,
+    live: bool = True,
+    viewport: ViewportSize | None = None,
 ) -> AsyncIterator[Dashboard]:
-    """Open the dashboard (/, or the prefix a host mounts Laneway at) in a fresh context;
-    with `live`, wait until its event stream is connected."""
-    context = await browser.new_context()
+    """Open the dashboard (/, or the prefix a host mounts Laneway at) in a fresh context
+    (with a window of `viewport`'s size, else Playwright's 1280 × 720); with `live`, wait
+    until its event stream is connected."""
+    context = await browser.new_context(viewport=viewport)
     context.set_default_timeout(TIMEOUT_MS)
     page = await context.new_page()
     dashboard = Dashboard(page=page, origin=f"http://127.0.0.1:{server.port}")
