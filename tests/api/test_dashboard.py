@@ -15,6 +15,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -116,13 +117,24 @@ async def open_dashboard(
     *,
     live: bool = True,
     viewport: ViewportSize | None = None,
+    token: str | None = None,
+    fake_clock: bool = False,
 ) -> AsyncIterator[Dashboard]:
     """Open the dashboard (/, or the prefix a host mounts Laneway at) in a fresh context
     (with a window of `viewport`'s size, else Playwright's 1280 × 720); with `live`, wait
-    until its event stream is connected."""
+    until its event stream is connected. `token`: in the tab's session storage before the
+    page loads, as if entered earlier. `fake_clock`: the page's clock stands still from
+    before it loads, and its timers fire only as the test moves it (`page.clock.run_for`)."""
     context = await browser.new_context(viewport=viewport)
     context.set_default_timeout(TIMEOUT_MS)
+    if token is not None:
+        await context.add_init_script(
+            f"sessionStorage.setItem('laneway.apiToken', {json.dumps(token)})"
+        )
     page = await context.new_page()
+    if fake_clock:
+        await page.clock.install()
+        await page.clock.pause_at(datetime.now(UTC) + timedelta(seconds=1))
     dashboard = Dashboard(page=page, origin=f"http://127.0.0.1:{server.port}")
 
     def on_console(message: Any) -> None:
