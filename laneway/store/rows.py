@@ -296,6 +296,25 @@ def _at(moment: datetime | None) -> str:
     )
 
 
+def _no_worker(row: Row) -> str:
+    """No live worker has its workflow; or every one that runs its version runs an isolated
+    instance alone, or drains to run one that is ahead of it in claim order."""
+    alone: int = row["workers_alone"]
+    making_way: int = row["workers_making_way"]
+    if not alone and not making_way:
+        return f"no live worker has workflow {row['name']!r} registered"
+    doing = [
+        *(["runs an instance alone"] if alone else []),
+        *(["drains to run an instance alone"] if making_way else []),
+    ]
+    return (
+        f"every live worker of workflow {row['name']!r} ({alone + making_way})"
+        f" {' or '.join(doing)} (its worker was lost)"
+        + (" that is ahead of it" if making_way else "")
+        + ", claiming nothing beside it; it starts when one of those ends"
+    )
+
+
 def _key(row: Row) -> str:
     return f"key {row['concurrency_key']!r} of queue {row['queue']!r}"
 
@@ -314,7 +333,7 @@ _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
     "RETRY_BACKOFF": lambda row, until: (
         f"attempt {row['attempts']} failed; the next attempt waits until {_at(until)}"
     ),
-    "NO_WORKER": lambda row, _: f"no live worker has workflow {row['name']!r} registered",
+    "NO_WORKER": lambda row, _: _no_worker(row),
     "VERSION_UNAVAILABLE": lambda row, _: (
         f"no live worker runs version {row['version']!r} of workflow {row['name']!r}"
         f" (live workers run {', '.join(repr(v) for v in row['live_versions']) or 'none'})"

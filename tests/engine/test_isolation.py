@@ -4,11 +4,11 @@ worker cannot take an innocent instance to the recovery cap with it (chaos R-06)
 import asyncio
 from uuid import UUID
 
-from laneway.engine import RetryPolicy, Workflow
+from laneway.engine import Done, HandlerContext, RetryPolicy, Workflow
 from laneway.model import Status
 from laneway.store import Store
 from laneway.store.base import EVENTS_LOCK_KEY
-from tests.engine.helpers import make_engine
+from tests.engine.helpers import make_engine, until_status
 from tests.workflows import noop
 
 RUN = ["noop@1"]
@@ -201,3 +201,95 @@ async def test_its_waiting_reason_says_it_runs_alone(store: Store) -> None:
         await conn.execute("UPDATE laneway.instances SET recoveries = 1 WHERE isolated")
     reasons = await store.waiting_reasons([alone])
     assert reasons[alone].message.endswith("(its worker was lost 1 time: it runs alone)")
+
+
+async def _lost_twice(store: Store, instance_id: UUID, name: str) -> None:
+    """Claim `instance_id` for a process that dies, twice, through the real recovery: it is
+    isolated then, and due now (its backoff driven over)."""
+    for _ in range(2):
+        assert [r.instance_id for r in await store.claim("doomed", [f"{name}@1"], 1, LEASE)] == [
+            instance_id
+        ]
+        async with store.connection() as conn:
+            await conn.execute(
+                "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+                " WHERE instance_id = $1",
+                instance_id,
+            )
+        await store.recover_expired_leases(max_recoveries=3)
+        async with store.connection() as conn:
+            await conn.execute(
+                "UPDATE laneway.instances SET run_after = now() WHERE instance_id = $1",
+                instance_id,
+            )
+    assert await _isolated(store, instance_id)
+
+
+async def test_others_wait_with_no_worker_while_every_live_process_runs_one_alone(
+    store: Store,
+) -> None:
+    # Found by an outside audit: while the only process ran an isolated instance alone, every
+    # other pending instance said READY ("it starts at the next claim") and none started.
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    async def hold(ctx: HandlerContext, params: object) -> Done:
+        started.set()
+        await gate.wait()
+        return Done()
+
+    held = Workflow(
+        "held", handlers={"run": hold}, initial="run", retry=RetryPolicy(max_attempts=10)
+    )
+    engine = make_engine(store, held, noop, owner_id="only")
+    alone = (await engine.enqueue("held")).instance_id
+    await _lost_twice(store, alone, "held")
+    async with engine.running():
+        async with asyncio.timeout(10):
+            await started.wait()  # the one live process runs it, alone
+        await engine.configure_queue("qa", concurrency=5)
+        fresh = (await engine.enqueue("noop", queue="qa")).instance_id
+        assert await store.claim("only", ["held@1", *RUN], 10, LEASE) == []  # nothing beside it
+        reason = await engine.waiting_reason(fresh)
+        assert reason is not None
+        assert (reason.code, reason.until) == ("NO_WORKER", None)
+        assert reason.message == (
+            "every live worker of workflow 'noop' (1) runs an instance alone (its worker was"
+            " lost), claiming nothing beside it; it starts when one of those ends"
+        )
+        # Another live process that runs noop, running nothing alone, would take it.
+        await store.heartbeat_worker(
+            owner_id="free", role="worker", host="there", pid=2, workflows=["noop"],
+            versions=RUN, running=0, concurrency=10, heartbeat_seconds=LEASE / 3,
+        )  # fmt: skip
+        free = await engine.waiting_reason(fresh)
+        assert free is not None
+        assert free.code == "READY"
+        await store.remove_worker("free")
+        gate.set()
+        await until_status(store, fresh, Status.COMPLETED)  # it started once the other ended
+
+
+async def test_others_behind_an_overdue_isolated_instance_wait_with_no_worker(
+    store: Store,
+) -> None:
+    # A busy process drains for an isolated instance due for more than a lease: it takes
+    # nothing behind it in claim order until it has drained and run it.
+    await store.heartbeat_worker(
+        owner_id="busy", role="worker", host="here", pid=1, workflows=["noop"], versions=RUN,
+        running=1, concurrency=10, heartbeat_seconds=LEASE / 3,
+    )  # fmt: skip
+    first, alone, after = await _enqueued(store, 3)
+    assert await _claim(store, "busy", limit=1) == [first]
+    await _isolate(store, alone, due_seconds_ago=LEASE + 5)
+    urgent = (await make_engine(store, noop).enqueue("noop", priority=5)).instance_id
+    reasons = await store.waiting_reasons([alone, after, urgent])
+    assert reasons[after].code == "NO_WORKER"
+    assert reasons[after].message == (
+        "every live worker of workflow 'noop' (1) drains to run an instance alone (its worker"
+        " was lost) that is ahead of it, claiming nothing beside it; it starts when one of"
+        " those ends"
+    )
+    assert reasons[urgent].code == "READY"  # ahead of it in claim order
+    assert reasons[alone].code == "READY"  # the process that drains takes it next
+    assert await _claim(store, "busy") == [urgent]  # as the reasons said

@@ -7,15 +7,91 @@ decides with (laneway/store/sql/functions.sql), so a reason cannot disagree with
 
 from laneway.store.queries.workers import LIVE
 
+# What keeps a live process from claiming an ordinary instance (migration 0029, laneway.claim()
+# and laneway.isolation_kept()). `alone`: it runs an isolated instance (one whose worker was
+# lost twice, or at its last chance) and claims nothing beside it. `ahead_*`: the claim-order
+# place of the first isolated instance its claim would pick that has been due for more than a
+# lease (its heartbeat is a third of its lease): it takes nothing behind that one until it has
+# drained and run it. A claim picks, of each queue with room, its lanes' first rows in claim
+# order, as many as the room (and the process's concurrency) allows: those rows are read once
+# here (`isolated_first`, of every workflow, so rows of workflows a process lacks may hide one
+# from it; at most _PICKS_READ of each lane), and the order across keys' turns is read as priority, due time, creation order.
+# The estimated cost stays small on purpose: past jit_above_cost a planner's guess on a fresh
+# database (no statistics) would compile the statement for seconds.
+_PICKS_READ = 100  # a constant LIMIT: a planner's guess at a computed one is a tenth of a table
+_LIVE_WORKERS = f"""
+isolated_first AS MATERIALIZED (
+    SELECT o.name, o.version, o.priority, o.run_after, o.seq
+      FROM laneway.queues AS dq
+     CROSS JOIN LATERAL laneway.queue_room(dq.name, dq.concurrency, dq.rate_per_minute,
+                                           dq.tokens, dq.tokens_at) AS room
+     CROSS JOIN LATERAL (
+        SELECT GREATEST(LEAST(room.slots, (SELECT max(w.concurrency)
+                                             FROM laneway.workers AS w
+                                            WHERE {LIVE})), 0) AS picks) AS pick
+     CROSS JOIN LATERAL (
+        (SELECT f.name, f.version, f.priority, f.run_after, f.seq, f.isolated,
+                f.concurrency_key,
+                row_number() OVER (ORDER BY f.priority DESC, f.run_after, f.seq) AS place
+           FROM laneway.instances AS f
+          WHERE f.queue = dq.name
+            AND f.status = 'pending'
+            AND f.concurrency_key IS NULL
+            AND f.run_after <= now()
+          ORDER BY f.priority DESC, f.run_after, f.seq
+          LIMIT {_PICKS_READ})
+        UNION ALL
+        (SELECT f.name, f.version, f.priority, f.run_after, f.seq, f.isolated,
+                f.concurrency_key,
+                row_number() OVER (ORDER BY f.priority DESC, f.run_after, f.seq) AS place
+           FROM laneway.instances AS f
+          WHERE f.queue = dq.name
+            AND f.status = 'pending'
+            AND f.concurrency_key IS NOT NULL
+            AND f.run_after <= now()
+          ORDER BY f.priority DESC, f.run_after, f.seq
+          LIMIT {_PICKS_READ})) AS o
+      LEFT JOIN laneway.queue_keys AS ok ON ok.queue = dq.name AND ok.key = o.concurrency_key
+     WHERE NOT dq.paused
+       AND o.isolated
+       AND o.place <= pick.picks
+       AND (o.concurrency_key IS NULL
+            OR (SELECT kr.slots
+                  FROM laneway.key_room(dq.name, o.concurrency_key, dq.key_concurrency,
+                                        dq.key_rate_per_minute, COALESCE(ok.tokens, 'Infinity'),
+                                        COALESCE(ok.tokens_at, now())) AS kr) > 0)
+),
+live AS MATERIALIZED (
+    SELECT w.versions,
+           EXISTS (SELECT 1
+                     FROM laneway.instances AS a
+                    WHERE a.owner_id = w.owner_id
+                      AND a.status = 'running'
+                      AND a.isolated) AS alone,
+           ahead.priority AS ahead_priority, ahead.run_after AS ahead_run_after,
+           ahead.seq AS ahead_seq
+      FROM laneway.workers AS w
+      LEFT JOIN LATERAL (
+        SELECT c.priority, c.run_after, c.seq
+          FROM isolated_first AS c
+         WHERE c.name || '@' || c.version = ANY(w.versions)
+           AND c.run_after < now() - 3 * w.heartbeat_seconds * interval '1 second'
+         ORDER BY c.priority DESC, c.run_after, c.seq
+         LIMIT 1) AS ahead ON true
+     WHERE {LIVE}
+)"""
+
 # $1 instance ids (uuid[])
 # One row per instance of $1 that is pending, paused or waiting; the first reason that holds, in
 # the order a claim would meet them: paused at a checkpoint, sleeping, waiting for a signal,
-# not due yet (a retry's backoff, or a
-# delay), no live process has its workflow, none runs its version, its queue paused, full or out of tokens, its key
-# full or out of tokens; else it is ready. `until` is when it may next become claimable, where
-# known (for a full queue, when the first of its runs that a lost process holds expires).
-# The facts behind the reason come along for its message.
+# not due yet (a retry's backoff, or a delay), no live process has its workflow, none runs its
+# version, every one that does runs an isolated instance alone or drains to run one ahead of it
+# (NO_WORKER too: none takes it now), its queue paused, full or out of tokens, its key full or
+# out of tokens; else it is ready. `until` is when it may next become claimable, where known
+# (for a full queue, when the first of its runs that a lost process holds expires). The facts
+# behind the reason come along for its message.
 WAITING_REASONS = f"""
+WITH {_LIVE_WORKERS}
 SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
        i.wait_signal, i.isolated, i.recoveries, r.code,
        CASE WHEN r.code = 'VERSION_UNAVAILABLE'
@@ -34,7 +110,8 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
             WHEN r.code = 'QUEUE_FULL' THEN lost.expires
        END AS until,
        room.running, q.concurrency, q.rate_per_minute, key_room.running AS key_running,
-       q.key_concurrency, q.key_rate_per_minute, lost.held AS lost_running
+       q.key_concurrency, q.key_rate_per_minute, lost.held AS lost_running,
+       fit.alone AS workers_alone, fit.making_way AS workers_making_way
   FROM laneway.instances AS i
   JOIN laneway.queues AS q ON q.name = i.queue
  CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute, q.tokens,
@@ -44,6 +121,16 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
                                      q.key_rate_per_minute, COALESCE(k.tokens, 'Infinity'),
                                      COALESCE(k.tokens_at, now())) AS key_room
          ON i.concurrency_key IS NOT NULL
+ -- The live processes that run its version: how many run an instance alone, and how many
+ -- of the others drain for one ahead of it in claim order (neither takes it now).
+ CROSS JOIN LATERAL (
+    SELECT count(*) AS workers,
+           count(*) FILTER (WHERE l.alone) AS alone,
+           count(*) FILTER (WHERE NOT l.alone
+                              AND (-l.ahead_priority, l.ahead_run_after, l.ahead_seq)
+                                  < (-i.priority, i.run_after, i.seq)) AS making_way
+      FROM live AS l
+     WHERE i.name || '@' || i.version = ANY(l.versions)) AS fit
  CROSS JOIN LATERAL (
     SELECT CASE WHEN i.status = 'paused' THEN 'AWAITING_REVIEW'
                 WHEN i.status = 'waiting' AND i.wait_signal IS NULL THEN 'SLEEPING'
@@ -58,6 +145,7 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
                                    FROM laneway.workers AS w
                                   WHERE i.name || '@' || i.version = ANY(w.versions)
                                     AND {LIVE}) THEN 'VERSION_UNAVAILABLE'
+                WHEN fit.alone + fit.making_way = fit.workers THEN 'NO_WORKER'
                 WHEN q.paused THEN 'QUEUE_PAUSED'
                 WHEN room.running >= q.concurrency THEN 'QUEUE_FULL'
                 WHEN room.tokens_now < 1 THEN 'RATE_LIMITED'
