@@ -59,7 +59,7 @@ class QueueCalls:
         """The live processes that run an engine (this one too while it runs), by role and host.
 
         Each running engine writes its row at start and at every lease heartbeat; a process
-        that stopped heartbeating drops out after three of its heartbeats.
+        that stopped heartbeating drops out once it has missed two of its heartbeats.
         """
         return await self.store.live_workers()
 

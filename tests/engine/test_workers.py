@@ -78,7 +78,7 @@ async def test_two_engines_are_both_listed_and_a_clean_stop_removes_only_its_row
                 assert both["worker-2"].workflows == ("two_steps",)
                 assert both["worker-2"].concurrency == 3
                 assert [w.owner_id for w in await serving.workers()] == ["serve-1", "worker-2"]
-            # Stopped cleanly: gone at once, not after three heartbeats.
+            # Stopped cleanly: gone at once, not after two missed heartbeats.
             left = await store.live_workers()
             assert [w.owner_id for w in left] == ["serve-1"]
             async with store.connection() as conn:
@@ -101,11 +101,12 @@ async def _ghost(admin: asyncpg.Connection, owner_id: str, seconds_ago: float) -
     )
 
 
-async def test_a_process_that_stops_heartbeating_ages_out_after_three_heartbeats(
+async def test_a_process_that_stops_heartbeating_drops_out_after_two_and_ages_out_after_three(
     store: Store, admin: asyncpg.Connection
 ) -> None:
-    await _ghost(admin, "recent", 25.0)  # missed two heartbeats: still live
-    await _ghost(admin, "silent", 31.0)  # missed three: gone
+    await _ghost(admin, "recent", 15.0)  # missed one heartbeat: still live
+    await _ghost(admin, "silent", 25.0)  # missed two: not listed, its row kept
+    await _ghost(admin, "gone", 31.0)  # missed three: its row is deleted
     listed = _by_owner(await store.live_workers())
     assert set(listed) == {"recent"}
     assert listed["recent"].host == "gone-host"
@@ -115,13 +116,11 @@ async def test_a_process_that_stops_heartbeating_ages_out_after_three_heartbeats
     engine = make_engine(store, noop, owner_id="alive", lease_seconds=0.6)
     async with engine.running():
         await eventually(
-            lambda: admin.fetchval(
-                "SELECT count(*) FROM laneway.workers WHERE owner_id = 'silent'"
-            ),
+            lambda: admin.fetchval("SELECT count(*) FROM laneway.workers WHERE owner_id = 'gone'"),
             lambda n: n == 0,
         )
         remaining = await admin.fetch("SELECT owner_id FROM laneway.workers ORDER BY owner_id")
-        assert [row["owner_id"] for row in remaining] == ["alive", "recent"]
+        assert [row["owner_id"] for row in remaining] == ["alive", "recent", "silent"]
         assert set(_by_owner(await store.live_workers())) == {"alive", "recent"}
 
 
@@ -199,3 +198,53 @@ async def test_a_queue_full_of_a_lost_workers_runs_says_when_their_leases_expire
     assert live is not None
     assert (live.code, live.until) == ("QUEUE_FULL", None)
     assert live.message == "queue 'own' is full: 1 of 1 running"
+
+
+async def test_a_full_queue_says_its_slot_is_a_silent_process_s_well_before_the_lease_expires(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # Found by an outside audit: after a kill -9 of the process holding a queue's only slot,
+    # the hint and the workers list showed it for ~2 s of a 30 s lease (a process counted as
+    # stopped after three missed heartbeats, when its leases expire anyway). Two missed
+    # heartbeats (a heartbeat is a third of a lease) now show it, a third of a lease before.
+    engine = make_engine(store, noop)
+    await engine.configure_queue("noop", concurrency=1)
+    await engine.claim_loop.presence.beat()  # a live process runs noop
+    await store.heartbeat_worker(
+        owner_id="killed", role="worker", host="gone-host", pid=4242, workflows=["noop"],
+        versions=["noop@1"], running=1, concurrency=10, heartbeat_seconds=10.0,
+    )  # fmt: skip
+    held = await engine.enqueue("noop")
+    [claimed] = await store.claim("killed", ["noop@1"], 1, 30.0)
+    assert claimed.instance_id == held.instance_id
+    waiting = await engine.enqueue("noop")
+    # Its last heartbeat (and the renewal of its lease just before it) was 21 s ago: it missed
+    # two heartbeats; its lease expires in 9 s.
+    await admin.execute(
+        "UPDATE laneway.workers SET last_seen_at = now() - interval '21 seconds'"
+        " WHERE owner_id = 'killed'"
+    )
+    await admin.execute(
+        "UPDATE laneway.instances SET lease_expires_at = now() + interval '9 seconds'"
+        " WHERE instance_id = $1",
+        held.instance_id,
+    )
+    reason = await engine.waiting_reason(waiting.instance_id)
+    assert reason is not None
+    assert reason.code == "QUEUE_FULL"
+    lease = await engine.get(held.instance_id)
+    assert lease is not None
+    assert reason.until == lease.lease_expires_at
+    assert reason.message.startswith(
+        "queue 'noop' is full: 1 of 1 running; 1 of them held by a process that stopped"
+    )
+    assert [w.owner_id for w in await engine.workers()] == [engine.owner_id]
+    # One missed heartbeat is not enough: a live process may just be late.
+    await admin.execute(
+        "UPDATE laneway.workers SET last_seen_at = now() - interval '15 seconds'"
+        " WHERE owner_id = 'killed'"
+    )
+    late = await engine.waiting_reason(waiting.instance_id)
+    assert late is not None
+    assert (late.message, late.until) == ("queue 'noop' is full: 1 of 1 running", None)
+    assert {w.owner_id for w in await engine.workers()} == {engine.owner_id, "killed"}
