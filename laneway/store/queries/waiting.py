@@ -103,10 +103,12 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
        END AS live_versions,
        CASE WHEN r.code IN ('AWAITING_REVIEW', 'SLEEPING', 'AWAITING_SIGNAL') THEN i.wake_at
             WHEN r.code IN ('DELAYED', 'RETRY_BACKOFF') THEN i.run_after
+            -- A token a rate of 1e-12 a minute brings is ~10^14 s away, past what an interval
+            -- holds ("interval out of range"): shown as at most a century ahead.
             WHEN r.code = 'RATE_LIMITED'
-            THEN now() + room.token_in * interval '1 second'
+            THEN now() + LEAST(room.token_in, 3155760000) * interval '1 second'
             WHEN r.code = 'KEY_RATE_LIMITED'
-            THEN now() + key_room.token_in * interval '1 second'
+            THEN now() + LEAST(key_room.token_in, 3155760000) * interval '1 second'
             WHEN r.code = 'QUEUE_FULL' THEN lost.expires
        END AS until,
        room.running, q.concurrency, q.rate_per_minute, key_room.running AS key_running,
