@@ -113,9 +113,9 @@ class WaitingReason:
     """Why an instance that is pending or paused is not running (store.waiting_reasons).
 
     `code` is one of READY, DELAYED, RETRY_BACKOFF, QUEUE_FULL, RATE_LIMITED, KEY_FULL,
-    KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER, AWAITING_REVIEW, SLEEPING, AWAITING_SIGNAL;
-    `message` says it in one line
-    for a person; `until` is when it may next become claimable, where known.
+    KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER, AWAITING_REVIEW, SLEEPING, AWAITING_SIGNAL,
+    VERSION_UNAVAILABLE; `message` says it in one line for a person; `until` is when it may
+    next become claimable, where known.
     """
 
     code: str

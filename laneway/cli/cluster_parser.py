@@ -73,7 +73,7 @@ def add_cluster_commands(commands: Subcommands) -> None:
     add(
         "workers",
         "list the live processes that run an engine: role, host, load, versions, last seen",
-        "A process shows from its start, and drops out after three missed heartbeats.",
+        "A process shows from its start, and drops out after two missed heartbeats.",
         DATABASE,
         "Example:\n  laneway workers --url http://127.0.0.1:8000",
         run=lazy("workers", "workers"),

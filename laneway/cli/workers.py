@@ -2,7 +2,7 @@
 
 Owns the workers document and its table: each process's owner id, role, host and pid, how
 many instances it runs of how many it may, the workflow versions it has, and when it started
-and was last seen (a process that stops heartbeating drops out after three heartbeats).
+and was last seen (a process that stops heartbeating drops out after two missed heartbeats).
 """
 
 import argparse

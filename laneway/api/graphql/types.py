@@ -64,8 +64,9 @@ class WaitingReason:
             "READY (claimable now), DELAYED (delayMs or a schedule's time ahead), "
             "RETRY_BACKOFF (waiting out a retry's backoff), QUEUE_FULL, RATE_LIMITED, "
             "KEY_FULL, KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER (no live process has its "
-            "workflow registered), AWAITING_REVIEW (paused at a checkpoint; until: when it "
-            "expires), SLEEPING (a durable sleep; until: its wake time), AWAITING_SIGNAL "
+            "workflow registered, or every one runs an instance alone), AWAITING_REVIEW "
+            "(paused at a checkpoint; until: when it expires), SLEEPING (a durable sleep; "
+            "until: its wake time), AWAITING_SIGNAL "
             "(waiting for the signal the message names; until: its timeout) or "
             "VERSION_UNAVAILABLE (no live process has the version it runs on)."
         )
