@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from laneway.api.lifespan import services_of
+from laneway.store.pool import PoolBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ _INLINE = {
 
 async def healthz(request: Request) -> Response:
     """`{"database", "listener", "engine"}`, each "ok" (or "disabled"); 503 unless all are.
+    The database is "unreachable" when it does not answer, "busy" when it does but every
+    connection of this process is in use.
 
     Also the hub's `lastEventID` and `subscribers`, for dashboards and tests.
     """
@@ -58,8 +61,15 @@ async def healthz(request: Request) -> Response:
         async with asyncio.timeout(DATABASE_TIMEOUT_SECONDS):
             await services.store.ping()
     except Exception as exc:
-        logger.warning("health check: database unreachable", extra={"error": type(exc).__name__})
-        database = "unreachable"
+        # Every connection of this process in use (its wait for one, or this check's own
+        # timer, ran out meanwhile) is a load on it, not the database gone.
+        if isinstance(exc, PoolBusyError) or services.store.connections_busy:
+            logger.warning("health check: every database connection in use")
+            database = "busy"
+        else:
+            error = type(exc).__name__
+            logger.warning("health check: database unreachable", extra={"error": error})
+            database = "unreachable"
     listener = "ok" if services.hub.is_connected else "disconnected"
     if not services.settings.engine_enabled:
         engine = "disabled"

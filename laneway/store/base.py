@@ -36,6 +36,11 @@ class StoreBase:
         self._acquire_timeout = acquire_timeout
         self._known_queues: set[str] = set()
 
+    @property
+    def connections_busy(self) -> bool:
+        """Whether every connection of the pool is in use now (ConnectionPool.busy)."""
+        return self._pool.busy
+
     def _acquire(self) -> Loan:
         # A pool that stays exhausted (or a database that stopped answering) fails the call
         # with TimeoutError instead of queueing it forever.

@@ -169,11 +169,17 @@ class ConnectionPool:
         """Connections open and not lent."""
         return len(self._idle)
 
+    @property
+    def busy(self) -> bool:
+        """Every connection of the pool is lent (or settling back): none idle, none opening."""
+        return not self._idle and not self._opening and self.size >= self._size
+
     def acquire(self, timeout: float | None = None) -> "Loan":
         """`async with pool.acquire(timeout) as conn:` a connection for the block.
 
         Raises (on entry):
-            TimeoutError: no connection within `timeout` seconds.
+            TimeoutError: no connection within `timeout` seconds (PoolBusyError when every
+                connection was lent all along).
             asyncpg.InterfaceError: the pool is closed.
             asyncpg.PostgresError, OSError: a new connection could not be opened.
         """
@@ -348,6 +354,13 @@ async def _close_or_terminate(conn: asyncpg.Connection, timeout: float) -> None:
         conn.terminate()
 
 
+class PoolBusyError(TimeoutError):
+    """No connection within the timeout because every one of the pool's was lent meanwhile:
+    the database answers, this process's work holds all its connections. A TimeoutError still
+    (what waits for a connection expects one), but said apart from a database that does not
+    answer (a connection that could not be opened in time): the API tells clients which."""
+
+
 class Loan:
     """One `async with pool.acquire()` block (a class, not a generator: it runs per statement)."""
 
@@ -361,8 +374,16 @@ class Loan:
     async def __aenter__(self) -> asyncpg.Connection:
         conn = self._pool._lend_idle()  # the common case: no timer, no await
         if conn is None:
-            async with asyncio.timeout(self._timeout):
-                conn = await self._pool._lend()
+            try:
+                async with asyncio.timeout(self._timeout):
+                    conn = await self._pool._lend()
+            except TimeoutError:
+                if self._pool.busy:
+                    raise PoolBusyError(
+                        f"every one of the pool's {self._pool.size} connections stayed lent"
+                        f" for {self._timeout:g} s"
+                    ) from None
+                raise
         self._conn = conn
         return conn
 

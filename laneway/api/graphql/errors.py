@@ -47,6 +47,7 @@ from laneway.errors import (
     LanewayError,
     NotFoundError,
 )
+from laneway.store.pool import PoolBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ MASKED_MESSAGE = "Unexpected error."
 INTERNAL_SERVER_ERROR = "INTERNAL_SERVER_ERROR"
 SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
+BUSY_MESSAGE = "The server is busy: every database connection is in use; try again shortly."
+"""SERVICE_UNAVAILABLE's message when the database answers but this process's connections
+are all taken (store.pool.PoolBusyError): told apart, so no one looks for a database down."""
 UNAVAILABLE_RETRY_AFTER_SECONDS = 2
 RATE_LIMITED = "RATE_LIMITED"
 BAD_USER_INPUT = "BAD_USER_INPUT"
@@ -256,9 +260,11 @@ def add_code(error: GraphQLError) -> None:
     if code is None or isinstance(original, GraphQLError):
         return
     error.extensions = {**(error.extensions or {}), "code": code}
-    if code == SERVICE_UNAVAILABLE and error.message != UNAVAILABLE_MESSAGE:
-        error.message = UNAVAILABLE_MESSAGE
-        logger.warning("database unavailable", extra={"error": type(original).__name__})
+    if code == SERVICE_UNAVAILABLE and error.message not in (UNAVAILABLE_MESSAGE, BUSY_MESSAGE):
+        busy = isinstance(original, PoolBusyError)
+        error.message = BUSY_MESSAGE if busy else UNAVAILABLE_MESSAGE
+        what = "database connections all in use" if busy else "database unavailable"
+        logger.warning(what, extra={"error": type(original).__name__})
         if trace is not None:
             trace.database_unavailable = True
 
@@ -267,7 +273,8 @@ def public_error(error: BaseException) -> dict[str, object]:
     """What a client may see of an exception raised outside GraphQL execution (a websocket
     stream that fails, say): the database's SERVICE_UNAVAILABLE, or the masked message."""
     if is_database_unavailable(error):
-        return {"message": UNAVAILABLE_MESSAGE, "extensions": {"code": SERVICE_UNAVAILABLE}}
+        message = BUSY_MESSAGE if isinstance(error, PoolBusyError) else UNAVAILABLE_MESSAGE
+        return {"message": message, "extensions": {"code": SERVICE_UNAVAILABLE}}
     return {"message": MASKED_MESSAGE, "extensions": {"code": INTERNAL_SERVER_ERROR}}
 
 
