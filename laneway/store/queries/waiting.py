@@ -15,10 +15,28 @@ from laneway.store.queries.workers import LIVE
 # drained and run it. A claim picks, of each queue with room, its lanes' first rows in claim
 # order, as many as the room (and the process's concurrency) allows: those rows are read once
 # here (`isolated_first`, of every workflow, so rows of workflows a process lacks may hide one
-# from it; at most _PICKS_READ of each lane), and the order across keys' turns is read as priority, due time, creation order.
+# from it; at most _PICKS_READ of each lane), and the order across keys' turns is read as
+# priority, due time, creation order.
 # The estimated cost stays small on purpose: past jit_above_cost a planner's guess on a fresh
 # database (no statistics) would compile the statement for seconds.
 _PICKS_READ = 100  # a constant LIMIT: a planner's guess at a computed one is a tenth of a table
+
+
+def _lane(keyed: str) -> str:
+    """The first _PICKS_READ due rows of one lane of queue `dq` in claim order: the unkeyed
+    (`keyed` "IS NULL") or the keyed ("IS NOT NULL"), each read apart so each uses its index."""
+    return f"""(SELECT f.name, f.version, f.priority, f.run_after, f.seq, f.isolated,
+                f.concurrency_key,
+                row_number() OVER (ORDER BY f.priority DESC, f.run_after, f.seq) AS place
+           FROM laneway.instances AS f
+          WHERE f.queue = dq.name
+            AND f.status = 'pending'
+            AND f.concurrency_key {keyed}
+            AND f.run_after <= now()
+          ORDER BY f.priority DESC, f.run_after, f.seq
+          LIMIT {_PICKS_READ})"""
+
+
 _LIVE_WORKERS = f"""
 isolated_first AS MATERIALIZED (
     SELECT o.name, o.version, o.priority, o.run_after, o.seq
@@ -30,27 +48,9 @@ isolated_first AS MATERIALIZED (
                                              FROM laneway.workers AS w
                                             WHERE {LIVE})), 0) AS picks) AS pick
      CROSS JOIN LATERAL (
-        (SELECT f.name, f.version, f.priority, f.run_after, f.seq, f.isolated,
-                f.concurrency_key,
-                row_number() OVER (ORDER BY f.priority DESC, f.run_after, f.seq) AS place
-           FROM laneway.instances AS f
-          WHERE f.queue = dq.name
-            AND f.status = 'pending'
-            AND f.concurrency_key IS NULL
-            AND f.run_after <= now()
-          ORDER BY f.priority DESC, f.run_after, f.seq
-          LIMIT {_PICKS_READ})
+        {_lane("IS NULL")}
         UNION ALL
-        (SELECT f.name, f.version, f.priority, f.run_after, f.seq, f.isolated,
-                f.concurrency_key,
-                row_number() OVER (ORDER BY f.priority DESC, f.run_after, f.seq) AS place
-           FROM laneway.instances AS f
-          WHERE f.queue = dq.name
-            AND f.status = 'pending'
-            AND f.concurrency_key IS NOT NULL
-            AND f.run_after <= now()
-          ORDER BY f.priority DESC, f.run_after, f.seq
-          LIMIT {_PICKS_READ})) AS o
+        {_lane("IS NOT NULL")}) AS o
       LEFT JOIN laneway.queue_keys AS ok ON ok.queue = dq.name AND ok.key = o.concurrency_key
      WHERE NOT dq.paused
        AND o.isolated
