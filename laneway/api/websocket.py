@@ -237,13 +237,21 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
         await super().handle_message(message)
 
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
-        """Strawberry's, but an operation over the socket's limit of operations at once is
-        refused with RATE_LIMITED (a limit on how much one client does at once, as the rate
-        limit's refusal of a subscribe is; Strawberry's own error has no code), and a
+        """Strawberry's, but a `subscribe` that breaks graphql-transport-ws (subscribe_problem)
+        closes the socket with 4400 and says why, as the protocol asks, where Strawberry's
+        fails on it (a crash that drops the socket without a close code, or an operation
+        that never answers and keeps its place among the socket's 20); an operation over
+        the socket's limit of operations at once is refused with RATE_LIMITED (a limit on
+        how much one client does at once, as the rate limit's refusal of a subscribe is;
+        Strawberry's own error has no code), and a
         document without the operation it names, or with several and no name, is answered
         as any request error is, with an `error` message for that id (graphql-transport-ws)
         and the code HTTP gives it, OPERATION_RESOLUTION_FAILURE, where Strawberry would
         close the socket and every other operation on it (or run the first of several)."""
+        problem = subscribe_problem(message)
+        if problem is not None:
+            await self.handle_invalid_message(problem)
+            return
         payload: object = message.get("payload")
         if self.connection_acknowledged and message.get("id") not in self.operations:
             limit = self.max_subscriptions_per_connection
@@ -353,6 +361,56 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
 
 
 _TIMED = (OperationType.QUERY, OperationType.MUTATION)
+_ABSENT = object()
+_OPTIONAL_FIELDS = (
+    ("variables", dict, "an object"),
+    ("operationName", str, "a string"),
+    ("extensions", dict, "an object"),
+)
+
+
+def subscribe_problem(message: Mapping[str, object]) -> str | None:
+    """Why a `subscribe` message is not one graphql-transport-ws allows, else None.
+
+    The protocol's shape: `id` a non-empty string, `payload` an object whose `query` is a
+    string, whose `variables` and `extensions` are objects and whose `operationName` is a
+    string, each of these three null or absent if not given. The words follow the reference
+    server's (graphql-ws) and fit a close reason (123 bytes).
+    """
+    operation_id = message.get("id", _ABSENT)
+    if not isinstance(operation_id, str):
+        return _expected("'id' to be a string", operation_id)
+    if not operation_id:
+        return "\"subscribe\" message requires a non-empty 'id'"
+    payload = message.get("payload", _ABSENT)
+    if not isinstance(payload, dict):
+        return _expected("'payload' to be an object", payload)
+    query = payload.get("query", _ABSENT)
+    if not isinstance(query, str):
+        return _expected("'query' to be a string", query)
+    for name, kind, described in _OPTIONAL_FIELDS:
+        value = payload.get(name)
+        if value is not None and not isinstance(value, kind):
+            return _expected(f"'{name}' to be {described}", value)
+    return None
+
+
+def _expected(what: str, value: object) -> str:
+    return f'"subscribe" message expects {what}, got {_json_type(value)}'
+
+
+def _json_type(value: object) -> str:
+    if value is _ABSENT:
+        return "nothing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _kind(query: str, operation_name: str | None) -> OperationType | None:

@@ -7,6 +7,7 @@ API-only and the test starts an engine of its own once /healthz counts the subsc
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -291,6 +292,86 @@ async def test_a_json_frame_that_is_not_an_object_closes_with_4400(
     ws = await acked(server)
     try:
         assert await closed_with(ws, frame) == 4400
+    finally:
+        await ws.close()
+
+
+SUBSCRIBE_PROBLEMS = [
+    ({"id": "1", "type": "subscribe", "payload": "x"}, "'payload' to be an object, got string"),
+    ({"id": "1", "type": "subscribe"}, "'payload' to be an object, got nothing"),
+    ({"id": "1", "type": "subscribe", "payload": {"query": 5}}, "'query' to be a string"),
+    ({"id": "1", "type": "subscribe", "payload": {}}, "'query' to be a string, got nothing"),
+    ({"id": 1, "type": "subscribe", "payload": {"query": EVENTS}}, "'id' to be a string"),
+    ({"type": "subscribe", "payload": {"query": EVENTS}}, "'id' to be a string, got nothing"),
+    ({"id": "", "type": "subscribe", "payload": {"query": EVENTS}}, "a non-empty 'id'"),
+    (
+        {"id": "1", "type": "subscribe", "payload": {"query": EVENTS, "variables": []}},
+        "'variables' to be an object, got array",
+    ),
+    (
+        {"id": "1", "type": "subscribe", "payload": {"query": EVENTS, "operationName": 5}},
+        "'operationName' to be a string, got number",
+    ),
+    (
+        {"id": "1", "type": "subscribe", "payload": {"query": EVENTS, "extensions": "x"}},
+        "'extensions' to be an object, got string",
+    ),
+]
+
+
+async def closed_with_reason(ws: ClientConnection, message: str) -> tuple[int, str]:
+    """Send `message`, then read until the server closes; its close code and reason."""
+    try:
+        async with asyncio.timeout(15):
+            await ws.send(message)
+            while True:
+                await ws.recv()
+    except ConnectionClosed as closed:
+        return (closed.rcvd.code, closed.rcvd.reason) if closed.rcvd is not None else (1006, "")
+
+
+@pytest.mark.parametrize(("frame", "problem"), SUBSCRIBE_PROBLEMS)
+async def test_a_malformed_subscribe_closes_with_4400_and_says_why(
+    server: LiveServer, frame: dict[str, Any], problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = await acked(server)
+    try:
+        code, reason = await closed_with_reason(ws, json.dumps(frame))
+    finally:
+        await ws.close()
+    assert code == 4400
+    assert problem in reason
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_malformed_subscribes_never_take_an_operation_slot(server: LiveServer) -> None:
+    # Each one closes its socket; a fresh socket then has all its slots.
+    for _ in range(MAX_SUBSCRIPTIONS_PER_CONNECTION + 1):
+        ws = await acked(server)
+        try:
+            frame = {"id": "1", "type": "subscribe", "payload": {"query": 5}}
+            assert (await closed_with_reason(ws, json.dumps(frame)))[0] == 4400
+        finally:
+            await ws.close()
+    async with connect(server.ws_url, subprotocols=[PROTOCOL]) as ws:  # type: ignore[list-item]
+        await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        for n in range(MAX_SUBSCRIPTIONS_PER_CONNECTION):
+            payload = {"query": EVENTS, "variables": None, "operationName": None}
+            await ws.send(json.dumps({"id": str(n), "type": "subscribe", "payload": payload}))
+        await server.wait_for_subscribers(MAX_SUBSCRIPTIONS_PER_CONNECTION)
+
+
+async def test_null_optional_fields_of_a_subscribe_are_accepted(server: LiveServer) -> None:
+    ws = await acked(server)
+    try:
+        payload = {"query": "{ __typename }", "variables": None, "operationName": None}
+        frame = {"id": "q", "type": "subscribe", "payload": {**payload, "extensions": None}}
+        await ws.send(json.dumps(frame))
+        async with asyncio.timeout(15):
+            data = {"data": {"__typename": "Query"}}
+            assert json.loads(await ws.recv()) == {"id": "q", "type": "next", "payload": data}
+            assert json.loads(await ws.recv()) == {"id": "q", "type": "complete"}
     finally:
         await ws.close()
 
