@@ -285,25 +285,53 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
         await super().handle_subscribe(message)
 
     async def run_operation(self, operation: Operation[Any, Any]) -> None:
-        renderer: EventRenderer | None = getattr(self.view, "event_renderer", None)
-        plan = renderer.plan(operation.query, operation.operation_name) if renderer else None
-        arguments = None
-        if renderer is not None and plan is not None and await self._may_read():
-            arguments = renderer.arguments(plan, operation.variables)
-        if renderer is None or plan is None or arguments is None:
-            await self._run_timed(operation)
-            return
+        """The direct path when the document fits it, else Strawberry's. Whatever happens,
+        the operation ends with a message and leaves the socket's operations: one that
+        failed before its stream started (a host's Permission that raised, say) would
+        otherwise end in silence, its exception swallowed by Strawberry's task callback,
+        and keep its place among the socket's 20 for good."""
         try:
-            await self._deliver(operation, renderer, plan, arguments)
-            final: dict[str, Any] = {"id": operation.id, "type": "complete"}
-        except WebSocketDisconnected:
-            return
-        except Exception as exc:
-            # The hub or the database failed under the stream: the client resubscribes with its
-            # last event id. Logged once here; the client sees SERVICE_UNAVAILABLE or the
-            # masked message, as on the ordinary path.
-            logger.exception("event stream failed", extra={"operation": operation.id})
-            final = {"id": operation.id, "type": "error", "payload": [public_error(exc)]}
+            try:
+                direct = await self._direct_route(operation)
+            except Exception as exc:
+                await self._fail(operation, exc)
+                return
+            if direct is None:
+                await self._run_timed(operation)
+                return
+            try:
+                await self._deliver(operation, *direct)
+            except WebSocketDisconnected:
+                return
+            except Exception as exc:
+                # The hub failed under the stream: the client resubscribes with its last
+                # event id.
+                await self._fail(operation, exc)
+                return
+            with suppress(WebSocketDisconnected):
+                await operation.send_operation_message({"id": operation.id, "type": "complete"})
+        finally:
+            if self.operations.get(operation.id) is operation:
+                self.forget_id(operation.id)
+
+    async def _direct_route(
+        self, operation: Operation[Any, Any]
+    ) -> tuple[EventRenderer, Plan, EventsArguments] | None:
+        """What the direct path needs for `operation`, or None for the ordinary path."""
+        renderer: EventRenderer | None = getattr(self.view, "event_renderer", None)
+        if renderer is None:
+            return None
+        plan = renderer.plan(operation.query, operation.operation_name)
+        if plan is None or not await self._may_read():
+            return None
+        arguments = renderer.arguments(plan, operation.variables)
+        return None if arguments is None else (renderer, plan, arguments)
+
+    async def _fail(self, operation: Operation[Any, Any], error: Exception) -> None:
+        """Logged once here; the client sees SERVICE_UNAVAILABLE or the masked message, as on
+        the ordinary path."""
+        logger.error("event stream failed", exc_info=error, extra={"operation": operation.id})
+        final = {"id": operation.id, "type": "error", "payload": [public_error(error)]}
         with suppress(WebSocketDisconnected):
             await operation.send_operation_message(final)  # type: ignore[arg-type]
 

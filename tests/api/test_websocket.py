@@ -22,7 +22,8 @@ from gql.transport.websockets import WebsocketsTransport
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from laneway.api.app import MAX_SUBSCRIPTIONS_PER_CONNECTION, WS_MAX_MESSAGE_BYTES
+from laneway.api.app import MAX_SUBSCRIPTIONS_PER_CONNECTION, WS_MAX_MESSAGE_BYTES, create_app
+from laneway.api.auth import Caller, Decision
 from tests.api.conftest import (
     TOKEN,
     LiveServer,
@@ -360,6 +361,44 @@ async def test_malformed_subscribes_never_take_an_operation_slot(server: LiveSer
             payload = {"query": EVENTS, "variables": None, "operationName": None}
             await ws.send(json.dumps({"id": str(n), "type": "subscribe", "payload": payload}))
         await server.wait_for_subscribers(MAX_SUBSCRIPTIONS_PER_CONNECTION)
+
+
+class ReadsFailAfterConnect:
+    """A host's Permission whose read check fails (its user store went away) once the
+    socket is open."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    async def may_read(self, caller: Caller) -> Decision:
+        self.checks += 1
+        if self.checks > 1:
+            raise RuntimeError("the user store is down")
+        return Decision.ALLOW
+
+    async def may_write(self, caller: Caller) -> Decision:
+        return Decision.ALLOW
+
+
+async def test_a_subscription_that_fails_to_start_answers_and_frees_its_slot(
+    database_url: str,
+) -> None:
+    settings = make_settings(database_url, engine_enabled=False)
+    app = create_app(settings, permission=ReadsFailAfterConnect())
+    async with live_server(settings, app=app) as server:
+        ws = await acked(server)
+        try:
+            for n in range(MAX_SUBSCRIPTIONS_PER_CONNECTION + 1):
+                frame = {"id": str(n), "type": "subscribe", "payload": {"query": EVENTS}}
+                await ws.send(json.dumps(frame))
+                async with asyncio.timeout(15):
+                    reply = json.loads(await ws.recv())
+                assert reply["type"] == "error", reply
+                assert reply["id"] == str(n)
+                assert reply["payload"][0]["message"] == "Unexpected error."
+                assert reply["payload"][0]["extensions"]["code"] == "INTERNAL_SERVER_ERROR"
+        finally:
+            await ws.close()
 
 
 async def test_null_optional_fields_of_a_subscribe_are_accepted(server: LiveServer) -> None:
