@@ -34,8 +34,6 @@ from graphql import (
     validate,
 )
 from graphql.execution.values import get_argument_values, get_variable_values
-from starlette.websockets import WebSocketDisconnect
-from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.schema import Schema
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
@@ -59,6 +57,7 @@ from laneway.api.graphql.input_guard import check_operation
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.graphql.types import WorkflowEvent
+from laneway.api.websocket_sends import BoundedSends
 from laneway.errors import LanewayError
 from laneway.events import EventSelection
 from laneway.model import EventRecord
@@ -218,6 +217,17 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
     The context is Laneway's own or a host's carrying one (graphql/context.py); the direct
     path asks the same Permission as the subscription field would (permissions.decide).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Every send and close of this connection, bounded: a client that stops reading is
+        # dropped (websocket_sends.py) and its operations end.
+        self._sends = BoundedSends(self.websocket, on_drop=self._end_operations)
+        self.websocket = self._sends
+
+    async def _end_operations(self) -> None:
+        for operation_id in list(self.operations):
+            await self.cleanup_operation(operation_id)
 
     async def handle_task_exception(self, error: Exception) -> None:
         """Strawberry's, but a client that went away while an operation was still sending to
@@ -380,12 +390,7 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
                 await self._send_text(prefix + renderer.render(event, plan) + "}")
 
     async def _send_text(self, text: str) -> None:
-        websocket = self.websocket
-        assert isinstance(websocket, ASGIWebSocketAdapter)  # the view is Strawberry's ASGI one
-        try:
-            await websocket.ws.send_text(text)
-        except WebSocketDisconnect as exc:
-            raise WebSocketDisconnected from exc
+        await self._sends.send_text(text)
 
 
 _TIMED = (OperationType.QUERY, OperationType.MUTATION)
