@@ -314,7 +314,8 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
             except WebSocketDisconnected:
                 return
             except Exception as exc:
-                # The hub failed under the stream: the client resubscribes with its last
+                # The hub failed under the stream (a crashed task; a database that is away
+                # only delays it, events/catch_up.py): the client resubscribes with its last
                 # event id.
                 await self._fail(operation, exc)
                 return

@@ -26,12 +26,12 @@ from laneway.events.backend import (
     ListenBackend,
     is_gap,
 )
+from laneway.events.catch_up import CATCH_UP_READS, PAGE_SIZE, CatchUpReads
 from laneway.model import NOTIFY_CHANNEL, EventRecord, Notification
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
 
-PAGE_SIZE = 500
 POLL_SECONDS = 5.0  # a fallback: NOTIFY wakes the reader, and a reconnect re-reads the table
 READ_BACKOFF_MIN_SECONDS = 0.05
 READ_BACKOFF_MAX_SECONDS = 5.0
@@ -62,20 +62,21 @@ class EventStream(AsyncIterator[EventRecord]):
 
     Overflow policy: when the bounded queue would overflow, the hub drops this subscriber's
     backlog and marks it behind, so memory stays bounded. At its next read the stream catches up
-    from the table after its position, then follows live events again; it never raises for
-    being slow. The stream ends (StopAsyncIteration) when the hub closes.
+    from the table after its position (catch_up.py: a few such reads at once per hub, retried
+    while no connection or no database answers), then follows live events again; it never
+    raises for being slow. The stream ends (StopAsyncIteration) when the hub closes.
     """
 
     def __init__(
         self,
-        store: Store,
+        reads: CatchUpReads,
         matches: EventFilter,
         *,
         after_event_id: int,
         replay: bool,
         maxsize: int,
     ) -> None:
-        self._store = store
+        self._reads = reads
         self._matches = matches
         self._instance_id = matches.instance_id if isinstance(matches, EventSelection) else None
         self._maxsize = maxsize
@@ -89,6 +90,7 @@ class EventStream(AsyncIterator[EventRecord]):
         self._replaying = False
         self._overflow_count = 0
         self._closed = False
+        self._ended = asyncio.Event()  # closed or failed: a table read waiting to retry gives up
         self.delivered = 0  # events this stream has handed out
         self._error: BaseException | None = None
 
@@ -146,12 +148,9 @@ class EventStream(AsyncIterator[EventRecord]):
             await self._wakeup.wait()
 
     async def _read_page(self) -> None:
-        if self._instance_id is None:
-            page = await self._store.events_after(self._position, PAGE_SIZE)
-        else:  # what this stream can match, not every event after its position
-            page = await self._store.instance_events_after(
-                self._instance_id, self._position, PAGE_SIZE
-            )
+        page = await self._reads.page(self._instance_id, self._position, self._ended)
+        if page is None:  # the stream ended meanwhile
+            return
         if len(page) < PAGE_SIZE:
             self._replaying = False
         if page:
@@ -188,12 +187,14 @@ class EventStream(AsyncIterator[EventRecord]):
         self._accepting = False
         self._queue.clear()
         self._wakeup.set()
+        self._ended.set()
 
     def _close(self) -> None:
         self._closed = True
         self._accepting = False
         self._queue.clear()
         self._wakeup.set()
+        self._ended.set()
 
 
 class EventHub:
@@ -207,8 +208,10 @@ class EventHub:
         on_notification: NotificationCallback | None,
         subscriber_queue_size: int,
         poll_seconds: float,
+        catch_up_reads: int = CATCH_UP_READS,
     ) -> None:
         self._store = store
+        self._reads = CatchUpReads(store, limit=catch_up_reads)
         self._backend = backend
         self._cursor = 0  # the reader has handed out every event up to here (set by start)
         self._on_notification = on_notification
@@ -237,6 +240,7 @@ class EventHub:
         subscriber_queue_size: int = 1000,
         poll_seconds: float = POLL_SECONDS,
         application_name: str = LISTENER_APPLICATION_NAME,
+        catch_up_reads: int = CATCH_UP_READS,
     ) -> AsyncIterator["EventHub"]:
         """The hub, listening now (`listen`) or from the first `start()`; stopped on exit.
 
@@ -244,9 +248,13 @@ class EventHub:
         logged and dropped). `poll_seconds` bounds how late an event can be if a NOTIFY is lost.
         With `listen=False` a process that only writes (a producer) holds no LISTEN connection
         and is not woken by every event in the database; `open_stream` starts it when needed.
+        `catch_up_reads` bounds the pool connections that streams reading the table for
+        themselves (a replay, a catch-up) take at once (catch_up.py).
         """
-        if subscriber_queue_size < 1 or poll_seconds <= 0:
-            raise ValueError("subscriber_queue_size and poll_seconds must be positive")
+        if subscriber_queue_size < 1 or poll_seconds <= 0 or catch_up_reads < 1:
+            raise ValueError(
+                "subscriber_queue_size, poll_seconds and catch_up_reads must be positive"
+            )
         backend = ListenBackend(
             database_url, heartbeat_seconds=heartbeat_seconds, application_name=application_name
         )
@@ -256,6 +264,7 @@ class EventHub:
             on_notification=on_notification,
             subscriber_queue_size=subscriber_queue_size,
             poll_seconds=poll_seconds,
+            catch_up_reads=catch_up_reads,
         )
         try:
             if listen:
@@ -346,7 +355,7 @@ class EventHub:
             raise RuntimeError("the event hub is not running") from self._failure
         await self.start()
         stream = EventStream(
-            self._store,
+            self._reads,
             matches,
             after_event_id=self._cursor if after_event_id is None else after_event_id,
             replay=after_event_id is not None,
@@ -423,6 +432,7 @@ class EventHub:
             return
         while True:
             page = await self._store.events_after(self._cursor, PAGE_SIZE)
+            self._reads.offer(self._cursor, page)  # for streams behind at the same place
             if page:
                 self._cursor = page[-1].event_id
                 for stream in self._streams:
