@@ -157,7 +157,10 @@ def test_dockerfile_builds_the_wheel_and_the_image_installs_only_that_wheel() ->
             assert not {"-e", "--editable"} & set(install), install
             assert "." not in install, "the source tree is never installed, only the wheel"
     installs = _pip_installs(final)
-    assert any(arg.endswith(".whl") for install in installs for arg in install), installs
+    # The wheel with its `pinned` extra: the dependency versions the release is tested with.
+    wheels = [arg for install in installs for arg in install if ".whl" in arg]
+    assert wheels, installs
+    assert all(arg.rstrip('"').endswith(".whl)[pinned]") for arg in wheels), wheels
     copies = _arguments(final, "COPY")
     assert any(copy.startswith(f"--from={build_name} ") for copy in copies), copies
     # The final stage gets no source: the wheel from the build stage, and app/ only.
