@@ -1,12 +1,13 @@
 """The Strawberry schema: its protection extensions, error policy and configuration.
 
-Owns how the schema is assembled: the depth/alias/token limits (judged once per distinct
-document, documents.py), error codes and masking, logging of unexpected errors, and the SDL
-export. A host application building its own schema from LanewayQuery, LanewayMutation and
-LanewaySubscription takes the same protection with `extensions=schema_extensions()`, and
-`config=schema_config()` if it wants Laneway's JSON scalar and no field suggestions;
-Laneway's field names come out right without either (they are explicit, see types.py and
-arguments.py). Resolvers live in query.py, mutation.py and subscription.py.
+Owns how the schema is assembled: the depth/alias/token limits and the result-size cap
+(judged once per distinct document, documents.py; the estimate is result_size.py's), error
+codes and masking, logging of unexpected errors, and the SDL export. A host application
+building its own schema from LanewayQuery, LanewayMutation and LanewaySubscription takes the
+same protection with `extensions=schema_extensions()`, and `config=schema_config()` if it
+wants Laneway's JSON scalar and no field suggestions; Laneway's field names come out right
+without either (they are explicit, see types.py and arguments.py). Resolvers live in
+query.py, mutation.py and subscription.py.
 """
 
 import logging
@@ -43,6 +44,7 @@ from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
+from laneway.api.graphql.result_size import ResultSizeLimit
 from laneway.api.graphql.spans import OperationSpans
 from laneway.api.graphql.subscription import LanewaySubscription
 from laneway.engine import tracing
@@ -52,12 +54,13 @@ logger = logging.getLogger(__name__)
 MAX_DEPTH = 10
 MAX_ALIASES = 15
 MAX_TOKENS = 2000
-# The depth and alias rules, built once: a cached verdict (documents.py) is keyed by the rule
-# classes, and QueryDepthLimiter and MaxAliasesLimiter build new ones for every operation.
-# The token limit and these rules are applied by DocumentCache.
+# The depth, alias and result-size rules, built once: a cached verdict (documents.py) is keyed
+# by the rule classes, and QueryDepthLimiter and MaxAliasesLimiter build new ones for every
+# operation. The token limit and these rules are applied by DocumentCache.
 LIMIT_RULES = (
     *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
     *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
+    ResultSizeLimit,
 )
 
 
@@ -142,9 +145,10 @@ Extension = Callable[[], SchemaExtension] | type[SchemaExtension]
 
 def schema_extensions() -> list[Extension]:
     """The protection of Laneway's schema, for a host's schema too: depth, alias and token
-    limits, the argument guard (input_guard.py), error codes (SERVICE_UNAVAILABLE, request
-    ids) and masking of unexpected errors; and OpenTelemetry spans when the otel extra is
-    installed (laneway/engine/tracing.py), made for the operations whose settings trace."""
+    limits, the argument guard (input_guard.py), the result-size cap (result_size.py), error
+    codes (SERVICE_UNAVAILABLE, request ids) and masking of unexpected errors; and
+    OpenTelemetry spans when the otel extra is installed (laneway/engine/tracing.py), made
+    for the operations whose settings trace."""
     extensions: list[Extension] = [
         lambda: DocumentCache(max_tokens=MAX_TOKENS, rules=LIMIT_RULES),
         InputGuard,
