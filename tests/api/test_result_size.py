@@ -28,14 +28,22 @@ from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
 from laneway.api.graphql.documents import cache_info
+from laneway.api.graphql.query import LanewayQuery
 from laneway.api.graphql.result_size import (
     MAX_COST,
     RESOLVER_COST,
     UNSIZED_LIST,
+    ResultSizeGuard,
     ResultSizeLimit,
     operation_cost,
 )
-from laneway.api.graphql.schema import schema
+from laneway.api.graphql.schema import (
+    ErrorCodes,
+    Extension,
+    LanewaySchema,
+    schema,
+    schema_extensions,
+)
 from laneway.cli import instances, queues
 from laneway.engine import Engine
 from laneway.engine.page_calls import MAX_PAGE_SIZE
@@ -202,6 +210,66 @@ async def test_a_big_but_legal_query_runs(quiet_server: LiveServer) -> None:
     assert "errors" not in body
     assert len(body["data"]["workflowInstances"]) == 3
     assert all(i["events"] for i in body["data"]["workflowInstances"])
+
+
+async def test_limits_given_as_variables_count(
+    quiet_server: LiveServer, lists_read: list[object]
+) -> None:
+    async def post(variables: dict[str, Any], query: str = BY_VARIABLES) -> dict[str, Any]:
+        response = await quiet_server.client.post(
+            "/graphql", json={"query": query, "variables": variables}
+        )
+        body: dict[str, Any] = response.json()
+        return body
+
+    big = {"instances": 500, "events": 500}
+    assert cost(BY_VARIABLES, big) > MAX_COST
+    assert refused_cost((await post(big))["errors"]) == cost(BY_VARIABLES, big)
+    by_get = await quiet_server.client.get(
+        "/graphql", params={"query": BY_VARIABLES, "variables": json.dumps(big)}
+    )
+    assert refused_cost(by_get.json()["errors"]) == cost(BY_VARIABLES, big)
+    # An Int sent as a float is the same Int.
+    floats = {"instances": 500.0, "events": 500.0}
+    assert refused_cost((await post(floats))["errors"]) == cost(BY_VARIABLES, big)
+    # A variable's default counts when the request leaves it out.
+    defaulted = BY_VARIABLES.replace("$events: Int", "$events: Int = 500")
+    assert refused_cost((await post({"instances": 500}, defaulted))["errors"]) > MAX_COST
+    # Null is the field's own default (events: 100): 500 × 100 fits.
+    assert "errors" not in await post({"instances": 500, "events": None})
+    assert "errors" not in await post({"instances": 10, "events": 500})
+    # A websocket's operation counts its variables too.
+    async with connect(quiet_server.ws_url, subprotocols=[PROTOCOL]) as ws:
+        await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        payload = {"query": BY_VARIABLES, "variables": big}
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": payload}))
+        async with asyncio.timeout(10):
+            reply = json.loads(await ws.recv())
+        assert (reply["id"], reply["type"]) == ("1", "error"), reply
+        assert refused_cost(reply["payload"]) == cost(BY_VARIABLES, big)
+    assert len(lists_read) == 2  # only the two that fit ran
+
+
+@pytest.mark.parametrize("before_validation", [True, False])
+async def test_the_guard_refuses_before_or_after_the_validation_cache(
+    before_validation: bool,
+) -> None:
+    # Without DocumentCache before it, the guard's refusal joins Strawberry's own validation.
+    # No context: were a resolver reached, it would fail with a masked error, not this one.
+    extensions: list[Extension] = (
+        [ResultSizeGuard, ErrorCodes] if before_validation else schema_extensions()
+    )
+    hosted = LanewaySchema(query=LanewayQuery, extensions=extensions)
+    for _ in range(2):
+        big = {"instances": 500, "events": 500}
+        result = await hosted.execute(BY_VARIABLES, variable_values=big)
+        assert result.data is None
+        [error] = result.errors or []
+        assert error.extensions == {"code": VALIDATION_FAILED}
+        assert REFUSAL.search(error.message) is not None
+        honest = await hosted.execute("{ __typename }")
+        assert honest.data == {"__typename": "Query"}
 
 
 def test_a_variable_that_is_refused_anyway_keeps_its_own_refusal() -> None:

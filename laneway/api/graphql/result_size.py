@@ -12,10 +12,12 @@ counts UNSIZED_LIST items. Fragments count where they are spread, aliases each, 
 selected twice twice; `@skip` and `@include` are not read (the worst case), and introspection
 fields, which read no data and are off where GraphiQL is, count 1.
 
-Checked by ResultSizeLimit, a validation rule that DocumentCache (documents.py) judges once
-per document, so a refusal comes before any resolver; it refuses with a validation error
-(GRAPHQL_VALIDATION_FAILED, errors.py) that names the estimate and the cap. Which limits a
-schema takes is schema.py's.
+Checked twice, so a refusal comes before any resolver: ResultSizeLimit, a validation rule that
+DocumentCache (documents.py) judges once per document, counts a variable at its smallest (one
+item, no requests), so what it refuses is over the cap for any variables; ResultSizeGuard, a
+schema extension, counts the operation about to run with the request's variables when it
+has any. Both refuse with a validation error (GRAPHQL_VALIDATION_FAILED, errors.py) that
+names the estimate and the cap. Which limits a schema takes is schema.py's.
 """
 
 import math
@@ -43,9 +45,11 @@ from graphql import (
     SelectionSetNode,
     ValueNode,
     VariableNode,
+    get_operation_ast,
 )
 from graphql.language.visitor import SKIP, VisitorAction
 from graphql.validation import ASTValidationRule, ValidationContext
+from strawberry.extensions import SchemaExtension
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.field import StrawberryField
 
@@ -293,3 +297,37 @@ def operation_cost(
         return None
 
     return _Estimate(schema, _fragments(document), variable).operation(operation)
+
+
+def _reporting(error: GraphQLError) -> type[ASTValidationRule]:
+    """A validation rule that reports `error`, for a validation still to come."""
+
+    class ReportResultSize(ASTValidationRule):
+        def enter_document(self, *_: object) -> None:
+            self.report_error(error)
+
+    return ReportResultSize
+
+
+class ResultSizeGuard(SchemaExtension):
+    """Refuse the operation about to run when, with the request's variables, its cost is over
+    MAX_COST: as validation refuses it, so nothing runs. An operation without variables was
+    judged whole by ResultSizeLimit. Register it after the input guard, whose refusal of an
+    argument out of range comes first."""
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context
+        document = context.graphql_document
+        if document is not None and not context.pre_execution_errors:
+            operation = get_operation_ast(document, context.operation_name)
+            if operation is not None and operation.variable_definitions:
+                schema = context.schema._schema
+                cost = operation_cost(schema, document, operation, context.variables or {})
+                error = refusal(operation, cost)
+                if error is not None:
+                    # Validation still to come reports it with its own errors; a verdict
+                    # already given (valid: a cache before this one) is replaced by it.
+                    context.validation_rules = (*context.validation_rules, _reporting(error))
+                    if context.pre_execution_errors is not None:
+                        context.pre_execution_errors = [error]
+        yield

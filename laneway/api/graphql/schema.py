@@ -44,7 +44,7 @@ from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
-from laneway.api.graphql.result_size import ResultSizeLimit
+from laneway.api.graphql.result_size import ResultSizeGuard, ResultSizeLimit
 from laneway.api.graphql.spans import OperationSpans
 from laneway.api.graphql.subscription import LanewaySubscription
 from laneway.engine import tracing
@@ -56,7 +56,8 @@ MAX_ALIASES = 15
 MAX_TOKENS = 2000
 # The depth, alias and result-size rules, built once: a cached verdict (documents.py) is keyed
 # by the rule classes, and QueryDepthLimiter and MaxAliasesLimiter build new ones for every
-# operation. The token limit and these rules are applied by DocumentCache.
+# operation. The token limit and these rules are applied by DocumentCache; ResultSizeGuard
+# counts an operation's variables, which a rule cannot see (result_size.py).
 LIMIT_RULES = (
     *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
     *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
@@ -152,6 +153,7 @@ def schema_extensions() -> list[Extension]:
     extensions: list[Extension] = [
         lambda: DocumentCache(max_tokens=MAX_TOKENS, rules=LIMIT_RULES),
         InputGuard,
+        ResultSizeGuard,
         ErrorCodes,
     ]
     if tracing.AVAILABLE:
