@@ -88,7 +88,7 @@ class _Estimate:
         self.schema = schema
         self.variable = variable
         self.fragments: dict[str, Linear] = {}
-        for name in _dependency_order(fragments):
+        for name in dependency_order(fragments):
             fragment = fragments[name]
             condition = schema.get_type(fragment.type_condition.name.value)
             if condition is not None:
@@ -211,7 +211,7 @@ def _spreads(selection_set: SelectionSetNode) -> Iterator[str]:
                 pending.append(node.selection_set)
 
 
-def _dependency_order(fragments: Mapping[str, FragmentDefinitionNode]) -> list[str]:
+def dependency_order(fragments: Mapping[str, FragmentDefinitionNode]) -> list[str]:
     """The fragments, each after those it spreads (without recursion: a chain of fragments
     may be long). A spread that closes a cycle, which validation refuses, is left out."""
     order: list[str] = []
@@ -234,7 +234,7 @@ def _dependency_order(fragments: Mapping[str, FragmentDefinitionNode]) -> list[s
     return order
 
 
-def _fragments(document: DocumentNode) -> dict[str, FragmentDefinitionNode]:
+def fragments_of(document: DocumentNode) -> dict[str, FragmentDefinitionNode]:
     return {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
 
 
@@ -261,7 +261,7 @@ class ResultSizeLimit(ASTValidationRule):
     def enter_document(self, node: DocumentNode, *_args: Any) -> VisitorAction:
         context = self.context
         assert isinstance(context, ValidationContext)  # a rule of an executable document
-        estimate = _Estimate(context.schema, _fragments(node), _unknown)
+        estimate = _Estimate(context.schema, fragments_of(node), _unknown)
         for definition in node.definitions:
             if isinstance(definition, OperationDefinitionNode):
                 error = refusal(definition, estimate.operation(definition))
@@ -279,7 +279,7 @@ def operation_cost(
     """An operation's estimated cost with these variables (one left out counts at its
     default); `variables` None: each at its smallest, as ResultSizeLimit counts them."""
     if variables is None:
-        return _Estimate(schema, _fragments(document), _unknown).operation(operation)
+        return _Estimate(schema, fragments_of(document), _unknown).operation(operation)
     defaults = {
         definition.variable.name.value: definition.default_value
         for definition in operation.variable_definitions or ()
@@ -296,7 +296,7 @@ def operation_cost(
             return list(default.values)
         return None
 
-    return _Estimate(schema, _fragments(document), variable).operation(operation)
+    return _Estimate(schema, fragments_of(document), variable).operation(operation)
 
 
 def _reporting(error: GraphQLError) -> type[ASTValidationRule]:

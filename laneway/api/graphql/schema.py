@@ -17,6 +17,7 @@ from typing import cast
 import strawberry
 from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import GraphQLError
+from graphql.validation import ASTValidationRule
 from strawberry.extensions import (
     DisableIntrospection,
     MaskErrors,
@@ -40,6 +41,7 @@ from laneway.api.graphql.errors import (
     is_expected,
 )
 from laneway.api.graphql.execution import LanewayExecutor
+from laneway.api.graphql.fragment_expansion import FragmentExpansionLimit, guarded
 from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.mutation import LanewayMutation
@@ -58,9 +60,12 @@ MAX_TOKENS = 2000
 # by the rule classes, and QueryDepthLimiter and MaxAliasesLimiter build new ones for every
 # operation. The token limit and these rules are applied by DocumentCache; ResultSizeGuard
 # counts an operation's variables, which a rule cannot see (result_size.py).
-LIMIT_RULES = (
-    *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
-    *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
+# A document whose fragments expand past a limit is refused first, and the depth and alias
+# limiters, which expand every spread anew, never run on it (fragment_expansion.py).
+LIMIT_RULES: tuple[type[ASTValidationRule], ...] = (
+    FragmentExpansionLimit,
+    *(guarded(rule) for rule in QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules),
+    *(guarded(rule) for rule in MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules),
     ResultSizeLimit,
 )
 
