@@ -21,6 +21,8 @@ from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.http.async_base_view import AsyncWebSocketAdapter
 from strawberry.http.exceptions import WebSocketDisconnected
 
+from laneway.engine import time_limit
+
 logger = logging.getLogger(__name__)
 
 # As long as uvicorn waits for the answer to its ping: a client that cannot take one message
@@ -69,15 +71,13 @@ class BoundedSends(AsyncWebSocketAdapter):
         if self.dropped:
             raise WebSocketDisconnected
         seconds = SEND_TIMEOUT_SECONDS
-        deadline = asyncio.timeout(seconds)
         try:
-            async with deadline:
-                await send()
+            # A send that finds room in the buffers finishes without waiting, and then arms no
+            # timer (time_limit.within): this runs for every event of every subscriber.
+            await time_limit.within(send(), seconds)
         except WebSocketDisconnect as exc:
             raise WebSocketDisconnected from exc
-        except TimeoutError:
-            if not deadline.expired():
-                raise
+        except time_limit.TimeLimitExceededError:
             await self._drop(seconds)
             raise WebSocketDisconnected from None
 
