@@ -34,8 +34,8 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 500
 CATCH_UP_READS = 2  # of the pool's 10 connections by default (LANEWAY_POOL_SIZE)
 SHARED_PAGES = 16
-RETRY_MIN_SECONDS = 0.05
-RETRY_MAX_SECONDS = 5.0
+RETRY_MIN_SECONDS = 0.05  # a failed table read is tried again after this, doubling to the
+RETRY_MAX_SECONDS = 5.0  # most: the hub's own reader backs off the same way (hub.py)
 
 PageKey = tuple[UUID | None, int]  # (the instance read, or None for every event; after id)
 

@@ -26,15 +26,19 @@ from laneway.events.backend import (
     ListenBackend,
     is_gap,
 )
-from laneway.events.catch_up import CATCH_UP_READS, PAGE_SIZE, CatchUpReads
+from laneway.events.catch_up import (
+    CATCH_UP_READS,
+    PAGE_SIZE,
+    RETRY_MAX_SECONDS,
+    RETRY_MIN_SECONDS,
+    CatchUpReads,
+)
 from laneway.model import NOTIFY_CHANNEL, EventRecord, Notification
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 5.0  # a fallback: NOTIFY wakes the reader, and a reconnect re-reads the table
-READ_BACKOFF_MIN_SECONDS = 0.05
-READ_BACKOFF_MAX_SECONDS = 5.0
 
 EventFilter = Callable[[EventRecord], bool]
 NotificationCallback = Callable[[Notification], None]
@@ -404,7 +408,7 @@ class EventHub:
 
     async def _read_loop(self) -> None:
         """Read new rows once per wake-up (or every `poll_seconds`) and fan them out."""
-        delay = READ_BACKOFF_MIN_SECONDS
+        delay = RETRY_MIN_SECONDS
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll_seconds):
@@ -417,10 +421,10 @@ class EventHub:
             except CONNECTION_ERRORS as error:
                 logger.warning("event read failed", extra={"delay_s": delay, "error": repr(error)})
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, READ_BACKOFF_MAX_SECONDS)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
                 self._wake.set()
             else:
-                delay = READ_BACKOFF_MIN_SECONDS
+                delay = RETRY_MIN_SECONDS
 
     async def _read_new_events(self) -> None:
         # Ids become visible in id order (the append lock, queries.APPEND_EVENTS), so reading
