@@ -339,9 +339,10 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
         return None if arguments is None else (renderer, plan, arguments)
 
     async def _fail(self, operation: Operation[Any, Any], error: Exception) -> None:
-        """Logged once here; the client sees SERVICE_UNAVAILABLE or the masked message, as on
-        the ordinary path."""
-        logger.error("event stream failed", exc_info=error, extra={"operation": operation.id})
+        """Logged once here (a refused argument is the client's, not logged); the client sees
+        its code, SERVICE_UNAVAILABLE or the masked message, as on the ordinary path."""
+        if not isinstance(error, LanewayError):
+            logger.error("event stream failed", exc_info=error, extra={"operation": operation.id})
         final = {"id": operation.id, "type": "error", "payload": [public_error(error)]}
         with suppress(WebSocketDisconnected):
             await operation.send_operation_message(final)  # type: ignore[arg-type]

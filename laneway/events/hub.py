@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
+from laneway.errors import InvalidInputError
 from laneway.events.backend import (
     CONNECTION_ERRORS,
     LISTENER_APPLICATION_NAME,
@@ -349,6 +350,9 @@ class EventHub:
 
         Raises:
             ValueError: `after_event_id` is negative.
+            InvalidInputError: `after_event_id` is past every id the database has drawn (a
+                cursor from another database, or from before a restore): events would come
+                with lower ids, and the stream would skip them all.
             RuntimeError: the hub is closed or one of its tasks crashed.
             asyncpg.PostgresError, OSError, TimeoutError: the hub was not listening yet and the
                 database cannot be reached now (see `start`).
@@ -358,6 +362,13 @@ class EventHub:
         if self._closed or self._failure is not None:
             raise RuntimeError("the event hub is not running") from self._failure
         await self.start()
+        if after_event_id is not None and after_event_id > self._cursor:
+            drawn = await self._store.last_drawn_event_id()
+            if after_event_id > drawn:
+                raise InvalidInputError(
+                    f"after event id {after_event_id} is past the newest event id of this "
+                    f"database ({drawn}): resume from an event id it sent, or from 0"
+                )
         stream = EventStream(
             self._reads,
             matches,

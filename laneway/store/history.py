@@ -68,3 +68,9 @@ class HistoryStore(StoreBase):
         async with self._acquire() as conn:
             value: int = await conn.fetchval(queries.LATEST_EVENT_ID)
         return value
+
+    async def last_drawn_event_id(self) -> int:
+        """The highest event id drawn so far, committed or not (0 before the first event)."""
+        async with self._acquire() as conn:
+            value: int = await conn.fetchval(queries.LAST_DRAWN_EVENT_ID)
+        return value

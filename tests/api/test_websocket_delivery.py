@@ -89,3 +89,21 @@ async def test_a_bad_instance_id_still_gets_the_schemas_error(
         await asyncio.wait_for(collect(api_only, DIRECT, 1, id="not-a-uuid"), timeout=10)
     assert raised.value.errors is not None
     assert raised.value.errors[0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+@pytest.mark.parametrize("document", [DIRECT, EXECUTED], ids=["direct", "executed"])
+async def test_a_cursor_past_every_event_id_is_refused_on_both_paths(
+    api_only: LiveServer,  # noqa: F811
+    document: str,
+) -> None:
+    """A cursor this database never drew (from another database, or from before a restore)
+    would skip every event to come, whose ids are lower: both paths refuse it."""
+    from gql.transport.exceptions import TransportQueryError
+
+    await enqueue_hello(api_only)
+    with pytest.raises(TransportQueryError) as raised:
+        await asyncio.wait_for(collect(api_only, document, 1, after="9000000000"), timeout=10)
+    assert raised.value.errors is not None
+    error = raised.value.errors[0]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert "9000000000" in error["message"]

@@ -271,10 +271,13 @@ def add_code(error: GraphQLError) -> None:
 
 def public_error(error: BaseException) -> dict[str, object]:
     """What a client may see of an exception raised outside GraphQL execution (a websocket
-    stream that fails, say): the database's SERVICE_UNAVAILABLE, or the masked message."""
+    stream that fails, say): the database's SERVICE_UNAVAILABLE, a mapped LanewayError with
+    its code, or the masked message."""
     if is_database_unavailable(error):
         message = BUSY_MESSAGE if isinstance(error, PoolBusyError) else UNAVAILABLE_MESSAGE
         return {"message": message, "extensions": {"code": SERVICE_UNAVAILABLE}}
+    if isinstance(error, LanewayError) and (code := code_for(error)) is not None:
+        return {"message": str(error), "extensions": {"code": code, **error.details()}}
     return {"message": MASKED_MESSAGE, "extensions": {"code": INTERNAL_SERVER_ERROR}}
 
 

@@ -57,3 +57,10 @@ LATEST_EVENT_ID = """
 SELECT COALESCE(max(event_id), 0)
   FROM laneway.events
 """
+
+# The highest event id the database has drawn (committed or not; 0 before the first): no
+# event has, or will ever have, an id above it and below the next one drawn.
+LAST_DRAWN_EVENT_ID = """
+SELECT COALESCE(pg_sequence_last_value(
+           pg_get_serial_sequence('laneway.events', 'event_id')::regclass), 0)
+"""
