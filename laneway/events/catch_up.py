@@ -6,8 +6,8 @@ every subscriber of a process behind at once; each reading on its own took every
 of the pool, so enqueues and requests waited for one until they failed, and so did most of
 the reads, which then ended their subscriptions as if the database were down. Here:
 
-- at most `limit` of these reads run at once per hub (CATCH_UP_READS, a small part of the
-  pool); the others wait their turn, which is not a failure;
+- at most `limit` of these reads run at once per hub (by default a fifth of the pool, at
+  least one: reads_for_pool); the others wait their turn, which is not a failure;
 - a full page (PAGE_SIZE events) is remembered, the last SHARED_PAGES of them, and handed to
   the next streams that ask for it: ids become visible in id order (the append lock,
   queries.APPEND_EVENTS), so no later commit can change a full page, and streams behind at
@@ -32,7 +32,7 @@ from laneway.store import Store
 logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
-CATCH_UP_READS = 2  # of the pool's 10 connections by default (LANEWAY_POOL_SIZE)
+POOL_SHARE = 5  # catch-up reads take at most a fifth of the pool (LANEWAY_POOL_SIZE), and one
 SHARED_PAGES = 16
 RETRY_MIN_SECONDS = 0.05  # a failed table read is tried again after this, doubling to the
 RETRY_MAX_SECONDS = 5.0  # most: the hub's own reader backs off the same way (hub.py)
@@ -40,10 +40,16 @@ RETRY_MAX_SECONDS = 5.0  # most: the hub's own reader backs off the same way (hu
 PageKey = tuple[UUID | None, int]  # (the instance read, or None for every event; after id)
 
 
+def reads_for_pool(capacity: int) -> int:
+    """How many catch-up reads a pool of `capacity` connections lends at once: a fifth of it,
+    at least one (2 of the default 10; at the smallest pool, 2, one is always left)."""
+    return max(1, capacity // POOL_SHARE)
+
+
 class CatchUpReads:
     """The table reads of one hub's streams: at most `limit` at once, full pages shared."""
 
-    def __init__(self, store: Store, *, limit: int = CATCH_UP_READS) -> None:
+    def __init__(self, store: Store, *, limit: int) -> None:
         if limit < 1:
             raise ValueError("at least one catch-up read must be allowed")
         self._store = store

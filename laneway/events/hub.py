@@ -28,11 +28,11 @@ from laneway.events.backend import (
     is_gap,
 )
 from laneway.events.catch_up import (
-    CATCH_UP_READS,
     PAGE_SIZE,
     RETRY_MAX_SECONDS,
     RETRY_MIN_SECONDS,
     CatchUpReads,
+    reads_for_pool,
 )
 from laneway.model import NOTIFY_CHANNEL, EventRecord, Notification
 from laneway.store import Store
@@ -213,9 +213,11 @@ class EventHub:
         on_notification: NotificationCallback | None,
         subscriber_queue_size: int,
         poll_seconds: float,
-        catch_up_reads: int = CATCH_UP_READS,
+        catch_up_reads: int | None = None,
     ) -> None:
         self._store = store
+        if catch_up_reads is None:
+            catch_up_reads = reads_for_pool(store.pool_capacity)
         self._reads = CatchUpReads(store, limit=catch_up_reads)
         self._backend = backend
         self._cursor = 0  # the reader has handed out every event up to here (set by start)
@@ -245,7 +247,7 @@ class EventHub:
         subscriber_queue_size: int = 1000,
         poll_seconds: float = POLL_SECONDS,
         application_name: str = LISTENER_APPLICATION_NAME,
-        catch_up_reads: int = CATCH_UP_READS,
+        catch_up_reads: int | None = None,
     ) -> AsyncIterator["EventHub"]:
         """The hub, listening now (`listen`) or from the first `start()`; stopped on exit.
 
@@ -254,9 +256,14 @@ class EventHub:
         With `listen=False` a process that only writes (a producer) holds no LISTEN connection
         and is not woken by every event in the database; `open_stream` starts it when needed.
         `catch_up_reads` bounds the pool connections that streams reading the table for
-        themselves (a replay, a catch-up) take at once (catch_up.py).
+        themselves (a replay, a catch-up) take at once (catch_up.py); None: a fifth of the
+        store's pool, at least one.
         """
-        if subscriber_queue_size < 1 or poll_seconds <= 0 or catch_up_reads < 1:
+        if (
+            subscriber_queue_size < 1
+            or poll_seconds <= 0
+            or (catch_up_reads is not None and catch_up_reads < 1)
+        ):
             raise ValueError(
                 "subscriber_queue_size, poll_seconds and catch_up_reads must be positive"
             )

@@ -106,6 +106,11 @@ class StoreBase:
             [t.stage for t in failed],
         )
 
+    @property
+    def pool_capacity(self) -> int:
+        """The most connections the store's pool opens at once."""
+        return self._pool.capacity
+
     def pool_counts(self) -> tuple[int, int]:
         """Pooled connections lent out now, and open and idle."""
         return self._pool.size - self._pool.idle, self._pool.idle

@@ -160,6 +160,11 @@ class ConnectionPool:
         self._drained: asyncio.Event | None = None  # set by close() once nothing is lent
 
     @property
+    def capacity(self) -> int:
+        """The most connections this pool opens at once."""
+        return self._size
+
+    @property
     def size(self) -> int:
         """Connections open (idle, lent or settling) or being opened."""
         return len(self._idle) + len(self._lent) + len(self._settling) + self._opening

@@ -7,11 +7,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from uuid import UUID
 
 import pytest
 
-from laneway.events import EventHub, EventStream
-from laneway.events.catch_up import PAGE_SIZE, CatchUpReads
+from laneway.events import EventHub, EventSelection, EventStream
+from laneway.events.catch_up import PAGE_SIZE, CatchUpReads, reads_for_pool
+from laneway.model import EventRecord
 from laneway.store import Store
 from laneway.store.pool import ConnectionPool, create_pool
 from tests.events.test_backend import until
@@ -115,3 +117,49 @@ async def test_streams_behind_at_the_same_place_share_the_read_of_a_full_page(
     # A full page cannot change, so it is read once; a short one can grow, so each asker
     # reads it for itself.
     assert recording.scans == [0, end, end, end]
+
+
+class ConcurrencyRecordingStore(Store):
+    """A real Store that counts the per-instance table reads running at once."""
+
+    def __init__(self, pool: ConnectionPool, database_url: str) -> None:
+        super().__init__(pool, database_url)
+        self.running = 0
+        self.most = 0
+
+    async def instance_events_after(
+        self, instance_id: UUID, after_event_id: int, limit: int
+    ) -> list[EventRecord]:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(0.02)  # the read's own time, so that reads overlap if allowed
+            return await super().instance_events_after(instance_id, after_event_id, limit)
+        finally:
+            self.running -= 1
+
+
+@pytest.mark.parametrize(("pool_size", "reads"), [(2, 1), (4, 1), (10, 2), (25, 5)])
+async def test_catch_up_reads_take_a_fifth_of_the_pool_and_leave_at_least_one(
+    store: Store, database_url: str, pool_size: int, reads: int
+) -> None:
+    assert reads_for_pool(pool_size) == reads
+    instance_ids = await write(make_engine(store), 12)
+    pool = await create_pool(database_url, size=pool_size)
+    recording = ConcurrencyRecordingStore(pool, database_url)
+    try:
+        async with (
+            EventHub.open(database_url, recording, poll_seconds=60) as hub,
+            contextlib.AsyncExitStack() as stack,
+        ):
+            streams = [
+                await stack.enter_async_context(
+                    hub.open_stream(after_event_id=0, matches=EventSelection(instance_id))
+                )
+                for instance_id in instance_ids
+            ]
+            replays = await asyncio.gather(*(take(stream, 1) for stream in streams))
+    finally:
+        await pool.close()
+    assert [events[0].instance_id for events in replays] == instance_ids
+    assert recording.most == reads
