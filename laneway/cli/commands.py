@@ -216,10 +216,10 @@ async def watch(args: argparse.Namespace, settings: Settings) -> int:
     after = str(args.after) if args.after is not None else None
     task = asyncio.current_task()
     assert task is not None
-    last: int | None = None
+    began: int | None = None
     async with open_client(args, settings) as client:
         if target is not None:
-            last = await _last_event(client, target)  # an unknown id fails now, not never
+            began = await _last_event(client, target)  # an unknown id fails now, not never
         try:
             # Printed from a thread: a reader that pauses (a pager, a full pipe) must not
             # stall the loop, which keeps the connection alive (the websocket's keepalive).
@@ -229,7 +229,7 @@ async def watch(args: argparse.Namespace, settings: Settings) -> int:
                         await _follow_all(client, after, stdout, as_json=args.json)
                         return EXIT_OK
                     ended = await _follow_instance(
-                        client, target, after or "0", last, stdout, as_json=args.json
+                        client, target, after or "0", began, stdout, as_json=args.json
                     )
         except asyncio.CancelledError:
             task.uncancel()
@@ -272,31 +272,39 @@ def _event_number(event: JSONObject) -> int:
         raise CommandError(f"not an event id: {event['eventID']!r}") from None
 
 
-def _ends(event: JSONObject, last: int | None) -> bool:
-    """Whether `event` is the instance's end: a terminal event, and not one of the replay that
-    an event after it (`last`, the newest when the watch began) superseded. A failed instance
-    that a retry ran again has its `failed` in the history, and the end that came after."""
+async def _ends(client: Client, target: str, event: JSONObject, began: int | None) -> bool:
+    """Whether `event` is the instance's end: a terminal event that no later event of the
+    instance superseded. A failed instance that a retry ran again has its `failed` in the
+    history, and the end that came after; the instance's newest event is read when a
+    terminal one arrives, so a retry that lands while the watch replays is seen too. A
+    server's rate limit refusing that read leaves `began`, the newest when the watch began."""
     if event["type"] not in output.TERMINAL:
         return False
-    return last is None or _event_number(event) >= last
+    try:
+        newest = await _last_event(client, target)
+    except CommandError as exc:
+        if exc.code != "RATE_LIMITED":
+            raise
+        newest = began
+    return newest is None or _event_number(event) >= newest
 
 
 async def _follow_instance(
     client: Client,
     target: str,
     after: str,
-    last: int | None,
+    began: int | None,
     stdout: OutputThread,
     *,
     as_json: bool,
 ) -> str:
-    """Print the instance's events until its end (`_ends`, with `last` the id of its newest
+    """Print the instance's events until its end (`_ends`, with `began` the id of its newest
     event when the watch began); return its terminal status."""
     if as_json:
         async with client.follow(target, after) as events:
             async for event in events:
                 output.print_json(event, stdout.file)
-                if _ends(event, last):
+                if await _ends(client, target, event, began):
                     return str(event["type"])
                 await stdout.room()
         raise CommandError(f"the event stream of {target} ended early")
@@ -312,7 +320,7 @@ async def _follow_instance(
                     await shown.ask()
                     continue
                 bar.console.print(output.event_line(tick, with_instance=False))
-                if _ends(tick, last):
+                if await _ends(client, target, tick, began):
                     await shown.end(tick)
                     return str(tick["type"])
                 await shown.changed(tick)
