@@ -10,6 +10,9 @@ The host keeps its own Starlette app, its own Strawberry schema and its own cont
 - /laneway is the whole Laneway app (dashboard, /laneway/graphql, /laneway/healthz), with its
   own bearer tokens.
 
+The host's /graphql keeps the limits Laneway's app keeps (`http_protections`: request ids,
+the host allow-list, body, rate and websocket limits, the operation deadline).
+
 Its lifespan runs Laneway once, `laneway_app.running()`, and both ways share those services.
 A host that wants only the schema enters `running(settings)` instead (`mount=False`).
 Serve it with `uvicorn --factory app.host:create`.
@@ -41,6 +44,7 @@ from laneway.api import (
     LanewaySubscription,
     LanewayTransportWSHandler,
     create_app,
+    http_protections,
     laneway_context,
     running,
     schema_extensions,
@@ -126,7 +130,9 @@ def build(settings: Settings, *, mount: bool = True) -> Starlette:
         async with laneway as services:
             yield {"laneway_services": services}
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    # The limits Laneway's own app keeps (docs/limits.md), in front of the host's /graphql;
+    # the mounted app keeps its own in front of /laneway/graphql.
+    return Starlette(routes=routes, middleware=http_protections(settings), lifespan=lifespan)
 
 
 def create() -> Starlette:

@@ -357,7 +357,10 @@ with TestClient({module}.app, base_url="http://localhost") as client:
         (
             "host",
             [("/graphql", "{ whoami workflows { name } }")],
-            'assert "guest" in response.text',
+            'assert "guest" in response.text; '
+            'oversized = {"query": "{ whoami }", "padding": "x" * 1_100_000}; '
+            'assert client.post("/graphql", json=oversized).status_code == 413; '
+            'assert response.headers["x-request-id"]',
         ),
     ],
 )

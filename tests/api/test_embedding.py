@@ -32,8 +32,10 @@ from laneway.api import (
     laneway_context,
     lifespan,
     schema_extensions,
+    server_config,
 )
 from laneway.api.http.body_limits import MAX_BODY_BYTES
+from laneway.api.http.server import LanewayHttpProtocol
 from laneway.config import Settings
 from laneway.services import Services, open_services
 from tests.api.conftest import (
@@ -314,6 +316,60 @@ async def test_mounted_app_keeps_its_request_limits(hosted: LiveServer) -> None:
     response = await hosted.client.post("/laneway/graphql", json=oversized, headers=BEARER)
     assert response.status_code == 413
     assert response.headers.get("x-request-id")
+
+
+async def test_the_hosts_own_graphql_keeps_laneways_request_limits(hosted: LiveServer) -> None:
+    # A host serving its own schema had none of the limits of Laneway's app around it: a body
+    # of any size was read, and no request carried an id.
+    oversized = {"query": "{ hello }", "padding": "x" * (MAX_BODY_BYTES + 1)}
+    response = await hosted.client.post("/graphql", json=oversized)
+    assert response.status_code == 413
+    assert error_codes(response.json()) == ["BAD_REQUEST"]
+    duplicated = b'{"query": "{ hello }", "query": "{ hello }"}'  # strict JSON
+    response = await hosted.client.post(
+        "/graphql", content=duplicated, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    answered = await hosted.client.post("/graphql", json={"query": "{ hello }"})
+    assert answered.status_code == 200
+    assert len(answered.headers.get_list("x-request-id")) == 1
+
+
+async def test_a_mounted_app_inside_the_hosts_limits_answers_with_one_request_id(
+    hosted: LiveServer,
+) -> None:
+    for path in ("/laneway/graphql", "/laneway/healthz", "/graphql"):
+        response = await hosted.client.post(
+            path, json={"query": "{ queues { name } }"}, headers={"x-request-id": "abc-1"}
+        )
+        assert response.headers.get_list("x-request-id") == ["abc-1"], path
+
+
+async def test_the_hosts_own_graphql_keeps_laneways_rate_limit(database_url: str) -> None:
+    settings = make_settings(
+        database_url, rate_limit_per_second=0.01, rate_burst=2, limit_local_clients=True
+    )
+    async with live_server(
+        settings, app=host.build(settings), prefix=host.LANEWAY_PREFIX
+    ) as hosted:
+        answers = [
+            await hosted.client.post("/graphql", json={"query": "{ hello }"}) for _ in range(3)
+        ]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert error_codes(answers[-1].json()) == ["RATE_LIMITED"]
+
+
+def test_server_config_gives_a_host_app_the_connection_limits_of_its_settings(
+    database_url: str,
+) -> None:
+    settings = make_settings(database_url, header_timeout_seconds=3.0, max_connections=7)
+    config = server_config(host.build(settings), host="127.0.0.1", port=0, settings=settings)
+    assert isinstance(config.http, type)
+    assert issubclass(config.http, LanewayHttpProtocol)
+    assert (config.http.limits.header_timeout_seconds, config.http.limits.max_connections) == (
+        3.0,
+        7,
+    )
 
 
 async def test_mounted_app_websocket_checks_its_tokens_and_delivers(hosted: LiveServer) -> None:

@@ -31,6 +31,7 @@ TRACED_LOGGERS = (
 )
 _STARTS = frozenset(("http.response.start", "websocket.accept", "websocket.http.response.start"))
 _HEADER = REQUEST_ID_HEADER.encode()
+_SCOPE_KEY = "laneway.trace"  # the request's Trace, for a RequestIds inside the first
 
 
 def _incoming_request_id(scope: Scope) -> str | None:
@@ -83,17 +84,28 @@ class RequestIds:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        trace = Trace(request_id=request_id_for(_incoming_request_id(scope)))
+        # Inside another RequestIds (a host's stack around a mounted Laneway app; a Mount
+        # copies the scope): its trace and its header serve, one id per request. Not the
+        # current trace: uvicorn may start a connection's next request in the task of the
+        # one before, whose trace it then still sees.
+        enclosing: Trace | None = scope.get(_SCOPE_KEY)
+        trace = enclosing or Trace(request_id=request_id_for(_incoming_request_id(scope)))
+        scope[_SCOPE_KEY] = trace
         header = (_HEADER, trace.request_id.encode())
         is_graphql = route_path(scope).rstrip("/") == self.path
 
         async def traced_send(message: Message) -> None:
             kind = message["type"]
             if kind in _STARTS:
-                message = _with_header(message, header)
+                if enclosing is None:
+                    message = _with_header(message, header)
                 if is_graphql and trace.database_unavailable and message.get("status") == 200:
                     message = _unavailable(message)
-            elif kind == "websocket.send" and MASKED_MESSAGE in (message.get("text") or ""):
+            elif (
+                enclosing is None
+                and kind == "websocket.send"
+                and MASKED_MESSAGE in (message.get("text") or "")
+            ):
                 text = with_masked_request_ids(message["text"], trace.request_id)
                 message = {**message, "text": text}
             await send(message)

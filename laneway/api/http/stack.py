@@ -1,5 +1,9 @@
 """The middleware stack in front of the routes, outermost first, built from Settings.
 
+Laneway's own app puts it in front of its routes; a host that serves its own schema puts it
+in front of its own (`http_protections`, exported by laneway.api), with the path of its
+GraphQL route.
+
 Owns the order: RequestIds (request ids, 503) sees every answer, including the 400 of the
 host allow-list (hosts.py) and the 413, 429 and 504 of the ones inside it; RequestLimits
 decodes a body once, before RateLimits charges it; WebSocketLimits polices websocket frames;
@@ -21,8 +25,12 @@ from laneway.config import Settings
 SECONDS_PER_MINUTE = 60.0
 
 
-def middleware_for(settings: Settings) -> list[Middleware]:
-    """The stack for one app; its limiters live as long as the app does."""
+def http_protections(settings: Settings, *, path: str = "/graphql") -> list[Middleware]:
+    """The stack for one app whose GraphQL route (HTTP and websocket) is `path`: request ids,
+    the host allow-list, body and token limits, rate limits, websocket limits and the
+    operation deadline, each as `settings` set it (docs/limits.md). For Starlette's
+    `middleware=`; its limiters live as long as the app does."""
+    path = path.rstrip("/")  # as each layer compares it with the request's
     requests = None
     if settings.rate_limit_per_second > 0:
         requests = RateLimiter(settings.rate_limit_per_second, settings.rate_burst)
@@ -31,9 +39,9 @@ def middleware_for(settings: Settings) -> list[Middleware]:
         per_minute = settings.ws_handshakes_per_minute
         handshakes = RateLimiter(per_minute / SECONDS_PER_MINUTE, per_minute)
     stack = [
-        Middleware(RequestIds),
+        Middleware(RequestIds, path=path),
         *host_allow_list(settings),  # before anything else runs
-        Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS),
+        Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS, path=path),
     ]
     if requests is not None:
         stack.append(
@@ -42,6 +50,7 @@ def middleware_for(settings: Settings) -> list[Middleware]:
                 limiter=requests,
                 tokens=settings.api_tokens,
                 limit_local=settings.limit_local_clients,
+                path=path,
             )
         )
     if requests is not None or handshakes is not None or settings.ws_connections_per_token:
@@ -53,8 +62,11 @@ def middleware_for(settings: Settings) -> list[Middleware]:
                 connections_per_client=settings.ws_connections_per_token,
                 tokens=settings.api_tokens,
                 limit_local=settings.limit_local_clients,
+                path=path,
             )
         )
     if settings.operation_timeout_seconds > 0:
-        stack.append(Middleware(OperationDeadline, seconds=settings.operation_timeout_seconds))
+        stack.append(
+            Middleware(OperationDeadline, seconds=settings.operation_timeout_seconds, path=path)
+        )
     return stack
