@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from laneway.engine.context import PermanentFailure
 from laneway.engine.failures import StageFailure
-from laneway.engine.payloads import MAX_PAYLOAD_BYTES, encode_json
+from laneway.engine.payloads import MAX_PAYLOAD_BYTES, encode_json, json_size
 from laneway.engine.template import Template
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue
@@ -39,7 +39,7 @@ def context_cap(template: Template) -> int:
         return MAX_PAYLOAD_BYTES - _ENVELOPE_BYTES
     try:
         overlay = (
-            len(encode_json(dict(template.next_params), what="next_params"))
+            json_size(encode_json(dict(template.next_params), what="next_params"))
             if template.next_params
             else 0
         )
@@ -51,7 +51,7 @@ def context_cap(template: Template) -> int:
 def encoded_size(context: Mapping[str, JSONValue]) -> int:
     """The size of `context` encoded as the engine stores it."""
     value = context if isinstance(context, dict) else dict(context)
-    return len(encode_json(value, what="context", max_bytes=sys.maxsize))
+    return json_size(encode_json(value, what="context", max_bytes=sys.maxsize))
 
 
 def input_room(context: Mapping[str, JSONValue], label: str, cap: int) -> int:

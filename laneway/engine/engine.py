@@ -22,7 +22,7 @@ from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.locks import EntityLocks
 from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.page_calls import MAX_LIST_LIMIT, PageCalls
-from laneway.engine.payloads import encode_json
+from laneway.engine.payloads import encode_json, json_size
 from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
@@ -294,9 +294,10 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
         checkpoint, input_schema, max_bytes = await self.store.pause_of(instance_id)
         validate_input(input_schema, input, label=checkpoint)
         input_json = None if input is None else encode_json(input, what="input")
-        if input_json is not None and max_bytes is not None and len(input_json) > max_bytes:
+        size = 0 if input_json is None else json_size(input_json)
+        if max_bytes is not None and size > max_bytes:
             raise InvalidInputError(
-                f"input is {len(input_json)} bytes encoded; checkpoint {checkpoint!r} takes at"
+                f"input is {size} bytes encoded; checkpoint {checkpoint!r} takes at"
                 f" most {max_bytes}"
             )
         record = await self.store.resume_instance(instance_id, input_json, checkpoint)

@@ -9,6 +9,7 @@ storable_text replaces them in what the engine writes on a user's behalf.
 import json
 import re
 from collections.abc import Callable, Iterable
+from decimal import Decimal
 
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue
@@ -70,9 +71,30 @@ def encode_json(value: JSONValue, *, what: str, max_bytes: int = MAX_PAYLOAD_BYT
         ) from None
     if "\\u" in text and _BAD_ESCAPE.search(text):
         raise InvalidInputError(f"{what} holds a NUL character or a lone surrogate")
-    if len(text) > max_bytes:
-        raise InvalidInputError(f"{what} is {len(text)} bytes encoded; the limit is {max_bytes}")
+    size = json_size(text)
+    if size > max_bytes:
+        raise InvalidInputError(f"{what} is {size} bytes encoded; the limit is {max_bytes}")
     return text
+
+
+# A JSON string (skipped), or a number in exponent notation (measured).
+_STRING_OR_EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?[eE][+-]?\d+)')
+
+
+def json_size(text: str) -> int:
+    """The size of encoded JSON `text` as the limits count it: as jsonb holds it, and gives
+    back. A number in exponent notation is stored as a numeric, written out in full (`1e308`
+    is 309 digits), so a payload of such numbers is larger in the database, in a handler and
+    in an answer than its text: each is counted at its full length, the rest of the text as
+    it is."""
+    size = len(text)
+    if "e+" not in text and "e-" not in text:  # no float in exponent notation (the encoder's)
+        return size
+    for match in _STRING_OR_EXPONENT.finditer(text):
+        number = match.group(1)
+        if number is not None:
+            size += len(format(Decimal(number), "f")) - len(number)
+    return size
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -16,6 +16,7 @@ from laneway.engine.context_budget import ContextBudget, refusal
 from laneway.engine.failures import format_traceback
 from laneway.engine.fix_cycles import FIX_POSITION_BASE
 from laneway.engine.operation_attempt import NO_DATA, attempt, copied
+from laneway.engine.payloads import json_size
 from laneway.engine.template import (
     COMPLETED,
     SKIPPED,
@@ -105,7 +106,7 @@ class StageOperations:
                     handler, operation_ctx, operation.timeout_seconds
                 )
             done = result.status == COMPLETED
-            if done and (size := self._budget.refuses(context, result.data, len(encoded[0]))):
+            if done and (size := self._budget.refuses(context, result.data, json_size(encoded[0]))):
                 # Refused where it is made, not when the instance completes (context_budget.py).
                 result, encoded, done = failed(refusal(size, self._budget.cap)), NO_DATA, False
             if done:
