@@ -367,6 +367,17 @@ class ClaimLoop(DueWork):
         run = Run(record=record, claimed_by=traced)
         self._runs[record.instance_id] = run
         run.task = group.create_task(self._run(run), name=f"laneway-run-{record.instance_id}")
+        # When the task ends, however it ends: one cancelled before its first step (a cancel's
+        # NOTIFY right after the claim) never enters _run, and its slot was kept for good.
+        run.task.add_done_callback(lambda _: self._ended(run))
+
+    def _ended(self, run: Run) -> None:
+        """A run's task is done: its slot is free."""
+        # A run whose lease was lost may end after the instance was claimed here again.
+        if self._runs.get(run.record.instance_id) is run:
+            del self._runs[run.record.instance_id]
+        if self._slots_bound:
+            self._wake.set()
 
     async def _run(self, run: Run) -> None:
         try:
@@ -392,9 +403,3 @@ class ClaimLoop(DueWork):
         except Exception:
             # A bug or a lost database: the lease runs out and another claim retries it.
             logger.exception("runner crashed", extra={"instance_id": str(run.record.instance_id)})
-        finally:
-            # A run whose lease was lost may end after the instance was claimed here again.
-            if self._runs.get(run.record.instance_id) is run:
-                del self._runs[run.record.instance_id]
-            if self._slots_bound:
-                self._wake.set()

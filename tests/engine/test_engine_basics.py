@@ -247,3 +247,22 @@ async def test_a_cancel_seen_twice_stops_the_handler_once_and_lets_it_clean_up(
         assert engine.claim_loop.stop_run(enqueued.instance_id, reason="cancelled")
         async with asyncio.timeout(10):
             await cleaned.wait()
+
+
+async def test_a_run_cancelled_before_its_first_step_gives_its_slot_back(store: Store) -> None:
+    # A cancel's NOTIFY handled between the claim starting a run's task and that task's first
+    # step cancelled a task that never entered its coroutine: its cleanup never ran, and the
+    # run kept a slot (and was "stopped" again at every heartbeat) until the process ended.
+    async def run(ctx: HandlerContext, params: JSONValue) -> Done:
+        return Done()
+
+    engine = make_engine(store, Workflow("quick", handlers={"run": run}, initial="run"))
+    enqueued = await engine.enqueue("quick")
+    loop = engine.claim_loop
+    claimed, traced = await loop.claim()
+    assert [r.instance_id for r in claimed] == [enqueued.instance_id]
+    async with asyncio.TaskGroup() as group:
+        loop._start(group, claimed[0], traced)
+        assert loop.stop_run(enqueued.instance_id, reason="cancelled")  # before its first step
+    assert not loop.stop_run(enqueued.instance_id, reason="lease lost")  # no longer here
+    assert loop._runs == {}  # every slot free again
