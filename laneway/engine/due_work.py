@@ -1,5 +1,6 @@
 """The claim loop's maintenance: the idle poll and what it finds (expired leases to recover,
-waiting instances whose wake time came, due schedules), and the upkeep it runs after.
+waiting instances whose wake time came, due schedules, each fired by a process that runs the
+newest version live), and the upkeep it runs after.
 
 A part of ClaimLoop (claim_loop.py), kept apart so that each file reads as one area; the
 statements are the store's, retention and the roll-up upkeep.py's.
@@ -40,6 +41,7 @@ class DueWork:
     _on_terminal: TerminalCallback
     _last_poll: float
     max_recoveries: int
+    owner_id: str
 
     def wake_waiters_in(self, seconds: float) -> None:
         """Wake waiting instances after `seconds` (a wait's wake time this process knows of),
@@ -83,12 +85,14 @@ class DueWork:
         return due.claimable or woke or fired
 
     async def _fire_schedules(self) -> bool:
-        """Fire the due schedules (an engine with workflows), then time the next one's firing.
-        Returns whether any enqueued an instance."""
+        """Fire the due schedules (an engine with workflows) that are this engine's to fire,
+        then time the next one's firing. Returns whether any enqueued an instance."""
         self._times.schedules = None
         if not len(self._registry):
             return False
-        names = self._registry.names()
+        names = await self._schedule_names()
+        if not names:
+            return False
         fired = await self._store.fire_due_schedules(self._plan_schedule, names)
         if faults.ARMED:
             await faults.hit("cron_insert")
@@ -97,6 +101,27 @@ class DueWork:
             # Still due: another engine is firing it, or more were due than one call fires.
             self.schedules_in(max(next_in, SCHEDULE_RETRY_SECONDS))
         return bool(fired)
+
+    async def _schedule_names(self) -> list[str]:
+        """The workflows whose due schedules this engine fires: those that no other live
+        process (in the workers registry, two heartbeats not missed) runs in a newer version
+        than the newest here. A fire starts the firing engine's newest version, so during a
+        rolling deploy the old code's processes leave the fires to the new code's (the lock
+        on a due schedule still makes one of those fire it once). One left here stays due and
+        its next poll looks again, so it fires here once no such process is live: never
+        stuck. Versions compare in Python (registry.version_order), hence one read of the
+        workers registry, made only when a schedule is due or about to be, not at every idle
+        poll."""
+        peers = [
+            run
+            for worker in await self._store.live_workers()
+            if worker.owner_id != self.owner_id
+            for run in worker.versions
+        ]
+        left = self._registry.outdated_by(peers)
+        if left:
+            logger.debug("due schedules left to a newer version", extra={"workflows": sorted(left)})
+        return [name for name in self._registry.names() if name not in left]
 
     async def _wake_waiters(self) -> bool:
         """Wake the waiting and paused instances whose wake time came, in batches (another

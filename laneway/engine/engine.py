@@ -111,6 +111,8 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
             retention_seconds=retention_seconds,
             max_recoveries=max_recoveries,
             shutdown_grace_seconds=shutdown_grace_seconds,
+            # The newest version here, which is the newest live: a process whose newest is
+            # older than a live peer's leaves the fire to that peer (due_work.py).
             plan_schedule=lambda due, now: planned_fire(
                 self.registry.find(due.workflow_name), due, now
             ),

@@ -133,6 +133,18 @@ class WorkflowRegistry:
         process claims."""
         return sorted(run_key(w.name, w.version) for w in self)
 
+    def outdated_by(self, runs: Iterable[tuple[str, str]]) -> set[str]:
+        """The workflows registered here of which `runs` ((name, version) pairs: what other
+        live processes run) hold a version newer than the newest here. A due schedule of one
+        of them is left for such a process to fire (due_work.py), so that every fire starts
+        the newest version the deployment runs."""
+        outdated: set[str] = set()
+        for name, version in runs:
+            newest = self._newest.get(name)
+            if newest is not None and version_order(version) > version_order(newest.version):
+                outdated.add(name)
+        return outdated
+
     def newest(self) -> list[Workflow]:
         """The newest version of each workflow, by name: what an enqueue without a version
         starts."""

@@ -30,6 +30,19 @@ def test_versions_sort_newest_first_as_people_number_them() -> None:
     assert [w.version for w in registry] == ["10", "9", "1.5"]
 
 
+def test_a_peer_outdates_the_workflows_it_runs_newer_than_the_newest_here() -> None:
+    # What a due schedule's fire is left to a live peer for (due_work.py): per workflow, a
+    # version newer than this process's newest, as versions compare.
+    registry = WorkflowRegistry(
+        [versioned("1"), versioned("1.9"), versioned("10", name="other"), versioned("1", "own")]
+    )
+    peers = [("shipper", "1.10"), ("other", "9"), ("other", "10"), ("own", "1"), ("gone", "5")]
+    assert registry.outdated_by(peers) == {"shipper"}
+    assert registry.outdated_by([("shipper", "1.9"), ("shipper", "1")]) == set()
+    assert registry.outdated_by([("other", "11")]) == {"other"}
+    assert registry.outdated_by([]) == set()
+
+
 def test_a_version_is_registered_once_and_is_a_name() -> None:
     registry = WorkflowRegistry([versioned("1")])
     registry.register(registry.get("shipper", "1"))  # the same object again: a no-op
