@@ -9,7 +9,6 @@ and waking the claim loop. The API, the command line and the dashboard all come 
 """
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
 from laneway.engine.claim_loop import ClaimLoop
@@ -131,7 +130,10 @@ class BulkCalls:
         does so after the count is left for the next call. A cancel's include pending and
         running, between which instances move all the time: what was counted in one and is
         in another now was still matched, so its walk is bounded by creation only (and may
-        also cancel one a retry brought back from failed after the count).
+        also cancel one a retry brought back from failed after the count). Creation is read
+        from the instance's events up to the last one the count saw (store.bulk_batch), not
+        from clocks: an enqueue that began before the count and committed after it is older
+        than the count.
 
         `stop_at` (the event loop's clock): past it, the walk stops before its next batch
         (after one at least, so that calls again always get on) and raises BulkStoppedError
@@ -144,13 +146,11 @@ class BulkCalls:
         match = await self.store.bulk_match(where, statuses)
         if dry_run or match.matched == 0:
             return BulkResult(matched=match.matched, changed=0, sample_ids=match.sample_ids)
-        # Only what existed when it was counted: an instance created since is not this call's.
-        before = match.at if where.created_before is None else min(where.created_before, match.at)
-        walk = dataclasses.replace(where, created_before=before)
-        since = match.last_event_id if as_counted else None
         changed = 0
         after: BulkCandidate | None = None
-        while batch := await self.store.bulk_batch(walk, statuses, after, unchanged_since=since):
+        while batch := await self.store.bulk_batch(
+            where, statuses, match, after, unchanged=as_counted
+        ):
             late = stop_at is not None and asyncio.get_running_loop().time() >= stop_at
             if late and after is not None:
                 raise BulkStoppedError(matched=match.matched, changed=changed)

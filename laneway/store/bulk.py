@@ -9,7 +9,7 @@ action applies to, and what to do after each batch, is the engine's (engine/bulk
 """
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -32,7 +32,7 @@ class BulkMatch:
 
     matched: int
     sample_ids: list[UUID]
-    at: datetime  # the walk goes no further than what was created before this
+    at: datetime  # the database clock after the count: nothing created since was counted
     last_event_id: int  # the last event the count saw (queries.BULK_MATCH): what it counted
 
 
@@ -78,23 +78,29 @@ class BulkStore(InstanceStore):
         self,
         where: InstanceFilter,
         statuses: Sequence[Status],
+        match: BulkMatch,
         after: BulkCandidate | None,
         limit: int = BATCH_SIZE,
         *,
-        unchanged_since: int | None = None,
+        unchanged: bool = False,
     ) -> list[BulkCandidate]:
-        """The next rows of the walk, oldest first, after `after` (None: from the start);
-        with `unchanged_since` (a BulkMatch's last_event_id), only rows with no event after
-        it, still in the status they were counted in."""
+        """The next rows, oldest first, after `after` (None: from the start), of those `where`
+        selects in `statuses` that `match` could count: rows that existed at the count; with
+        `unchanged`, only rows with no event since the count (still as they were counted)."""
+        # What was created after the count's clock cannot have been counted: a bound the keyset
+        # index serves, before the exact one (queries.BULK_BATCH) is read row by row.
+        before = match.at if where.created_before is None else min(where.created_before, match.at)
+        walk = replace(where, created_before=before)
         async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.BULK_BATCH,
-                *filter_args(where),
+                *filter_args(walk),
                 [s.value for s in statuses],
                 after.created_at if after else None,
                 after.instance_id if after else None,
                 limit,
-                unchanged_since,
+                match.last_event_id,
+                unchanged,
             )
         return [
             BulkCandidate(

@@ -3,7 +3,7 @@ retry and resume change only what they counted."""
 
 import asyncio
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from laneway.engine import Done, Engine, HandlerContext, Pause, RetryPolicy, Workflow
-from laneway.engine.requests import EnqueueRequest
+from laneway.engine.requests import EnqueueRequest, new_instance
 from laneway.errors import BulkStoppedError, ConflictError
 from laneway.events.hub import EventHub
 from laneway.model import (
@@ -490,3 +490,36 @@ async def test_bulk_retry_leaves_a_failure_committed_after_the_count(
     assert (result.matched, result.changed) == (1, 1)
     assert await _status(engine, early) == Status.PENDING
     assert await _status(engine, late) == Status.FAILED
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        InstanceFilter(name="parked"),
+        InstanceFilter(queue="parked"),
+        InstanceFilter(statuses=(Status.PENDING,)),
+        InstanceFilter(created_before=datetime.now(UTC) + timedelta(days=1)),
+    ],
+    ids=["name", "queue", "status", "created-before"],
+)
+async def test_bulk_cancel_leaves_an_instance_whose_enqueue_committed_after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch, where: InstanceFilter
+) -> None:
+    # A batch enqueue that began before the count and committed after it: the rows' created_at
+    # (their transaction's start) is older than the count's clock, yet the count did not see
+    # them, so they are not this call's to cancel, whatever the filter.
+    counted_ids = await _enqueue(store, "parked", 3)
+    engine = make_engine(store, parked)
+    late = [new_instance(parked, EnqueueRequest(name="parked")) for _ in range(2)]
+    counted = store.bulk_match
+
+    async def count_while_an_enqueue_is_open(*args: Any, **kwargs: Any) -> BulkMatch:
+        async with store.connection() as conn, conn.transaction():
+            await store._enqueue_on(conn, late)  # the store's own insert: rows and events
+            return await counted(*args, **kwargs)  # counted before that transaction commits
+
+    monkeypatch.setattr(store, "bulk_match", count_while_an_enqueue_is_open)
+    result = await engine.cancel_many(where)
+    assert (result.matched, result.changed) == (3, 3)
+    assert [await _status(engine, i) for i in counted_ids] == [Status.CANCELLED] * 3
+    assert [await _status(engine, n.instance_id) for n in late] == [Status.PENDING] * 2

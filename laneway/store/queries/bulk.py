@@ -13,11 +13,13 @@ from laneway.store.queries.instances import INSTANCE_COLUMNS, INSTANCE_FILTER
 # to sample
 # What a bulk action (or its dry run) reports before it changes anything: how many instances
 # the filter selects in those statuses, the newest of them (in list order), and what bounds
-# the walk: the database clock after the count (what is created later is not this call's),
-# and the last event id the count's snapshot sees. Event ids become visible in id order (the
-# append lock, held to commit: laneway.append_events), and every status change appends its
-# event in its own transaction, so an instance whose status changed after the count has an
-# event after that id, and one whose last event is at or before it was counted as it is.
+# the walk: the last event id the count's snapshot sees, and the database clock after it.
+# Event ids become visible in id order (the append lock, held to commit: laneway.append_events
+# and the copy's LOCK_EVENT_APPENDS), and an instance's insert and each change of its status
+# append its event in the same transaction, so what the count saw of an instance (whether it
+# existed, and in what status) is what its events up to that id say. The clock is only an
+# outer bound: a row's created_at is its transaction's start, which may come before the count
+# though the row was committed after it.
 BULK_MATCH = f"""
 SELECT (SELECT COALESCE(max(event_id), 0) FROM laneway.events) AS last_event_id,
        (SELECT count(*)
@@ -35,24 +37,34 @@ SELECT (SELECT COALESCE(max(event_id), 0) FROM laneway.events) AS last_event_id,
 
 # INSTANCE_FILTER's $1 ... $8, $9 the statuses the action applies to (text[]), $10 and $11 the
 # key (created_at, instance_id) of the last row of the previous batch (NULL: from the start),
-# $12 the batch size, $13 BULK_MATCH's last event id (NULL: no such bound)
-# The next batch of a bulk action, oldest first, unlocked: the batch write re-checks each
-# row's status under its lock. With the pause's label and input schema, for a resume. With
-# $13, only rows whose last event is at or before it: those in the status they were counted in
-# (a retry's or a resume's, whose statuses are resting ones; one that failed or paused since is
-# not one the call matched). The last event is read through events_instance, one instance's few
-# entries per partition, for each row the cheaper conditions keep, so its cost does not depend
-# on how many events came after $13 (the walk's own among them). None (pruned): as before.
+# $12 the batch size, $13 BULK_MATCH's last event id, $14 whether a row must be unchanged since
+# the count (retry, resume)
+# The next batch of a bulk action, oldest first, unlocked (the batch write re-checks each row's
+# status under its lock), with the pause's label and input schema for a resume: only rows the
+# count could see. A row created after the count has its first event after $13 (its `enqueued`
+# event came with its insert: BULK_MATCH), though its created_at, its transaction's start, may
+# be older than the count's clock. A cancel takes every such row in the statuses now, whatever
+# it did since (pending and running ones move all the time). A retry or a resume takes one with
+# no event after $13, so still in the status it was counted in (a resting one: one that failed
+# or paused since is left for the next call; a row with no event at all, which no writer
+# leaves, passes as before). Each probe reads one instance's few entries of events_instance
+# per partition, for each row the cheaper conditions keep, so its cost does not depend on how
+# many events came after $13 (the walk's own among them). Both are scalar subqueries, not
+# EXISTS, which the planner may turn into one hashed scan of every event up to $13 per batch.
 BULK_BATCH = f"""
 SELECT i.instance_id, i.created_at, i.checkpoint, i.wait -> 'input_schema' AS input_schema
   FROM laneway.instances AS i
  WHERE {INSTANCE_FILTER}
    AND status = ANY($9::text[])
    AND ($10::timestamptz IS NULL OR (created_at, instance_id) > ($10::timestamptz, $11::uuid))
-   AND ($13::bigint IS NULL
-        OR (SELECT COALESCE(max(e.event_id), 0)
-              FROM laneway.events AS e
-             WHERE e.instance_id = i.instance_id) <= $13::bigint)
+   AND CASE WHEN $14::boolean
+            THEN (SELECT COALESCE(max(e.event_id), 0)
+                    FROM laneway.events AS e
+                   WHERE e.instance_id = i.instance_id) <= $13::bigint
+            ELSE (SELECT min(e.event_id)
+                    FROM laneway.events AS e
+                   WHERE e.instance_id = i.instance_id) <= $13::bigint
+       END
  ORDER BY i.created_at, i.instance_id
  LIMIT $12
 """
