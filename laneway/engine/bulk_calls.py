@@ -122,18 +122,18 @@ class BulkCalls:
         as_counted: bool = False,
         stop_at: float | None = None,
     ) -> BulkResult:
-        """Count, then walk and `write` in batches what was counted: nothing created since,
-        and when `as_counted` (retry and resume) nothing that came into `statuses` since.
+        """Count, then walk and `write` in batches what was counted: what existed at the count
+        and was then in the filter's statuses of `statuses`, and when `as_counted` (retry and
+        resume) has not changed since.
 
         `changed` counts only matched instances. A retry's or resume's statuses are resting
         ones: an instance enters them by a step of its own (it fails, it pauses), so one that
         does so after the count is left for the next call. A cancel's include pending and
         running, between which instances move all the time: what was counted in one and is
-        in another now was still matched, so its walk is bounded by creation only (and may
-        also cancel one a retry brought back from failed after the count). Creation is read
-        from the instance's events up to the last one the count saw (store.bulk_batch), not
-        from clocks: an enqueue that began before the count and committed after it is older
-        than the count.
+        in another now was still matched, and is cancelled unless it ended; one a retry
+        brought back from failed since was not. What the count saw of an instance is read
+        from its events up to the last one the count saw (store.bulk_batch), not from clocks:
+        an enqueue that began before the count and committed after it is older than the count.
 
         `stop_at` (the event loop's clock): past it, the walk stops before its next batch
         (after one at least, so that calls again always get on) and raises BulkStoppedError

@@ -84,13 +84,15 @@ class BulkStore(InstanceStore):
         *,
         unchanged: bool = False,
     ) -> list[BulkCandidate]:
-        """The next rows, oldest first, after `after` (None: from the start), of those `where`
-        selects in `statuses` that `match` could count: rows that existed at the count; with
+        """The next rows, oldest first, after `after` (None: from the start), of those `match`
+        counted of `where` in `statuses`: rows that existed at the count and were then in the
+        statuses it counted (`where`'s, of `statuses`), and are in `statuses` now; with
         `unchanged`, only rows with no event since the count (still as they were counted)."""
+        counted_in = [s.value for s in statuses if where.statuses is None or s in where.statuses]
         # What was created after the count's clock cannot have been counted: a bound the keyset
         # index serves, before the exact one (queries.BULK_BATCH) is read row by row.
         before = match.at if where.created_before is None else min(where.created_before, match.at)
-        walk = replace(where, created_before=before)
+        walk = replace(where, statuses=None, created_before=before)
         async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.BULK_BATCH,
@@ -100,6 +102,7 @@ class BulkStore(InstanceStore):
                 after.instance_id if after else None,
                 limit,
                 match.last_event_id,
+                counted_in,
                 unchanged,
             )
         return [

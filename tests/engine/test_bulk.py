@@ -2,7 +2,7 @@
 retry and resume change only what they counted."""
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -523,3 +523,53 @@ async def test_bulk_cancel_leaves_an_instance_whose_enqueue_committed_after_the_
     assert (result.matched, result.changed) == (3, 3)
     assert [await _status(engine, i) for i in counted_ids] == [Status.CANCELLED] * 3
     assert [await _status(engine, n.instance_id) for n in late] == [Status.PENDING] * 2
+
+
+def _after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch, then: Callable[[], Awaitable[object]]
+) -> None:
+    """Make the next bulk call run `then` (real engine calls) once it has counted."""
+    counted = store.bulk_match
+
+    async def count_then(*args: Any, **kwargs: Any) -> BulkMatch:
+        match = await counted(*args, **kwargs)
+        await then()
+        return match
+
+    monkeypatch.setattr(store, "bulk_match", count_then)
+
+
+async def test_bulk_cancel_leaves_an_instance_a_retry_brought_back_after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Failed when counted, so not matched; pending again by the time the walk reaches it.
+    engine = make_engine(store, failing)
+    failed = (await engine.enqueue("failing")).instance_id
+    assert await engine.tick() == 1
+    waiting = (await engine.enqueue("failing", delay_ms=3_600_000)).instance_id
+    _after_the_count(store, monkeypatch, lambda: engine.retry(failed))
+    result = await engine.cancel_many(InstanceFilter(name="failing"))
+    assert (result.matched, result.changed) == (1, 1)
+    assert await _status(engine, waiting) == Status.CANCELLED
+    assert await _status(engine, failed) == Status.PENDING
+
+
+async def test_bulk_cancel_by_status_takes_what_was_in_that_status_at_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The filter's statuses select as of the count, as its other fields do: one paused then and
+    # pending since was not matched; one pending then and paused since was, and is not ended.
+    engine = make_engine(store, parks)
+    early, late = await _one_rests_now_one_after_the_count(engine, store, "parks", monkeypatch)
+    run_the_late_one = store.bulk_match  # counts, then runs the late one to its pause
+
+    async def count_then_resume_the_early_one(*args: Any, **kwargs: Any) -> BulkMatch:
+        match = await run_the_late_one(*args, **kwargs)
+        await engine.resume(early)
+        return match
+
+    monkeypatch.setattr(store, "bulk_match", count_then_resume_the_early_one)
+    result = await engine.cancel_many(InstanceFilter(name="parks", statuses=(Status.PENDING,)))
+    assert (result.matched, result.changed, result.sample_ids) == (1, 1, [late])
+    assert await _status(engine, late) == Status.CANCELLED
+    assert await _status(engine, early) == Status.PENDING

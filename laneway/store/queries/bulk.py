@@ -35,35 +35,41 @@ SELECT (SELECT COALESCE(max(event_id), 0) FROM laneway.events) AS last_event_id,
        clock_timestamp() AS at
 """
 
-# INSTANCE_FILTER's $1 ... $8, $9 the statuses the action applies to (text[]), $10 and $11 the
-# key (created_at, instance_id) of the last row of the previous batch (NULL: from the start),
-# $12 the batch size, $13 BULK_MATCH's last event id, $14 whether a row must be unchanged since
-# the count (retry, resume)
+# INSTANCE_FILTER's $1 ... $8 (its statuses NULL: $14 has them), $9 the statuses the action
+# applies to (text[]), $10 and $11 the key (created_at, instance_id) of the last row of the
+# previous batch (NULL: from the start), $12 the batch size, $13 BULK_MATCH's last event id,
+# $14 the statuses the count took (the filter's among $9; text[]), $15 whether a row must be
+# unchanged since the count (retry, resume)
 # The next batch of a bulk action, oldest first, unlocked (the batch write re-checks each row's
 # status under its lock), with the pause's label and input schema for a resume: only rows the
-# count could see. A row created after the count has its first event after $13 (its `enqueued`
-# event came with its insert: BULK_MATCH), though its created_at, its transaction's start, may
-# be older than the count's clock. A cancel takes every such row in the statuses now, whatever
-# it did since (pending and running ones move all the time). A retry or a resume takes one with
-# no event after $13, so still in the status it was counted in (a resting one: one that failed
-# or paused since is left for the next call; a row with no event at all, which no writer
-# leaves, passes as before). Each probe reads one instance's few entries of events_instance
-# per partition, for each row the cheaper conditions keep, so its cost does not depend on how
-# many events came after $13 (the walk's own among them). Both are scalar subqueries, not
-# EXISTS, which the planner may turn into one hashed scan of every event up to $13 per batch.
+# count took. A row's last event up to $13 is the last the count saw (BULK_MATCH), so its
+# status is the one the row was counted in, and a row created after the count has none. A
+# cancel takes a row counted in $14 that is in $9 now, whatever it did since (pending and
+# running ones move all the time; one a retry brought back from failed since was not counted).
+# A retry or a resume takes one with no event after $13, so still in the status it was counted
+# in (a resting one: one that failed or paused since is left for the next call; a row with no
+# event at all, which no writer leaves, passes as before). Each probe reads one instance's few
+# entries of events_instance per partition, for each row the cheaper conditions keep, so its
+# cost does not depend on how many events came after $13 (the walk's own among them). Both are
+# scalar subqueries, not EXISTS, which the planner may turn into one hashed scan of every event
+# up to $13 per batch.
 BULK_BATCH = f"""
 SELECT i.instance_id, i.created_at, i.checkpoint, i.wait -> 'input_schema' AS input_schema
   FROM laneway.instances AS i
  WHERE {INSTANCE_FILTER}
    AND status = ANY($9::text[])
    AND ($10::timestamptz IS NULL OR (created_at, instance_id) > ($10::timestamptz, $11::uuid))
-   AND CASE WHEN $14::boolean
-            THEN (SELECT COALESCE(max(e.event_id), 0)
+   AND CASE WHEN $15::boolean
+            THEN status = ANY($14::text[])
+                 AND (SELECT COALESCE(max(e.event_id), 0)
+                        FROM laneway.events AS e
+                       WHERE e.instance_id = i.instance_id) <= $13::bigint
+            ELSE (SELECT e.status = ANY($14::text[])
                     FROM laneway.events AS e
-                   WHERE e.instance_id = i.instance_id) <= $13::bigint
-            ELSE (SELECT min(e.event_id)
-                    FROM laneway.events AS e
-                   WHERE e.instance_id = i.instance_id) <= $13::bigint
+                   WHERE e.instance_id = i.instance_id
+                     AND e.event_id <= $13::bigint
+                   ORDER BY e.event_id DESC
+                   LIMIT 1)
        END
  ORDER BY i.created_at, i.instance_id
  LIMIT $12
