@@ -1,15 +1,21 @@
-"""The Engine's queue calls: caps, counts, the live workers and the queue history.
+"""The Engine's queue calls: caps, pause and resume, counts, the live workers and the queue
+history.
 
 A part of Engine (engine.py), kept apart so that each file reads as one area; the claim that
-holds the caps is laneway.claim (laneway/store/sql/functions.sql).
+holds the caps and skips a paused queue is laneway.claim (laneway/store/sql/functions.sql).
 """
 
+import logging
+
+from laneway.engine.claim_loop import ClaimLoop
 from laneway.engine.handler_map import check_name
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import check_cap, check_rate
 from laneway.errors import InvalidInputError
 from laneway.model import QueueRecord, QueueSample, WorkerRecord
 from laneway.store import Store
+
+logger = logging.getLogger(__name__)
 
 MAX_HISTORY_MINUTES = 1440  # queueHistory reaches back one day at most
 
@@ -19,6 +25,7 @@ class QueueCalls:
 
     store: Store
     registry: WorkflowRegistry
+    claim_loop: ClaimLoop
 
     async def configure_queue(
         self,
@@ -49,6 +56,48 @@ class QueueCalls:
         return await self.store.configure_queue(
             name, concurrency, rate_per_minute, key_concurrency, key_rate_per_minute
         )
+
+    async def pause_queue(self, name: str, *, requested_by: str = "python") -> QueueRecord:
+        """Pause a queue: from the moment this returns, no instance of it starts, in any
+        process (a claim under way finishes first). Instances already running go on to their
+        end; pending ones stay pending (waitingReason QUEUE_PAUSED), and so do those enqueued
+        meanwhile, until `resume_queue`. A queue that does not exist yet is created paused
+        (default caps), as configure_queue and an enqueue create theirs; pausing a paused
+        queue changes nothing.
+
+        The pause is the operator's alone: configure_queue and a template's queue_settings,
+        applied at every engine start, never resume it. `requested_by` names who asked, for
+        the log line ("python" unless an API says more).
+
+        Raises:
+            InvalidInputError: a bad name.
+        """
+        check_name(name, "queue name")
+        record, changed = await self.store.set_queue_paused(name, True)
+        logger.info(
+            "queue paused" if changed else "queue already paused",
+            extra={"queue": name, "requested_by": requested_by},
+        )
+        return record
+
+    async def resume_queue(self, name: str, *, requested_by: str = "python") -> QueueRecord:
+        """Resume a paused queue: its pending instances start again within its caps, at once
+        (the resume rings every listening engine's doorbell, and wakes this one's loop),
+        not at the next poll. A queue that does not exist yet is created (default caps);
+        resuming a queue that is not paused changes nothing.
+
+        Raises:
+            InvalidInputError: a bad name.
+        """
+        check_name(name, "queue name")
+        record, changed = await self.store.set_queue_paused(name, False)
+        if changed:
+            self.claim_loop.wake()  # this process's loop, whether or not it listens
+        logger.info(
+            "queue resumed" if changed else "queue not paused",
+            extra={"queue": name, "requested_by": requested_by},
+        )
+        return record
 
     async def queues(self) -> list[QueueRecord]:
         """Every queue with its caps and counts per status; registered ones exist even if idle."""

@@ -1,4 +1,4 @@
-"""The Store's instance area: queues, instance reads, and the API side's writes.
+"""The Store's instance area: queues (caps, pause), instance reads, and the API side's writes.
 
 Owns enqueueing (one statement per batch: rows, `enqueued` events and the doorbell, tried
 again after a deadlock; a batch without keys is copied in, the bulk path) and the lookups that
@@ -173,6 +173,18 @@ class InstanceStore(StoreBase):
             )
         self._known_queues.add(name)
         return status != "INSERT 0 0"
+
+    async def set_queue_paused(self, name: str, paused: bool) -> tuple[QueueRecord, bool]:
+        """Pause or resume a queue, creating it (default caps) if there is none; the queue,
+        and whether this call changed it. A resume that changed it rings the doorbell."""
+        async with self._acquire() as conn, conn.transaction():
+            changed = await conn.fetchval(queries.SET_QUEUE_PAUSED, name, paused) is not None
+            if changed and not paused:
+                await conn.execute(queries.RING_FOR_RESUMED_QUEUE)
+            self._known_queues.add(name)
+            row = await conn.fetchrow(queries.QUEUE_STATS, name)
+        assert row is not None
+        return queue_from_row(row), changed
 
     async def queues(self, name: str | None = None) -> list[QueueRecord]:
         """Queues with their settings and instance counts per status."""

@@ -90,6 +90,8 @@ from laneway.store.queries.queues import (
     ENSURE_QUEUE,
     OLDEST_READY,
     QUEUE_STATS,
+    RING_FOR_RESUMED_QUEUE,
+    SET_QUEUE_PAUSED,
 )
 from laneway.store.queries.schedules import (
     ADVANCE_SCHEDULE,
@@ -207,8 +209,10 @@ __all__ = [
     "RETIRING_EVENT_PARTITIONS",
     "RETRY_INSTANCES",
     "RING_AFTER_COPIED_EVENTS",
+    "RING_FOR_RESUMED_QUEUE",
     "ROLL_UP_QUEUE_HISTORY",
     "SCHEMA_VERSION",
+    "SET_QUEUE_PAUSED",
     "SET_SCHEDULE_ENABLED",
     "TRY_LOCK_PARTITIONS",
     "UNLOCK_MIGRATIONS",

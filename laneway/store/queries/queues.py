@@ -1,5 +1,5 @@
 """Queue statements: created on first use, caps set (by an operator, or as code's defaults)
-with their token buckets, counts read.
+with their token buckets, paused and resumed, counts read.
 
 See laneway/store/queries/__init__.py for how statements are written.
 """
@@ -60,6 +60,29 @@ APPLY_CODE_QUEUE_SETTINGS = _WRITE_QUEUE_SETTINGS.format(
             IS DISTINCT FROM (EXCLUDED.concurrency, EXCLUDED.rate_per_minute))
 """,
 )
+
+# An operator's pause or resume (pauseQueue, resumeQueue): the queue's row is created when
+# missing (default caps, as ENSURE_QUEUE makes it), else its flag set; a row is returned only
+# when the flag changed, so a repeated call writes nothing. The claim skips a paused queue
+# (laneway.claim() locks only unpaused rows, and a pause waits for a claim that holds the row);
+# no cap or settings_source is touched, so neither configureQueue nor code's defaults undo it.
+# $1 queue name, $2 paused
+SET_QUEUE_PAUSED = """
+INSERT INTO laneway.queues (name, tokens, paused)
+VALUES ($1, 1, $2)
+ON CONFLICT (name) DO UPDATE
+   SET paused = EXCLUDED.paused,
+       updated_at = now()
+ WHERE laneway.queues.paused IS DISTINCT FROM EXCLUDED.paused
+RETURNING name
+"""
+
+# The doorbell of a resumed queue: no event is new (the newest event id, as committed), but
+# every listening claim loop claims again at once instead of at its next poll.
+RING_FOR_RESUMED_QUEUE = """
+SELECT pg_notify('laneway_events', json_build_object('e', COALESCE(max(event_id), 0))::text)
+  FROM laneway.events
+"""
 
 # Each queue with its caps and its instances counted per status. The counts cost one pass
 # over laneway.instances at most, however many queues there are: pending and running rows are
