@@ -1,5 +1,6 @@
-"""Mutation resolvers: cancel, resume, retry, signal, schedules and queue caps (enqueue and
-the batch enqueue are enqueue.py's, the bulk cancel, retry and resume bulk.py's).
+"""Mutation resolvers: cancel, resume, retry, signal, schedules, queue caps and the pause of a
+queue (enqueue and the batch enqueue are enqueue.py's, the bulk cancel, retry and resume
+bulk.py's).
 
 Owns LanewayMutation, the root fields a host's Mutation inherits (or uses as it is), and one
 engine call per field. Every field needs write access (permissions.CanWrite); the engine
@@ -135,6 +136,36 @@ async def resolve_configure_queue(
     return QueueStats.from_record(record)
 
 
+def requested_by(context: object) -> str:
+    """Who asked, for the log line of an operator's action: the client's address over HTTP or
+    a websocket; "graphql in this process" for a schema executed in-process (the CLI without
+    --url, or a host's own call)."""
+    connection = laneway_of(context).connection
+    if connection is None:
+        return "graphql in this process"
+    client = connection.client
+    return f"graphql from {client.host}" if client is not None else "graphql"
+
+
+async def resolve_pause_queue(info: Info[Any, Any], name: str) -> QueueStats:
+    """Pause a queue, creating it if needed: none of its instances starts until resumeQueue
+    (running ones finish; pending ones wait with waitingReason QUEUE_PAUSED). Pausing a paused
+    queue changes nothing; configureQueue and code's queue settings never resume it."""
+    record = await laneway_of(info.context).services.engine.pause_queue(
+        name, requested_by=requested_by(info.context)
+    )
+    return QueueStats.from_record(record)
+
+
+async def resolve_resume_queue(info: Info[Any, Any], name: str) -> QueueStats:
+    """Resume a paused queue, creating it if needed: its pending instances start at once
+    within its caps. Resuming a queue that is not paused changes nothing."""
+    record = await laneway_of(info.context).services.engine.resume_queue(
+        name, requested_by=requested_by(info.context)
+    )
+    return QueueStats.from_record(record)
+
+
 @strawberry.type(name="Mutation")
 class LanewayMutation:
     """Laneway's mutations; a host's Mutation inherits them (or is this type)."""
@@ -149,6 +180,8 @@ class LanewayMutation:
     set_schedule_enabled: Schedule = fields.mutation(resolve_set_schedule_enabled)
     delete_schedule: bool = fields.mutation(resolve_delete_schedule)
     configure_queue: QueueStats = fields.mutation(resolve_configure_queue)
+    pause_queue: QueueStats = fields.mutation(resolve_pause_queue)
+    resume_queue: QueueStats = fields.mutation(resolve_resume_queue)
     cancel_workflows: BulkResult = fields.mutation(resolve_cancel_workflows)
     retry_workflows: BulkResult = fields.mutation(resolve_retry_workflows)
     resume_workflows: BulkResult = fields.mutation(resolve_resume_workflows)

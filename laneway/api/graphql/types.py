@@ -371,7 +371,12 @@ class QueueStats:
     key_rate_per_minute: float | None = strawberry.field(
         description="At most this many starts per minute per concurrency key (null: no cap)."
     )
-    paused: bool
+    paused: bool = strawberry.field(
+        description=(
+            "Paused by pauseQueue: none of its instances starts until resumeQueue (those "
+            "running finish; pending ones wait, waitingReason QUEUE_PAUSED)."
+        )
+    )
     counts: StatusCounts
     settings_source: str = strawberry.field(
         description=(

@@ -28,6 +28,7 @@ TRACED_LOGGERS = (
     "laneway.api.http.body_limits",
     "laneway.api.http.rate_limits",
     "laneway.api.routes",
+    "laneway.engine.queue_calls",  # an operator's pause or resume of a queue
 )
 _STARTS = frozenset(("http.response.start", "websocket.accept", "websocket.http.response.start"))
 _HEADER = REQUEST_ID_HEADER.encode()
