@@ -40,6 +40,8 @@ DOCUMENTS = [
     instances.PAGE,
     queues.QUEUE_HISTORY,
     queues.CONFIGURE_QUEUE,
+    queues.PAUSE_QUEUE,
+    queues.RESUME_QUEUE,
     workers.WORKERS,
     schedules.SCHEDULES,
     schedules.CREATE_SCHEDULE,

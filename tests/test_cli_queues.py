@@ -1,17 +1,23 @@
-"""`laneway configure-queue` and `laneway queue-history` on the database and through a server.
+"""`laneway configure-queue`, `queue-history`, `pause-queue` and `resume-queue` on the database
+and through a server.
 
 configure-queue sets every cap at once and prints the queue as `queues --json` does;
-queue-history prints one row a minute, oldest first. Exit codes: 0 ok, 1 an unknown queue's
-history, 2 a bad cap or number of minutes.
+queue-history prints one row a minute, oldest first; pause-queue and resume-queue say what the
+queue holds, or print it as `queues --json` does. Exit codes: 0 ok, 1 an unknown queue's
+history, 2 a bad cap, number of minutes or queue name.
 """
 
 import json
+import time
 
 from app.examples import hello
+from laneway.events import EventHub
+from laneway.model import Status
 from laneway.store import Store
 from tests.api.test_queue_history_api import _past_activity
 from tests.cli_ways import both_ways, ways
-from tests.engine.helpers import make_engine
+from tests.engine.helpers import make_engine, until_status
+from tests.engine.test_queue_pause import claims_begun, idle_since
 
 
 @both_ways
@@ -87,3 +93,69 @@ async def test_queue_history_shows_a_row_a_minute_oldest_first(
         code, _, err = await laneway("queue-history", "hello", "--minutes", "0")
         assert code == 2, err
         assert err.startswith("laneway: --minutes must be at least 1"), err
+
+
+@both_ways
+async def test_pause_and_resume_queue_say_what_the_queue_holds_or_print_it(
+    way: str, database_url: str, store: Store
+) -> None:
+    await make_engine(store, hello).enqueue("hello", {"name": "waits"}, queue="emails")
+    async with ways(way, database_url) as laneway:
+        for _ in range(2):  # a second pause changes nothing
+            code, out, err = await laneway("pause-queue", "emails")
+            assert code == 0, err
+            assert out == (
+                "Queue emails is paused (running: 0, they finish; pending: 1, they wait for"
+                " resume-queue).\n"
+            )
+        code, out, err = await laneway("pause-queue", "emails", "--json")
+        assert code == 0, err
+        paused = json.loads(out)
+        assert (paused["name"], paused["paused"], paused["counts"]["pending"]) == (
+            "emails",
+            True,
+            1,
+        )
+        code, out, err = await laneway("queues", "--json")
+        assert code == 0, err
+        assert paused in json.loads(out)
+        code, out, err = await laneway("queues")
+        assert code == 0, err
+        assert any(line.split()[:3] == ["emails", "100;", "paused"] for line in out.splitlines())
+
+        code, out, err = await laneway("resume-queue", "emails", "--json")
+        assert code == 0, err
+        assert json.loads(out) == {**paused, "paused": False}
+        code, out, err = await laneway("resume-queue", "emails")
+        assert code == 0, err
+        assert out == "Queue emails is not paused (pending: 1, they start within its caps).\n"
+
+        for name, says in (
+            ("has space", "laneway: queue name must be 1-64 letters, digits or _ . : -"),
+            ("x" * 65, "laneway: NAME must be at most 64 characters"),
+        ):
+            for command in ("pause-queue", "resume-queue"):
+                code, out, err = await laneway(command, name)
+                assert (code, out) == (2, ""), err
+                assert err.startswith(says), err
+        assert not {"has space", "x" * 65} & {q.name for q in await store.queues()}
+
+
+@both_ways
+async def test_resume_queue_starts_an_idle_workers_instance_before_its_next_poll(
+    way: str, database_url: str, store: Store
+) -> None:
+    worker = make_engine(store, hello, owner_id="idle-worker", poll_interval_seconds=30.0)
+    claims = claims_begun(store)
+    async with ways(way, database_url) as laneway:
+        code, _, err = await laneway("pause-queue", "hello")
+        assert code == 0, err
+        hub = EventHub.open(database_url, store, on_notification=worker.notify)
+        async with hub, worker.running():
+            enqueued = await worker.enqueue("hello", {"name": "soon"})
+            await idle_since(claims, time.monotonic())
+            began = time.monotonic()
+            code, _, err = await laneway("resume-queue", "hello")
+            assert code == 0, err
+            await until_status(store, enqueued.instance_id, Status.COMPLETED, timeout=15)
+            assert time.monotonic() - began < 10.0

@@ -1,6 +1,7 @@
 """The `laneway` command: serve, worker, migrate, export-schema; for instances enqueue, cancel,
 resume, retry, signal, status, instances and watch; and workflows, preflight, queues,
-queue-history, configure-queue, workers and the schedule subcommands.
+queue-history, configure-queue, pause-queue, resume-queue, workers and the schedule
+subcommands.
 
 Owns `main`: logging setup, the event loop and exit codes (0 ok, 1 not found, in the wrong
 status or failed, 2 bad input or a refused configuration, 3 migrations pending, 130

@@ -12,7 +12,8 @@ SCHEDULE_MISSING = "no schedule of that name, or the server or database cannot b
 
 
 def add_cluster_commands(commands: Subcommands) -> None:
-    """Add queues, queue-history, configure-queue, workers and the schedule subcommands."""
+    """Add queues, queue-history, configure-queue, pause-queue, resume-queue, workers and the
+    schedule subcommands."""
     add, server, as_json = commands.add, commands.server, commands.as_json
 
     add(
@@ -69,6 +70,39 @@ def add_cluster_commands(commands: Subcommands) -> None:
     p.add_argument(
         "--key-rate-per-minute", metavar="R", type=number, help="at most R starts a minute per key"
     )
+
+    for verb, summary, about, example in (
+        (
+            "pause",
+            "pause queue NAME: none of its instances starts until resume-queue",
+            "For an incident: instances already running finish; pending ones, and those"
+            " enqueued meanwhile, wait (waiting reason QUEUE_PAUSED) in every process. A queue"
+            " there is not yet is created paused. Pausing a paused queue changes nothing, and"
+            " neither configure-queue nor a deploy's queue settings resume it.",
+            "Examples:\n  laneway pause-queue emails\n"
+            "  laneway pause-queue emails --json --url http://127.0.0.1:8000",
+        ),
+        (
+            "resume",
+            "resume queue NAME: its pending instances start at once, within its caps",
+            "Idle workers are woken at once, not at their next poll. Resuming a queue that is"
+            " not paused changes nothing.",
+            "Example:\n  laneway resume-queue emails --url http://127.0.0.1:8000",
+        ),
+    ):
+        p = add(
+            f"{verb}-queue",
+            summary,
+            about,
+            "Without --json it says what the queue holds; --json prints the queue as"
+            " `queues --json` lists it.",
+            DATABASE,
+            example,
+            run=lazy("queues", f"{verb}_queue"),
+            parents=[server, as_json],
+            exits=UNUSABLE,
+        )
+        p.add_argument("name", metavar="NAME", help="the queue's name")
 
     add(
         "workers",

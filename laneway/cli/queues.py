@@ -1,13 +1,15 @@
-"""`laneway queues`, `queue-history` and `configure-queue`: the queues, a queue's last minutes,
-and setting a queue's caps.
+"""`laneway queues`, `queue-history`, `configure-queue`, `pause-queue` and `resume-queue`: the
+queues, a queue's last minutes, setting a queue's caps, and pausing and resuming it.
 
-Owns their documents (queues, queueHistory, configureQueue), what each prints, and the table
-of a queue's history (the table of the queues is output.py's). configure-queue sets every cap
-at once, as configureQueue does: one left out is no cap.
+Owns their documents (queues, queueHistory, configureQueue, pauseQueue, resumeQueue), what
+each prints, and the table of a queue's history (the table of the queues is output.py's).
+configure-queue sets every cap at once, as configureQueue does: one left out is no cap.
 """
 
 import argparse
 from datetime import datetime
+
+from rich.text import Text
 
 from laneway.cli import output
 from laneway.cli.client import EXIT_OK, QUEUE_FIELDS, QUEUES, JSONObject
@@ -25,6 +27,11 @@ CONFIGURE_QUEUE = f"""mutation ($name: String!, $concurrency: Int!, $ratePerMinu
                  keyConcurrency: $keyConcurrency, keyRatePerMinute: $keyRatePerMinute) {{
     {QUEUE_FIELDS}
   }}
+}}"""
+
+PAUSE_QUEUE = f"mutation ($name: String!) {{ queue: pauseQueue(name: $name) {{ {QUEUE_FIELDS} }} }}"
+RESUME_QUEUE = f"""mutation ($name: String!) {{
+  queue: resumeQueue(name: $name) {{ {QUEUE_FIELDS} }}
 }}"""
 
 
@@ -86,3 +93,39 @@ async def configure_queue(args: argparse.Namespace, settings: Settings) -> int:
         )
     output.print_json(data["configureQueue"])
     return EXIT_OK
+
+
+def pause_line(queue: JSONObject) -> Text:
+    """What a pause or resume left the queue as, for a person, with the instances it holds."""
+    name, counts = queue["name"], queue["counts"]
+    if queue["paused"]:
+        said = (
+            f"Queue {name} is paused (running: {counts['running']}, they finish; pending:"
+            f" {counts['pending']}, they wait for resume-queue)."
+        )
+    else:
+        said = (
+            f"Queue {name} is not paused (pending: {counts['pending']}, they start within its"
+            " caps)."
+        )
+    return output.literal(said)
+
+
+async def _set_paused(args: argparse.Namespace, settings: Settings, document: str) -> int:
+    async with open_client(args, settings) as client, option_words({"name": "NAME"}):
+        queue: JSONObject = (await client.execute(document, name=args.name))["queue"]
+    if args.json:
+        output.print_json(queue)
+    else:
+        output.console().print(pause_line(queue), soft_wrap=True)  # one line, however long
+    return EXIT_OK
+
+
+async def pause_queue(args: argparse.Namespace, settings: Settings) -> int:
+    """Pause a queue (creating it if needed) and say so, or print it as `queues --json` does."""
+    return await _set_paused(args, settings, PAUSE_QUEUE)
+
+
+async def resume_queue(args: argparse.Namespace, settings: Settings) -> int:
+    """Resume a queue (creating it if needed) and say so, or print it as `queues --json` does."""
+    return await _set_paused(args, settings, RESUME_QUEUE)
