@@ -1,7 +1,8 @@
 """The dashboard's queue cards in a real browser (the set-up of test_dashboard.py): many
 queues each get their history chart, in requests within the server's document limits, and a
 history that cannot be read says so on its cards, not in the notice that the list's own
-errors use."""
+errors use; a card pauses its queue (after a confirmation) and resumes it, asking for a token
+where the server needs one."""
 
 import json
 
@@ -9,8 +10,12 @@ import pytest
 from playwright.async_api import Browser, Route, expect
 
 from laneway.api.graphql.schema import MAX_ALIASES
-from tests.api.conftest import CHROMIUM, LiveServer
-from tests.api.test_dashboard import TIMEOUT_MS, open_dashboard
+from tests.api.conftest import CHROMIUM, TOKEN, LiveServer, live_server, make_settings
+from tests.api.test_dashboard import (
+    TIMEOUT_MS,
+    enqueue_hello,
+    open_dashboard,
+)
 
 expect.set_options(timeout=TIMEOUT_MS)
 
@@ -24,6 +29,7 @@ CONFIGURE = """mutation ($name: String!) {
 BY_STATUS = """query ($status: String) {
   workflowInstancesConnection(status: $status, first: 50) { pageInfo { hasNextPage } }
 }"""
+QUEUES_PAUSED = "{ queues { name paused } }"
 EMPTY_HOUR = "last 60 min: 0 completed, 0 failed"
 HISTORY_DOWN = "History is resting."
 
@@ -108,3 +114,94 @@ async def test_a_history_that_cannot_be_read_leaves_the_lists_error_in_the_notic
         await page.evaluate("window.dispatchEvent(new Event('focus'))")
         await expect(card.get_by_test_id("queue-history-summary")).to_have_text(EMPTY_HOUR)
         await expect(notice).to_have_text(list_error)
+
+
+async def _paused(server: LiveServer, name: str) -> bool:
+    body = await server.graphql(QUEUES_PAUSED, token=TOKEN)
+    (queue,) = [q for q in body["data"]["queues"] if q["name"] == name]
+    return bool(queue["paused"])
+
+
+async def test_a_queue_card_pauses_its_queue_after_asking_and_resumes_it(
+    database_url: str, browser: Browser
+) -> None:
+    settings = make_settings(database_url, api_tokens=(TOKEN,), open_reads=True)
+    async with (
+        live_server(settings) as server,
+        open_dashboard(browser, server, token=TOKEN) as dashboard,
+    ):
+        page = dashboard.page
+        card = page.locator('[data-testid="queue-card"][data-queue="hello"]')
+        toggle = card.get_by_test_id("queue-toggle")
+        confirm = card.get_by_test_id("queue-pause-confirm")
+        badge = card.locator('h3 .status[data-status="paused"]')
+        await expect(toggle).to_have_text("Pause…")
+        await expect(toggle).to_have_accessible_name("Pause queue hello")
+        await expect(badge).to_be_hidden()
+        await expect(confirm).to_be_hidden()
+
+        await toggle.click()  # asks first; keeping it running changes nothing
+        await expect(confirm).to_be_visible()
+        await expect(card.get_by_test_id("queue-pause-go")).to_be_focused()
+        await card.get_by_test_id("queue-pause-keep").click()
+        await expect(confirm).to_be_hidden()
+        assert await _paused(server, "hello") is False
+
+        await toggle.click()
+        await card.get_by_test_id("queue-pause-go").click()
+        await expect(badge).to_be_visible()
+        await expect(card).to_have_attribute("data-paused", "true")
+        await expect(toggle).to_have_text("Resume")
+        await expect(card.get_by_test_id("queue-action-result")).to_have_text(
+            "Paused: what runs finishes, nothing else starts."
+        )
+        assert await _paused(server, "hello") is True
+
+        instance_id = await enqueue_hello(server, "held")
+        reason = dashboard.row(instance_id).get_by_test_id("waiting-reason")
+        await expect(reason).to_have_attribute("data-code", "QUEUE_PAUSED")
+        await expect(card.get_by_test_id("count-pending")).to_have_text("1")
+
+        await toggle.click()  # a resume does not ask
+        await expect(badge).to_be_hidden()
+        await expect(toggle).to_have_text("Pause…")
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "completed")
+        await expect(reason).to_have_count(0)
+        assert await _paused(server, "hello") is False
+        assert dashboard.problems == []
+
+
+async def test_a_page_without_a_token_is_asked_for_one_when_it_pauses_a_queue(
+    database_url: str, browser: Browser
+) -> None:
+    # Reads are open, so the page shows everything without a token; a pause is a write.
+    settings = make_settings(database_url, api_tokens=(TOKEN,), open_reads=True)
+    async with (
+        live_server(settings) as server,
+        open_dashboard(browser, server) as dashboard,
+    ):
+        page = dashboard.page
+        dialog = page.get_by_test_id("token-dialog")
+        card = page.locator('[data-testid="queue-card"][data-queue="hello"]')
+        toggle = card.get_by_test_id("queue-toggle")
+        result = card.get_by_test_id("queue-action-result")
+        await toggle.click()
+        await card.get_by_test_id("queue-pause-go").click()
+        await expect(dialog).to_be_visible()
+        await expect(page.get_by_test_id("token-reason")).to_have_text(
+            "This server needs an API token."
+        )
+        await page.get_by_test_id("token-cancel").click()  # declined: the pause fails, saying so
+        await expect(result).to_contain_text("Pause failed:")
+        await expect(result).to_have_class("message error")
+        await expect(toggle).to_have_text("Pause…")
+        assert await _paused(server, "hello") is False
+
+        await toggle.click()
+        await card.get_by_test_id("queue-pause-go").click()
+        await page.get_by_test_id("token-input").fill(TOKEN)
+        await page.get_by_test_id("token-submit").click()
+        await expect(toggle).to_have_text("Resume")
+        await expect(result).to_have_class("message")
+        assert await _paused(server, "hello") is True
+        assert dashboard.problems == []
