@@ -74,6 +74,7 @@ class _Snapshot:
     begun: float  # when this process began to keep them: their age before the first read
     counts: dict[str, dict[Status, int]] = field(default_factory=dict)  # every queue
     oldest_ready: dict[str, float] = field(default_factory=dict)
+    paused: frozenset[str] = frozenset()
     read_at: float | None = None  # when the read of these figures began
     failed: bool = False  # the last read that ended failed
     reading_since: float | None = None  # when the read under way began
@@ -292,14 +293,14 @@ class Metrics:
         snapshot = self._snapshot
         began = snapshot.reading_since = self._clock()  # the figures are as of the read's start
         try:
-            counts, oldest = await store.cluster_figures()
+            counts, oldest, paused = await store.cluster_figures()
         except Exception as exc:
             logger.warning("metrics snapshot failed", extra={"error": repr(exc)})
             snapshot.failed = True
             return
         finally:
             snapshot.reading_since = None
-        snapshot.counts, snapshot.oldest_ready = counts, oldest
+        snapshot.counts, snapshot.oldest_ready, snapshot.paused = counts, oldest, paused
         snapshot.read_at, snapshot.failed = began, False
 
     async def aclose(self) -> None:
@@ -352,8 +353,8 @@ class _ProcessCollector(Collector):
 
 
 class _ClusterCollector(Collector):
-    """Instances by queue and status, and the oldest ready instance's age, from the snapshot,
-    with the snapshot's age.
+    """Instances by queue and status, the oldest ready instance's age and whether each queue is
+    paused, from the snapshot, with the snapshot's age.
 
     Every status of every queue the snapshot knows has its series, 0 when no instance is in
     it: a series that vanished when its count fell to 0 would leave a graph at its last value
@@ -377,8 +378,9 @@ class _ClusterCollector(Collector):
         snapshot, now = self._snapshot, self._clock()
         age = GaugeMetricFamily(
             "laneway_cluster_snapshot_age_seconds",
-            "Seconds since the read of the snapshot behind laneway_instances and "
-            "laneway_oldest_ready_seconds began (since this process started, before its first "
+            "Seconds since the read of the snapshot behind laneway_instances, "
+            "laneway_oldest_ready_seconds and laneway_queue_paused began (since this process "
+            "started, before its first "
             f"read); those are left out once it is over {self._stale_seconds:g} s old and its "
             "re-read failed or has run that long.",
         )
@@ -395,8 +397,13 @@ class _ClusterCollector(Collector):
             "cluster; 0 when none is ready.",
             labels=("queue",),
         )
+        paused = GaugeMetricFamily(
+            "laneway_queue_paused",
+            "1 while a queue is paused (pauseQueue: none of its instances starts), else 0.",
+            labels=("queue",),
+        )
         if snapshot.read_at is None or not snapshot.served(now, self._stale_seconds):
-            return [age, instances, oldest]
+            return [age, instances, oldest, paused]
         for queue, counts in sorted(snapshot.counts.items()):
             for status in Status:
                 instances.add_metric([queue, status.value], counts.get(status, 0))
@@ -405,7 +412,9 @@ class _ClusterCollector(Collector):
         for queue in sorted(set(snapshot.counts) | set(snapshot.oldest_ready)):
             ready = snapshot.oldest_ready.get(queue)
             oldest.add_metric([queue], 0.0 if ready is None else ready + since)
-        return [age, instances, oldest]
+        for queue in sorted(snapshot.counts):
+            paused.add_metric([queue], float(queue in snapshot.paused))
+        return [age, instances, oldest, paused]
 
 
 @contextlib.asynccontextmanager

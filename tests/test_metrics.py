@@ -179,6 +179,26 @@ async def test_every_status_of_every_queue_has_a_series_that_reads_0_when_empty(
     assert by_status("quiet") == NO_INSTANCES
 
 
+async def test_a_paused_queue_reads_1_until_it_is_resumed(store: Store) -> None:
+    metrics = Metrics(refresh_seconds=3600)
+    engine = make_engine(store, hello, observer=metrics)
+    await engine.enqueue("hello", {"name": "one"})
+    await engine.pause_queue("held")
+
+    async def paused() -> dict[str, float]:
+        await metrics.refresh(store, force=True)
+        scraped = samples(metrics.render().decode())
+        return {
+            dict(labels)["queue"]: level
+            for (name, labels), level in scraped.items()
+            if name == "laneway_queue_paused"
+        }
+
+    assert await paused() == {"hello": 0.0, "held": 1.0}
+    await engine.resume_queue("held")
+    assert await paused() == {"hello": 0.0, "held": 0.0}
+
+
 async def test_a_scrape_waits_for_a_slow_snapshot_read_only_so_long(
     database_url: str, admin: asyncpg.Connection
 ) -> None:

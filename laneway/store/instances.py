@@ -195,16 +195,17 @@ class InstanceStore(StoreBase):
 
     async def cluster_figures(
         self,
-    ) -> tuple[dict[str, dict[Status, int]], dict[str, float]]:
+    ) -> tuple[dict[str, dict[Status, int]], dict[str, float], frozenset[str]]:
         """Every queue's instances by status, as `queues` counts them (a status with none is
-        left out; a queue with none has {}), and the age in seconds of each queue's oldest
-        ready instance: for the metrics' cluster-wide snapshot."""
+        left out; a queue with none has {}), the age in seconds of each queue's oldest ready
+        instance, and the paused queues: for the metrics' cluster-wide snapshot."""
         queues = await self.queues()
         async with self._acquire() as conn:
             oldest = await conn.fetch(queries.OLDEST_READY)
         return (
             {queue.name: queue.counts for queue in queues},
             {row["queue"]: row["age_seconds"] for row in oldest},
+            frozenset(queue.name for queue in queues if queue.paused),
         )
 
     async def get_instance(self, instance_id: UUID) -> InstanceRecord | None:
