@@ -42,7 +42,9 @@ class QueueCalls:
         starts per minute (None: no cap per key). Within a priority, keys take turns.
 
         These are an operator's settings (settings_source "operator"): a template's
-        queue_settings, applied at every engine start, never override them again.
+        queue_settings, applied at every engine start, never override them again. Idle
+        workers claim again at once (the call rings every listening engine's doorbell, and
+        wakes this one's loop): raised caps start what waited without waiting for a poll.
 
         Raises:
             InvalidInputError: a bad name, a concurrency below 1, or a rate that is not positive.
@@ -53,9 +55,11 @@ class QueueCalls:
         if key_concurrency is not None:
             check_cap(key_concurrency, "keyConcurrency")
         check_rate(key_rate_per_minute, "keyRatePerMinute")
-        return await self.store.configure_queue(
+        record = await self.store.configure_queue(
             name, concurrency, rate_per_minute, key_concurrency, key_rate_per_minute
         )
+        self.claim_loop.wake()  # this process's loop, whether or not it listens
+        return record
 
     async def pause_queue(self, name: str, *, requested_by: str = "python") -> QueueRecord:
         """Pause a queue: from the moment this returns, no instance of it starts, in any

@@ -147,7 +147,8 @@ class InstanceStore(StoreBase):
         key_concurrency: int | None = None,
         key_rate_per_minute: float | None = None,
     ) -> QueueRecord:
-        """Create or change a queue's caps as an operator's: code never overrides them again."""
+        """Create or change a queue's caps as an operator's: code never overrides them again.
+        Rings the doorbell: caps raised may let idle workers start what waited."""
         async with self._acquire() as conn, conn.transaction():
             await conn.execute(
                 queries.CONFIGURE_QUEUE,
@@ -157,6 +158,7 @@ class InstanceStore(StoreBase):
                 key_concurrency,
                 key_rate_per_minute,
             )
+            await conn.execute(queries.RING_FOR_QUEUE_ROOM)
             self._known_queues.add(name)
             row = await conn.fetchrow(queries.QUEUE_STATS, name)
         assert row is not None
@@ -180,7 +182,7 @@ class InstanceStore(StoreBase):
         async with self._acquire() as conn, conn.transaction():
             changed = await conn.fetchval(queries.SET_QUEUE_PAUSED, name, paused) is not None
             if changed and not paused:
-                await conn.execute(queries.RING_FOR_RESUMED_QUEUE)
+                await conn.execute(queries.RING_FOR_QUEUE_ROOM)
             self._known_queues.add(name)
             row = await conn.fetchrow(queries.QUEUE_STATS, name)
         assert row is not None

@@ -250,3 +250,34 @@ async def test_a_pause_survives_an_operators_caps_and_code_defaults_at_each_star
         await second.resume_queue("billing")
         assert await second.tick() == 1
         await until_status(other_store, pending.instance_id, Status.COMPLETED)
+
+
+async def test_caps_raised_elsewhere_start_an_idle_workers_waiting_instance_at_once(
+    store: Store, database_url: str
+) -> None:
+    # configureQueue raising a full queue's cap left what waited for the workers' next poll.
+    release = asyncio.Event()
+
+    async def hold(ctx: HandlerContext, params: JSONValue) -> Done:
+        await release.wait()
+        return Done()
+
+    held = Workflow("held", handlers={"run": hold}, initial="run")
+    worker = make_engine(store, held, owner_id="idle-worker", poll_interval_seconds=POLL_SECONDS)
+    async with open_store(database_url) as api_store:
+        api = make_engine(api_store, held, owner_id="api")  # another process: its loop never runs
+        await api.configure_queue("held", concurrency=1)
+        hub = EventHub.open(database_url, store, on_notification=worker.notify)
+        claims = claims_begun(store)
+        async with hub, worker.running():
+            first = await api.enqueue("held")
+            await until_status(store, first.instance_id, Status.RUNNING, timeout=10)
+            second = await api.enqueue("held")  # its doorbell wakes the worker: the queue is full
+            await idle_since(claims, time.monotonic())
+            assert await _reason(store, second.instance_id) == "QUEUE_FULL"
+            began = time.monotonic()
+            await api.configure_queue("held", concurrency=2)
+            await until_status(store, second.instance_id, Status.RUNNING, timeout=10)
+            elapsed = time.monotonic() - began
+            release.set()
+    assert elapsed < PROMPT_SECONDS, f"started {elapsed:.2f} s after the caps were raised"

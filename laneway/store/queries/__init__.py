@@ -90,7 +90,7 @@ from laneway.store.queries.queues import (
     ENSURE_QUEUE,
     OLDEST_READY,
     QUEUE_STATS,
-    RING_FOR_RESUMED_QUEUE,
+    RING_FOR_QUEUE_ROOM,
     SET_QUEUE_PAUSED,
 )
 from laneway.store.queries.schedules import (
@@ -209,7 +209,7 @@ __all__ = [
     "RETIRING_EVENT_PARTITIONS",
     "RETRY_INSTANCES",
     "RING_AFTER_COPIED_EVENTS",
-    "RING_FOR_RESUMED_QUEUE",
+    "RING_FOR_QUEUE_ROOM",
     "ROLL_UP_QUEUE_HISTORY",
     "SCHEMA_VERSION",
     "SET_QUEUE_PAUSED",

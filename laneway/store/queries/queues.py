@@ -77,9 +77,10 @@ ON CONFLICT (name) DO UPDATE
 RETURNING name
 """
 
-# The doorbell of a resumed queue: no event is new (the newest event id, as committed), but
-# every listening claim loop claims again at once instead of at its next poll.
-RING_FOR_RESUMED_QUEUE = """
+# The doorbell of a queue with new room (resumed, or its caps changed by an operator): no event
+# is new (the newest event id, as committed), but every listening claim loop claims again at
+# once instead of at its next poll.
+RING_FOR_QUEUE_ROOM = """
 SELECT pg_notify('laneway_events', json_build_object('e', COALESCE(max(event_id), 0))::text)
   FROM laneway.events
 """
