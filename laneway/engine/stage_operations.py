@@ -8,7 +8,6 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping
 
 from laneway.engine import tracing
 from laneway.engine.context import HandlerContext, InstanceTools, NotAwaitableError
@@ -17,6 +16,7 @@ from laneway.engine.failures import format_traceback
 from laneway.engine.fix_cycles import FIX_POSITION_BASE
 from laneway.engine.operation_attempt import NO_DATA, attempt, copied
 from laneway.engine.payloads import json_size
+from laneway.engine.stage_plan import Slot, StagePlan
 from laneway.engine.template import (
     COMPLETED,
     SKIPPED,
@@ -25,9 +25,8 @@ from laneway.engine.template import (
     OperationHandler,
     OperationResult,
     Stage,
-    Template,
     failed,
-    operation_id_for,
+    slot_operation_id,
 )
 from laneway.model import JSONValue, OperationRecord
 
@@ -38,42 +37,33 @@ logger = logging.getLogger("laneway.engine.stage_run")
 class StageOperations:
     """The operation-level half of one call of a stage's handler (see the module's doc)."""
 
-    def __init__(
-        self,
-        template: Template,
-        index: int,
-        operations: Mapping[str, OperationHandler],
-        ctx: HandlerContext,
-        cap: int,
-    ) -> None:
-        self._template = template
-        self._index = index
-        self._stage: Stage = template.stages[index]
-        self._operations = operations
+    def __init__(self, plan: StagePlan, ctx: HandlerContext) -> None:
+        self._plan = plan
+        self._stage: Stage = plan.stage
         self._ctx = ctx
         self._tools: InstanceTools = ctx.require_tools()
         self._settled: dict[int, str] = {}
         self._errors: dict[int, BaseException] = {}  # a failed operation's own, by position
         self._fix_cycle = 0  # of the pass running: its rows keep it (fix_cycles.py)
-        self._budget = ContextBudget(cap)  # the room left in the context (context_budget.py)
+        self._budget = ContextBudget(plan.cap)  # the room left in the context (context_budget.py)
         # Asked once: the stage's operations run in its context (parallel ones in copies).
         self._spans = tracing.in_traced_step()
         # In sequence the stage writes before anything waits (before the next operation, or
         # its own step), which carries what finished; in parallel the siblings run on, so an
         # outcome is also written on its own soon after (RunnerTools).
-        self._carried = not self._stage.parallel
+        self._carried = not plan.stage.parallel
 
     async def _run_operation(
         self,
-        operation: Operation,
-        position: int,
+        slot: Slot,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
     ) -> OperationRecord:
         """Attempt one operation until it completes or runs out of attempts; record it."""
         ctx = self._ctx
-        operation_id = operation_id_for(ctx.instance_id, self._stage.name, position)
-        handler = self._operations.get(operation.type)
+        position, operation, name = slot
+        operation_id = slot_operation_id(ctx.instance_id, name)
+        handler = self._plan.operations.get(operation.type)
         started = time.monotonic()
         attempts = 0
         error: BaseException | None = None
@@ -94,7 +84,7 @@ class StageOperations:
                 max_attempts=operation.max_attempts,
                 context=copied(context),
                 initial_context=copied(initial),
-                workflow_type=self._template.type,
+                workflow_type=self._plan.template.type,
                 cancelled=ctx.cancelled,
             )
             if self._spans:
@@ -178,9 +168,10 @@ class StageOperations:
                 tracing.mark_failed(outcome[0].reason or outcome[0].status)
             return outcome
 
-    async def _record_skipped(self, operation: Operation, position: int, reason: str) -> None:
+    async def _record_skipped(self, slot: Slot, reason: str) -> None:
+        position, operation, name = slot
         record = OperationRecord(
-            operation_id=operation_id_for(self._ctx.instance_id, self._stage.name, position),
+            operation_id=slot_operation_id(self._ctx.instance_id, name),
             instance_id=self._ctx.instance_id,
             stage=self._stage.name,
             position=position,
@@ -205,7 +196,7 @@ class StageOperations:
 
     def _span_attributes(self, operation: Operation, attempt: int) -> dict[str, str | int]:
         return {
-            "laneway.workflow": self._template.type,
+            "laneway.workflow": self._plan.template.type,
             "laneway.instance_id": str(self._ctx.instance_id),
             "laneway.stage": self._stage.name,
             "laneway.operation": operation.type,

@@ -5,13 +5,13 @@ condition, the fix-verify cycles of a failed critical operation, one operation r
 (so a re-run skips what completed), and the checkpoint, progress and message the stage
 reports. One operation's attempts, timeout and record: stage_operations.py. Where a
 fix-verify loop stands after a lost worker: fix_cycles.py; what a checkpoint's pause keeps in
-the state: stage_pauses.py. Compiling a template into a workflow: template_interpreter.py.
+the state: stage_pauses.py; what a stage's runs share, worked out once: stage_plan.py.
+Compiling a template into a workflow: template_interpreter.py.
 """
 
 import asyncio
 import dataclasses
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from laneway.engine import time_limit
@@ -23,12 +23,13 @@ from laneway.engine.context import (
     PermanentFailure,
     Step,
 )
-from laneway.engine.context_budget import context_cap, input_room
+from laneway.engine.context_budget import input_room
 from laneway.engine.failures import StageFailure
-from laneway.engine.fix_cycles import FIX_POSITION_BASE, failure_text, may_fix, resume_point
+from laneway.engine.fix_cycles import failure_text, may_fix, resume_point
 from laneway.engine.handler_map import Handler
 from laneway.engine.stage_operations import StageOperations
 from laneway.engine.stage_pauses import mark_paused, take_pause
+from laneway.engine.stage_plan import Slot, plan_stage
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
@@ -55,32 +56,31 @@ class StageFailedError(PermanentFailure, StageFailure):
 def stage_handler(
     template: Template, index: int, operations: Mapping[str, OperationHandler]
 ) -> Handler:
-    cap = context_cap(template)
+    plan = plan_stage(template, index, operations)
 
-    async def run_stage(ctx: HandlerContext, params: JSONValue) -> Step:
-        return await _StageRun(template, index, operations, ctx, cap).run(params)
+    # Returns the stage's run as it is (a coroutine), rather than awaiting it in one more.
+    def run_stage(ctx: HandlerContext, params: JSONValue) -> Coroutine[object, None, Step]:
+        return _StageRun(plan, ctx).run(params)
 
     return run_stage
 
 
-@dataclass(frozen=True, slots=True)
-class _Pass:
-    """The outcome of running a list of operations once."""
-
-    context: dict[str, JSONValue]
-    failure: OperationRecord | None
+_Pass = tuple[dict[str, JSONValue], OperationRecord | None]
+"""The outcome of running a list of operations once: the context after it, and the critical
+operation's failure that stopped it, if one did."""
 
 
 class _StageRun(StageOperations):
     """One call of a stage's handler: runs the stage, or finishes the instance after it."""
 
     async def run(self, params: JSONValue) -> Step:
+        plan = self._plan
         state = self._ctx.state
         if "initial_context" in state:
             initial = dict(state["initial_context"])
             context = dict(state["context"])
             paused_at, retried = take_pause(
-                state, params, index=self._index, stage_count=len(self._template.stages)
+                state, params, index=plan.index, stage_count=len(plan.template.stages)
             )
             if retried:
                 # retryWorkflow after the checkpoint expired: the stage is done; ask again.
@@ -93,7 +93,7 @@ class _StageRun(StageOperations):
         else:  # the first stage of a new instance: its params are the initial context
             initial = dict(params) if isinstance(params, dict) else {}
             context = dict(initial)
-        if int(state.get("stages_done") or 0) > self._index:
+        if int(state.get("stages_done") or 0) > plan.index:
             return await self._finish(context)
         stage = self._stage
         # The stage's progress and status line are reported when it ends (only a checkpoint
@@ -102,8 +102,8 @@ class _StageRun(StageOperations):
         # both are storable and short.
         self._ctx.stage = stage.name
         if stage.condition is not None and not stage.condition(MappingProxyType(context)):
-            for position, operation in enumerate(stage.operations):
-                await self._record_skipped(operation, position, "stage condition is false")
+            for slot in plan.slots:
+                await self._record_skipped(slot, "stage condition is false")
             ran = False
         else:
             rows = {
@@ -115,16 +115,17 @@ class _StageRun(StageOperations):
             ran = True
         state["initial_context"] = initial
         state["context"] = context
-        state["stages_done"] = self._index + 1
-        self._ctx.progress = (self._index + 1) / len(self._template.stages)
+        state["stages_done"] = plan.index + 1
+        self._ctx.progress = plan.progress
         self._ctx.message = (
             self._message() if ran else f"{stage.name}: skipped (condition is false)"
         )
         return await self._after_stage(context)
 
     async def _after_stage(self, context: dict[str, JSONValue]) -> Step:
-        step = step_after_stage(self._template, self._index, context)
-        if isinstance(step, Next) and self._index == len(self._template.stages) - 1:
+        plan = self._plan
+        step = plan.following or step_after_stage(plan.template, plan.index, context)
+        if plan.last and isinstance(step, Next):
             # The last stage, with no pause after it: the instance finishes in this step, and
             # the completion keeps the stage's report (no step of its own to checkpoint it).
             return await self._finish(context)
@@ -139,7 +140,7 @@ class _StageRun(StageOperations):
     async def _finish(self, context: dict[str, JSONValue]) -> Done:
         self._budget.check(context, "at the template's end", self._stage.name)
         result: dict[str, JSONValue] = {"context": context}
-        template = self._template
+        template = self._plan.template
         if template.next_workflow is not None:
             # Idempotent per parent: a finish re-run after a crash finds the same child.
             child_id = await self._tools.enqueue_child(
@@ -155,83 +156,84 @@ class _StageRun(StageOperations):
         rows: Mapping[int, OperationRecord],
     ) -> dict[str, JSONValue]:
         stage = self._stage
-        # A run after a lost worker or a retry goes on with the fix cycle the rows had reached,
-        # reusing only that cycle's rows (fix_cycles.py).
-        point = resume_point(rows.values(), context)
-        if point.context is not context:
-            self._budget.forget()  # the data of the passes before joined it uncounted
-        self._fix_cycle = point.cycle
-        context, fix_rows, stage_rows = point.context, point.fix_rows, point.stage_rows
+        fix_rows: Mapping[int, OperationRecord] = rows
+        stage_rows: Mapping[int, OperationRecord] = rows  # none (the usual): nothing to resume
+        if rows:
+            # A run after a lost worker or a retry goes on with the fix cycle the rows had
+            # reached, reusing only that cycle's rows (fix_cycles.py).
+            point = resume_point(rows.values(), context)
+            if point.context is not context:
+                self._budget.forget()  # the data of the passes before joined it uncounted
+            self._fix_cycle = point.cycle
+            context, fix_rows, stage_rows = point.context, point.fix_rows, point.stage_rows
         while True:
             if self._fix_cycle:  # a fix cycle: its fix operations, then verify
-                fixed = await self._run_pass(
-                    stage.fix_operations, FIX_POSITION_BASE, context, initial, fix_rows
+                context, failure = await self._run_pass(
+                    self._plan.fix_slots, context, initial, fix_rows
                 )
-                if fixed.failure is not None:
+                if failure is not None:
                     raise StageFailedError(
-                        failure_text(stage, fixed.failure, "fix operation", self._fix_cycle),
+                        failure_text(stage, failure, "fix operation", self._fix_cycle),
                         stage=stage.name,
-                        operation=fixed.failure.type,
-                    ) from self._errors.get(fixed.failure.position)
-                context = fixed.context
+                        operation=failure.type,
+                    ) from self._errors.get(failure.position)
             # Every operation of the stage, since a fix may change any result.
             self._settled.clear()
-            outcome = await self._run_pass(stage.operations, 0, context, initial, stage_rows)
-            if outcome.failure is None:
-                return outcome.context
+            context, failure = await self._run_pass(self._plan.slots, context, initial, stage_rows)
+            if failure is None:
+                return context
             if not may_fix(stage, self._fix_cycle):
                 raise StageFailedError(
-                    failure_text(stage, outcome.failure, "operation", self._fix_cycle),
+                    failure_text(stage, failure, "operation", self._fix_cycle),
                     stage=stage.name,
-                    operation=outcome.failure.type,
-                ) from self._errors.get(outcome.failure.position)
+                    operation=failure.type,
+                ) from self._errors.get(failure.position)
             self._fix_cycle += 1
-            context, fix_rows, stage_rows = outcome.context, {}, {}
+            fix_rows, stage_rows = {}, {}
 
     def _run_pass(
         self,
-        operations: Sequence[Operation],
-        base: int,
+        slots: Sequence[Slot],
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
         rows: Mapping[int, OperationRecord],
     ) -> Coroutine[object, None, _Pass]:
-        """Run `operations` once (at positions base + i), reusing the final outcomes among
-        `rows` (_reusable). (The run itself is the coroutine returned: a pass costs no frame
-        of its own.)"""
-        slots = [(base + offset, operation) for offset, operation in enumerate(operations)]
+        """Run the operations of `slots` once, reusing the final outcomes among `rows`
+        (_reusable). (The run itself is the coroutine returned: a pass costs no frame of its
+        own.)"""
         if self._stage.parallel:
             return self._run_parallel(slots, context, initial, rows)
         return self._run_sequence(slots, context, initial, rows)
 
     async def _run_sequence(
         self,
-        slots: Sequence[tuple[int, Operation]],
+        slots: Sequence[Slot],
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
         rows: Mapping[int, OperationRecord],
     ) -> _Pass:
         # In sequence, each operation sees the data of those before it, and a critical
         # failure stops the ones after it.
-        for position, operation in slots:
+        for slot in slots:
+            position, operation, _ = slot
             record = self._reusable(position, operation, rows) if rows else None
             if record is None:
                 self._ctx.raise_if_cancelled()
                 # What finished before is recorded before this starts: a crash in this one
                 # never runs those again.
                 await self._tools.write_operations()
-                record = await self._run_unless_skipped(operation, position, context, initial)
+                record = await self._run_unless_skipped(slot, context, initial)
             if record is None:
                 continue
             if record.data:  # completed with data to merge (else the context stays as it is)
                 context = merge_context(context, (record,))
             if record.status == FAILED and operation.critical:
-                return _Pass(context=context, failure=record)
-        return _Pass(context=context, failure=None)
+                return context, record
+        return context, None
 
     async def _run_parallel(
         self,
-        slots: Sequence[tuple[int, Operation]],
+        slots: Sequence[Slot],
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
         rows: Mapping[int, OperationRecord],
@@ -249,12 +251,13 @@ class _StageRun(StageOperations):
                 # task (what it bound to the task stays right), the rest get tasks. Most
                 # operations never wait, and then no task is made.
                 waiting: tuple[int, time_limit.Begun[OperationRecord | None]] | None = None
-                for position, operation in slots:
+                for slot in slots:
+                    position, operation, _ = slot
                     reused = self._reusable(position, operation, rows) if rows else None
                     if reused is not None:
                         records[position] = reused
                         continue
-                    run = self._run_unless_skipped(operation, position, context, initial)
+                    run = self._run_unless_skipped(slot, context, initial)
                     if waiting is not None:
                         tasks[position] = group.create_task(run)
                         continue
@@ -276,9 +279,9 @@ class _StageRun(StageOperations):
                 records[position] = record
         self._budget.end_pass()
         ordered = [records[position] for position in sorted(records)]
-        critical = {position for position, operation in slots if operation.critical}
+        critical = {position for position, operation, _ in slots if operation.critical}
         failure = next((r for r in ordered if r.status == FAILED and r.position in critical), None)
-        return _Pass(context=merge_context(context, ordered), failure=failure)
+        return merge_context(context, ordered), failure
 
     def _reusable(
         self, position: int, operation: Operation, rows: Mapping[int, OperationRecord]
@@ -298,15 +301,15 @@ class _StageRun(StageOperations):
 
     def _run_unless_skipped(
         self,
-        operation: Operation,
-        position: int,
+        slot: Slot,
         context: dict[str, JSONValue],
         initial: dict[str, JSONValue],
     ) -> Coroutine[object, None, OperationRecord | None]:
         """The operation's run, or its record as skipped (which returns None)."""
-        if operation.condition is not None and not operation.condition(MappingProxyType(context)):
-            return self._record_skipped(operation, position, "operation condition is false")
-        return self._run_operation(operation, position, context, initial)
+        condition = slot[1].condition
+        if condition is not None and not condition(MappingProxyType(context)):
+            return self._record_skipped(slot, "operation condition is false")
+        return self._run_operation(slot, context, initial)
 
     def _message(self) -> str:
         return stage_message(

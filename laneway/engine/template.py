@@ -387,7 +387,17 @@ def operation_id_for(instance_id: UUID, stage: str, position: int) -> UUID:
     """The id of an operation slot: the same across crashes, retries and fix cycles.
 
     uuid.uuid5(instance_id, f"{stage}/{position}"), built from its SHA-1."""
-    digest = hashlib.sha1(instance_id.bytes + f"{stage}/{position}".encode()).digest()
+    return slot_operation_id(instance_id, operation_slot(stage, position))
+
+
+def operation_slot(stage: str, position: int) -> bytes:
+    """The name of an operation slot, as its id is made from it (a stage's plan keeps them)."""
+    return f"{stage}/{position}".encode()
+
+
+def slot_operation_id(instance_id: UUID, slot: bytes) -> UUID:
+    """operation_id_for of the slot named `slot` (operation_slot)."""
+    digest = hashlib.sha1(instance_id.bytes + slot).digest()
     return uuid_from_int(int.from_bytes(digest[:16]) & _UUID5_CLEAR | _UUID5_SET)
 
 
