@@ -12,6 +12,7 @@ from uuid import UUID
 from laneway.engine.committer import Committer
 from laneway.engine.observer import EngineObserver
 from laneway.engine.payloads import encode_json
+from laneway.engine.record_builders import builder
 from laneway.errors import LeaseLostError
 from laneway.model import InstanceRecord, JSONValue, LockRecord, OperationRecord
 from laneway.store import Store
@@ -24,6 +25,8 @@ logger = logging.getLogger(__name__)
 # runs the operation again, as a crash before its own commit would.
 OPERATION_WRITE_DELAY_SECONDS = 0.01
 
+
+_new_outcome = builder(OperationOutcome)  # one per operation (record_builders.py)
 
 ChildSpawner = Callable[[UUID, str, JSONValue], Awaitable[UUID]]
 
@@ -87,7 +90,7 @@ class RunnerTools:
             )
         finished_at = time.monotonic()
         self._unwritten.append(
-            OperationOutcome(
+            _new_outcome(
                 record=operation,
                 data_json=encoded[0],
                 metadata_json=encoded[1],

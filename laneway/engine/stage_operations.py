@@ -16,6 +16,7 @@ from laneway.engine.failures import format_traceback
 from laneway.engine.fix_cycles import FIX_POSITION_BASE
 from laneway.engine.operation_attempt import NO_DATA, attempt, copied
 from laneway.engine.payloads import json_size
+from laneway.engine.record_builders import builder
 from laneway.engine.stage_plan import Slot, StagePlan
 from laneway.engine.template import (
     COMPLETED,
@@ -32,6 +33,10 @@ from laneway.model import JSONValue, OperationRecord
 
 logger = logging.getLogger("laneway.engine.stage_run")
 """The stage's logger: a failed attempt is logged as the stage run's, as it always was."""
+
+# Made for every operation, and every attempt of it (record_builders.py).
+_new_context = builder(OperationContext)
+_new_record = builder(OperationRecord)
 
 
 class StageOperations:
@@ -75,7 +80,7 @@ class StageOperations:
             if attempts:
                 await asyncio.sleep(operation.retry_delay_ms(attempts) / 1000.0)
             attempts += 1
-            operation_ctx = OperationContext(
+            operation_ctx = _new_context(
                 instance_id=ctx.instance_id,
                 operation_id=operation_id,
                 operation_type=operation.type,
@@ -109,7 +114,7 @@ class StageOperations:
                 self._errors.pop(position, None)
             else:
                 self._errors[position] = error
-        record = OperationRecord(
+        record = _new_record(
             operation_id=operation_id,
             instance_id=ctx.instance_id,
             stage=self._stage.name,
@@ -170,7 +175,7 @@ class StageOperations:
 
     async def _record_skipped(self, slot: Slot, reason: str) -> None:
         position, operation, name = slot
-        record = OperationRecord(
+        record = _new_record(
             operation_id=slot_operation_id(self._ctx.instance_id, name),
             instance_id=self._ctx.instance_id,
             stage=self._stage.name,

@@ -17,6 +17,7 @@ from laneway.engine.backoff import retry_delay_ms
 from laneway.engine.context import Next, OnExpiry, Pause
 from laneway.engine.handler_map import RetryPolicy, Validator, check_name
 from laneway.engine.names import check_version
+from laneway.engine.record_builders import builder
 from laneway.engine.requests import check_cap, check_rate, uuid_from_int
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, OperationRecord
@@ -263,12 +264,16 @@ def completed(
     """A completed operation; `data` is merged into the context of later operations."""
     if data is not None and not isinstance(data, Mapping):
         raise TypeError("operation data must be a mapping (a JSON object)")
-    return OperationResult(status="completed", data=dict(data or {}), metadata=metadata)
+    return _new_result(status="completed", data=dict(data) if data else {}, metadata=metadata)
 
 
 def failed(reason: str, metadata: JSONValue = None) -> OperationResult:
     """A failed operation, with a reason that becomes the row's (and maybe the instance's) error."""
-    return OperationResult(status="failed", reason=str(reason), metadata=metadata)
+    return _new_result(status="failed", reason=str(reason), metadata=metadata)
+
+
+# Every operation returns one (record_builders.py); both above build only what its checks pass.
+_new_result = builder(OperationResult, checked=False)
 
 
 OperationHandler = Callable[[OperationContext], Awaitable[OperationResult]]
