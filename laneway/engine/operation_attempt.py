@@ -5,6 +5,7 @@ ready to write. Running a stage's operations and their attempts: stage_run.py.
 
 import asyncio
 import inspect
+import types
 
 from laneway.engine import time_limit
 from laneway.engine.context import NotAwaitableError, cancel_asked
@@ -37,13 +38,22 @@ async def attempt(
     which ends the operation's attempts (stage_operations.py)."""
     try:
         called: object = handler(ctx)
-        if not inspect.isawaitable(called):
+        if type(called) is types.CoroutineType:  # an async def's: time_limit.within, inline
+            deadline = asyncio.get_running_loop().time() + timeout_seconds
+            try:
+                waiting = called.send(None)
+            except StopIteration as stop:  # finished without waiting (most do): no limit
+                result: object = stop.value
+            else:
+                result = await time_limit.rest_within(called, waiting, deadline)
+        elif inspect.isawaitable(called):
+            result = await time_limit.within(called, timeout_seconds)
+        else:
             refused = NotAwaitableError(
                 f"operation handler {ctx.operation_type!r} of template {ctx.workflow_type!r}"
                 f" returned {type(called).__name__}, not an awaitable: define it with async def"
             )
             return failed(str(refused)), NO_DATA, refused
-        result: object = await time_limit.within(called, timeout_seconds)
     except time_limit.TimeLimitExceededError:
         return failed(f"timed out after {timeout_seconds:g}s"), NO_DATA, None
     except BaseException as exc:

@@ -242,15 +242,45 @@ class _StageRun(StageOperations):
         # finish (more completed rows for a retry). Data merges in position order, so the
         # result does not depend on who finished first.
         records: dict[int, OperationRecord] = {}
-        tasks: dict[int, asyncio.Task[OperationRecord | None]] = {}
         await self._tools.write_operations()  # an earlier pass's, before these start
         self._budget.start_pass(parallel=True)
+        # Each starts here, in this task, until one waits: that one goes on in this task (what
+        # it bound to the task stays right), the rest get tasks (_run_rest). Most operations
+        # never wait, and then no task, nor a group for them, is made.
+        for number, slot in enumerate(slots):
+            position, operation, _ = slot
+            reused = self._reusable(position, operation, rows) if rows else None
+            if reused is not None:
+                records[position] = reused
+                continue
+            begun = time_limit.start_here(self._run_unless_skipped(slot, context, initial))
+            if not begun.done:
+                await self._run_rest(
+                    (position, begun), slots[number + 1 :], context, initial, rows, records
+                )
+                break
+            if begun.value is not None:
+                records[position] = begun.value
+        self._budget.end_pass()
+        ordered = [records[position] for position in sorted(records)]
+        critical = {position for position, operation, _ in slots if operation.critical}
+        failure = next((r for r in ordered if r.status == FAILED and r.position in critical), None)
+        return merge_context(context, ordered), failure
+
+    async def _run_rest(
+        self,
+        waiting: tuple[int, time_limit.Begun[OperationRecord | None]],
+        slots: Sequence[Slot],
+        context: dict[str, JSONValue],
+        initial: dict[str, JSONValue],
+        rows: Mapping[int, OperationRecord],
+        records: dict[int, OperationRecord],
+    ) -> None:
+        """Of a parallel pass: the operation that waits (`waiting`, begun) goes on here, the
+        ones after it (`slots`) run in tasks; their records join `records`."""
+        tasks: dict[int, asyncio.Task[OperationRecord | None]] = {}
         try:
             async with asyncio.TaskGroup() as group:
-                # Each starts here, in this task, until one waits: that one goes on in this
-                # task (what it bound to the task stays right), the rest get tasks. Most
-                # operations never wait, and then no task is made.
-                waiting: tuple[int, time_limit.Begun[OperationRecord | None]] | None = None
                 for slot in slots:
                     position, operation, _ = slot
                     reused = self._reusable(position, operation, rows) if rows else None
@@ -258,18 +288,10 @@ class _StageRun(StageOperations):
                         records[position] = reused
                         continue
                     run = self._run_unless_skipped(slot, context, initial)
-                    if waiting is not None:
-                        tasks[position] = group.create_task(run)
-                        continue
-                    begun = time_limit.start_here(run)
-                    if not begun.done:
-                        waiting = (position, begun)
-                    elif begun.value is not None:
-                        records[position] = begun.value
-                if waiting is not None:
-                    record = await waiting[1]
-                    if record is not None:
-                        records[waiting[0]] = record
+                    tasks[position] = group.create_task(run)
+                record = await waiting[1]
+                if record is not None:
+                    records[waiting[0]] = record
         except ExceptionGroup as errors:
             # A lost lease (or a bug) in one operation stops its siblings; surface the cause.
             raise errors.exceptions[0] from None
@@ -277,11 +299,6 @@ class _StageRun(StageOperations):
             record = task.result()
             if record is not None:
                 records[position] = record
-        self._budget.end_pass()
-        ordered = [records[position] for position in sorted(records)]
-        critical = {position for position, operation, _ in slots if operation.critical}
-        failure = next((r for r in ordered if r.status == FAILED and r.position in critical), None)
-        return merge_context(context, ordered), failure
 
     def _reusable(
         self, position: int, operation: Operation, rows: Mapping[int, OperationRecord]

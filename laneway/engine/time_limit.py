@@ -42,8 +42,22 @@ async def within(call: Awaitable[T], seconds: float) -> T:
     except StopIteration as done:
         value: T = done.value  # finished without waiting: nothing to limit
         return value
-    resumed: Begun[T] = Begun(call, waiting)
-    return await _limited(resumed, deadline)
+    return await rest_within(call, waiting, deadline)
+
+
+def rest_within(
+    coroutine: Coroutine[Any, Any, T], waiting: Any, deadline: float
+) -> Coroutine[Any, Any, T]:
+    """The rest of `coroutine`, whose first step was taken (as within takes it) and stopped at
+    `waiting`, stopped where it waits once the loop's clock passes `deadline`: what within
+    awaits after that first step, for a caller that took the step itself (a template's
+    operation attempt, which then needs no frame of within's when the call never waits).
+
+    Raises (when awaited):
+        TimeLimitExceededError: the time ran out.
+    """
+    resumed: Begun[T] = Begun(coroutine, waiting)
+    return _limited(resumed, deadline)
 
 
 def start_here(coroutine: Coroutine[Any, Any, T]) -> "Begun[T]":
