@@ -75,8 +75,17 @@ async def attempt(
         )
     done = result.status == COMPLETED
     try:
-        metadata = encode_json(result.metadata, what="operation metadata")
-        data = encode_json(result.data, what="operation data") if done else "null"
+        # None and {} (most operations' metadata and data) are their own constants here.
+        metadata = (
+            "null"
+            if result.metadata is None
+            else encode_json(result.metadata, what="operation metadata")
+        )
+        data = (
+            ("{}" if not result.data else encode_json(result.data, what="operation data"))
+            if done
+            else "null"
+        )
     except InvalidInputError as exc:
         return failed(str(exc)), NO_DATA, None
     if not done:
@@ -97,9 +106,13 @@ def reason_of(exc: BaseException) -> str:
 def copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:
     """The operation's own copy of a context (it may change it; the stage's stays)."""
     for value in context.values():
-        if isinstance(value, dict | list):
+        if isinstance(value, _NESTED):
             return {
-                key: json_copy(value) if isinstance(value, dict | list) else value
+                key: json_copy(value) if isinstance(value, _NESTED) else value
                 for key, value in context.items()
             }
     return context.copy()  # nothing nested (the usual): a copy of the dict is a deep copy
+
+
+# A tuple, not `dict | list`: that expression builds a union type every time it runs.
+_NESTED = (dict, list)

@@ -120,6 +120,8 @@ class _StageRun(StageOperations):
         self._ctx.message = (
             self._message() if ran else f"{stage.name}: skipped (condition is false)"
         )
+        if plan.following is not None and not plan.last:
+            return plan.following  # the next stage, and no checkpoint to ask (the usual)
         return await self._after_stage(context)
 
     async def _after_stage(self, context: dict[str, JSONValue]) -> Step:
@@ -329,6 +331,8 @@ class _StageRun(StageOperations):
         return self._run_operation(slot, context, initial)
 
     def _message(self) -> str:
-        return stage_message(
-            self._stage.name, self._settled.values(), len(self._stage.operations), self._fix_cycle
-        )
+        statuses = list(self._settled.values())
+        count = len(self._plan.slots)
+        if not self._fix_cycle and statuses.count(COMPLETED) == len(statuses) == count:
+            return self._plan.all_done  # the usual line, made once
+        return stage_message(self._stage.name, statuses, count, self._fix_cycle)

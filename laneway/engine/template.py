@@ -402,7 +402,7 @@ def operation_slot(stage: str, position: int) -> bytes:
 
 def slot_operation_id(instance_id: UUID, slot: bytes) -> UUID:
     """operation_id_for of the slot named `slot` (operation_slot)."""
-    digest = hashlib.sha1(instance_id.bytes + slot).digest()
+    digest = hashlib.sha1(instance_id.int.to_bytes(16) + slot).digest()  # .bytes, no frame
     return uuid_from_int(int.from_bytes(digest[:16]) & _UUID5_CLEAR | _UUID5_SET)
 
 
