@@ -76,13 +76,9 @@ class QueueCalls:
         Raises:
             InvalidInputError: a bad name.
         """
-        check_name(name, "queue name")
-        record, changed = await self.store.set_queue_paused(name, True)
-        logger.info(
-            "queue paused" if changed else "queue already paused",
-            extra={"queue": name, "requested_by": requested_by},
+        return await self._set_paused(
+            name, True, requested_by, ("queue paused", "queue already paused")
         )
-        return record
 
     async def resume_queue(self, name: str, *, requested_by: str = "python") -> QueueRecord:
         """Resume a paused queue: its pending instances start again within its caps, at once
@@ -93,13 +89,22 @@ class QueueCalls:
         Raises:
             InvalidInputError: a bad name.
         """
+        return await self._set_paused(
+            name, False, requested_by, ("queue resumed", "queue not paused")
+        )
+
+    async def _set_paused(
+        self, name: str, paused: bool, requested_by: str, said: tuple[str, str]
+    ) -> QueueRecord:
+        """Pause or resume, and log it (`said`: the line when it changed, when it did not);
+        a resume that changed the queue wakes this process's loop, whether or not it
+        listens (the store rang the others')."""
         check_name(name, "queue name")
-        record, changed = await self.store.set_queue_paused(name, False)
-        if changed:
-            self.claim_loop.wake()  # this process's loop, whether or not it listens
+        record, changed = await self.store.set_queue_paused(name, paused)
+        if changed and not paused:
+            self.claim_loop.wake()
         logger.info(
-            "queue resumed" if changed else "queue not paused",
-            extra={"queue": name, "requested_by": requested_by},
+            said[0] if changed else said[1], extra={"queue": name, "requested_by": requested_by}
         )
         return record
 

@@ -120,12 +120,16 @@ async def test_streams_behind_at_the_same_place_share_the_read_of_a_full_page(
 
 
 class ConcurrencyRecordingStore(Store):
-    """A real Store that counts the per-instance table reads running at once."""
+    """A real Store that counts the per-instance table reads running at once. The first reads
+    wait for one another until `overlap` of them run, so that as many as the limit allows
+    are seen at once (and a limit below `overlap` never lets them go: the test times out)."""
 
-    def __init__(self, pool: ConnectionPool, database_url: str) -> None:
+    def __init__(self, pool: ConnectionPool, database_url: str, overlap: int) -> None:
         super().__init__(pool, database_url)
         self.running = 0
         self.most = 0
+        self._overlap = overlap
+        self._overlapped = asyncio.Event()
 
     async def instance_events_after(
         self, instance_id: UUID, after_event_id: int, limit: int
@@ -133,7 +137,9 @@ class ConcurrencyRecordingStore(Store):
         self.running += 1
         self.most = max(self.most, self.running)
         try:
-            await asyncio.sleep(0.02)  # the read's own time, so that reads overlap if allowed
+            if self.running >= self._overlap:
+                self._overlapped.set()
+            await self._overlapped.wait()
             return await super().instance_events_after(instance_id, after_event_id, limit)
         finally:
             self.running -= 1
@@ -146,7 +152,7 @@ async def test_catch_up_reads_take_a_fifth_of_the_pool_and_leave_at_least_one(
     assert reads_for_pool(pool_size) == reads
     instance_ids = await write(make_engine(store), 12)
     pool = await create_pool(database_url, size=pool_size)
-    recording = ConcurrencyRecordingStore(pool, database_url)
+    recording = ConcurrencyRecordingStore(pool, database_url, overlap=reads)
     try:
         async with (
             EventHub.open(database_url, recording, poll_seconds=60) as hub,

@@ -440,8 +440,9 @@ def check_document(
     check_operation(schema, operation, fragments, variables, rules)
 
 
-def _reporting(refusal: GraphQLError) -> type[ASTValidationRule]:
-    """A validation rule that reports `refusal`: the guard's answer, given as validation's."""
+def reporting(refusal: GraphQLError) -> type[ASTValidationRule]:
+    """A validation rule that reports `refusal`: a schema extension's answer (this guard's, the
+    result size's), given as validation's."""
 
     class ReportRefusal(ASTValidationRule):
         def enter_document(self, *_: object) -> None:
@@ -479,7 +480,7 @@ class InputGuard(SchemaExtension):
                 # Validation still to come (Strawberry's, or a cache after this one, keyed by
                 # the rules) reports the refusal with its own errors; a verdict set already
                 # (a cache before this one: valid) is replaced by it.
-                context.validation_rules = (*context.validation_rules, _reporting(refusal))
+                context.validation_rules = (*context.validation_rules, reporting(refusal))
                 if context.pre_execution_errors is not None:
                     context.pre_execution_errors = [refusal]
         yield

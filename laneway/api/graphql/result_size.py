@@ -53,7 +53,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.field import StrawberryField
 
-from laneway.api.graphql.input_guard import RULES
+from laneway.api.graphql.input_guard import RULES, reporting
 
 MAX_COST = 250_000
 RESOLVER_COST = 100
@@ -299,16 +299,6 @@ def operation_cost(
     return _Estimate(schema, fragments_of(document), variable).operation(operation)
 
 
-def _reporting(error: GraphQLError) -> type[ASTValidationRule]:
-    """A validation rule that reports `error`, for a validation still to come."""
-
-    class ReportResultSize(ASTValidationRule):
-        def enter_document(self, *_: object) -> None:
-            self.report_error(error)
-
-    return ReportResultSize
-
-
 class ResultSizeGuard(SchemaExtension):
     """Refuse the operation about to run when, with the request's variables, its cost is over
     MAX_COST: as validation refuses it, so nothing runs. An operation without variables was
@@ -327,7 +317,7 @@ class ResultSizeGuard(SchemaExtension):
                 if error is not None:
                     # Validation still to come reports it with its own errors; a verdict
                     # already given (valid: a cache before this one) is replaced by it.
-                    context.validation_rules = (*context.validation_rules, _reporting(error))
+                    context.validation_rules = (*context.validation_rules, reporting(error))
                     if context.pre_execution_errors is not None:
                         context.pre_execution_errors = [error]
         yield
