@@ -38,6 +38,10 @@ class WorkflowSpec:
 
     def __post_init__(self) -> None:
         check_name(self.name, "workflow name")
+        if self.stages is not None and not self.stages:
+            # A template has at least one stage: no stages is a handler map's spec (what
+            # `workflows { stages }` answers for one), judged by its actions.
+            object.__setattr__(self, "stages", None)
         object.__setattr__(self, "version", check_version(self.version, "version"))
         for what, names in (("actions", self.actions), ("stages", self.stages or ())):
             if len(names) > MAX_ACTIONS:

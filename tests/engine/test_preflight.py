@@ -96,6 +96,18 @@ async def test_a_template_stage_gone_and_a_timeout_handler_gone_are_found(
     assert [list(f.sample_ids) for f in findings] == [[str(waiting)], [str(stage_run)]]
 
 
+async def test_an_empty_stage_list_is_a_handler_maps_spec(store: Store) -> None:
+    # `workflows { stages }` answers [] for a handler map; a spec built from it listed every
+    # instance in flight of that workflow as STAGE_MISSING (a template has at least one stage).
+    engine = make_engine(store, shipping("1", "pack", "send"))
+    await engine.enqueue("ship")
+    spec = WorkflowSpec(name="ship", version="1", actions=("pack", "send"), stages=())
+    assert spec.stages is None
+    assert await engine.preflight([spec]) == []
+    dropped = WorkflowSpec(name="ship", version="1", actions=("send",), stages=())
+    assert [f.reason for f in await engine.preflight([dropped])] == ["ACTION_MISSING"]
+
+
 def test_a_spec_is_checked() -> None:
     spec = WorkflowSpec(name="ship", version="1", actions=("a",))
     with pytest.raises(InvalidInputError, match="listed twice"):
