@@ -8,6 +8,7 @@ and the tests share.
 """
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
@@ -50,7 +51,7 @@ from laneway.api.http.open_access import OpenAccessNotice
 from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.slashes import redirect_by_path
 from laneway.api.http.stack import http_protections
-from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
+from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, parse_refusal, strict_json_loads
 from laneway.api.http.websocket_limits import REFUSED_HANDSHAKES
 from laneway.api.metrics_route import metrics_endpoint
 from laneway.api.routes import graphiql_asset, graphiql_response, healthz, home
@@ -121,8 +122,16 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
 
     def parse_query_params(self, params: QueryParams) -> dict[str, Any]:
         """Strawberry's, with a parameter given as the empty string taken as not given (GraphQL
-        over HTTP: `?query=...&variables=` means no variables)."""
-        return super().parse_query_params({k: v for k, v in params.items() if v != ""})
+        over HTTP: `?query=...&variables=` means no variables), and a refusal of JSON that
+        names the parameter and the rule it broke."""
+        given: dict[str, Any] = {k: v for k, v in params.items() if v != ""}
+        for name in ("variables", "extensions"):
+            if name in given:
+                try:
+                    given[name] = strict_json_loads(given[name], max_depth=MAX_REQUEST_DEPTH)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise HTTPException(400, parse_refusal(exc, f"`{name}`")) from exc
+        return given
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Strawberry's, with the `Allow` header a 405 needs, and a request error answered

@@ -180,10 +180,25 @@ DOC = "{ workflows { name } }"
 
 # (request kwargs, expected status, text the body must contain)
 MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
-    ("truncated", {"content": b'{"query":', "headers": JSON}, 400, "Unable to parse"),
-    ("deep", {"content": deep(5000).encode(), "headers": JSON}, 400, "Unable to parse"),
+    (
+        "truncated",
+        {"content": b'{"query":', "headers": JSON},
+        400,
+        "Unable to parse the request body as JSON: Expecting value",
+    ),
+    (
+        "deep",
+        {"content": deep(5000).encode(), "headers": JSON},
+        400,
+        "Unable to parse the request body as JSON: nested too deeply",
+    ),
     # Over the body's own limit: a value's 64 levels and the request's 8 around it.
-    ("deep-73", {"content": deep(71).encode(), "headers": JSON}, 400, "Unable to parse"),
+    (
+        "deep-73",
+        {"content": deep(71).encode(), "headers": JSON},
+        400,
+        "Unable to parse the request body as JSON: nested deeper than 72",
+    ),
     (
         "huge-int",
         {
@@ -193,7 +208,7 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
             "headers": JSON,
         },
         400,
-        "Unable to parse",
+        "Unable to parse the request body as JSON: integer too long",
     ),
     (
         "nan",
@@ -202,7 +217,7 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
             "headers": JSON,
         },
         400,
-        "Unable to parse",
+        "Unable to parse the request body as JSON: NaN and Infinity are not JSON",
     ),
     (
         "infinity",
@@ -211,7 +226,7 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
             "headers": JSON,
         },
         400,
-        "Unable to parse",
+        "Unable to parse the request body as JSON: NaN and Infinity are not JSON",
     ),
     (
         "overflow",
@@ -220,7 +235,7 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
             "headers": JSON,
         },
         400,
-        "Unable to parse",
+        "Unable to parse the request body as JSON: number out of range",
     ),
     (
         "duplicate-keys",
@@ -229,7 +244,7 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
             "headers": JSON,
         },
         400,
-        "Unable to parse",
+        "Unable to parse the request body as JSON: duplicate object key",
     ),
     ("too-large", {"content": b" " * (2 * MAX_BODY_BYTES), "headers": JSON}, 413, "too large"),
     ("chunked", {"content": chunks(MAX_BODY_BYTES + 1), "headers": JSON}, 413, "too large"),
@@ -344,7 +359,13 @@ async def test_other_methods_and_get_mutations_are_refused(server: LiveServer) -
     assert "mutations are not allowed when using GET" in mutation.text
     strict = await server.client.get("/graphql", params={"query": DOC, "variables": '{"n": NaN}'})
     assert strict.status_code == 400
-    for response in (put, mutation, strict):
+    assert "Unable to parse `variables` as JSON: NaN and Infinity are not JSON" in strict.text
+    twice = await server.client.get(
+        "/graphql", params={"query": DOC, "extensions": '{"a":1,"a":2}'}
+    )
+    assert twice.status_code == 400
+    assert "Unable to parse `extensions` as JSON: duplicate object key" in twice.text
+    for response in (put, mutation, strict, twice):
         assert_no_internals(response)
 
 

@@ -16,13 +16,12 @@ from laneway.api.graphql.documents import operation_refusal
 from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE, send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.media_type import error_media_type
-from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
+from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, parse_refusal, strict_json_loads
 
 logger = logging.getLogger(__name__)
 
 
 MAX_BODY_BYTES = 1024 * 1024
-PARSE_ERROR = "Unable to parse request body as JSON"
 TOO_LARGE = "Request body too large."
 DECODED_BODY = "laneway.decoded_body"
 _JSON_KINDS = ((str, "a string"), (bool, "a boolean"), ((int, float), "a number"))
@@ -110,8 +109,9 @@ class RequestLimits:
         if _is_json(scope):
             try:
                 decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                await send_error(send, 400, PARSE_ERROR, BAD_REQUEST, media_type=_answered(scope))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                why = parse_refusal(exc, "the request body")
+                await send_error(send, 400, why, BAD_REQUEST, media_type=_answered(scope))
                 return
             refusal = not_an_object(decoded)
             refused = None if refusal is None else (refusal, BAD_REQUEST)

@@ -19,6 +19,18 @@ MAX_REQUEST_DEPTH = MAX_JSON_DEPTH + ENVELOPE_DEPTH
 MAX_INT_DIGITS = 4300  # CPython's own int_max_str_digits default
 
 
+def parse_refusal(exc: ValueError, what: str) -> str:
+    """The message of a 400 for JSON that `strict_json_loads` refused: which of its rules
+    `what` (the request body, a query parameter) broke, or where its syntax went wrong."""
+    if isinstance(exc, UnicodeDecodeError):
+        reason = "it is not valid UTF-8"
+    elif isinstance(exc, json.JSONDecodeError) and exc.pos == 0:
+        reason = exc.msg  # one of the rules above (they name no position), or an empty text
+    else:
+        reason = str(exc)
+    return f"Unable to parse {what} as JSON: {reason}"
+
+
 def _reject_constant(name: str) -> object:
     raise ValueError("NaN and Infinity are not JSON")
 
