@@ -41,6 +41,7 @@ from laneway.engine.template_interpreter import (
     OperationContext,
     OperationHandler,
     OperationResult,
+    check_workflows,
     operation_id_for,
 )
 from laneway.model import JSONValue, LockRecord, OperationRecord
@@ -407,11 +408,21 @@ class EngineFactory:
         poll_interval_seconds: float = 2.0,
         concurrency: int = 100,
     ) -> Engine:
-        """An engine that runs `workflows`; drive it with `tick()` or `running()`."""
+        """An engine that runs `workflows`; drive it with `tick()` or `running()`.
+
+        Raises:
+            InvalidInputError: a template is badly wired (an operation type with no handler, a
+                checkpoint after no stage, an unregistered next workflow): the start-up check
+                of `laneway serve` and `worker`, listing every problem.
+        """
+        registry = WorkflowRegistry(workflows)
+        # As open_services does: a test of a badly wired template fails here, on the wiring,
+        # not on one operation after the stages before it ran.
+        check_workflows(registry)
         store = await self._stack.enter_async_context(open_store(self.database_url))
         return Engine(
             store,
-            WorkflowRegistry(workflows),
+            registry,
             owner_id=owner_id,
             lease_seconds=lease_seconds,
             poll_interval_seconds=poll_interval_seconds,

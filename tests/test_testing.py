@@ -49,6 +49,7 @@ from laneway.testing import (
     run_operation,
 )
 from tests.engine.helpers import eventually
+from tests.miswired_workflows import miswired
 
 
 @pytest.fixture(scope="session")
@@ -282,6 +283,20 @@ async def test_engine_factory_engines_share_the_tests_database(
     record = await producer.get(enqueued.instance_id)
     assert record is not None
     assert record.status == Status.COMPLETED
+
+
+async def test_engine_factory_refuses_a_badly_wired_template_as_start_up_does(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    # The same check and message as `laneway serve` and `worker` (open_services), so a
+    # user's test fails on the wiring, not later on one operation at run time.
+    with pytest.raises(InvalidInputError) as raised:
+        await laneway_engine_factory(miswired)
+    assert str(raised.value).splitlines() == [
+        "2 template problem(s):",
+        "  - template 'miswired', stage 'only': no handler for operation type 'unhandled'",
+        "  - template 'miswired': next_workflow 'nowhere' is not registered",
+    ]
 
 
 async def test_laneway_database_url_is_migrated_and_empty(
