@@ -1,13 +1,15 @@
-"""Template definitions (declarative workflows), their pure decisions and validation; no I/O.
+"""Template definitions (declarative workflows) and their pure decisions; no I/O.
 
 Owns the authoring API of templates (Template, Stage, Operation, Checkpoint, what an operation
-handler receives and returns, the registry of operation handlers) and the decisions the
-interpreter takes from them. Running a template lives in template_interpreter.py.
+handler receives and returns, the registry of operation handlers), the checks of each one's
+shape at construction, and the decisions the interpreter takes from them. Checking their
+wiring against a process's handlers and workflows lives in template_wiring.py; running a
+template, in template_interpreter.py.
 """
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeVar, overload
@@ -17,6 +19,7 @@ from laneway.engine.backoff import retry_delay_ms
 from laneway.engine.context import Next, OnExpiry, Pause
 from laneway.engine.handler_map import RetryPolicy, Validator, check_name
 from laneway.engine.names import check_version
+from laneway.engine.payloads import encode_json
 from laneway.engine.record_builders import builder
 from laneway.engine.requests import check_cap, check_rate, uuid_from_int
 from laneway.errors import InvalidInputError
@@ -30,6 +33,15 @@ MAX_FIX_CYCLES_LIMIT = 100
 
 COMPLETED, FAILED, SKIPPED = "completed", "failed", "skipped"
 _T = TypeVar("_T")
+
+
+def _check_condition(condition: object, where: str) -> None:
+    # Called only when its stage is reached: refused here, not after the stages before it ran.
+    if condition is not None and not callable(condition):
+        raise InvalidInputError(
+            f"{where}: condition must be callable (a predicate on the context) or None, "
+            f"not {condition!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +64,7 @@ class Operation:
 
     def __post_init__(self) -> None:
         check_name(self.type, "operation type")
+        _check_condition(self.condition, f"operation {self.type!r}")
         numbers: tuple[tuple[str, object, type | tuple[type, ...]], ...] = (
             ("timeout_seconds", self.timeout_seconds, (int, float)),
             ("max_attempts", self.max_attempts, int),
@@ -112,9 +125,24 @@ class Stage:
                 raise InvalidInputError(
                     f"stage {self.name!r} holds {operation!r}, not an Operation"
                 )
-        if not 0 <= self.max_fix_cycles <= MAX_FIX_CYCLES_LIMIT:
+        _check_condition(self.condition, f"stage {self.name!r}")
+        cycles = self.max_fix_cycles
+        if isinstance(cycles, bool) or not isinstance(cycles, int):
+            raise InvalidInputError(
+                f"stage {self.name!r}: max_fix_cycles must be a whole number, not {cycles!r}"
+            )
+        if not 0 <= cycles <= MAX_FIX_CYCLES_LIMIT:
             raise InvalidInputError(
                 f"stage {self.name!r}: max_fix_cycles must be between 0 and {MAX_FIX_CYCLES_LIMIT}"
+            )
+        # A contradiction is refused; the default (1) and 0 without fix operations are not one.
+        if self.fix_operations and cycles == 0:
+            raise InvalidInputError(
+                f"stage {self.name!r}: fix_operations never run with max_fix_cycles=0"
+            )
+        if not self.fix_operations and cycles > 1:
+            raise InvalidInputError(
+                f"stage {self.name!r}: max_fix_cycles={cycles} has no effect without fix_operations"
             )
 
 
@@ -137,6 +165,7 @@ class Checkpoint:
 
     def __post_init__(self) -> None:
         check_name(self.label, "checkpoint label")
+        _check_condition(self.condition, f"checkpoint {self.label!r}")
         self.pause(self.after_stage)  # the same checks as a handler's Pause
 
     def pause(self, following: str) -> Pause:
@@ -202,6 +231,13 @@ class Template:
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise InvalidInputError(f"template {self.type!r} repeats stage names {duplicates}")
+        # A resume names its checkpoint by label, and its input lands in the context under it.
+        labels = [checkpoint.label for checkpoint in self.checkpoints]
+        duplicates = sorted({label for label in labels if labels.count(label) > 1})
+        if duplicates:
+            raise InvalidInputError(
+                f"template {self.type!r} repeats checkpoint labels {duplicates}"
+            )
         object.__setattr__(
             self, "version", check_version(self.version, f"template {self.type!r}: version")
         )
@@ -209,6 +245,14 @@ class Template:
             raise InvalidInputError(f"template {self.type!r}: estimated_seconds must be positive")
         if self.next_workflow is not None:
             check_name(self.next_workflow, "next workflow")
+        if self.next_params is not None:
+            # Checked now, not when the instance completes and enqueues its next workflow.
+            if not isinstance(self.next_params, Mapping):
+                raise InvalidInputError(
+                    f"template {self.type!r}: next_params must be a JSON object (a mapping), "
+                    f"not {self.next_params!r}"
+                )
+            encode_json(dict(self.next_params), what=f"template {self.type!r}: next_params")
 
     @property
     def stage_names(self) -> list[str]:
@@ -409,62 +453,3 @@ def slot_operation_id(instance_id: UUID, slot: bytes) -> UUID:
 # The version (5) and variant (RFC 4122) bits of a name-based id, as uuid.UUID(version=5) sets them.
 _UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID5_SET = (5 << 76) | (0x8000 << 48)
-
-
-def validate(
-    templates: Iterable[Template],
-    operation_handlers: Collection[str],
-    registered_workflow_names: Collection[str],
-) -> list[str]:
-    """Every wiring problem of these templates, in a stable order; empty when all is well.
-
-    Checks that each operation type has a handler, each checkpoint follows a real stage,
-    each `next_workflow` is registered, and no two templates share a type.
-    """
-    problems: list[str] = []
-    seen: set[str] = set()
-    for template in templates:
-        where = f"template {template.type!r}"
-        if template.type in seen:
-            problems.append(f"{where} is defined twice")
-        seen.add(template.type)
-        for stage in template.stages:
-            for operation in (*stage.operations, *stage.fix_operations):
-                if operation.type not in operation_handlers:
-                    problems.append(
-                        f"{where}, stage {stage.name!r}: no handler for operation type "
-                        f"{operation.type!r}"
-                    )
-        stage_names = set(template.stage_names)
-        for checkpoint in template.checkpoints:
-            if checkpoint.after_stage not in stage_names:
-                problems.append(
-                    f"{where}: checkpoint {checkpoint.label!r} follows unknown stage "
-                    f"{checkpoint.after_stage!r}"
-                )
-        if template.next_workflow is not None and (
-            template.next_workflow not in registered_workflow_names
-        ):
-            problems.append(f"{where}: next_workflow {template.next_workflow!r} is not registered")
-    return problems
-
-
-def check_templates(
-    templates: Iterable[Template],
-    operation_handlers: Collection[str],
-    registered_workflow_names: Collection[str],
-) -> None:
-    """Refuse to start with badly wired templates, naming every problem at once.
-
-    Raises:
-        InvalidInputError: `validate` found problems; the message lists all of them.
-    """
-    problems = validate(templates, operation_handlers, registered_workflow_names)
-    if problems:
-        raise InvalidInputError(describe_problems(problems))
-
-
-def describe_problems(problems: Sequence[str]) -> str:
-    """One message naming every problem, one per line."""
-    listed = "\n".join(f"  - {problem}" for problem in problems)
-    return f"{len(problems)} template problem(s):\n{listed}"

@@ -27,18 +27,16 @@ from laneway.engine.template import (
     QueueSettings,
     Stage,
     Template,
-    check_templates,
     child_params,
     completed,
-    describe_problems,
     failed,
     merge_context,
     operation_id_for,
     stage_message,
     stage_progress,
     step_after_stage,
-    validate,
 )
+from laneway.engine.template_wiring import check_templates, describe_problems, validate
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue
 

@@ -81,8 +81,8 @@ def test_earlier_passes_merge_in_the_order_they_ran() -> None:
         (True, 2, 1, True),
         (True, 2, 2, False),
         (True, 2, 3, False),  # a stage that lowered its cap in a new version
-        (True, 0, 0, False),
-        (False, 2, 0, False),
+        (False, 1, 0, False),  # a Stage refuses fixes with 0 cycles, or cycles > 1 with none
+        (False, 0, 0, False),
     ],
 )
 def test_may_fix_until_the_cycles_run_out(

@@ -109,6 +109,55 @@ def _one_stage(**options: Any) -> Template:
         (lambda: Operation(type="x", retry_base_ms=10, retry_max_ms=1), "retry_base_ms"),
         (lambda: Checkpoint(after_stage="s", label="no spaces"), "checkpoint label"),
         (lambda: QueueSettings(concurrency=0), "concurrency"),
+        # Wiring that would fail only at run time, after the stages before it ran:
+        (
+            lambda: Stage(name="s", operations=[fast("x")], condition=True),  # type: ignore[arg-type]
+            r"^stage 's': condition must be callable \(a predicate on the context\) or None, "
+            r"not True$",
+        ),
+        (
+            lambda: Operation(type="x", condition="yes"),  # type: ignore[arg-type]
+            r"^operation 'x': condition must be callable .* not 'yes'$",
+        ),
+        (
+            lambda: Checkpoint(after_stage="s", label="look", condition=1),  # type: ignore[arg-type]
+            r"^checkpoint 'look': condition must be callable .* not 1$",
+        ),
+        (
+            lambda: _one_stage(next_workflow="n", next_params={"a": {1, 2}}),
+            r"^template 't': next_params must be JSON: ",
+        ),
+        (
+            lambda: _one_stage(next_params=[("a", 1)]),
+            r"^template 't': next_params must be a JSON object \(a mapping\), not \[",
+        ),
+        (
+            lambda: Stage(name="s", operations=[fast("x")], max_fix_cycles=True),
+            r"^stage 's': max_fix_cycles must be a whole number, not True$",
+        ),
+        (
+            lambda: Stage(name="s", operations=[fast("x")], max_fix_cycles=1.5),  # type: ignore[arg-type]
+            r"^stage 's': max_fix_cycles must be a whole number, not 1.5$",
+        ),
+        (
+            lambda: Stage(
+                name="s", operations=[fast("x")], fix_operations=[fast("y")], max_fix_cycles=0
+            ),
+            r"^stage 's': fix_operations never run with max_fix_cycles=0",
+        ),
+        (
+            lambda: Stage(name="s", operations=[fast("x")], max_fix_cycles=3),
+            r"^stage 's': max_fix_cycles=3 has no effect without fix_operations",
+        ),
+        (
+            lambda: _one_stage(
+                checkpoints=[
+                    Checkpoint(after_stage="s", label="look"),
+                    Checkpoint(after_stage="s", label="look"),
+                ]
+            ),
+            r"^template 't' repeats checkpoint labels \['look'\]",
+        ),
     ],
 )
 def test_definition_is_refused_when_its_shape_is_wrong(
@@ -116,6 +165,20 @@ def test_definition_is_refused_when_its_shape_is_wrong(
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         build()
+
+
+def test_definition_is_accepted_when_fix_cycles_have_nothing_to_contradict() -> None:
+    # The default (1) and an explicit 0 say nothing a stage without fix operations does not do.
+    assert Stage(name="s", operations=[fast("x")]).max_fix_cycles == 1
+    assert Stage(name="s", operations=[fast("x")], max_fix_cycles=0).max_fix_cycles == 0
+    stage = Stage(name="s", operations=[fast("x")], fix_operations=[fast("y")], max_fix_cycles=2)
+    assert stage.max_fix_cycles == 2
+    ok = _one_stage(
+        checkpoints=[Checkpoint(after_stage="s", label="a", condition=lambda c: True)],
+        next_workflow="n",
+        next_params={"a": [1, 2]},
+    )
+    assert ok.next_params == {"a": [1, 2]}
 
 
 def _wired(**options: Any) -> Template:
