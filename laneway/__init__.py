@@ -1,8 +1,9 @@
 """Laneway: a durable workflow engine on PostgreSQL, served as a GraphQL API.
 
-This package's `__all__` is the promised API: the authoring API, and every type and error
-the Engine's public methods take, return or raise (tests/test_public_api.py keeps it so);
-anything else may be imported but is not promised.
+This package's `__all__` is the promised API: the authoring API (the handler utilities
+with_timeout, with_retry, with_error_boundary and compose among it), and every type and error
+the Engine's public methods (and `engine.locks`'s) take, return or raise
+(tests/test_public_api.py keeps it so); anything else may be imported but is not promised.
 """
 
 from importlib import metadata
@@ -13,7 +14,9 @@ from laneway.engine import (
     Done,
     Engine,
     EnqueueRequest,
+    EntityLocks,
     HandlerContext,
+    LockUnavailableError,
     Next,
     OnExpiry,
     Operation,
@@ -22,6 +25,7 @@ from laneway.engine import (
     OperationResult,
     Pause,
     PermanentFailure,
+    QueueSettings,
     RetryPolicy,
     Sleep,
     Stage,
@@ -33,6 +37,13 @@ from laneway.engine import (
     compile_template,
     completed,
     failed,
+)
+from laneway.engine.decorators import (
+    HandlerTimeoutError,
+    compose,
+    with_error_boundary,
+    with_retry,
+    with_timeout,
 )
 from laneway.engine.preflight import PreflightFinding, WorkflowSpec
 from laneway.errors import (
@@ -51,6 +62,7 @@ from laneway.model import (
     InstanceFilter,
     InstancePage,
     InstanceRecord,
+    LockRecord,
     Notification,
     OperationRecord,
     QueueRecord,
@@ -75,15 +87,19 @@ __all__ = [
     "Engine",
     "EnqueueRequest",
     "EnqueueResult",
+    "EntityLocks",
     "EventRecord",
     "EventType",
     "HandlerContext",
+    "HandlerTimeoutError",
     "InputRejectedError",
     "InstanceFilter",
     "InstancePage",
     "InstanceRecord",
     "InvalidInputError",
     "LanewayError",
+    "LockRecord",
+    "LockUnavailableError",
     "MigrationReport",
     "Next",
     "NotFoundError",
@@ -99,6 +115,7 @@ __all__ = [
     "PreflightFinding",
     "QueueRecord",
     "QueueSample",
+    "QueueSettings",
     "RetryPolicy",
     "ScheduleRecord",
     "Services",
@@ -118,7 +135,11 @@ __all__ = [
     "__version__",
     "compile_template",
     "completed",
+    "compose",
     "failed",
     "migrate",
     "open_services",
+    "with_error_boundary",
+    "with_retry",
+    "with_timeout",
 ]

@@ -269,6 +269,14 @@ async def test_pipeline_prints_its_result(project: Path, database_url: str) -> N
     assert out == "completed 6\n"
 
 
+async def test_utilities_print_their_results(project: Path, database_url: str) -> None:
+    code, out, err = await run(
+        [str(PYTHON), "utilities.py"], cwd=project, env=user_environment(database_url)
+    )
+    assert code == 0, err
+    assert out.splitlines() == ["{'rate': 1.08, 'tries': 3}", "failed 3 card declined"]
+
+
 async def test_waits_print_their_results(project: Path, database_url: str) -> None:
     code, out, err = await run(
         [str(PYTHON), "waits.py"], cwd=project, env=user_environment(database_url)

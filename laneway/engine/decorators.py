@@ -10,9 +10,10 @@ import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import ParamSpec, TypeVar, overload
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from laneway.engine.context import CancelledByRequestError, Done, HandlerContext
+from laneway.engine.template import OperationContext, OperationResult, failed
 from laneway.errors import InvalidInputError, LeaseLostError
 
 logger = logging.getLogger(__name__)
@@ -165,14 +166,41 @@ def with_retry(
     return decorate
 
 
-def _default_on_error(exc: Exception) -> Done:
+def _default_result(exc: Exception, args: tuple[object, ...]) -> Done | OperationResult:
+    # Told apart by what the engine passes at call time: a template calls an operation handler
+    # with its OperationContext, which no handler-map handler receives. A Done there would be
+    # recorded as "handler returned Done", the error's own message lost.
+    if args and isinstance(args[0], OperationContext):
+        return failed(_error_text(exc))
     return Done({"error": _error_text(exc)})
+
+
+class DefaultErrorBoundary(Protocol):
+    """What `with_error_boundary()` returns: its result type follows the handler's kind.
+
+    Overloads are tried in order, and compose() types its chain from the first one: with the
+    default boundary first, a chain is typed for handler-map handlers; for an operation
+    handler, apply the boundary on its own, outside the composed rest.
+    """
+
+    @overload
+    def __call__(
+        self, handler: Callable[Concatenate[HandlerContext, P], Awaitable[R]], /
+    ) -> Callable[Concatenate[HandlerContext, P], Coroutine[object, object, R | Done]]: ...
+
+    @overload
+    def __call__(
+        self, handler: Callable[[OperationContext], Awaitable[R]], /
+    ) -> Callable[[OperationContext], Coroutine[object, object, R | OperationResult]]: ...
+
+    @overload
+    def __call__(self, handler: Wrappable[P, R], /) -> Wrapped[P, R | Done]: ...
 
 
 @overload
 def with_error_boundary(
     *, catch: tuple[type[Exception], ...] = (Exception,)
-) -> Callable[[Wrappable[P, R]], Wrapped[P, R | Done]]: ...
+) -> DefaultErrorBoundary: ...
 
 
 @overload
@@ -182,19 +210,22 @@ def with_error_boundary(
 
 
 def with_error_boundary(
-    on_error: Callable[[Exception], object] = _default_on_error,
+    on_error: Callable[[Exception], object] | None = None,
     *,
     catch: tuple[type[Exception], ...] = (Exception,),
 ) -> Callable[[Wrappable[P, R]], Wrapped[P, object]]:
     """Turn an exception from the handler into a result instead of a failed attempt.
 
-    By default a handler-map handler then ends its instance as completed with
-    `Done({"error": message})`, where the message is the exception's text (its class name
-    when it has none). Pass `on_error` to build another result from the exception, e.g.
-    `Next("compensate", {...})`, or for an operation handler a failed OperationResult.
-    Only exceptions matching `catch` are caught; cancellation (asyncio.CancelledError, a
-    cancel request, a lost lease) always passes through, and so does an error raised by
-    `on_error` itself (a failed attempt).
+    The message is the exception's text (its class name when it has none). By default, a
+    template operation handler (called with an OperationContext) then returns
+    `failed(message)`: the attempt fails with that message as the operation's error, as any
+    failed result does (retried up to the operation's max_attempts, then the stage goes on as
+    for any failure). Any other handler, a handler-map handler among them, returns
+    `Done({"error": message})`, ending its instance as completed. Pass `on_error` to build
+    another result from the exception, e.g. `Next("compensate", {...})`. Only exceptions
+    matching `catch` are caught; cancellation (asyncio.CancelledError, a cancel request, a
+    lost lease) always passes through, and so does an error raised by `on_error` itself (a
+    failed attempt).
     """
 
     def decorate(
@@ -211,7 +242,7 @@ def with_error_boundary(
                     "handler error turned into a result",
                     extra={"handler": _name_of(handler), "error": _error_text(exc)},
                 )
-                return on_error(exc)
+                return _default_result(exc, args) if on_error is None else on_error(exc)
 
         return bounded
 
