@@ -98,3 +98,65 @@ async def test_locks_of_an_instance_are_released_when_it_ends(store: Store) -> N
         await eventually(lambda: engine.locks.holder("order", "b"), lambda lock: lock is not None)
         await engine.cancel(stuck.instance_id)
         assert await engine.locks.holder("order", "b") is None  # cancelled: released
+
+
+async def test_nested_holds_of_one_owner_keep_the_lock_until_the_outermost_exits(
+    store: Store,
+) -> None:
+    engine = make_engine(store)
+    owner, other = uuid.uuid4(), uuid.uuid4()
+    async with engine.locks.hold("acct", "n", owner, 30) as outer:
+        async with engine.locks.hold("acct", "n", owner, 30) as inner:
+            assert inner == outer  # the same lock: its token still fences the outer block
+        with pytest.raises(RuntimeError, match="inner failed"):
+            async with engine.locks.hold("acct", "n", owner, 30):
+                raise RuntimeError("inner failed")
+        assert await engine.locks.holder("acct", "n") == outer
+        assert await engine.locks.acquire("acct", "n", other, ttl_seconds=30) is None
+        with pytest.raises(LockUnavailableError):
+            async with engine.locks.hold("acct", "n", other, 30, wait_seconds=0.1):
+                pass
+    assert await engine.locks.holder("acct", "n") is None
+    taken = await engine.locks.acquire("acct", "n", other, ttl_seconds=30)
+    assert taken is not None
+    assert taken.fencing_token > outer.fencing_token
+
+
+async def test_holds_of_one_owner_in_sibling_tasks_keep_the_lock_until_the_last_exits(
+    store: Store,
+) -> None:
+    engine = make_engine(store)
+    owner = uuid.uuid4()
+    first_out = asyncio.Event()
+
+    async def first() -> None:
+        async with engine.locks.hold("acct", "s", owner, 30):
+            await asyncio.sleep(0.01)
+        first_out.set()
+
+    async def second() -> None:
+        async with engine.locks.hold("acct", "s", owner, 30):
+            await first_out.wait()
+            lock = await engine.locks.holder("acct", "s")
+            assert lock is not None
+            assert lock.owner_instance == owner
+
+    await asyncio.gather(first(), second())
+    assert await engine.locks.holder("acct", "s") is None
+
+
+async def test_nested_holds_are_released_when_their_instance_ends(store: Store) -> None:
+    async def nested(ctx: HandlerContext, params: object) -> Done:
+        async with engine.locks.hold("acct", "i", ctx.instance_id, 600) as outer:
+            async with engine.locks.hold("acct", "i", ctx.instance_id, 600):
+                pass
+            return Done({"token": outer.fencing_token})
+
+    workflow = Workflow("nested", handlers={"run": nested}, initial="run")
+    engine = make_engine(store, workflow)
+    enqueued = await engine.enqueue("nested")
+    assert await engine.tick() == 1
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert record.status == Status.COMPLETED
+    assert await engine.locks.holder("acct", "i") is None
