@@ -152,8 +152,9 @@ async def test_resume_queue_starts_an_idle_workers_instance_before_its_next_poll
         assert code == 0, err
         hub = EventHub.open(database_url, store, on_notification=worker.notify)
         async with hub, worker.running():
+            before = time.monotonic()
             enqueued = await worker.enqueue("hello", {"name": "soon"})
-            await idle_since(claims, time.monotonic())
+            await idle_since(claims, before)
             began = time.monotonic()
             code, _, err = await laneway("resume-queue", "hello")
             assert code == 0, err

@@ -47,8 +47,10 @@ def claims_begun(store: Store) -> list[float]:
 
 
 async def idle_since(claims: list[float], moment: float) -> None:
-    """Wait for a claim begun after `moment` to end: the loop has seen what was written before
-    it (and, with nothing to take, sleeps until its next poll unless something wakes it)."""
+    """Wait for a claim begun after `moment` to end: with nothing to take, the loop then sleeps
+    until its next poll unless something wakes it. Take `moment` before the write whose
+    doorbell wakes the loop: its NOTIFY can reach the listener, and the claim begin, before
+    the write's own answer reaches the caller, and no claim would come after that."""
     await eventually(
         lambda: asyncio.sleep(0, claims), lambda ended: any(began > moment for began in ended)
     )
@@ -128,8 +130,9 @@ async def test_a_resume_elsewhere_starts_an_idle_workers_instance_before_its_nex
         claims = claims_begun(store)
         async with hub, worker.running():
             await eventually(store.live_workers, lambda workers: len(workers) == 1)
+            before = time.monotonic()
             enqueued = await api.enqueue("noop")  # its doorbell wakes the worker: nothing to claim
-            await idle_since(claims, time.monotonic())
+            await idle_since(claims, before)
             assert await _reason(store, enqueued.instance_id) == "QUEUE_PAUSED"
             began = time.monotonic()
             await api.resume_queue("noop")
@@ -144,8 +147,9 @@ async def test_a_resume_wakes_its_own_engine_without_a_listener(store: Store) ->
     claims = claims_begun(store)
     async with engine.running():
         await eventually(store.live_workers, lambda workers: len(workers) == 1)
+        before = time.monotonic()
         enqueued = await engine.enqueue("noop")  # wakes its loop: nothing to claim
-        await idle_since(claims, time.monotonic())
+        await idle_since(claims, before)
         assert await _reason(store, enqueued.instance_id) == "QUEUE_PAUSED"
         began = time.monotonic()
         await engine.resume_queue("noop")
@@ -272,8 +276,9 @@ async def test_caps_raised_elsewhere_start_an_idle_workers_waiting_instance_at_o
         async with hub, worker.running():
             first = await api.enqueue("held")
             await until_status(store, first.instance_id, Status.RUNNING, timeout=10)
+            before = time.monotonic()
             second = await api.enqueue("held")  # its doorbell wakes the worker: the queue is full
-            await idle_since(claims, time.monotonic())
+            await idle_since(claims, before)
             assert await _reason(store, second.instance_id) == "QUEUE_FULL"
             began = time.monotonic()
             await api.configure_queue("held", concurrency=2)
