@@ -1,9 +1,10 @@
 """OpenTelemetry traces across two processes (issue #20, point 2): the steps' spans, run by a
 worker process, belong to the trace of the request that enqueued the instance in another; a
 retried attempt's span links to the first attempt's; every span carries the workflow,
-instance, queue and attempt. A claim links to the traces of what it claimed, and their steps
-link to it. An instance enqueued untraced is one trace, from its first traced step. Each
-process uses the SDK's in-memory exporter (tests/tracing_process.py)."""
+instance, queue and attempt; a failed attempt's span records its exception. A claim links to
+the traces of what it claimed, and their steps link to it. An instance enqueued untraced is
+one trace, from its first traced step. Each process uses the SDK's in-memory exporter
+(tests/tracing_process.py)."""
 
 import json
 import sys
@@ -57,7 +58,7 @@ async def test_steps_in_another_process_belong_to_the_enqueues_trace(database_ur
         assert step["attributes"]["laneway.instance_id"] == instance_id
         assert step["attributes"]["laneway.queue"] == "flaky"
     assert [s["attributes"]["laneway.attempt"] for s in steps] == [1, 2]
-    claims = {line["span_id"]: line for line in working if line["name"] == "laneway.claim"}
+    claims = {line["span_id"]: line for line in working if line.get("name") == "laneway.claim"}
     # A receive (CLIENT), and only for a claim that took something: an idle worker's claims
     # that find nothing are no spans.
     assert {claim["kind"] for claim in claims.values()} == {"CLIENT"}
@@ -291,3 +292,38 @@ async def test_a_request_with_a_callers_traceparent_continues_its_trace(
     for unparented in ("mutation FromGarbled", "mutation FromNobody"):  # a trace of its own
         assert served[unparented]["parent_id"] is None
         assert served[unparented]["trace_id"] != CALLER_TRACE
+
+
+def _steps_of(lines: list[dict[str, Any]], instance_id: str) -> list[dict[str, Any]]:
+    return [
+        line
+        for line in lines
+        if line.get("name", "").startswith("laneway.step ")
+        and line["attributes"]["laneway.instance_id"] == instance_id
+    ]
+
+
+async def test_a_failed_steps_and_operations_span_records_the_exception(
+    database_url: str,
+) -> None:
+    lines = await _side(database_url, "failures")
+    boom, _, exploding = [line["instance_id"] for line in lines if "failed" in line]
+    # A handler's exception, as OpenTelemetry's record_exception keeps it: type, message and
+    # the traceback down to the user's frame that raised it; the status as before.
+    for step in _steps_of(lines, boom):
+        assert step["status"] == "ERROR"
+        (event,) = step["events"]
+        assert event["name"] == "exception"
+        assert event["attributes"]["exception.type"] == "KeyError"
+        assert event["attributes"]["exception.message"] == "'missing'"
+        assert "in _missing" in event["attributes"]["exception.stacktrace"]
+    (operation,) = [line for line in lines if line.get("name") == "laneway.operation check"]
+    assert operation["status"] == "ERROR"
+    (event,) = operation["events"]
+    assert event["attributes"]["exception.type"] == "RuntimeError"
+    assert event["attributes"]["exception.message"] == "check exploded"
+    assert "in _explode" in event["attributes"]["exception.stacktrace"]
+    (step,) = _steps_of(lines, exploding)
+    assert step["status"] == "ERROR"
+    (event,) = step["events"]  # the stage's failure, its cause (the operation's) in its trace
+    assert "check exploded" in event["attributes"]["exception.stacktrace"]

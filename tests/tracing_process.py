@@ -15,7 +15,7 @@ with an invalid one, with none). Each prints its finished spans as JSON
 lines: name, trace and span ids, parent, links, attributes.
 
 Run as `python -m tests.tracing_process enqueue|graphql|documents|template|caller|untraced`,
-`claims`,
+`claims`, `failures`,
 `work ID`, `resume ID` (or
 `broken HOOK`, `off SOURCE`) with TRACING_DATABASE_URL set.
 """
@@ -35,17 +35,22 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from app.examples import flaky, review
 from laneway import (
+    Done,
+    HandlerContext,
     Operation,
     OperationContext,
     OperationRegistry,
     OperationResult,
+    Pause,
+    RetryPolicy,
     Stage,
     Template,
+    Workflow,
     compile_template,
     completed,
 )
 from laneway.config import Settings
-from laneway.model import Status
+from laneway.model import JSONValue, Status
 from laneway.services import open_services
 from laneway.store import open_store
 from tests.api.conftest import executor, live_server, make_settings
@@ -69,6 +74,10 @@ def _dump() -> None:
                     "kind": finished.kind.name,
                     "status": finished.status.status_code.name,
                     "attributes": dict(finished.attributes or {}),
+                    "events": [
+                        {"name": event.name, "attributes": dict(event.attributes or {})}
+                        for event in finished.events
+                    ],
                 }
             ),
             flush=True,
@@ -273,6 +282,78 @@ async def _resume(instance: str) -> None:
             await until_status(store, UUID(instance), Status.COMPLETED, timeout=30)
 
 
+def _missing(found: dict[str, JSONValue]) -> JSONValue:
+    return found["missing"]
+
+
+async def _boom(ctx: HandlerContext, params: JSONValue) -> Done:
+    _missing({})
+    return Done(None)
+
+
+BOOM = Workflow(
+    "boom",
+    handlers={"start": _boom},
+    initial="start",
+    retry=RetryPolicy(max_attempts=2, backoff="fixed", base_ms=50),
+)
+
+
+async def _trip(ctx: HandlerContext, params: JSONValue) -> Pause:
+    if ctx.attempt == 1:
+        raise RuntimeError("tripped once")
+    return Pause("check", "after")
+
+
+async def _after(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done(None)
+
+
+TRIPPED = Workflow(
+    "tripped",
+    handlers={"trip": _trip, "after": _after},
+    initial="trip",
+    retry=RetryPolicy(max_attempts=2, backoff="fixed", base_ms=50),
+)
+
+
+async def _explode(ctx: OperationContext) -> OperationResult:
+    raise RuntimeError("check exploded")
+
+
+EXPLODING = compile_template(
+    Template(
+        type="exploding",
+        stages=[Stage(name="verify", operations=[Operation(type="check", max_attempts=1)])],
+        retry=RetryPolicy(max_attempts=1),
+    ),
+    OperationRegistry({"check": _explode}),
+)
+
+
+async def _failures() -> None:
+    """`boom` failing both attempts, retried by hand and failing both again; `tripped`
+    failing once, then paused, resumed and completed; `exploding`, whose operation raises.
+    Prints each instance's id and the attempts its `failures` number."""
+    async with open_store(os.environ["TRACING_DATABASE_URL"]) as store:
+        engine = make_engine(store, BOOM, TRIPPED, EXPLODING, poll_interval_seconds=0.05)
+        async with engine.running():
+            boom = (await engine.enqueue("boom", {})).instance_id
+            await until_status(store, boom, Status.FAILED, timeout=30)
+            await engine.retry(boom)
+            await until_status(store, boom, Status.FAILED, timeout=30)
+            tripped = (await engine.enqueue("tripped", {})).instance_id
+            await until_status(store, tripped, Status.PAUSED, timeout=30)
+            await engine.resume(tripped)
+            await until_status(store, tripped, Status.COMPLETED, timeout=30)
+            exploding = (await engine.enqueue("exploding", {})).instance_id
+            await until_status(store, exploding, Status.FAILED, timeout=30)
+        found = await store.failures([boom, tripped, exploding], 10)
+        for instance_id, failures in found.items():
+            attempts = sorted(failure.attempt for failure in failures)
+            print(json.dumps({"instance_id": str(instance_id), "failed": attempts}), flush=True)
+
+
 async def _every_kind_of_span(settings: Settings) -> None:
     async with open_services(settings, workflows=[TRACED_TEMPLATE]) as services:
         engine = services.engine
@@ -311,6 +392,10 @@ async def main(role: str, instance: str | None) -> None:
         return
     if role in ("untraced", "resume"):
         await (_untraced() if instance is None else _resume(instance))
+        _dump()
+        return
+    if role == "failures":
+        await _failures()
         _dump()
         return
     if role == "template":

@@ -119,16 +119,17 @@ async def run_instance(
             record, workflow.name, action, attempt, run.claimed_by, on=trace_steps
         ) as traced:
             try:
-                write = await _call_handler(ctx, workflow, action, record.lease_epoch, tools)
+                write = await _call_handler(
+                    ctx, workflow, action, record.lease_epoch, tools, traced=traced is not None
+                )
             except LeaseLostError:
                 return None
-            if traced is not None:
-                if isinstance(write, FailWrite):
-                    tracing.mark_failed(write.error)  # this step's span, not one around it
-                if isinstance(write, FailWrite) or record.trace_context is None:
-                    # Its first traced step's context becomes the instance's when its enqueue
-                    # left none, carried by this write: its later steps join this trace.
-                    write = dataclasses.replace(write, trace=traced)
+            if traced is not None and (
+                isinstance(write, FailWrite) or record.trace_context is None
+            ):
+                # Its first traced step's context becomes the instance's when its enqueue left
+                # none, carried by this write: its later steps join this trace.
+                write = dataclasses.replace(write, trace=traced)
         observe.step_finished(workflow.name, action, time.perf_counter() - started)
         parked = isinstance(write, CheckpointWrite) and (
             write.pause_label is not None or write.wait_json is not None
@@ -247,10 +248,17 @@ def _check_actions(workflow: Workflow, action: str, *names: str | None) -> None:
 
 
 async def _call_handler(
-    ctx: HandlerContext, workflow: Workflow, action: str, epoch: int, tools: RunnerTools
+    ctx: HandlerContext,
+    workflow: Workflow,
+    action: str,
+    epoch: int,
+    tools: RunnerTools,
+    *,
+    traced: bool,
 ) -> StepWrite:
     """Call one handler and turn its outcome into the write (fenced by `epoch`) that records it,
-    with the operation outcomes it recorded that are not written yet."""
+    with the operation outcomes it recorded that are not written yet. `traced`: the call runs
+    in its step's span (tracing.step_span), which a failure marks."""
     handler = workflow.handlers.get(action)
     operations: tuple[OperationOutcome, ...] = ()
     try:
@@ -311,6 +319,11 @@ async def _call_handler(
         if isinstance(exc, asyncio.CancelledError) and cancel_asked(ctx.cancelled):
             raise
         failure = failure_of(exc)
+        if traced:
+            # Here, where the exception still is: the span keeps it (type, message, its whole
+            # traceback) as it would one that left its block. The current span is the step's,
+            # not one around it: the handler's own spans have ended.
+            tracing.mark_failed(failure.last_error, exc)
         # Taken here too when the handler raised, or its step was refused after they were
         # taken: an operation that completed keeps its row whatever the step's outcome.
         operations += await tools.carried()

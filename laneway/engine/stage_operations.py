@@ -170,7 +170,7 @@ class StageOperations:
         ) as traced:
             outcome = await attempt(handler, operation_ctx, operation.timeout_seconds)
             if outcome[0].status != COMPLETED and traced is not None:  # not the step's span
-                tracing.mark_failed(outcome[0].reason or outcome[0].status)
+                tracing.mark_failed(outcome[0].reason or outcome[0].status, outcome[2])
             return outcome
 
     async def _record_skipped(self, slot: Slot, reason: str) -> None:

@@ -361,13 +361,17 @@ def annotate(attributes: Mapping[str, str | int]) -> None:
         _report("attributes", error)
 
 
-def mark_failed(description: str) -> None:
-    """Set the current span's status to error (a failed attempt that raised nothing here);
-    called only inside a span made here (one that yielded a traceparent)."""
+def mark_failed(description: str, error: BaseException | None = None) -> None:
+    """Set the current span's status to error (a failed attempt that raised nothing here),
+    and record `error`, the exception it failed with if any, as `current` records one that
+    leaves its block (an `exception` event: type, message, traceback); called only inside a
+    span made here (one that yielded a traceparent)."""
     if not AVAILABLE:
         return
     try:
         failed: Span = trace.get_current_span()
+        if error is not None:
+            failed.record_exception(error)
         failed.set_status(Status(StatusCode.ERROR, description))
     except Exception as error:
         _report("status", error)
