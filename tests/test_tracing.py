@@ -327,3 +327,33 @@ async def test_a_failed_steps_and_operations_span_records_the_exception(
     assert step["status"] == "ERROR"
     (event,) = step["events"]  # the stage's failure, its cause (the operation's) in its trace
     assert "check exploded" in event["attributes"]["exception.stacktrace"]
+
+
+async def test_steps_spans_number_attempts_as_failures_do_and_link_to_the_first_failure(
+    database_url: str,
+) -> None:
+    lines = await _side(database_url, "failures")
+    failed = {line["instance_id"]: line["failed"] for line in lines if "failed" in line}
+    boom, tripped, _ = failed
+    claims = {line["span_id"] for line in lines if line.get("name") == "laneway.claim"}
+    # Two attempts, retried by hand, two more: the spans say 3 and 4 after the retry, as
+    # `failures` (and the events, the logs) do, and each after the first links to it.
+    steps = _steps_of(lines, boom)
+    assert [s["attributes"]["laneway.attempt"] for s in steps] == failed[boom] == [1, 2, 3, 4]
+    first, *later = steps
+    assert [link in claims for link in first["links"]] == [True]
+    for step in later:
+        assert step["links"][0] == first["span_id"]
+        assert [link in claims for link in step["links"][1:]] == [True]
+    # One failed attempt, one that paused, and the step after the resume: attempt 3 of the
+    # instance, whose first failed attempt it links to too.
+    steps = _steps_of(lines, tripped)
+    assert [s["name"] for s in steps] == ["laneway.step tripped.trip"] * 2 + [
+        "laneway.step tripped.after"
+    ]
+    assert [s["attributes"]["laneway.attempt"] for s in steps] == [1, 2, 3]
+    assert failed[tripped] == [1]
+    first, *later = steps
+    for step in later:
+        assert step["links"][0] == first["span_id"]
+        assert [link in claims for link in step["links"][1:]] == [True]

@@ -116,7 +116,7 @@ async def run_instance(
             await faults.hit("before_step")
         started = time.perf_counter()
         with tracing.step_span(
-            record, workflow.name, action, attempt, run.claimed_by, on=trace_steps
+            record, workflow.name, action, run.claimed_by, on=trace_steps
         ) as traced:
             try:
                 write = await _call_handler(

@@ -3,12 +3,13 @@
 Owns the spans the engine makes and the trace contexts it keeps with instances (W3C
 traceparent strings: migrations/0018_traces.sql). An enqueue's context is stored with its
 instance, so the spans of its steps, in whatever process runs them, are children of the span
-that enqueued it; a retried step's span links to the span of the instance's first failed
-attempt. An instance enqueued untraced gets the context of its first traced step instead (a
-root span; the step's own write keeps it: runner.py, migrations/0033), so its later steps
-join that step's trace. A claim's span links to the trace of each instance it claimed, and
-each step's span to the claim that started its run. The process's tracer provider is the
-application's to configure (the SDK, an exporter); Laneway only uses the API.
+that enqueued it; a retried step's span, and any later step's, links to the span of the
+instance's first failed attempt. An instance enqueued untraced gets the context of its first
+traced step instead (a root span; the step's own write keeps it: runner.py, migrations/0033),
+so its later steps join that step's trace. A claim's span links to the trace of each
+instance it claimed, and each step's span to the claim that started its run. The process's
+tracer provider is the application's to configure (the SDK, an exporter); Laneway only uses
+the API.
 
 `pip install laneway[otel]` brings the OpenTelemetry API and SDK; without them `AVAILABLE`
 is False and every helper here returns at once. Whether a process traces is its settings'
@@ -281,16 +282,20 @@ def step_span(
     record: InstanceRecord,
     workflow: str,
     action: str,
-    attempt: int,
     claimed_by: str | None,
     *,
     on: bool,
 ) -> contextlib.AbstractContextManager[str | None]:
-    """The span of one step of `record`: a child of the span that enqueued it, linked to its
-    first failed attempt's span on a retry, then to the span of the claim that started its
-    run (`claimed_by`). Its attributes are built only when tracing is on (`on`: the engine's
-    settings; this runs for every step). With no tracer provider set and no enqueue's context
-    to carry on, no span (it would carry no context)."""
+    """The span of one step of `record` (as its run's claim read it): a child of the span that
+    enqueued it, linked to its first failed attempt's span once it has one, then to the span
+    of the claim that started its run (`claimed_by`). Its attributes are built only when
+    tracing is on (`on`: the engine's settings; this runs for every step). With no tracer
+    provider set and no enqueue's context to carry on, no span (it would carry no context).
+
+    Its attempt is the instance's (`attempts`, counted by each claim), as `failures`, events
+    and logs number them: not the step's within its budget, which a retry, a resume or the
+    next step starts again at 1. So is the link: any attempt after a failed one (the first
+    failure's span, kept with the instance: migrations/0018), whatever budget it is in."""
     if not (on and AVAILABLE) or (record.trace_context is None and _unconfigured()):
         return _OFF
     return _span(
@@ -300,10 +305,10 @@ def step_span(
             "laneway.instance_id": str(record.instance_id),
             "laneway.queue": record.queue,
             "laneway.action": action,
-            "laneway.attempt": attempt,
+            "laneway.attempt": record.attempts,
         },
         record.trace_context,  # the enqueue's span, in whatever process it was
-        (record.first_failed_trace if attempt > 1 else None, claimed_by),
+        (record.first_failed_trace, claimed_by),
         True,
     )
 
