@@ -1,10 +1,11 @@
 """Failures you can debug: what a failed attempt keeps of its exception. No I/O.
 
 Owns how an exception becomes a failure: its type (the class's name, qualified by its module
-unless it is a builtin), its message, `lastError`'s text (`Type: message`), and a bounded
-traceback whose frames are the user's code first: the engine's own frames (laneway/engine)
-and asyncio's are dropped from the middle, since they are the same for every failure, and a
-traceback over the cap keeps its innermost frames, where the error was raised.
+unless it is a builtin; for a template's stage, its operation's exception's), its message,
+`lastError`'s text (`Type: message`), and a bounded traceback whose frames are the user's
+code first: the engine's own frames (laneway/engine) and asyncio's are dropped from the
+middle, since they are the same for every failure, and a traceback over the cap keeps its
+innermost frames, where the error was raised.
 """
 
 import asyncio
@@ -60,22 +61,29 @@ class StageFailure(Exception):  # noqa: N818 - a kind of failure, as the others 
 def failure_of(exc: BaseException) -> Failure:
     """The failure an exception makes, with the stage and operation a template's carries; its
     texts as a text column can hold them (payloads.storable_text). A template's failure
-    raised from its operation's exception has that one's traceback: the user's code; one
-    with no such exception (the operation returned failed(...), timed out or returned what
-    is not a result) has none, as no code of the user's raised. A message its exception
-    cannot give (str() raises) reads as Python's own traceback says it."""
+    raised from its operation's exception has that one's type and traceback: the user's
+    code, as a handler's would; its message is the stage's, which names the stage and the
+    operation. One with no such exception (the operation returned failed(...), timed out,
+    returned what is not a result or was a plain def) keeps its own type and has no
+    traceback, as no code of the user's raised. A message its exception cannot give (str()
+    raises) reads as Python's own traceback says it."""
     stage: str | None
     operation: str | None
+    named = exc
     if isinstance(exc, StageFailure):
         stage = storable_text(exc.stage)
         operation = None if exc.operation is None else storable_text(exc.operation)
         cause = exc.__cause__
         frames = None if cause is None else format_traceback(cause)
+        if cause is not None and frames is not None:
+            # Raised by the operation's code (a plain def's NotAwaitableError is made by the
+            # engine, never raised, and has no frames): the type a handler's would have.
+            named = cause
     else:
         stage = operation = None
         frames = format_traceback(exc)
     return Failure(
-        type=storable_text(type_name(exc)),
+        type=storable_text(type_name(named)),
         message=storable_text(_message_of(exc)[:MAX_MESSAGE_CHARS]),
         traceback=None if frames is None else storable_text(frames),
         stage=stage,

@@ -11,7 +11,12 @@ import pydantic
 import pytest
 
 from laneway.engine import Done, HandlerContext, Next, Pause, RetryPolicy, Workflow
-from laneway.engine.failures import MAX_TRACEBACK_CHARS, failure_of, format_traceback
+from laneway.engine.failures import (
+    MAX_TRACEBACK_CHARS,
+    failure_of,
+    format_traceback,
+    type_name,
+)
 from laneway.engine.payloads import storable_text, text_storable
 from laneway.engine.template import (
     Operation,
@@ -357,7 +362,7 @@ async def test_a_template_failure_keeps_the_traceback_of_its_operation(
     await engine.tick()
     (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
     where = (failure.type, failure.stage, failure.operation)
-    assert where == ("StageFailedError", "boom", "explode")
+    assert where == ("RuntimeError", "boom", "explode")  # the operation's exception's type
     failed_instance = await engine.get(enqueued.instance_id)
     assert failed_instance is not None
     assert failed_instance.stage == "boom"  # the instance names the stage it failed in
@@ -426,6 +431,33 @@ async def test_a_template_failure_without_an_exception_has_no_engine_traceback(
     (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
     assert "declined by the bank" in failure.message
     assert failure.traceback is None
+    assert failure.type == "StageFailedError"  # no exception of the operation's to name
+
+
+async def _declining_with_an_exception(ctx: OperationContext) -> OperationResult:
+    raise PaymentDeclinedError("card 4242 declined")
+
+
+async def test_a_template_failure_is_of_the_type_its_operation_raised(store: Store) -> None:
+    # As a handler's: the type is the exception's (qualified by its module), not the stage's
+    # failure that carries it; the message still says which stage and operation failed.
+    template = Template(
+        type="charging",
+        stages=[Stage(name="pay", operations=[Operation(type="charge", max_attempts=1)])],
+    )
+    registry = OperationRegistry({"charge": _declining_with_an_exception})
+    engine = make_engine(store, compile_template(template, registry))
+    enqueued = await engine.enqueue("charging")
+    await engine.tick()
+    (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert failure.type == f"{__name__}.PaymentDeclinedError"
+    assert failure.message == (
+        "stage 'pay': operation 'charge' (#0) failed after 1 attempt(s): card 4242 declined"
+    )
+    assert (failure.stage, failure.operation) == ("pay", "charge")
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert record.last_error == f"{failure.type}: {failure.message}"
 
 
 def test_a_long_message_leaves_the_frames_in_the_traceback() -> None:
@@ -610,11 +642,12 @@ async def test_whatever_an_operation_raises_is_a_failed_attempt_of_that_operatio
     assert calls == [1, 2]
     position = 1 if waits else 0
     assert record.last_error == (
-        f"StageFailedError: stage 's': operation 'raising' (#{position}) failed after 2 "
+        f"{type_name(raised)}: stage 's': operation 'raising' (#{position}) failed after 2 "
         f"attempt(s): {reason}"
     )
     (failure,) = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
-    assert (failure.type, failure.stage, failure.operation) == ("StageFailedError", "s", "raising")
+    where = (failure.type, failure.stage, failure.operation)
+    assert where == (type_name(raised), "s", "raising")  # as a handler's (above)
     assert failure.traceback is not None
     assert "in raising" in failure.traceback
     rows = {

@@ -872,9 +872,8 @@ async def test_critical_failure_fails_the_instance_and_later_stages_never_run(
     assert failed_instance is not None
     assert failed_instance.status == Status.FAILED
     assert failed_instance.attempts == 1  # final at once: the operation already retried
-    assert failed_instance.last_error == (
-        "StageFailedError: "
-        "stage 'load': operation 'write' (#0) failed after 2 attempt(s): disk full"
+    assert failed_instance.last_error == (  # the operation's exception's type (failures.py)
+        "OSError: stage 'load': operation 'write' (#0) failed after 2 attempt(s): disk full"
     )
     assert counts(calls) == {"write": 2}  # the sequence stops at a critical failure
     [row] = await engine.operations(enqueued.instance_id)
