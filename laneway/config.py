@@ -195,6 +195,9 @@ class Settings:
     header_timeout_seconds: float = 5.0
     max_connections: int = 1000
     metrics_port: int | None = None  # a worker serves /metrics here (the API at its own /metrics)
+    # What gave metrics_port, named when it cannot be listened on: the variable, or the flag
+    # of `laneway worker` that replaced it.
+    metrics_port_given_by: str = "LANEWAY_METRICS_PORT"
     metrics_host: str = "127.0.0.1"
     gc_freeze: bool = True  # freeze the start-up heap once services are built (heap.py)
     # OpenTelemetry spans (with the otel extra installed): the engine's and the GraphQL

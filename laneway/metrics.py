@@ -419,14 +419,20 @@ class _ClusterCollector(Collector):
 
 @contextlib.asynccontextmanager
 async def metrics_server(
-    metrics: Metrics, store: Store, *, host: str, port: int
+    metrics: Metrics,
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    given_by: str = "LANEWAY_METRICS_PORT",
 ) -> AsyncIterator[None]:
     """Serve GET /metrics on host:port for the duration of the block: a worker's metrics,
     which has no HTTP server otherwise. A query string is ignored (Prometheus's `params` add
     one), HEAD answers as GET does without the body, another method is 405 with an Allow
     header, and any other path is 404. No authentication: bind it where only the scraper
     reaches (127.0.0.1 by default). It listens before the block starts, so a port in use
-    stops the process before its engine runs.
+    stops the process before its engine runs, with a line that names `given_by`: what gave
+    the port (the variable, or `laneway worker --metrics-port`).
 
     Raises:
         LanewayError: host:port cannot be listened on (in use, not of this machine).
@@ -468,7 +474,7 @@ async def metrics_server(
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise LanewayError(
-            f"cannot serve metrics on {host}:{port} (LANEWAY_METRICS_PORT): {reason}"
+            f"cannot serve metrics on {host}:{port} ({given_by}): {reason}"
         ) from None
     logger.info("metrics served", extra={"host": host, "port": port})
     async with server:

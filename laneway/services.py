@@ -106,7 +106,11 @@ async def open_services(
             # /metrics of the API).
             await stack.enter_async_context(
                 metrics_server(
-                    metrics, store, host=settings.metrics_host, port=settings.metrics_port
+                    metrics,
+                    store,
+                    host=settings.metrics_host,
+                    port=settings.metrics_port,
+                    given_by=settings.metrics_port_given_by,
                 )
             )
         if settings.gc_freeze:

@@ -419,22 +419,24 @@ async def test_laneway_worker_takes_a_metrics_port(database_url: str) -> None:
             await worker.wait()
 
 
+@pytest.mark.parametrize("given", ["--metrics-port", "LANEWAY_METRICS_PORT"])
 async def test_a_worker_whose_metrics_port_is_taken_stops_at_once_in_one_line(
-    database_url: str,
+    database_url: str, given: str
 ) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
+        flag = given.startswith("--")
         code, _, err = await run_process(
-            [sys.executable, "-m", "laneway", "worker", "--metrics-port", str(port)],
+            [sys.executable, "-m", "laneway", "worker", *([given, str(port)] if flag else [])],
             cwd=ROOT,
-            env=environment(database_url),
+            env=environment(database_url, **({} if flag else {given: str(port)})),
             timeout=60,
         )
     assert code == 1, err
     lines = err.strip().splitlines()
+    # It names what the port was given by: the flag, or the variable.
     assert lines[-1] == (
-        f"laneway: cannot serve metrics on 127.0.0.1:{port} (LANEWAY_METRICS_PORT): "
-        "Address already in use"
+        f"laneway: cannot serve metrics on 127.0.0.1:{port} ({given}): Address already in use"
     )
     assert "worker started" not in err  # refused before its engine ran
     assert "Traceback" not in err

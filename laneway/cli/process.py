@@ -218,7 +218,9 @@ async def worker(args: argparse.Namespace, settings: Settings) -> int:
     """Run the engine only, until SIGINT/SIGTERM; then hand unfinished instances back."""
     check_workflows(settings, allow_none=args.allow_no_workflows)
     if args.metrics_port is not None:
-        settings = dataclasses.replace(settings, metrics_port=args.metrics_port)
+        settings = dataclasses.replace(
+            settings, metrics_port=args.metrics_port, metrics_port_given_by="--metrics-port"
+        )
     async with open_services(settings, role="worker") as services:
         names = services.engine.registry.names()
         await services.engine.run_until_stopped(
