@@ -577,11 +577,13 @@ async def test_serve_says_in_one_line_why_an_app_factory_failed(tmp_path: Path) 
     # is one line naming where, as a workflow module's is.
     write_module(tmp_path, "factories", BROKEN_FACTORIES)
     write_module(tmp_path, "unimportable", "value = undefined_name\n")
+    write_module(tmp_path, "importing", "import nonexistent_mod_zz\n")  # it is there
     laneway_script = str(Path(sys.executable).parent / "laneway")
     env = environment("postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS="")
     for app, port_taken, exit_code, says in (
         ("factories:raising", False, 1, "the app did not start: RuntimeError: boom at startup"),
         ("unimportable:build", False, 2, "its module failed while importing: NameError"),
+        ("importing:build", False, 2, "its module failed while importing: ModuleNotFound"),
         ("factories:raising", True, 1, "laneway: cannot listen on 127.0.0.1:"),
     ):
         with socket.create_server(("127.0.0.1", 0)) as taken:
@@ -615,10 +617,23 @@ async def test_serve_keeps_the_traceback_of_an_app_that_fails_to_start(tmp_path:
 
 async def test_a_module_that_cannot_be_imported_is_one_line_exit_2(tmp_path: Path) -> None:
     write_module(tmp_path, "broken", "import os\nvalue = undefined_name\n")
+    # It is there, but a module it imports is not: its own code failed, it is not missing.
+    write_module(tmp_path, "bad2", "import os\nimport nonexistent_mod_zz\n")
     laneway_script = str(Path(sys.executable).parent / "laneway")
-    for modules, expected in (
-        ("etl", "cannot import workflow module 'etl': No module named 'etl'"),
-        ("broken", "workflow module 'broken' failed while importing: NameError"),
+    for modules, expected, where in (
+        ("etl", "cannot import workflow module 'etl': No module named 'etl'", None),
+        ("nowhere.etl", "cannot import workflow module 'nowhere.etl': No module named", None),
+        (
+            "broken",
+            "workflow module 'broken' failed while importing: NameError",
+            "broken.py, line 2",
+        ),
+        (
+            "bad2",
+            "workflow module 'bad2' failed while importing: ModuleNotFoundError: No module"
+            " named 'nonexistent_mod_zz'",
+            "bad2.py, line 2",
+        ),
     ):
         env = environment("postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS=modules)
         code, _, err = await run_process(
@@ -628,7 +643,8 @@ async def test_a_module_that_cannot_be_imported_is_one_line_exit_2(tmp_path: Pat
         assert expected in err
         assert "Traceback" not in err
         assert len(err.strip().splitlines()) == 1, err
-    assert "broken.py, line 2" in err
+        if where is not None:
+            assert where in err, err
 
 
 TWO_OF_ONE_NAME = """\

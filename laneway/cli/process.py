@@ -22,7 +22,7 @@ from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, d
 from laneway.config import Settings
 from laneway.engine import WorkflowRegistry
 from laneway.engine import check_workflows as check_wiring
-from laneway.engine.registry import error_line
+from laneway.engine.registry import error_line, is_missing
 from laneway.errors import InvalidInputError
 from laneway.services import open_services
 from laneway.store.embedded import embedded_postgres
@@ -202,7 +202,13 @@ def app_factory(reference: str) -> "Callable[[Settings], Starlette]":
     current_folder_on_path()
     try:
         factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
+    except ImportError as exc:
+        if not is_missing(exc, module_name):  # found, but its own imports failed
+            raise InvalidInputError(
+                f"--app {reference}: its module failed while importing: {error_line(exc)}"
+            ) from None
+        raise InvalidInputError(f"--app {reference}: {exc}") from None
+    except AttributeError as exc:
         raise InvalidInputError(f"--app {reference}: {exc}") from None
     except Exception as exc:  # the module's own code failed while importing
         raise InvalidInputError(

@@ -55,8 +55,12 @@ class WorkflowRegistry:
             try:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
-                raise InvalidInputError(
-                    f"cannot import workflow module {module_name!r}: {exc}"
+                if is_missing(exc, module_name):
+                    raise InvalidInputError(
+                        f"cannot import workflow module {module_name!r}: {exc}"
+                    ) from exc
+                raise InvalidInputError(  # found, but its own imports failed
+                    f"workflow module {module_name!r} failed while importing: {error_line(exc)}"
                 ) from exc
             except Exception as exc:  # the module's own code failed (SyntaxError, NameError, ...)
                 raise InvalidInputError(
@@ -162,6 +166,14 @@ class WorkflowRegistry:
     def __len__(self) -> int:
         """How many workflows (names) are registered."""
         return len(self._workflows)
+
+
+def is_missing(exc: ImportError, module_name: str) -> bool:
+    """Whether importing `module_name` failed because it (or a package it is in) is not
+    there, rather than because its own code imports what is not (ModuleNotFoundError.name
+    says which module was not found)."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    return missing is not None and (module_name == missing or module_name.startswith(f"{missing}."))
 
 
 def error_line(exc: Exception) -> str:
