@@ -99,13 +99,16 @@ async def test_queue_history_shows_a_row_a_minute_oldest_first(
 async def test_pause_and_resume_queue_say_what_the_queue_holds_or_print_it(
     way: str, database_url: str, store: Store
 ) -> None:
-    await make_engine(store, hello).enqueue("hello", {"name": "waits"}, queue="emails")
+    engine = make_engine(store, hello)
+    await engine.enqueue("hello", {"name": "waits"}, queue="emails")
+    # Not due for ten minutes: a resume does not start it now, and the line must not say so.
+    await engine.enqueue("hello", {"name": "later"}, queue="emails", delay_ms=600_000)
     async with ways(way, database_url) as laneway:
         for _ in range(2):  # a second pause changes nothing
             code, out, err = await laneway("pause-queue", "emails")
             assert code == 0, err
             assert out == (
-                "Queue emails is paused (running: 0, they finish; pending: 1, they wait for"
+                "Queue emails is paused (running: 0, they finish; pending: 2, they wait for"
                 " resume-queue).\n"
             )
         code, out, err = await laneway("pause-queue", "emails", "--json")
@@ -114,7 +117,7 @@ async def test_pause_and_resume_queue_say_what_the_queue_holds_or_print_it(
         assert (paused["name"], paused["paused"], paused["counts"]["pending"]) == (
             "emails",
             True,
-            1,
+            2,
         )
         code, out, err = await laneway("queues", "--json")
         assert code == 0, err
@@ -128,7 +131,9 @@ async def test_pause_and_resume_queue_say_what_the_queue_holds_or_print_it(
         assert json.loads(out) == {**paused, "paused": False}
         code, out, err = await laneway("resume-queue", "emails")
         assert code == 0, err
-        assert out == "Queue emails is not paused (pending: 1, they start within its caps).\n"
+        assert out == (
+            "Queue emails is not paused (pending: 2, each starts once due, within its caps).\n"
+        )
 
         for name, says in (
             ("has space", "laneway: queue name must be 1-64 letters, digits or _ . : -"),

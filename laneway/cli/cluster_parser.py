@@ -84,7 +84,7 @@ def add_cluster_commands(commands: Subcommands) -> None:
         ),
         (
             "resume",
-            "resume queue NAME: its pending instances start at once, within its caps",
+            "resume queue NAME: its pending instances start once due, within its caps",
             "Idle workers are woken at once, not at their next poll. Resuming a queue that is"
             " not paused changes nothing.",
             "Example:\n  laneway resume-queue emails --url http://127.0.0.1:8000",

@@ -104,9 +104,11 @@ def pause_line(queue: JSONObject) -> Text:
             f" {counts['pending']}, they wait for resume-queue)."
         )
     else:
+        # `pending` counts the delayed and those backing off before a retry too: a resume
+        # starts none of them before it is due.
         said = (
-            f"Queue {name} is not paused (pending: {counts['pending']}, they start within its"
-            " caps)."
+            f"Queue {name} is not paused (pending: {counts['pending']}, each starts once due,"
+            " within its caps)."
         )
     return output.literal(said)
 
