@@ -378,5 +378,5 @@ def mark_failed(description: str, error: BaseException | None = None) -> None:
         if error is not None:
             failed.record_exception(error)
         failed.set_status(Status(StatusCode.ERROR, description))
-    except Exception as error:
-        _report("status", error)
+    except Exception as broken:
+        _report("status", broken)
