@@ -47,6 +47,10 @@ TRACER_NAME = "laneway"
 _PROPAGATOR = TraceContextTextMapPropagator() if AVAILABLE else None
 # Set in the context of a step's span, to the span: a template's operations are its children.
 _STEP = otel_context.create_key("laneway-step") if AVAILABLE else ""
+# How many steps' spans are current (`current(step=True)`) in some task now. A step's span ends
+# as soon as it stops being current, so while none is, a step span still found in a context (a
+# task made inside a step outlives it) records nothing: in_traced_step need not read it.
+_current_steps = 0
 
 
 def current_traceparent() -> str | None:
@@ -200,10 +204,12 @@ def current(started: Any, *, step: bool = False) -> Iterator[None]:
     ended by it (and as the current step's, `step`); an exception leaving the block is
     recorded on it (as the API's `use_span` does), and propagates as it was, whatever
     recording it does."""
+    global _current_steps
     context = trace.set_span_in_context(started)
     token = otel_context.attach(
         otel_context.set_value(_STEP, started, context) if step else context
     )
+    _current_steps += step
     try:
         yield
     except Exception as error:
@@ -215,6 +221,7 @@ def current(started: Any, *, step: bool = False) -> Iterator[None]:
             _report("status", failure)
         raise
     finally:
+        _current_steps -= step
         otel_context.detach(token)
 
 
@@ -260,7 +267,7 @@ def in_traced_step() -> bool:
     operations are spans (its children). A step not traced (its engine's tracing off, no
     provider set, not sampled) leaves them out, whatever span is current around it. Asked
     once per stage: the context is read, no span is made."""
-    if not AVAILABLE:
+    if not AVAILABLE or not _current_steps:  # no step traced anywhere (tracing off: always)
         return False
     step: Any = otel_context.get_value(_STEP)
     try:
