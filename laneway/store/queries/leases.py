@@ -229,31 +229,55 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 # $23 the checkpoints' waits (json text[], NULL: none); the failed attempts' exception types,
 #   messages, tracebacks, stages and operations $24..$28, and their spans' trace contexts $29.
 # $30 the completions' stages, $31 their messages (the last step's report; NULL: keep);
-# operation outcomes (templates): $32 instance ids, $33 lease epochs, $34 operation ids,
-#   $35 stages, $36 positions, $37 types, $38 statuses, $39 attempts, $40 errors, $41 data
-#   and $42 metadata (json text[]), $43 seconds each ran, $44 seconds since each finished.
-# $45 the checkpoints' and $46 the completions' spans' trace contexts (W3C traceparent, NULL:
+# $32 the operation outcomes (templates) as one JSON array (text; NULL: none), an array per
+#   outcome: [instance id, lease epoch, operation id (ids as 32 hex digits), stage, position,
+#   type, status, attempts, error, data, metadata (JSON values), microseconds it ran,
+#   microseconds since it finished, fix cycle (of the pass that wrote it)];
+# $33 the checkpoints' and $34 the completions' spans' trace contexts (W3C traceparent, NULL:
 #   none), kept only by an instance that has none (its enqueue was not traced).
-# $47 the operation outcomes' fix cycles (of the passes that wrote them).
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
-# connection, not on every call.
-_BATCH_ARGS = ", ".join(f"${n}" for n in range(1, 48))  # the 47 above, in order
+# connection, not on every call. The outcomes come as one text, not as the function's fourteen
+# arrays: the driver checks every element of an array it sends (a few thousand CPU
+# instructions each, ~14 per outcome), a text it sends as it is. The statement takes them
+# apart into those arrays, element i of each from outcome i (one aggregate pass over the
+# outcomes feeds every array_agg the same rows in the same order); no outcome, NULL arrays,
+# which the function reads as none.
+_BATCH_ARGS = ", ".join(
+    [f"${n}" for n in range(1, 32)]
+    + [f"o.{column}" for column in ("instance_ids", "epochs", "operation_ids", "stages")]
+    + [f"o.{column}" for column in ("positions", "types", "statuses", "attempts", "errors")]
+    + [f"o.{column}" for column in ("data", "metadata", "seconds", "ago")]
+    + ["$33", "$34", "o.fix_cycles"]
+)  # in laneway.write_runner_batch's order
+_OUTCOMES = """
+(SELECT array_agg((u ->> 0)::uuid) AS instance_ids, array_agg((u ->> 1)::bigint) AS epochs,
+        array_agg((u ->> 2)::uuid) AS operation_ids, array_agg(u ->> 3) AS stages,
+        array_agg((u ->> 4)::integer) AS positions, array_agg(u ->> 5) AS types,
+        array_agg(u ->> 6) AS statuses, array_agg((u ->> 7)::integer) AS attempts,
+        array_agg(u ->> 8) AS errors, array_agg((u -> 9)::text) AS data,
+        array_agg((u -> 10)::text) AS metadata,
+        array_agg((u ->> 11)::double precision / 1000000) AS seconds,
+        array_agg((u ->> 12)::double precision / 1000000) AS ago,
+        array_agg((u ->> 13)::integer) AS fix_cycles
+   FROM jsonb_array_elements($32::text::jsonb) AS e (u)) AS o"""
 WRITE_RUNNER_BATCH = f"""
-SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
-       {_DRAWN} AS last_event_id
-  FROM laneway.write_runner_batch({_BATCH_ARGS})
+SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
+       w.checkpoint, {_DRAWN} AS last_event_id
+  FROM {_OUTCOMES.strip()},
+       laneway.write_runner_batch({_BATCH_ARGS}) AS w
 """
 
-# The 47 above, then $48 the run keys registered here ('name@version', text[]) and $49 at most
+# The 34 above, then $35 the run keys registered here ('name@version', text[]) and $36 at most
 # this many instances to claim: the group commit and, in its transaction, the claim of the
 # room it freed (laneway/store/sql/functions.sql). The batch's rows first (`claimed` NULL),
 # then one row per claimed instance (`claimed` its row); each with its doorbell's event id.
 WRITE_RUNNER_BATCH_AND_CLAIM = f"""
-SELECT instance_id, name, queue, status, attempts, last_error, stage, checkpoint,
-       last_event_id, claimed
-  FROM laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $48, $49)
+SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
+       w.checkpoint, w.last_event_id, w.claimed
+  FROM {_OUTCOMES.strip()},
+       laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $35, $36) AS w
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances
