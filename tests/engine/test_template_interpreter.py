@@ -9,6 +9,7 @@ import contextvars
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -504,6 +505,43 @@ async def test_stages_run_in_order_and_merge_operation_data_into_the_context(sto
         EventType.CHECKPOINT,  # after gather
         EventType.COMPLETED,  # the last stage, report, finishes in its own step
     ]
+
+
+async def test_operation_outcomes_keep_every_character_and_value_they_carry(store: Store) -> None:
+    # The group commit sends outcomes as one JSON text of its own formatting: quotes,
+    # backslashes, line separators, characters past the BMP, big and exponent numbers and a
+    # text a column cannot hold (NUL, a lone surrogate) must come back as written or stored.
+    data: dict[str, JSONValue] = {
+        "text": 'a "quoted" \\ back\nslash \u2028 \u00e9 \U0001f600',
+        "numbers": [9007199254740993, -0.0, 1.5e-300, 12345678901234567890],
+        "nested": {"": None, "t": True},
+    }
+
+    async def carry(ctx: OperationContext) -> OperationResult:
+        return completed(data, metadata={"m": ["\U0001f600", 2]})
+
+    async def refuse(ctx: OperationContext) -> OperationResult:
+        return failed('no "luck" \\ \x00 \udc80 \U0001f600', metadata=[1, "x"])
+
+    operations = OperationRegistry({"carry": carry, "refuse": refuse})
+    stage = Stage(
+        name="only",
+        parallel=True,
+        operations=[fast("carry"), fast("refuse", critical=False)],
+    )
+    engine = make_engine(store, compile_template(Template(type="odd", stages=[stage]), operations))
+    enqueued = await engine.enqueue("odd")
+    assert await engine.tick() == 1
+    rows = by_slot(await engine.operations(enqueued.instance_id))
+    carried, refused = rows["only", 0], rows["only", 1]
+    assert (carried.status, carried.data, carried.error) == ("completed", data, None)
+    assert refused.status == "failed"
+    assert refused.error == 'no "luck" \\ \ufffd \ufffd \U0001f600'
+    for row in (carried, refused):
+        assert row.started_at is not None
+        assert row.finished_at is not None
+        assert timedelta(0) <= row.finished_at - row.started_at < timedelta(minutes=1)
+    assert (carried.metadata, refused.metadata) == ({"m": ["\U0001f600", 2]}, [1, "x"])
 
 
 async def test_progress_and_stage_are_visible_after_each_stage_checkpoint(store: Store) -> None:
