@@ -19,7 +19,7 @@ import asyncpg
 from laneway.errors import NotFoundError
 from laneway.model import EventType, InstanceFilter, InstanceRecord, JSONValue, NewEvent, Status
 from laneway.store import queries
-from laneway.store.instances import DEADLOCK_ATTEMPTS, InstanceStore, filter_args
+from laneway.store.instances import DEADLOCK_ATTEMPTS, InstanceStore, after_deadlock, filter_args
 from laneway.store.rows import Conn, instance_from_row
 
 BATCH_SIZE = 100  # rows per batch transaction; also keeps a cancel's doorbell under 8,000 bytes
@@ -197,6 +197,7 @@ class BulkStore(InstanceStore):
             except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.UniqueViolationError):
                 if attempt == DEADLOCK_ATTEMPTS:
                     raise
+            await after_deadlock(attempt)
         raise AssertionError("unreachable")
 
     async def _cancel_on(self, conn: Conn, instance_ids: Sequence[UUID]) -> list[InstanceRecord]:

@@ -5,6 +5,7 @@ different orders neither deadlock nor fail (each key named once, the others give
 
 import asyncio
 import functools
+import itertools
 import json
 import operator
 import time
@@ -174,6 +175,32 @@ async def test_batches_sharing_keys_in_opposite_orders_do_not_deadlock(
         made_here = 0 if result.instance.idempotency_key == "m-gate" else 1  # the gate: ours
         assert [result.created, twin.created].count(True) == made_here
     assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 3
+
+
+async def test_a_write_that_keeps_losing_deadlocks_tries_again_after_longer_pauses(
+    store: Store, admin: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tried again at once, a loser of a deadlock could take a row the winner wanted next
+    # before the winner ran, and lose again: three in a row failed a loaded full test run.
+    tries: list[float] = []
+    real_insert = instances.InstanceStore._insert
+
+    async def losing(self: instances.InstanceStore, conn: object, todo: object) -> object:
+        tries.append(time.monotonic())
+        if len(tries) < instances.DEADLOCK_ATTEMPTS:
+            raise asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+        return await real_insert(self, conn, todo)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(instances.InstanceStore, "_insert", losing)
+    engine = make_engine(store, noop)
+    requests = [EnqueueRequest(name="noop", idempotency_key=f"k-{n}") for n in range(2)]
+    results = await engine.enqueue_many(requests)
+    assert [r.created for r in results] == [True, True]
+    assert len(tries) == instances.DEADLOCK_ATTEMPTS >= 4
+    pauses = [later - earlier for earlier, later in itertools.pairwise(tries)]
+    least = [0.5 * instances.DEADLOCK_PAUSE_SECONDS * 2**n for n in range(len(pauses))]
+    assert all(pause >= bound for pause, bound in zip(pauses, least, strict=True)), pauses
+    assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 2
 
 
 async def test_batches_whose_keys_cross_past_any_order_are_written_again(
