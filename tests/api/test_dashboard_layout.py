@@ -37,3 +37,44 @@ async def test_a_phone_never_scrolls_the_page_sideways_with_a_waiting_row(
         assert page_width <= window_width, widths
         assert table_width > window_width  # the table does need to scroll, in its own box
         assert dash.problems == []
+
+
+ENQUEUE_IN_QUEUE = """mutation ($queue: String!) {
+  enqueueWorkflow(name: "hello", params: {name: "long"}, queue: $queue) { instanceID }
+}"""
+# The right edges of the row's status badge, of the table's scroll box and of the Queue
+# filter, the window's width and the page's.
+EDGES = """(id) => {
+  const row = document.querySelector(`tr[data-instance-id='${id}']`);
+  const right = (node) => node.getBoundingClientRect().right;
+  return [right(row.querySelector("[data-testid=row-status]")), right(row.closest(".table-wrap")),
+          right(document.querySelector("[data-testid=filter-queue]")),
+          document.documentElement.clientWidth, document.documentElement.scrollWidth];
+}"""
+
+
+async def test_a_long_queue_name_leaves_every_rows_status_in_the_window(
+    server: LiveServer, browser: Browser
+) -> None:
+    # The longest name a queue may have, with no place to break: the Queue column grew to fit
+    # it on one line and the Queue filter's <select> to its option, so at 1366 px the Status
+    # column was past the window's right edge (and the table's scroll box) on every row.
+    queue = "Q" * 64
+    body = await server.graphql(ENQUEUE_IN_QUEUE, queue=queue)
+    instance_id = body["data"]["enqueueWorkflow"]["instanceID"]
+    async with open_dashboard(browser, server, viewport={"width": 1366, "height": 768}) as dash:
+        page = dash.page
+        status = dash.row(instance_id).get_by_test_id("row-status")
+        await expect(status).to_be_visible()
+        option = page.get_by_test_id("filter-queue").locator(f'option[value="{queue}"]')
+        await expect(option).to_have_count(1)
+        # As the list is, and with the instance page open beside it (the list's column narrower).
+        for opened in (False, True):
+            if opened:
+                await dash.open_instance(instance_id)
+            edges = await page.evaluate(EDGES, instance_id)
+            badge_right, wrap_right, select_right, window_width, page_width = edges
+            assert badge_right <= wrap_right <= window_width, (opened, edges)
+            assert select_right <= window_width / 2, (opened, edges)  # a filter, not a banner
+            assert page_width <= window_width, (opened, edges)
+        assert dash.problems == []
