@@ -74,3 +74,33 @@ async def test_cancel_all_of_a_filtered_list_counts_asks_then_cancels(
     listed = (await idle.graphql(STATUSES))["data"]["workflowInstances"]
     by_name = {(row["name"], row["status"]) for row in listed}
     assert by_name == {("hello", "cancelled"), ("countdown", "pending")}
+
+
+async def test_escape_in_the_bulk_question_keeps_them_and_goes_back_to_its_button(
+    idle: LiveServer, browser: Browser
+) -> None:
+    # The question stayed open on Escape, which closes the token dialog.
+    await _enqueue(idle, "hello", {"name": "kept"})
+    async with open_dashboard(browser, idle) as dash:
+        page = dash.page
+        confirm = page.get_by_test_id("bulk-confirm")
+        await page.get_by_test_id("filter-name").select_option("hello")
+        for opener, focused_on in (("bulk-cancel", "bulk-go"), ("bulk-cancel", "bulk-keep")):
+            await page.get_by_test_id(opener).focus()
+            await page.keyboard.press("Enter")
+            await expect(confirm).to_be_visible()
+            await expect(page.get_by_test_id("bulk-go")).to_be_focused()
+            if focused_on == "bulk-keep":
+                await page.keyboard.press("Tab")
+                await expect(page.get_by_test_id(focused_on)).to_be_focused()
+            await page.keyboard.press("Escape")
+            await expect(confirm).to_be_hidden()
+            await expect(page.get_by_test_id(opener)).to_be_focused()
+        # "Keep them" goes back to the button that asked as well.
+        await page.get_by_test_id("bulk-cancel").click()
+        await page.get_by_test_id("bulk-keep").click()
+        await expect(confirm).to_be_hidden()
+        await expect(page.get_by_test_id("bulk-cancel")).to_be_focused()
+        assert dash.problems == []
+    listed = (await idle.graphql(STATUSES))["data"]["workflowInstances"]
+    assert {row["status"] for row in listed} == {"pending"}

@@ -205,3 +205,29 @@ async def test_a_page_without_a_token_is_asked_for_one_when_it_pauses_a_queue(
         await expect(result).to_have_class("message")
         assert await _paused(server, "hello") is True
         assert dashboard.problems == []
+
+
+async def test_escape_in_a_queue_cards_pause_question_keeps_it_running(
+    server: LiveServer, browser: Browser
+) -> None:
+    # The question stayed open on Escape, which closes the token dialog: by keyboard, only
+    # Tab to "Keep it running" and Enter closed it.
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        card = page.locator('[data-testid="queue-card"][data-queue="hello"]')
+        toggle = card.get_by_test_id("queue-toggle")
+        confirm = card.get_by_test_id("queue-pause-confirm")
+        await toggle.focus()
+        for focused_on in ("queue-pause-go", "queue-pause-keep"):
+            await page.keyboard.press("Enter")
+            await expect(confirm).to_be_visible()
+            await expect(card.get_by_test_id("queue-pause-go")).to_be_focused()
+            if focused_on == "queue-pause-keep":
+                await page.keyboard.press("Tab")
+                await expect(card.get_by_test_id(focused_on)).to_be_focused()
+            await page.keyboard.press("Escape")
+            await expect(confirm).to_be_hidden()
+            await expect(toggle).to_be_focused()
+        assert await _paused(server, "hello") is False
+        await expect(toggle).to_have_text("Pause…")
+        assert dashboard.problems == []
