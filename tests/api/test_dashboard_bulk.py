@@ -19,6 +19,7 @@ ENQUEUE = """mutation ($name: String!, $params: JSON) {
   enqueueWorkflow(name: $name, params: $params) { instanceID }
 }"""
 STATUSES = "{ workflowInstances(limit: 50) { name status } }"
+STATUS = "query ($id: ID!) { workflowInstance(instanceID: $id) { status } }"
 
 
 @pytest.fixture
@@ -104,3 +105,35 @@ async def test_escape_in_the_bulk_question_keeps_them_and_goes_back_to_its_butto
         assert dash.problems == []
     listed = (await idle.graphql(STATUSES))["data"]["workflowInstances"]
     assert {row["status"] for row in listed} == {"pending"}
+
+
+async def test_cancel_all_n_cancels_the_n_counted_not_those_enqueued_after_the_count(
+    idle: LiveServer, browser: Browser
+) -> None:
+    # The confirm ran the list's filter again: "Cancel all 5" cancelled 25, the 20 enqueued
+    # between the count and the click among them.
+    counted = [await _enqueue(idle, "hello", {"name": f"n{i}"}) for i in range(5)]
+    async with open_dashboard(browser, idle) as dash:
+        page = dash.page
+        await page.get_by_test_id("filter-name").select_option("hello")
+        await page.get_by_test_id("filter-status").select_option("active")
+        await page.get_by_test_id("bulk-cancel").click()
+        go = page.get_by_test_id("bulk-go")
+        await expect(go).to_have_text("Cancel all 5")
+        later = [await _enqueue(idle, "hello", {"name": f"later{i}"}) for i in range(20)]
+        await expect(dash.row(later[-1])).to_have_attribute("data-status", "pending")
+        await expect(go).to_have_text("Cancel all 5")
+        await go.click()
+        await expect(page.get_by_test_id("bulk-result")).to_have_text(
+            "Cancelled 5 of 5. 20 created after the count were left."
+        )
+        for instance_id in counted:  # ended: out of the list of active ones
+            await expect(dash.row(instance_id)).to_have_count(0)
+        await expect(dash.row(later[0])).to_have_attribute("data-status", "pending")
+        assert dash.problems == []
+    statuses = {}
+    for instance_id in counted + later:
+        body = await idle.graphql(STATUS, id=instance_id)
+        statuses[instance_id] = body["data"]["workflowInstance"]["status"]
+    assert [statuses[i] for i in counted] == ["cancelled"] * 5
+    assert [statuses[i] for i in later] == ["pending"] * 20
