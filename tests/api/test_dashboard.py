@@ -119,12 +119,15 @@ async def open_dashboard(
     viewport: ViewportSize | None = None,
     token: str | None = None,
     fake_clock: bool = False,
+    running_clock: bool = False,
 ) -> AsyncIterator[Dashboard]:
     """Open the dashboard (/, or the prefix a host mounts Laneway at) in a fresh context
     (with a window of `viewport`'s size, else Playwright's 1280 × 720); with `live`, wait
     until its event stream is connected. `token`: in the tab's session storage before the
     page loads, as if entered earlier. `fake_clock`: the page's clock stands still from
-    before it loads, and its timers fire only as the test moves it (`page.clock.run_for`)."""
+    before it loads, and its timers fire only as the test moves it (`page.clock.run_for`).
+    `running_clock`: the page's clock runs in real time, and the test can jump it forward
+    (`page.clock.fast_forward`)."""
     context = await browser.new_context(viewport=viewport)
     context.set_default_timeout(TIMEOUT_MS)
     if token is not None:
@@ -135,6 +138,8 @@ async def open_dashboard(
     if fake_clock:
         await page.clock.install()
         await page.clock.pause_at(datetime.now(UTC) + timedelta(seconds=1))
+    elif running_clock:
+        await page.clock.install()
     dashboard = Dashboard(page=page, origin=f"http://127.0.0.1:{server.port}")
 
     def on_console(message: Any) -> None:
