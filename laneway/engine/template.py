@@ -227,17 +227,15 @@ class Template:
             raise InvalidInputError(
                 f"template {self.type!r}: every checkpoint must be a Checkpoint"
             )
-        names = [stage.name for stage in self.stages]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise InvalidInputError(f"template {self.type!r} repeats stage names {duplicates}")
-        # A resume names its checkpoint by label, and its input lands in the context under it.
-        labels = [checkpoint.label for checkpoint in self.checkpoints]
-        duplicates = sorted({label for label in labels if labels.count(label) > 1})
-        if duplicates:
-            raise InvalidInputError(
-                f"template {self.type!r} repeats checkpoint labels {duplicates}"
-            )
+        # Each its own: a resume names its checkpoint by label, and its input lands in the
+        # context under it.
+        for what, names in (
+            ("stage names", [stage.name for stage in self.stages]),
+            ("checkpoint labels", [checkpoint.label for checkpoint in self.checkpoints]),
+        ):
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise InvalidInputError(f"template {self.type!r} repeats {what} {duplicates}")
         object.__setattr__(
             self, "version", check_version(self.version, f"template {self.type!r}: version")
         )

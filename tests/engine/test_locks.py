@@ -127,15 +127,16 @@ async def test_holds_of_one_owner_in_sibling_tasks_keep_the_lock_until_the_last_
 ) -> None:
     engine = make_engine(store)
     owner = uuid.uuid4()
-    first_out = asyncio.Event()
+    first_out, second_in = asyncio.Event(), asyncio.Event()
 
     async def first() -> None:
         async with engine.locks.hold("acct", "s", owner, 30):
-            await asyncio.sleep(0.01)
+            await second_in.wait()  # both inside at once
         first_out.set()
 
     async def second() -> None:
         async with engine.locks.hold("acct", "s", owner, 30):
+            second_in.set()
             await first_out.wait()
             lock = await engine.locks.holder("acct", "s")
             assert lock is not None
