@@ -201,18 +201,22 @@ def app_factory(reference: str) -> "Callable[[Settings], Starlette]":
         raise InvalidInputError(f"--app must look like MODULE:NAME, not {reference!r}")
     current_folder_on_path()
     try:
-        factory = getattr(importlib.import_module(module_name), attribute)
+        module = importlib.import_module(module_name)
     except ImportError as exc:
         if not is_missing(exc, module_name):  # found, but its own imports failed
             raise InvalidInputError(
                 f"--app {reference}: its module failed while importing: {error_line(exc)}"
             ) from None
         raise InvalidInputError(f"--app {reference}: {exc}") from None
-    except AttributeError as exc:
-        raise InvalidInputError(f"--app {reference}: {exc}") from None
-    except Exception as exc:  # the module's own code failed while importing
+    except Exception as exc:  # the module's own code failed (an AttributeError of its own too)
         raise InvalidInputError(
             f"--app {reference}: its module failed while importing: {error_line(exc)}"
+        ) from None
+    try:
+        factory = getattr(module, attribute)
+    except AttributeError:
+        raise InvalidInputError(
+            f"--app {reference}: module {module_name!r} has no attribute {attribute!r}"
         ) from None
     if not callable(factory):
         raise InvalidInputError(f"--app {reference} is not callable")
