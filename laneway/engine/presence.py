@@ -126,6 +126,8 @@ class Presence:
 
     async def drain(self, grace_seconds: float) -> None:
         """Let each run finish the step it is in; it stops at its next checkpoint (or ends).
+        One that stops at its checkpoint has its lease released as it stops, not when the
+        drain ends: another process resumes it at once, not after the slowest step here.
 
         A step still running after the grace period is interrupted by the hand-back; without
         the wait, nearly every step in flight would run again in another process.
@@ -133,12 +135,12 @@ class Presence:
         runs = list(self._runs.values())
         for run in runs:
             run.draining = True
-        tasks = [run.task for run in runs if run.task is not None]
+        tasks = {run.task: run for run in runs if run.task is not None}
         if tasks and grace_seconds > 0:
             logger.info("draining", extra={"runs": len(tasks), "grace_s": grace_seconds})
             await self._wait(tasks, grace_seconds)
         for run in runs:
-            if run.handed_back:
+            if run.handed_back:  # its release failed, or it stopped as the drain ended
                 self._handed_back[run.record.instance_id] = run.record.lease_epoch
 
     def skip_drain(self) -> None:
@@ -148,21 +150,27 @@ class Presence:
             logger.warning("stopping without waiting for the steps in flight")
             self.hurried.set()
 
-    async def _wait(self, tasks: list["asyncio.Task[None]"], seconds: float) -> None:
-        """Until every task has ended, `seconds` have passed or skip_drain was called."""
+    async def _wait(self, tasks: dict["asyncio.Task[None]", Run], seconds: float) -> None:
+        """Until every task has ended, `seconds` have passed or skip_drain was called; the
+        runs that stopped at a checkpoint are released as they end (those that end together,
+        in one statement)."""
         if self.hurried.is_set():
             return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
         hurried = asyncio.ensure_future(self.hurried.wait())
+        pending = set(tasks)
         try:
-            async with asyncio.timeout(seconds):
-                pending = set(tasks)
-                while pending and not hurried.done():
-                    done, _ = await asyncio.wait(
-                        {*pending, hurried}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    pending -= done
-        except TimeoutError:
-            pass
+            while pending and not hurried.done() and (left := deadline - loop.time()) > 0:
+                done, _ = await asyncio.wait(
+                    {*pending, hurried}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending -= done
+                stopped = [run for task, run in tasks.items() if task in done and run.handed_back]
+                leases = {run.record.instance_id: run.record.lease_epoch for run in stopped}
+                if leases and await self._release(leases):
+                    for run in stopped:
+                        run.handed_back = False
         finally:
             hurried.cancel()
 
@@ -207,14 +215,16 @@ class Presence:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             await self._release(dict(waiting[task] for task in done))
 
-    async def _release(self, leases: dict[UUID, int]) -> None:
+    async def _release(self, leases: dict[UUID, int]) -> bool:
         """Release `leases` (a run that ended here on its own gave its lease up already: the
-        release is fenced, and changes nothing for it)."""
+        release is fenced, and changes nothing for it); False: it failed (logged)."""
         if not leases:
-            return
+            return True
         try:
             if faults.ARMED:
                 await faults.hit("before_release")
             await self._store.release(self._owner_id, leases)
         except Exception as exc:
             logger.warning("release at shutdown failed", extra={"error": str(exc)})
+            return False
+        return True

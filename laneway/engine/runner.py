@@ -62,7 +62,7 @@ class Run:
     task: "asyncio.Task[None] | None" = None
     claimed_by: str | None = None  # the span of the claim that started it (tracing.py)
     draining: bool = False  # the process is stopping: end at the next checkpoint
-    handed_back: bool = False  # stopped at a checkpoint while draining; still leased here
+    handed_back: bool = False  # stopped at a checkpoint while draining; leased until released
     # The write that ends this run here committed (terminal, paused, retry pending): the lease
     # is gone on purpose, so a renewal that misses it must not stop the run's last steps.
     settled: bool = False

@@ -359,6 +359,53 @@ async def test_stopping_lets_the_step_in_flight_finish_and_hands_back_at_its_che
     ]
 
 
+async def test_each_instance_is_handed_back_at_its_own_checkpoint_while_others_drain(
+    store: Store,
+) -> None:
+    # Found by an outside audit: an instance whose step checkpointed during the drain was
+    # released only when the drain ended (the slowest step in flight, or the whole grace), so
+    # no process ran it meanwhile.
+    gates = {"fast": asyncio.Event(), "slow": asyncio.Event()}
+    entered = {"fast": asyncio.Event(), "slow": asyncio.Event()}
+
+    async def first(ctx: HandlerContext, params: Any) -> Next:
+        entered[params["which"]].set()
+        await gates[params["which"]].wait()
+        return Next("second")
+
+    async def second(ctx: HandlerContext, params: object) -> Done:
+        return Done()
+
+    workflow = Workflow("drained", handlers={"first": first, "second": second}, initial="first")
+    engine = make_engine(store, workflow, shutdown_grace_seconds=30)
+    fast = await engine.enqueue("drained", {"which": "fast"})
+    slow = await engine.enqueue("drained", {"which": "slow"})
+    stopping = asyncio.Event()
+    running = asyncio.create_task(engine.run(stopping))
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in entered.values())), timeout=10)
+    stopping.set()
+    gates["fast"].set()
+    handed = await eventually(
+        lambda: store.get_instance(fast.instance_id),
+        lambda found: found is not None and found.status == Status.PENDING,
+    )
+    assert handed is not None
+    assert (handed.next_action, handed.owner_id) == ("second", None)
+    assert not running.done()  # the slow step still runs, in its grace
+    slow_instance = await store.get_instance(slow.instance_id)
+    assert slow_instance is not None
+    assert slow_instance.status == Status.RUNNING
+    gates["slow"].set()
+    await asyncio.wait_for(running, timeout=10)
+    for enqueued in (fast, slow):
+        assert await types_of(store, enqueued.instance_id) == [
+            EventType.ENQUEUED,
+            EventType.STARTED,
+            EventType.CHECKPOINT,
+            EventType.RETRYING,
+        ]
+
+
 async def test_a_step_still_running_after_the_grace_is_handed_back_unfinished(
     store: Store,
 ) -> None:
