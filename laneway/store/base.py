@@ -3,22 +3,63 @@
 Owns how a Store method gets its connection (a bounded wait on the pool), the one Python call
 of the event append (queries.APPEND_EVENTS, which calls laneway.append_events), the hand-over
 of kept signals that both a sender and the group commit make (queries.CONSUME_SIGNALS), and the
-administrative connection for diagnostics. The areas' methods live in instances.py, leases.py,
-history.py, schedules.py, workers.py and queue_history.py; store.py composes them into Store.
+administrative connection for diagnostics, and `snapshot`: reads of one task that see one
+moment. The areas' methods live in instances.py, leases.py, history.py, schedules.py,
+workers.py and queue_history.py; store.py composes them into Store.
 """
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
+from types import TracebackType
+from typing import Any
 from uuid import UUID
 
 from laneway.model import EventType, NewEvent, Status, Transition
 from laneway.store import queries
-from laneway.store.pool import ConnectionPool, Loan
+from laneway.store.pool import ConnectionPool
 from laneway.store.rows import Conn
 
 EVENTS_LOCK_KEY = 7_461_726_102  # serialises event appends; see queries.APPEND_EVENTS
 ACQUIRE_TIMEOUT_SECONDS = 5.0  # longest wait for a pooled connection
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """A connection in a read-only REPEATABLE READ transaction, held by one task for its
+    reads on one pool (`Store.snapshot`)."""
+
+    pool: ConnectionPool
+    task: "asyncio.Task[Any] | None"
+    conn: Conn
+
+
+# Task-local, not process state: a task's `async with store.snapshot()` block sets it, and a
+# context is copied into each new task, which then finds a snapshot it does not hold (`task`).
+_SNAPSHOT: ContextVar[_Snapshot | None] = ContextVar("laneway_store_snapshot", default=None)
+
+
+class _Held:
+    """`async with` the connection a snapshot holds: the snapshot lent it, and gives it back."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    async def __aenter__(self) -> Conn:
+        return self._conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        return None
 
 
 class StoreBase:
@@ -41,10 +82,34 @@ class StoreBase:
         """Whether every connection of the pool is in use now (ConnectionPool.busy)."""
         return self._pool.busy
 
-    def _acquire(self) -> Loan:
+    def _acquire(self) -> contextlib.AbstractAsyncContextManager[Conn]:
+        held = _SNAPSHOT.get()  # inside this task's `snapshot` block: its connection
+        if held is not None and held.pool is self._pool and held.task is asyncio.current_task():
+            return _Held(held.conn)
         # A pool that stays exhausted (or a database that stopped answering) fails the call
         # with TimeoutError instead of queueing it forever.
         return self._pool.acquire(timeout=self._acquire_timeout)
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[None]:
+        """Inside the block, this task's reads of the store see one moment: they run on one
+        connection in a read-only REPEATABLE READ transaction (its snapshot is taken by the
+        first of them). Two reads that each took their own moment could show an instance in
+        two states at once, as a status beside a waiting reason that says otherwise did.
+
+        Only this task's calls join it (a task made in the block runs on the pool as usual);
+        a write in the block fails (ReadOnlySQLTransactionError); a snapshot inside one is the
+        same snapshot.
+        """
+        async with (
+            self._acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            token = _SNAPSHOT.set(_Snapshot(self._pool, asyncio.current_task(), conn))
+            try:
+                yield
+            finally:
+                _SNAPSHOT.reset(token)
 
     async def _append_events(
         self, conn: Conn, events: Sequence[NewEvent], cancelled_ids: Sequence[UUID] = ()

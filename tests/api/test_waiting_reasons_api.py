@@ -10,6 +10,7 @@ gate.
 """
 
 import asyncio
+import contextlib
 import dataclasses
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
@@ -341,3 +342,88 @@ async def test_a_page_of_instances_reads_its_waiting_reasons_in_one_query(
     # One query for the page, asked only about the instances that wait.
     assert len(asked) == 1
     assert sorted(str(i) for i in asked[0]) == sorted(pending)
+
+
+# -- one moment: the status and the reason of an instance come from one snapshot ---------------
+
+ONE_INSTANCE = """query ($id: ID!) { workflowInstance(instanceID: $id) {
+  instanceID status waitingReason { code } } }"""
+LIST = """{ workflowInstances(statuses: ["pending", "paused", "waiting"], limit: 500) {
+  instanceID status waitingReason { code } } }"""
+CONNECTION = """{ workflowInstancesConnection(statuses: ["pending", "paused", "waiting"]) {
+  edges { node { instanceID status waitingReason { code } } } } }"""
+
+
+def _shown(field: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The instances a response shows, whichever of the three fields it asked."""
+    if field == "workflowInstance":
+        return [data[field]]
+    if field == "workflowInstancesConnection":
+        return [edge["node"] for edge in data[field]["edges"]]
+    rows: list[dict[str, Any]] = data[field]
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("field", "query"),
+    [
+        ("workflowInstance", ONE_INSTANCE),
+        ("workflowInstances", LIST),
+        ("workflowInstancesConnection", CONNECTION),
+    ],
+)
+async def test_status_and_waiting_reason_agree_when_the_instance_changes_between_reads(
+    api: Api, monkeypatch: pytest.MonkeyPatch, field: str, query: str
+) -> None:
+    # An outside audit saw `pending` with a null reason (and `waiting` with QUEUE_FULL) under
+    # load: the reason was read by a second statement, after the row had moved on. Here the
+    # instance is cancelled, by another client, right before its reason is read.
+    instance_id = await api.enqueue("unserved")
+    store = api.services.store
+    original = store.waiting_reasons
+    cancelled: list[UUID] = []
+
+    async def cancelled_first(instance_ids: Sequence[UUID]) -> dict[UUID, WaitingReason]:
+        if not cancelled:
+            # Another task: a request of another client, on a connection of its own.
+            await asyncio.create_task(api.services.engine.cancel(UUID(instance_id)))
+            cancelled.append(UUID(instance_id))
+        return await original(instance_ids)
+
+    monkeypatch.setattr(store, "waiting_reasons", cancelled_first)
+
+    shown = _shown(field, await api.ok(query, id=instance_id))
+
+    assert cancelled == [UUID(instance_id)]  # the change happened between the two reads
+    # The instance as it was when the row was read: pending, and why.
+    assert shown == [
+        {"instanceID": instance_id, "status": "pending", "waitingReason": {"code": "NO_WORKER"}}
+    ]
+    # The next response shows the change, whole.
+    assert _shown(field, await api.ok(query, id=instance_id)) in (
+        [{"instanceID": instance_id, "status": "cancelled", "waitingReason": None}],
+        [],  # the lists ask for instances that wait only
+    )
+
+
+async def test_a_page_that_does_not_ask_for_waiting_reasons_opens_no_snapshot(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance_id = await api.enqueue("unserved")
+    store = api.services.store
+    opened: list[None] = []
+    original = store.snapshot
+
+    def counted() -> contextlib.AbstractAsyncContextManager[None]:
+        opened.append(None)
+        return original()
+
+    monkeypatch.setattr(store, "snapshot", counted)
+
+    assert (await api.ok(PAGE.replace(" waitingReason { code message until }", ""), name=None))[
+        "workflowInstances"
+    ] == [{"instanceID": instance_id, "status": "pending"}]
+    assert opened == []
+    page = (await api.ok(PAGE, name=None))["workflowInstances"]
+    assert page[0]["waitingReason"]["code"] == "NO_WORKER"
+    assert opened == [None]

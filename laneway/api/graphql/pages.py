@@ -6,7 +6,9 @@ there (arguments.py), and a keyset page from the engine (engine/page_calls.py). 
 list's own WorkflowInstanceStatus, read as a summary.
 """
 
+from collections.abc import Mapping
 from typing import Any
+from uuid import UUID
 
 import strawberry
 from strawberry.types import Info
@@ -15,7 +17,8 @@ from strawberry.types.unset import UNSET
 from laneway.api.graphql.arguments import given, status_filter
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.types import WorkflowInstanceStatus
-from laneway.model import InstanceFilter, InstancePage
+from laneway.api.graphql.waiting_reasons import read_with_reasons
+from laneway.model import InstanceFilter, InstancePage, WaitingReason
 
 DEFAULT_FIRST = 50
 
@@ -47,10 +50,15 @@ class WorkflowInstanceConnection:
     page_info: PageInfo
 
     @classmethod
-    def from_page(cls, page: InstancePage) -> "WorkflowInstanceConnection":
+    def from_page(
+        cls, page: InstancePage, reasons: Mapping[UUID, WaitingReason] | None = None
+    ) -> "WorkflowInstanceConnection":
+        """`reasons`: read in the page's snapshot (read_with_reasons), if they were."""
         return cls(
             edges=[
-                WorkflowInstanceEdge(cursor=cursor, node=WorkflowInstanceStatus.from_record(record))
+                WorkflowInstanceEdge(
+                    cursor=cursor, node=WorkflowInstanceStatus.from_record(record, reasons)
+                )
                 for cursor, record in zip(page.cursors, page.records, strict=True)
             ],
             page_info=PageInfo(has_next_page=page.has_next, end_cursor=page.end_cursor),
@@ -78,7 +86,12 @@ async def resolve_workflow_instances_connection(
         concurrency_key=given(concurrency_key),
         version=given(version),
     )
-    page = await laneway_of(info.context).services.engine.page_instances(
-        where, first=DEFAULT_FIRST if first is None else first, after=given(after)
+    engine = laneway_of(info.context).services.engine
+    page, reasons = await read_with_reasons(
+        info,
+        lambda: engine.page_instances(
+            where, first=DEFAULT_FIRST if first is None else first, after=given(after)
+        ),
+        lambda found: found.records,
     )
-    return WorkflowInstanceConnection.from_page(page)
+    return WorkflowInstanceConnection.from_page(page, reasons)

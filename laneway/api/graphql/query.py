@@ -40,6 +40,7 @@ from laneway.api.graphql.types import (
     WorkflowInstanceStatus,
 )
 from laneway.api.graphql.versions import PreflightFinding, resolve_deploy_preflight
+from laneway.api.graphql.waiting_reasons import read_with_reasons
 from laneway.model import InstanceFilter
 
 
@@ -47,8 +48,13 @@ async def resolve_workflow_instance(
     info: Info[Any, Any], instance_id: InstanceID
 ) -> WorkflowInstanceStatus | None:
     """One instance, or null when there is none with this id."""
-    record = await laneway_of(info.context).services.engine.get(parse_instance_id(instance_id))
-    return WorkflowInstanceStatus.from_record(record) if record else None
+    engine = laneway_of(info.context).services.engine
+    record, reasons = await read_with_reasons(
+        info,
+        lambda: engine.get(parse_instance_id(instance_id)),
+        lambda found: [found] if found else [],
+    )
+    return WorkflowInstanceStatus.from_record(record, reasons) if record else None
 
 
 async def resolve_workflow_instances(
@@ -66,11 +72,16 @@ async def resolve_workflow_instances(
         queue=given(queue),
         statuses=status_filter(given(status), given(statuses)),
     )
-    # Summaries: the type never shows an instance's state or next params (megabytes, maybe).
-    records = await laneway_of(info.context).services.engine.list_instances(
-        where, limit=check_limit(limit, 50), offset=offset or 0, summaries=True
+    engine = laneway_of(info.context).services.engine
+    records, reasons = await read_with_reasons(
+        info,
+        # Summaries: the type never shows an instance's state or next params (megabytes, maybe).
+        lambda: engine.list_instances(
+            where, limit=check_limit(limit, 50), offset=offset or 0, summaries=True
+        ),
+        lambda found: found,
     )
-    return [WorkflowInstanceStatus.from_record(record) for record in records]
+    return [WorkflowInstanceStatus.from_record(record, reasons) for record in records]
 
 
 async def resolve_workflow_event_history(

@@ -7,6 +7,7 @@ name ends in an id are named explicitly (`instanceID`), so a host's schema shows
 schema.graphql does under Strawberry's default name converter.
 """
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Self
 from uuid import UUID
@@ -18,6 +19,7 @@ from laneway.api.graphql.arguments import check_limit
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.errors import CodedErrors
 from laneway.api.graphql.versions import WorkflowVersion
+from laneway.api.graphql.waiting_reasons import WAITING_STATUSES
 from laneway.engine import Workflow
 from laneway.model import (
     EnqueueResult as EnqueueRecord,
@@ -49,10 +51,6 @@ JSON = strawberry.scalars.JSON
 def millis(moment: datetime) -> float:
     """Milliseconds since the Unix epoch."""
     return moment.timestamp() * 1000.0
-
-
-# The statuses that have a waiting reason (`status` values); the others have none.
-WAITING_STATUSES = frozenset({Status.PENDING.value, Status.PAUSED.value, Status.WAITING.value})
 
 
 @strawberry.type
@@ -203,9 +201,14 @@ class WorkflowInstanceStatus:
         )
     )
     uuid: strawberry.Private[UUID]
+    reason: strawberry.Private[WaitingReasonRecord | None] = None  # when reason_read
+    reason_read: strawberry.Private[bool] = False
 
     @classmethod
-    def from_record(cls, record: InstanceRecord) -> Self:
+    def from_record(
+        cls, record: InstanceRecord, reasons: Mapping[UUID, WaitingReasonRecord] | None = None
+    ) -> Self:
+        """`reasons`: read in the snapshot `record` was (read_with_reasons), if they were."""
         return cls(
             instance_id=strawberry.ID(str(record.instance_id)),
             name=record.name,
@@ -228,6 +231,8 @@ class WorkflowInstanceStatus:
             version=record.version,
             checkpoint_input_schema=record.checkpoint_input_schema,
             uuid=record.instance_id,
+            reason=reasons.get(record.instance_id) if reasons is not None else None,
+            reason_read=reasons is not None,
         )
 
     @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
@@ -235,7 +240,9 @@ class WorkflowInstanceStatus:
         """Why it is not running yet: null while running and once terminal."""
         if self.status not in WAITING_STATUSES:
             return None
-        found = await laneway_of(info.context).waiting_reasons.load(self.uuid)
+        found = self.reason  # read in the row's snapshot, so both show one moment
+        if not self.reason_read:  # read after the row: it may have moved on (then null)
+            found = await laneway_of(info.context).waiting_reasons.load(self.uuid)
         return WaitingReason.from_record(found) if found is not None else None
 
     @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
