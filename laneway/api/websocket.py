@@ -40,7 +40,11 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
 )
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import Message, SubscribeMessage
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    CompleteMessage,
+    Message,
+    SubscribeMessage,
+)
 from strawberry.types.base import get_object_definition
 
 from laneway.api.auth import Decision
@@ -246,6 +250,17 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
             return
         await super().handle_message(message)
 
+    async def handle_complete(self, message: CompleteMessage) -> None:
+        """Strawberry's, but a `complete` whose `id` is not a non-empty string closes the socket
+        with 4400 and says why (graphql-transport-ws: a message of a format it does not
+        specify), where Strawberry's looks any id up among its operations: a list or object
+        there crashed the connection without a close code, a number was ignored."""
+        problem = id_problem("complete", message)
+        if problem is not None:
+            await self.handle_invalid_message(problem)
+            return
+        await super().handle_complete(message)
+
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
         """Strawberry's, but a `subscribe` that breaks graphql-transport-ws (subscribe_problem)
         closes the socket with 4400 and says why, as the protocol asks, where Strawberry's
@@ -412,26 +427,33 @@ def subscribe_problem(message: Mapping[str, object]) -> str | None:
     string, each of these three null or absent if not given. The words follow the reference
     server's (graphql-ws) and fit a close reason (123 bytes).
     """
-    operation_id = message.get("id", _ABSENT)
-    if not isinstance(operation_id, str):
-        return _expected("'id' to be a string", operation_id)
-    if not operation_id:
-        return "\"subscribe\" message requires a non-empty 'id'"
+    problem = id_problem("subscribe", message)
+    if problem is not None:
+        return problem
     payload = message.get("payload", _ABSENT)
     if not isinstance(payload, dict):
-        return _expected("'payload' to be an object", payload)
+        return _expected("subscribe", "'payload' to be an object", payload)
     query = payload.get("query", _ABSENT)
     if not isinstance(query, str):
-        return _expected("'query' to be a string", query)
+        return _expected("subscribe", "'query' to be a string", query)
     for name, kind, described in _OPTIONAL_FIELDS:
         value = payload.get(name)
         if value is not None and not isinstance(value, kind):
-            return _expected(f"'{name}' to be {described}", value)
+            return _expected("subscribe", f"'{name}' to be {described}", value)
     return None
 
 
-def _expected(what: str, value: object) -> str:
-    return f'"subscribe" message expects {what}, got {_json_type(value)}'
+def id_problem(message_type: str, message: Mapping[str, object]) -> str | None:
+    """Why the `id` of a `subscribe` or `complete` message is not the non-empty string
+    graphql-transport-ws asks for, else None."""
+    operation_id = message.get("id", _ABSENT)
+    if not isinstance(operation_id, str):
+        return _expected(message_type, "'id' to be a string", operation_id)
+    return None if operation_id else f"\"{message_type}\" message requires a non-empty 'id'"
+
+
+def _expected(message_type: str, what: str, value: object) -> str:
+    return f'"{message_type}" message expects {what}, got {_json_type(value)}'
 
 
 def _json_type(value: object) -> str:

@@ -7,6 +7,7 @@ test_websocket.py already covers (4403, 4406, 4408, 4400 for a non-JSON frame, 1
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,14 +25,20 @@ EVENTS = "subscription { workflowEvents { eventID } }"
 
 async def closed_with(ws: ClientConnection, *frames: dict[str, Any]) -> int:
     """Send `frames`, then read until the server closes; its close code."""
+    return (await close_of(ws, *map(json.dumps, frames)))[0]
+
+
+async def close_of(ws: ClientConnection, *texts: str) -> tuple[int, str]:
+    """Send `texts`, then read until the server closes; its close code and reason (1006 and
+    no reason when it sent no close frame)."""
     try:
         async with asyncio.timeout(10):
-            for frame in frames:
-                await ws.send(json.dumps(frame))
+            for text in texts:
+                await ws.send(text)
             while True:
                 await ws.recv()
     except ConnectionClosed as closed:
-        return closed.rcvd.code if closed.rcvd is not None else 1006
+        return (closed.rcvd.code, closed.rcvd.reason) if closed.rcvd is not None else (1006, "")
 
 
 def init(token: str | None = None) -> dict[str, Any]:
@@ -114,3 +121,46 @@ async def test_a_duplicate_subscription_id_closes_with_4409(capped: LiveServer) 
         frame = {"id": "same", "type": "subscribe", "payload": {"query": EVENTS}}
         await ws.send(json.dumps(frame))
         assert await closed_with(ws, frame) == 4409
+
+
+@pytest.mark.parametrize(
+    ("operation_id", "reason"),
+    [
+        ([1], "expects 'id' to be a string, got array"),
+        ({}, "expects 'id' to be a string, got object"),
+        (5, "expects 'id' to be a string, got number"),
+        (None, "expects 'id' to be a string, got null"),
+        ("", "requires a non-empty 'id'"),
+    ],
+)
+async def test_a_complete_whose_id_is_not_a_string_closes_with_4400_and_says_why(
+    capped: LiveServer, operation_id: object, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = await open_acked(capped, TOKEN)
+    async with ws:
+        closed = await close_of(ws, json.dumps({"type": "complete", "id": operation_id}))
+    assert closed == (4400, f'"complete" message {reason}')
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_complete_ends_its_operation_and_an_unknown_id_is_ignored(
+    capped: LiveServer,
+) -> None:
+    ws = await open_acked(capped, TOKEN)
+    async with ws:
+        frame = {"id": "s", "type": "subscribe", "payload": {"query": EVENTS}}
+        await ws.send(json.dumps(frame))
+        await capped.wait_for_subscribers(1)
+        await ws.send(json.dumps({"type": "complete", "id": "s"}))
+        await ws.send(json.dumps({"type": "complete", "id": "never-subscribed"}))
+
+        async def unsubscribed() -> bool:
+            return bool((await capped.health())["subscribers"] == 0)
+
+        await wait_until(unsubscribed, seconds=10)
+        # The id is free again, and the socket still answers.
+        await ws.send(json.dumps(frame))
+        await capped.wait_for_subscribers(1)
+        await ws.send(json.dumps({"type": "ping"}))
+        async with asyncio.timeout(10):
+            assert json.loads(await ws.recv()) == {"type": "pong"}
