@@ -425,7 +425,7 @@ def subscribe_problem(message: Mapping[str, object]) -> str | None:
     The protocol's shape: `id` a non-empty string, `payload` an object whose `query` is a
     string, whose `variables` and `extensions` are objects and whose `operationName` is a
     string, each of these three null or absent if not given. The words follow the reference
-    server's (graphql-ws) and fit a close reason (123 bytes).
+    server's (graphql-ws) and fit a close reason uncut (websocket_sends.close_reason).
     """
     problem = id_problem("subscribe", message)
     if problem is not None:

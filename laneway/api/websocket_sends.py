@@ -7,7 +7,8 @@ send), and uvicorn's keepalive ping, queued behind the same buffers, never reach
 client; when it goes unanswered uvicorn only asks the transport to close once it has drained.
 Here a send (or close) that does not complete within SEND_TIMEOUT_SECONDS drops the
 connection: its transport is aborted, since a close frame would wait behind what the client
-did not read, and every operation on it ends. Does not decide what is sent (websocket.py).
+did not read, and every operation on it ends. Also cuts every close reason to what a close
+frame can carry (close_reason). Does not decide what is sent (websocket.py).
 """
 
 import asyncio
@@ -28,6 +29,8 @@ logger = logging.getLogger(__name__)
 # As long as uvicorn waits for the answer to its ping: a client that cannot take one message
 # for that long is treated as one that does not answer.
 SEND_TIMEOUT_SECONDS = 20.0
+MAX_CLOSE_REASON_BYTES = 123  # a close frame's payload is 125 bytes at most, 2 of them the code
+ELLIPSIS = "…"
 
 
 class Abortable(Protocol):
@@ -65,6 +68,9 @@ class BoundedSends(AsyncWebSocketAdapter):
         await self._within_bound(lambda: websocket.ws.send_text(text))
 
     async def close(self, code: int, reason: str) -> None:
+        """Close with `reason` cut to fit (close_reason): Strawberry builds reasons from what
+        the client sent (a duplicate id, an unknown type, a syntax error quoting a token)."""
+        reason = close_reason(reason)
         await self._within_bound(lambda: self._websocket.close(code, reason))
 
     async def _within_bound(self, send: Callable[[], Awaitable[None]]) -> None:
@@ -92,6 +98,19 @@ class BoundedSends(AsyncWebSocketAdapter):
         if self._transport is not None:
             self._transport.abort()
         await self._on_drop()
+
+
+def close_reason(reason: str) -> str:
+    """`reason` as a close frame can carry it: valid UTF-8 (a lone surrogate, which JSON's
+    "\\ud800" decodes to, becomes "?") of at most MAX_CLOSE_REASON_BYTES, cut on a character
+    boundary and ending in an ellipsis where cut. A longer one made the websocket library
+    fail the connection without a close frame (the client saw 1006)."""
+    encoded = reason.encode(errors="replace")
+    if len(encoded) <= MAX_CLOSE_REASON_BYTES:
+        return encoded.decode()
+    room = MAX_CLOSE_REASON_BYTES - len(ELLIPSIS.encode())
+    # Only the character cut in two is ignored: the rest is valid UTF-8 by construction.
+    return encoded[:room].decode(errors="ignore") + ELLIPSIS
 
 
 def _connection_transport() -> Abortable | None:

@@ -164,3 +164,29 @@ async def test_a_complete_ends_its_operation_and_an_unknown_id_is_ignored(
         await ws.send(json.dumps({"type": "ping"}))
         async with asyncio.timeout(10):
             assert json.loads(await ws.recv()) == {"type": "pong"}
+
+
+def subscribe(operation_id: str, query: str = EVENTS) -> str:
+    return json.dumps({"id": operation_id, "type": "subscribe", "payload": {"query": query}})
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "code", "start"),
+    [
+        (subscribe("x" * 200), subscribe("x" * 200), 4409, "Subscriber for xxx"),
+        (subscribe("é" * 100), subscribe("é" * 100), 4409, "Subscriber for éé"),
+        (subscribe("\ud800"), subscribe("\ud800"), 4409, "Subscriber for ? already exists"),
+        (json.dumps({"type": "t" * 200}), None, 4400, "Unknown message type: ttt"),
+        (subscribe("1", "x" * 200), None, 4400, "Syntax Error: Unexpected Name 'xxx"),
+    ],
+    ids=["duplicate id", "duplicate id of two-byte characters", "lone surrogate", "type", "syntax"],
+)
+async def test_a_close_reason_built_from_a_long_client_string_is_cut_to_123_bytes(
+    capped: LiveServer, first: str, then: str | None, code: int, start: str
+) -> None:
+    ws = await open_acked(capped, TOKEN)
+    async with ws:
+        closed = await close_of(ws, first, *([then] if then else []))
+    assert closed[0] == code, closed
+    assert closed[1].startswith(start), closed
+    assert len(closed[1].encode()) <= 123

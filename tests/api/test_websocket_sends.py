@@ -1,4 +1,5 @@
-"""A websocket client that stops reading (laneway/api/websocket_sends.py), over real sockets.
+"""A websocket client that stops reading (laneway/api/websocket_sends.py), over real sockets;
+and close reasons cut to what a close frame carries (pure).
 
 The client is a raw TCP socket with a small receive buffer, speaking the websocket protocol
 through websockets' sans-I/O client: it subscribes to every event, then never reads again
@@ -141,3 +142,21 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_subscription_ends(
     assert len(dropped) == 1
     assert dropped[0].levelno == logging.WARNING
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("Forbidden", "Forbidden"),
+        ("x" * 123, "x" * 123),
+        ("x" * 124, "x" * 120 + "…"),
+        ("é" * 62, "é" * 60 + "…"),  # 124 bytes; 120 of room holds 60 whole characters
+        ("x" + "€" * 41, "x" + "€" * 39 + "…"),  # a cut inside a three-byte character
+        ("id \ud800", "id ?"),
+    ],
+    ids=["short", "123 bytes", "124 bytes", "two-byte", "three-byte", "lone surrogate"],
+)
+def test_a_close_reason_is_valid_utf8_of_at_most_123_bytes(reason: str, expected: str) -> None:
+    cut = websocket_sends.close_reason(reason)
+    assert cut == expected
+    assert len(cut.encode()) <= websocket_sends.MAX_CLOSE_REASON_BYTES
