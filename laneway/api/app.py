@@ -52,7 +52,7 @@ from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.slashes import redirect_by_path
 from laneway.api.http.stack import http_protections
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, parse_refusal, strict_json_loads
-from laneway.api.http.websocket_limits import REFUSED_HANDSHAKES
+from laneway.api.http.websocket_limits import REFUSED_HANDSHAKES, decoded
 from laneway.api.metrics_route import metrics_endpoint
 from laneway.api.routes import graphiql_asset, graphiql_response, healthz, home
 from laneway.api.websocket import EventRenderer, LanewayTransportWSHandler
@@ -118,7 +118,7 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         return graphiql_response()
 
     def decode_json(self, data: str | bytes) -> object:
-        return strict_json_loads(data, max_depth=MAX_REQUEST_DEPTH)
+        return decoded(data)  # strict, and each websocket frame decoded once
 
     def parse_query_params(self, params: QueryParams) -> dict[str, Any]:
         """Strawberry's, with a parameter given as the empty string taken as not given (GraphQL

@@ -6,6 +6,7 @@ event loop on 127.0.0.1 with port 0, with the same uvicorn settings as `laneway 
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -118,6 +119,16 @@ async def wait_until(check: Callable[[], Awaitable[bool]], seconds: float = 15.0
             if await check():
                 return
             await asyncio.sleep(0.02)
+
+
+def escaped(frame: dict[str, Any]) -> str:
+    """A graphql-transport-ws `frame` as JSON with its `type` key and value spelled with
+    escapes ("\\u0074ype"): the same message to any JSON decoder, but not the same text."""
+    text = json.dumps(frame)
+    kind = frame["type"]
+    spelled = f'"\\u0074ype": "\\u{ord(kind[0]):04x}{kind[1:]}"'
+    assert f'"type": "{kind}"' in text
+    return text.replace(f'"type": "{kind}"', spelled)
 
 
 @dataclasses.dataclass

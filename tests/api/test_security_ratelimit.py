@@ -19,7 +19,7 @@ from websockets.typing import Subprotocol
 from laneway.api.http.rate_limits import RateLimiter, TokenBucket, client_key, root_field_cost
 from laneway.config import Settings
 from laneway.errors import InvalidInputError
-from tests.api.conftest import TOKEN, live_server, make_settings
+from tests.api.conftest import TOKEN, escaped, live_server, make_settings
 
 PROTOCOL = Subprotocol("graphql-transport-ws")
 OTHER_TOKEN = "another-token"
@@ -283,6 +283,36 @@ async def test_over_the_limit_a_websocket_operation_gets_rate_limited_and_the_so
         # The HTTP side spends from the same bucket.
         response = await server.client.post("/graphql", json={"query": "{ workflows { name } }"})
         assert response.status_code == 429
+
+
+@pytest.mark.parametrize("spelled", ["init", "subscribe"])
+async def test_a_subscribe_is_rate_limited_however_its_messages_are_spelled(
+    database_url: str, spelled: str
+) -> None:
+    # Escaping connection_init's `type` once exempted every later subscribe, plain or not.
+    init = {"type": "connection_init", "payload": {}}
+    async with (
+        live_server(nearly_empty_bucket(database_url, burst=2)) as server,
+        connect(server.ws_url, subprotocols=[PROTOCOL]) as ws,
+    ):
+        await ws.send(escaped(init) if spelled == "init" else json.dumps(init))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        for operation_id in ("q1", "q2", "q3"):
+            frame = {
+                "id": operation_id,
+                "type": "subscribe",
+                "payload": {"query": "{ __typename }"},
+            }
+            await ws.send(escaped(frame) if spelled == "subscribe" else json.dumps(frame))
+        ended: dict[str, dict[str, Any]] = {}
+        async with asyncio.timeout(10):
+            while len(ended) < 3:
+                reply = json.loads(await ws.recv())
+                if reply["type"] in ("complete", "error"):
+                    ended[reply["id"]] = reply
+    assert [ended[n]["type"] for n in ("q1", "q2")] == ["complete", "complete"]
+    assert ended["q3"]["type"] == "error", ended["q3"]
+    assert ended["q3"]["payload"][0]["extensions"]["code"] == "RATE_LIMITED"
 
 
 async def read_until_closed(ws: Any) -> None:

@@ -14,6 +14,10 @@ GraphQL view does:
   and the socket stays open. A `subscribe` before `connection_init` spends nothing: the view
   closes the socket with 4401.
 
+Frames are judged by their decoded `type`, as the view acts on them, never by their text
+(`"\\u0073ubscribe"` is a subscribe too); the view's decode_json takes the value decoded
+here (`decoded`) instead of decoding the frame again.
+
 Also `refuse_handshake`, the HTTP answer instead of an upgrade that the host allow-list
 (hosts.py) sends too, and the log filter that keeps uvicorn from calling each such answer an
 error (RefusedHandshakes).
@@ -35,6 +39,7 @@ from laneway.api.http.rate_limits import (
     retry_after,
     root_field_cost,
 )
+from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
 
 TOO_MANY_CONNECTIONS = 4429
 HANDSHAKES_REFUSED = "Too many websocket handshakes; slow down."
@@ -44,6 +49,10 @@ UNFINISHED_HANDSHAKE = "ASGI callable returned without completing handshake."
 accept: an HTTP answer instead of the upgrade (a denial response) included."""
 _REFUSED = contextvars.ContextVar("laneway_handshake_refused", default=False)
 """Set in the connection's task by refuse_handshake, which uvicorn's log line comes after."""
+_DECODED: contextvars.ContextVar[tuple[str, object] | None] = contextvars.ContextVar(
+    "laneway_decoded_frame", default=None
+)
+"""The frame just handed to the view, and its value: set in the task that reads the frames."""
 
 
 class RefusedHandshakes(logging.Filter):
@@ -61,14 +70,39 @@ REFUSED_HANDSHAKES = RefusedHandshakes()
 
 
 def _frame(text: object) -> dict[str, Any] | None:
-    """A client frame that matters here (connection_init or subscribe), decoded; else None."""
-    if not isinstance(text, str) or ("connection_init" not in text and "subscribe" not in text):
+    """A client text frame, decoded as the view decodes it; None if it is no JSON object.
+
+    Every frame is decoded: a cheaper look at its text for the types that matter here let
+    a `type` spelled with escapes through, exempt from the connection cap and the rate limit.
+    """
+    _DECODED.set(None)
+    if not isinstance(text, str):
         return None
     try:
-        frame = json.loads(text)
-    except (ValueError, RecursionError):
-        return None  # the view closes the socket with 4400
+        frame = strict_json_loads(text, max_depth=MAX_REQUEST_DEPTH)
+        _DECODED.set((text, frame))
+    except ValueError:
+        # Laneway's view closes the socket with 4400; a host's own view may decode it as
+        # Strawberry does, with json.loads, and act on it: judged as that decodes it.
+        try:
+            frame = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
     return frame if isinstance(frame, dict) else None
+
+
+def decoded(data: str | bytes) -> object:
+    """`data`, a request body or a websocket frame, as the API decodes it (strict_json_loads);
+    a frame that WebSocketLimits has just decoded on its way to the view is not decoded again.
+
+    Raises:
+        json.JSONDecodeError: as strict_json_loads does.
+    """
+    last = _DECODED.get()
+    if last is not None and last[0] is data:  # that very text, read by the view's task
+        _DECODED.set(None)
+        return last[1]
+    return strict_json_loads(data, max_depth=MAX_REQUEST_DEPTH)
 
 
 def _rate_limited_frame(operation_id: str, wait: float) -> str:
