@@ -34,6 +34,7 @@ from graphql import (
     validate,
 )
 from graphql.execution.values import get_argument_values, get_variable_values
+from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.schema import Schema
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
@@ -61,6 +62,7 @@ from laneway.api.graphql.input_guard import check_operation
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.graphql.types import WorkflowEvent
+from laneway.api.http.websocket_limits import OPERATION_IDS, OperationIds
 from laneway.api.websocket_sends import BoundedSends
 from laneway.errors import LanewayError
 from laneway.events import EventSelection
@@ -224,6 +226,10 @@ class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if isinstance(self.websocket, ASGIWebSocketAdapter):  # what runs, for WebSocketLimits
+            operation_ids = self.websocket.ws.scope.get(OPERATION_IDS)
+            if isinstance(operation_ids, OperationIds):
+                operation_ids.running = self.operations
         # Every send and close of this connection, bounded: a client that stops reading is
         # dropped (websocket_sends.py) and its operations end.
         self._sends = BoundedSends(self.websocket, on_drop=self._end_operations)

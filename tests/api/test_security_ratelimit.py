@@ -315,6 +315,59 @@ async def test_a_subscribe_is_rate_limited_however_its_messages_are_spelled(
     assert ended["q3"]["payload"][0]["extensions"]["code"] == "RATE_LIMITED"
 
 
+async def received_until_closed(ws: Any) -> tuple[list[dict[str, Any]], int | None]:
+    """The messages that came until the server closed the socket, and its close code (None:
+    still open after 10 s)."""
+    received = []
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                received.append(json.loads(await ws.recv()))
+    except ConnectionClosed as closed:
+        return received, closed.rcvd.code if closed.rcvd is not None else 1006
+    except TimeoutError:
+        return received, None
+
+
+async def test_over_the_limit_a_duplicate_subscribe_id_still_closes_with_4409(
+    database_url: str,
+) -> None:
+    # An `error` for an id whose subscription goes on would break the protocol: after an
+    # error no `next` may come for that id.
+    async with (
+        live_server(nearly_empty_bucket(database_url, burst=1)) as server,
+        connect(server.ws_url, subprotocols=[PROTOCOL]) as ws,
+    ):
+        await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        await subscribe(ws, "s1")  # spends the bucket's only token
+        await subscribe(ws, "s1")
+        assert await received_until_closed(ws) == ([], 4409)
+
+
+async def test_an_id_reused_once_its_operation_ended_spends_from_the_bucket(
+    database_url: str,
+) -> None:
+    async with (
+        live_server(nearly_empty_bucket(database_url, burst=2)) as server,
+        connect(server.ws_url, subprotocols=[PROTOCOL]) as ws,
+    ):
+        await ws.send(json.dumps({"type": "connection_init", "payload": {}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        await subscribe(ws, "s1")
+        await ws.send(json.dumps({"id": "s1", "type": "complete"}))  # ended by the client
+        await subscribe(ws, "q1")
+        async with asyncio.timeout(10):
+            while json.loads(await ws.recv()) != {"id": "q1", "type": "complete"}:
+                pass  # ended by the server
+        await subscribe(ws, "q1")
+        await subscribe(ws, "s1")
+        async with asyncio.timeout(10):
+            replies = [json.loads(await ws.recv()) for _ in range(2)]
+        assert [(r["id"], r["type"]) for r in replies] == [("q1", "error"), ("s1", "error")]
+        assert {r["payload"][0]["extensions"]["code"] for r in replies} == {"RATE_LIMITED"}
+
+
 async def read_until_closed(ws: Any) -> None:
     async with asyncio.timeout(10):
         while True:

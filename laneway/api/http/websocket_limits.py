@@ -12,7 +12,8 @@ GraphQL view does:
 - `subscribe` messages spend from the same buckets as HTTP requests (http/rate_limits.py) at the
   same cost; over the limit, that operation gets an `error` message with code RATE_LIMITED
   and the socket stays open. A `subscribe` before `connection_init` spends nothing: the view
-  closes the socket with 4401.
+  closes the socket with 4401; nor does one whose id is running (OperationIds): the view
+  closes the socket with 4409.
 
 Frames are judged by their decoded `type`, as the view acts on them, never by their text
 (`"\\u0073ubscribe"` is a subscribe too); the view's decode_json takes the value decoded
@@ -26,7 +27,7 @@ error (RefusedHandshakes).
 import contextvars
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from laneway.api.auth import credential_of
@@ -67,6 +68,22 @@ class RefusedHandshakes(logging.Filter):
 
 REFUSED_HANDSHAKES = RefusedHandshakes()
 """The one filter server_config puts on uvicorn's error logger (once, however many servers)."""
+
+
+class OperationIds:
+    """The ids of the operations a websocket's view is running, as the view itself keeps them.
+
+    WebSocketLimits puts one in the connection's scope under OPERATION_IDS, and Laneway's
+    handler (websocket.py) shows it its own table of operations: the view decides when an
+    operation ends (its `complete` or `error`, the client's `complete`), so no second copy
+    is kept here. Under a host's own view it stays empty.
+    """
+
+    def __init__(self) -> None:
+        self.running: Container[str] = ()
+
+
+OPERATION_IDS = "laneway.operation_ids"
 
 
 def _frame(text: object) -> dict[str, Any] | None:
@@ -146,7 +163,8 @@ class WebSocketLimits:
             if wait:
                 await _refuse_handshake(scope, receive, send, wait)
                 return
-        connection = _Connection(self, scope, receive, send)
+        scope[OPERATION_IDS] = operation_ids = OperationIds()
+        connection = _Connection(self, scope, receive, send, operation_ids)
         try:
             await self.app(scope, connection.receive, send)
         finally:
@@ -205,8 +223,16 @@ async def _refuse_handshake(scope: Scope, receive: Receive, send: Send, wait: fl
 class _Connection:
     """One websocket's view of the limits: whom it counts against, and its frames."""
 
-    def __init__(self, limits: WebSocketLimits, scope: Scope, receive: Receive, send: Send):
+    def __init__(
+        self,
+        limits: WebSocketLimits,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        operation_ids: OperationIds,
+    ):
         self.limits = limits
+        self.operation_ids = operation_ids
         self.client = scope.get("client")
         self._receive = receive
         self._send = send
@@ -253,6 +279,12 @@ class _Connection:
         operation_id = frame.get("id")
         payload = frame.get("payload")
         if self.limits.limiter is None or self.key is None or not isinstance(operation_id, str):
+            return True
+        if operation_id in self.operation_ids.running:
+            # A duplicate, which the view closes with 4409: an `error` for it would end, to
+            # the client, an operation that goes on sending `next`. The view judges it as soon
+            # as this returns (no await that suspends comes between), with the id still
+            # running: a duplicate always closes the socket, so passing it costs nothing.
             return True
         query = payload.get("query") if isinstance(payload, dict) else None
         name = payload.get("operationName") if isinstance(payload, dict) else None
