@@ -34,8 +34,8 @@ def test_flags_are_the_arguments_in_kebab_case() -> None:
             "--first must be at least 1 and at most 500",
         ),
         (
-            'argument "ratePerMinute" of configureQueue must be greater than 0',
-            "--rate-per-minute must be greater than 0",
+            'argument "ratePerMinute" of configureQueue must be at least 0.0001 and at most 1e9',
+            "--rate-per-minute must be at least 0.0001 and at most 1e9",
         ),
         ('argument "name" of queueHistory must be at most 64 characters', "NAME must be at most"),
         (

@@ -57,6 +57,16 @@ async def test_configure_queue_sets_every_cap_and_queues_shows_them(
         for args, says in (
             (["--concurrency", "0"], "laneway: --concurrency must be at least 1 and at most"),
             (["--concurrency", "1", "--key-rate-per-minute", "0"], "--key-rate-per-minute must"),
+            # An outside audit: a rate this near 0 was taken and then failed every claim round.
+            (
+                ["--concurrency", "1", "--rate-per-minute", "5e-324"],
+                "laneway: --rate-per-minute must be at least 0.0001 and at most 1000000000",
+            ),
+            (
+                ["--concurrency", "1", "--key-rate-per-minute", "1e-310"],
+                "laneway: --key-rate-per-minute must be at least 0.0001 and at most 1000000000",
+            ),
+            (["--concurrency", "1", "--rate-per-minute", "1e308"], "--rate-per-minute must be"),
             (["--concurrency", "two"], "argument --concurrency: must be a whole number"),
             (["--concurrency", "1", "--rate-per-minute", "nan"], "must be a finite number"),
             ([], "the following arguments are required: --concurrency"),

@@ -63,12 +63,20 @@ def add_cluster_commands(commands: Subcommands) -> None:
         required=True,
         help="at most this many instances of it running at once",
     )
-    p.add_argument("--rate-per-minute", metavar="R", type=number, help="at most R starts a minute")
+    p.add_argument(
+        "--rate-per-minute",
+        metavar="R",
+        type=number,
+        help="at most R starts a minute (0.0001 to 1000000000)",
+    )
     p.add_argument(
         "--key-concurrency", metavar="N", type=whole_number, help="at most N running per key"
     )
     p.add_argument(
-        "--key-rate-per-minute", metavar="R", type=number, help="at most R starts a minute per key"
+        "--key-rate-per-minute",
+        metavar="R",
+        type=number,
+        help="at most R starts a minute per key (0.0001 to 1000000000)",
     )
 
     for verb, summary, about, example in (

@@ -47,7 +47,8 @@ class QueueCalls:
         wakes this one's loop): raised caps start what waited without waiting for a poll.
 
         Raises:
-            InvalidInputError: a bad name, a concurrency below 1, or a rate that is not positive.
+            InvalidInputError: a bad name, a concurrency below 1, or a rate below 0.0001 (one
+                start about every 6.9 days) or above 10^9 (requests.MIN_RATE_PER_MINUTE).
         """
         check_name(name, "queue name")
         check_cap(concurrency, "concurrency")

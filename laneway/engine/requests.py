@@ -22,6 +22,12 @@ MAX_KEY_CHARS = 255
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000.0
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
 MAX_CONCURRENCY = 1_000_000  # a queue's or a key's cap
+# A queue's or a key's starts per minute. The claim and the waiting reasons compute in double
+# precision (rate / 60 tokens a second, (1 - tokens) * 60 / rate seconds to the next token):
+# a rate near the smallest double underflows the first (failing every claim round, of every
+# queue) and overflows the second. From one start about every 6.9 days to 10^9 a minute, no
+# step comes near either edge, and a slower rate is a paused queue in all but name.
+MIN_RATE_PER_MINUTE = 0.0001
 MAX_RATE_PER_MINUTE = 1e9
 
 
@@ -95,9 +101,13 @@ def check_cap(value: object, what: str) -> None:
 
 
 def check_rate(value: float | None, what: str) -> None:
-    """Refuses a rate per minute that is not positive (None: no limit)."""
-    if value is not None and not 0 < value <= MAX_RATE_PER_MINUTE:  # also refuses NaN
-        raise InvalidInputError(f"{what} must be positive (or null for no limit)")
+    """Refuses a rate per minute outside MIN_RATE_PER_MINUTE..MAX_RATE_PER_MINUTE (None: no
+    limit), in the words of the API's input guard, which holds the same bounds."""
+    if value is not None and not MIN_RATE_PER_MINUTE <= value <= MAX_RATE_PER_MINUTE:  # and NaN
+        raise InvalidInputError(
+            f"{what} must be at least {MIN_RATE_PER_MINUTE:g} and at most"
+            f" {MAX_RATE_PER_MINUTE:.0f} (or null for no limit)"
+        )
 
 
 def new_instance(

@@ -29,7 +29,7 @@ from laneway.api.graphql.query import LanewayQuery
 from laneway.api.graphql.schema import Extension, LanewaySchema, schema_extensions
 from laneway.api.graphql.subscription import LanewaySubscription
 from laneway.errors import InvalidInputError
-from tests.api.conftest import FORBIDDEN_TEXT, Execute, LiveServer, codes
+from tests.api.conftest import FORBIDDEN_TEXT, Execute, LiveServer, codes, wait_until
 
 PROTOCOL = WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL
 NUL = "a\x00b"
@@ -216,7 +216,27 @@ async def test_a_refused_argument_refuses_the_whole_operation_before_any_resolve
         (
             'mutation { configureQueue(name: "q", concurrency: 1, ratePerMinute: 0) { name } }',
             {},
-            'argument "ratePerMinute" of configureQueue must be greater than 0',
+            'argument "ratePerMinute" of configureQueue must be at least 0.0001 and at most',
+        ),
+        # An outside audit: rates this near 0 were taken, and then failed every claim round
+        # (keyRatePerMinute 5e-324), or the configureQueue itself and every read of a waiting
+        # reason in the queue (ratePerMinute 5e-324, 1e-310) with INTERNAL_SERVER_ERROR.
+        *(
+            (
+                f'mutation {{ configureQueue(name: "q", concurrency: 1, {name}: {rate}) '
+                "{ name } }",
+                {},
+                f'argument "{name}" of configureQueue must be at least 0.0001 and at most'
+                " 1000000000",
+            )
+            for name in ("ratePerMinute", "keyRatePerMinute")
+            for rate in ("5e-324", "1e-310", "0.0000999999", "1000000000.001", "1e308")
+        ),
+        (
+            'mutation ($r: Float) { configureQueue(name: "q", concurrency: 1, '
+            "keyRatePerMinute: $r) { name } }",
+            {"r": 5e-324},
+            'argument "keyRatePerMinute" of configureQueue must be at least 0.0001',
         ),
         (
             "{ workflowInstances { events(limit: 501) { eventID } } }",
@@ -240,6 +260,38 @@ async def test_lengths_ranges_and_nesting_are_refused_before_the_database(
     before = await row_counts(admin)
     assert expected in refusal(await post(server, query, **variables))
     assert await row_counts(admin) == before
+
+
+@pytest.mark.parametrize("name", ["ratePerMinute", "keyRatePerMinute"])
+async def test_a_rate_at_its_lower_bound_is_taken_and_its_queue_reads(
+    server: LiveServer, name: str
+) -> None:
+    # The noop queue, at 0.0001 starts a minute (per key or not): the bucket's one token
+    # starts the first instance, the second waits about a week, and a page of instances
+    # with their waiting reasons (the dashboard's list) still reads.
+    configure = f'mutation {{ configureQueue(name: "noop", concurrency: 5, {name}: 0.0001) '
+    body = await post(server, configure + f"{{ {name} }} }}")
+    assert body == {"data": {"configureQueue": {name: 0.0001}}}
+    enqueue = 'mutation { enqueueWorkflow(name: "noop", concurrencyKey: "k") { instanceID } }'
+    first, second = [
+        (await post(server, enqueue))["data"]["enqueueWorkflow"]["instanceID"] for _ in "ab"
+    ]
+    page = "{ workflowInstances(limit: 20) { instanceID status waitingReason { code } } }"
+
+    async def first_done() -> bool:
+        body = await post(server, page)
+        assert "errors" not in body, body
+        found = {i["instanceID"]: i for i in body["data"]["workflowInstances"]}
+        return bool(found[first]["status"] == "completed")
+
+    await wait_until(first_done)
+    found = {i["instanceID"]: i for i in (await post(server, page))["data"]["workflowInstances"]}
+    code = "RATE_LIMITED" if name == "ratePerMinute" else "KEY_RATE_LIMITED"
+    assert found[second] == {
+        "instanceID": second,
+        "status": "pending",
+        "waitingReason": {"code": code},
+    }
 
 
 async def test_a_refusal_is_located_at_its_argument(server: LiveServer) -> None:

@@ -59,6 +59,7 @@ async def test_enqueue_rejects_bad_input_and_writes_nothing(
         (-3, None, "concurrency"),
         (1, -1.0, "ratePerMinute"),
         (1, 0.0, "ratePerMinute"),
+        (1, math.nan, "ratePerMinute"),
     ],
 )
 async def test_configure_queue_rejects_bad_caps(
@@ -68,6 +69,31 @@ async def test_configure_queue_rejects_bad_caps(
     with pytest.raises(InvalidInputError, match=message):
         await engine.configure_queue("q", concurrency=concurrency, rate_per_minute=rate)
     assert await _count(store, "queues") == 0
+
+
+# Found by an outside audit: any rate above 0 was accepted, and the claim's and the waiting
+# reasons' arithmetic on a rate near the smallest double underflows or overflows in
+# PostgreSQL, failing every claim round (of every queue) or every read of a waiting reason.
+# The bounds are 0.0001 (about one start a week) and 10^9 a minute, each argument by itself.
+@pytest.mark.parametrize("option", ["rate_per_minute", "key_rate_per_minute"])
+@pytest.mark.parametrize("rate", [5e-324, 1e-310, 0.0001 * (1 - 1e-9), 1e9 * (1 + 1e-9), 1e308])
+async def test_configure_queue_refuses_a_rate_outside_its_bounds(
+    store: Store, option: str, rate: float
+) -> None:
+    engine = make_engine(store, noop)
+    name = "ratePerMinute" if option == "rate_per_minute" else "keyRatePerMinute"
+    with pytest.raises(InvalidInputError, match=rf"^{name} must be at least 0.0001 and at most"):
+        await engine.configure_queue("q", concurrency=1, **{option: rate})  # type: ignore[arg-type]
+    assert await _count(store, "queues") == 0
+
+
+@pytest.mark.parametrize("rate", [0.0001, 1e9])
+async def test_configure_queue_takes_a_rate_at_its_bounds(store: Store, rate: float) -> None:
+    engine = make_engine(store, noop)
+    record = await engine.configure_queue(
+        "q", concurrency=1, rate_per_minute=rate, key_rate_per_minute=rate
+    )
+    assert (record.rate_per_minute, record.key_rate_per_minute) == (rate, rate)
 
 
 async def test_list_rejects_limit_out_of_range(store: Store) -> None:

@@ -110,6 +110,10 @@ def _one_stage(**options: Any) -> Template:
         (lambda: Operation(type="x", retry_base_ms=10, retry_max_ms=1), "retry_base_ms"),
         (lambda: Checkpoint(after_stage="s", label="no spaces"), "checkpoint label"),
         (lambda: QueueSettings(concurrency=0), "concurrency"),
+        (
+            lambda: QueueSettings(concurrency=1, rate_per_minute=5e-324),
+            r"^queue rate_per_minute must be at least 0.0001 and at most 1000000000",
+        ),
         # Wiring that would fail only at run time, after the stages before it ran:
         (
             lambda: Stage(name="s", operations=[fast("x")], condition=True),  # type: ignore[arg-type]

@@ -63,6 +63,7 @@ from laneway.engine.requests import (
     MAX_DELAY_MS,
     MAX_KEY_CHARS,
     MAX_RATE_PER_MINUTE,
+    MIN_RATE_PER_MINUTE,
     PRIORITY_RANGE,
 )
 from laneway.errors import InvalidInputError
@@ -93,6 +94,7 @@ class Rule:
 DEFAULT_RULE = Rule()
 _NAME = Rule(max_chars=MAX_NAME_CHARS)
 _KEY = Rule(max_chars=MAX_KEY_CHARS)
+_RATE = Rule(low=MIN_RATE_PER_MINUTE, high=MAX_RATE_PER_MINUTE)  # check_rate's bounds
 
 RULES: Mapping[str, Rule] = {
     # Strings that reach indexed columns: names are at most 64 characters, keys and entity
@@ -119,8 +121,8 @@ RULES: Mapping[str, Rule] = {
     "concurrency": Rule(low=1, high=MAX_CONCURRENCY),
     "keyConcurrency": Rule(low=1, high=MAX_CONCURRENCY),
     "delayMs": Rule(low=0, high=MAX_DELAY_MS),
-    "ratePerMinute": Rule(low=0, high=MAX_RATE_PER_MINUTE, low_open=True),
-    "keyRatePerMinute": Rule(low=0, high=MAX_RATE_PER_MINUTE, low_open=True),
+    "ratePerMinute": _RATE,
+    "keyRatePerMinute": _RATE,
     "minutes": Rule(low=1, high=MAX_HISTORY_MINUTES),
     # A bulk action's created window (InstanceFilter): ms since the epoch, to year 9999.
     "createdAfter": Rule(low=0, high=MAX_TIME_MS),
