@@ -8,7 +8,7 @@ SIGTERM ends as Ctrl-C does, so its databases and server are cleaned up. Needs p
 
 import asyncio
 import contextlib
-import json
+import inspect
 import os
 import signal
 import threading
@@ -34,8 +34,9 @@ from laneway.engine.context import (
     WaitForSignal,
 )
 from laneway.engine.engine import Engine
-from laneway.engine.handler_map import Handler, Workflow
-from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
+from laneway.engine.handler_map import Handler, Workflow, start_handler
+from laneway.engine.operation_attempt import operation_not_awaitable
+from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, decode_json, encode_json
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.template_interpreter import (
     OperationContext,
@@ -202,12 +203,15 @@ async def run_handler(
 ) -> HandlerRun:
     """Call one handler with a mock context, as the engine would, and return what it did.
 
-    Params and state go through JSON first, as they do in the engine (a tuple arrives as a
-    list), and the state and the step's params or result must be what the engine can store.
-    The handler's own exception propagates.
+    Params and state arrive as the engine's handler gets them from the database (a tuple as
+    a list, object keys in jsonb's order, `1e20` as the int `100000000000000000000`), and the
+    state and the step's params or result must be what the engine can store. The handler's
+    own exception propagates.
 
     Raises:
         InvalidInputError: params, state or the step's payload is not storable JSON.
+        NotAwaitableError: the handler returned what cannot be awaited (a plain `def`), as
+            the engine fails such an instance.
         TypeError: the handler returned something other than Next, Pause, Sleep,
             WaitForSignal or Done.
     """
@@ -219,12 +223,12 @@ async def run_handler(
         action=action,
         attempt=attempt,
         max_attempts=max_attempts,
-        params=json.loads(encode_json(params, what="params")),
-        state=json.loads(encode_json(state or {}, what="state", max_bytes=MAX_STATE_BYTES)),
+        params=decode_json(encode_json(params, what="params")),
+        state=decode_json(encode_json(state or {}, what="state", max_bytes=MAX_STATE_BYTES)),
         stage=stage,
         tools=fake,
     )
-    step = await handler(ctx, ctx.params)
+    step = await start_handler(handler, ctx, name)
     if isinstance(step, Next | Pause | Sleep):
         encode_json(step.params, what="action params")
     elif isinstance(step, Done):
@@ -272,20 +276,25 @@ async def run_operation(
     """Call one operation handler (with `mock_operation_context()` by default), as a
     template would, and return its result.
 
-    The context goes through JSON first, and the result must be what the engine can store.
-    The handler's own exception propagates (a template would record it as a failure).
+    The context arrives as it would from the database (see run_handler), and the result must
+    be what the engine can store. The handler's own exception propagates (a template would
+    record it as a failure), and so does the NotAwaitableError of a plain `def`.
 
     Raises:
         InvalidInputError: the context, or the result's data or metadata, is not storable JSON.
+        NotAwaitableError: the handler returned what cannot be awaited.
         TypeError: the handler returned something other than completed(...) or failed(...).
     """
     ctx = ctx or mock_operation_context()
     ctx = replace(
         ctx,
-        context=json.loads(encode_json(ctx.context, what="context")),
-        initial_context=json.loads(encode_json(ctx.initial_context, what="initial context")),
+        context=decode_json(encode_json(ctx.context, what="context")),
+        initial_context=decode_json(encode_json(ctx.initial_context, what="initial context")),
     )
-    result: object = await handler(ctx)
+    called: object = handler(ctx)
+    if not inspect.isawaitable(called):
+        raise operation_not_awaitable(ctx, called)
+    result: object = await called
     if not isinstance(result, OperationResult):
         raise TypeError(
             f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"

@@ -14,12 +14,14 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 import asyncpg
 import pytest
 
 import laneway
 from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Sleep, WaitForSignal, Workflow
+from laneway.engine.context import NotAwaitableError
 from laneway.engine.decorators import with_error_boundary
 from laneway.engine.template_interpreter import (
     OperationContext,
@@ -106,6 +108,59 @@ async def test_run_handler_gives_the_handler_params_and_state_as_json_would() ->
     assert (run.context.attempt, run.context.max_attempts) == (2, 3)
 
 
+# Params as the engine's handler gets them, read from jsonb: keys shortest first, then by their
+# UTF-8 bytes, a repeated key's last value, and numbers as numerics written out in full.
+AS_THE_DATABASE_GIVES_BACK: dict[str, JSONValue] = {
+    "nested objects": {"outer": {"bb": 1, "a": {"zz": [{"y": 1, "x": 2}], "y": 2}}, "k": None},
+    "unicode keys": {"\U0001f600": 1, "\u20ac": 2, "aaa": 3, "\u00e9": 4, "ab": 5, "z": 6},
+    "duplicate keys": {1: "the int key", "1": "the str key", "0": 0},
+    "1e20": {"x": 1e20, "bbb": 1, "a": 2},
+    "-1e-7": [-1e-7, 1.23e-5, 5e-324],
+    "1500.0": 1500.0,
+    "1.5e3 from a float": [1.5e3, 1.5e16, float(10**16), 1.7976931348623157e308],
+    "big ints": [2**70, -(10**30), 10**400],
+    "0.1": {"a": 0.1, "b": 0.30000000000000004, "c": -0.0},
+}
+
+
+@pytest.mark.parametrize(
+    "params", AS_THE_DATABASE_GIVES_BACK.values(), ids=AS_THE_DATABASE_GIVES_BACK.keys()
+)
+async def test_run_handler_gives_the_handler_params_as_the_engines_handler_gets_them(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+    params: JSONValue,
+) -> None:
+    # Found by an outside audit: run_handler gave what json.loads makes of the text (keys in
+    # the caller's order, 1e20 a float), the engine what jsonb gives back.
+    seen: list[str] = []  # repr: tells 1e20 from 100000000000000000000, and shows key order
+
+    async def echo(ctx: HandlerContext, params: JSONValue) -> Done:
+        seen.append(repr(params))
+        seen.append(repr(ctx.state.get("as_state")))
+        return Done()
+
+    engine = await laneway_engine_factory(Workflow("echo", {"echo": echo}, "echo"))
+    await engine.enqueue("echo", params)
+    assert await engine.tick() == 1
+    await run_handler(echo, params, state={"as_state": params})
+    from_engine, _, from_run_handler, as_state = seen
+    assert from_run_handler == from_engine
+    assert as_state == from_engine  # state goes the same way
+
+
+async def test_run_handler_refuses_a_plain_def_handler_as_the_engine_does() -> None:
+    # Found by an outside audit: awaited directly, a plain def's step raised a TypeError about
+    # the await, where the engine fails the instance with a NotAwaitableError saying why.
+    def plain(ctx: HandlerContext, params: JSONValue) -> Done:
+        return Done()
+
+    with pytest.raises(NotAwaitableError) as raised:
+        await run_handler(cast(Any, plain), name="plain", action="a")
+    assert str(raised.value) == (
+        "handler 'a' of workflow 'plain' returned Done, not an awaitable: define it with async def"
+    )
+
+
 async def test_run_handler_refuses_state_when_the_engine_could_not_store_it() -> None:
     async def handler(ctx: HandlerContext, params: JSONValue) -> Done:
         ctx.state["when"] = object()
@@ -182,6 +237,19 @@ async def test_run_operation_refuses_a_return_value_when_it_is_not_a_result() ->
 
     with pytest.raises(TypeError, match=r"expected completed\(\.\.\.\)"):
         await run_operation(handler)
+
+
+async def test_run_operation_refuses_a_plain_def_handler_as_a_template_does() -> None:
+    def plain(ctx: OperationContext) -> OperationResult:
+        return completed()
+
+    ctx = mock_operation_context(operation_type="plain", workflow_type="plain_operation")
+    with pytest.raises(NotAwaitableError) as raised:
+        await run_operation(cast(Any, plain), ctx)
+    assert str(raised.value) == (
+        "operation handler 'plain' of template 'plain_operation' returned OperationResult,"
+        " not an awaitable: define it with async def"
+    )
 
 
 # -- mock_context and FakeTools ------------------------------------------------------------------

@@ -191,6 +191,14 @@ class NotAwaitableError(PermanentFailure):
     """
 
 
+def not_awaitable(handler: str, returned: object) -> NotAwaitableError:
+    """The NotAwaitableError of `handler` (named as its message names it), which returned
+    `returned`: one wording wherever a handler or an operation handler is called."""
+    return NotAwaitableError(
+        f"{handler} returned {type(returned).__name__}, not an awaitable: define it with async def"
+    )
+
+
 class CancelledByRequestError(Exception):
     """Raised by `HandlerContext.raise_if_cancelled` once the instance was cancelled."""
 

@@ -4,12 +4,13 @@ Owns the authoring API: Workflow, RetryPolicy and the handler and hook signature
 instance is run lives in runner.py.
 """
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from laneway.engine.backoff import BackoffKind, retry_delay_ms
-from laneway.engine.context import HandlerContext, Step
+from laneway.engine.context import HandlerContext, Step, not_awaitable
 from laneway.engine.names import check_name as check_name
 from laneway.engine.names import check_version
 from laneway.errors import InvalidInputError
@@ -17,6 +18,20 @@ from laneway.model import InstanceRecord, JSONValue
 
 Handler = Callable[[HandlerContext, JSONValue], Awaitable[Step]]
 TerminalHook = Callable[[InstanceRecord], Awaitable[None]]
+
+
+def start_handler(handler: Handler, ctx: HandlerContext, workflow: str) -> Awaitable[object]:
+    """Call a handler of `workflow` with `ctx` and its params, as the runner does and
+    laneway.testing.run_handler too, so that both refuse a plain `def` alike: what it
+    returned, to await.
+
+    Raises:
+        NotAwaitableError: the handler returned what cannot be awaited.
+    """
+    called: object = handler(ctx, ctx.params)
+    if not inspect.isawaitable(called):
+        raise not_awaitable(f"handler {ctx.action!r} of workflow {workflow!r}", called)
+    return called
 
 
 class PydanticLikeModel(Protocol):

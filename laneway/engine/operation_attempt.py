@@ -8,7 +8,7 @@ import inspect
 import types
 
 from laneway.engine import time_limit
-from laneway.engine.context import NotAwaitableError, cancel_asked
+from laneway.engine.context import NotAwaitableError, cancel_asked, not_awaitable
 from laneway.engine.payloads import encode_json, json_copy, storable_text
 from laneway.engine.template import (
     COMPLETED,
@@ -49,10 +49,7 @@ async def attempt(
         elif inspect.isawaitable(called):
             result = await time_limit.within(called, timeout_seconds)
         else:
-            refused = NotAwaitableError(
-                f"operation handler {ctx.operation_type!r} of template {ctx.workflow_type!r}"
-                f" returned {type(called).__name__}, not an awaitable: define it with async def"
-            )
+            refused = operation_not_awaitable(ctx, called)
             return failed(str(refused)), NO_DATA, refused
     except time_limit.TimeLimitExceededError:
         return failed(f"timed out after {timeout_seconds:g}s"), NO_DATA, None
@@ -116,3 +113,11 @@ def copied(context: dict[str, JSONValue]) -> dict[str, JSONValue]:
 
 # A tuple, not `dict | list`: that expression builds a union type every time it runs.
 _NESTED = (dict, list)
+
+
+def operation_not_awaitable(ctx: OperationContext, returned: object) -> NotAwaitableError:
+    """The NotAwaitableError of the operation handler of `ctx` that returned `returned`: as an
+    attempt records it, and as laneway.testing.run_operation raises it."""
+    return not_awaitable(
+        f"operation handler {ctx.operation_type!r} of template {ctx.workflow_type!r}", returned
+    )

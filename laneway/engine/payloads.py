@@ -1,9 +1,10 @@
-"""JSON payloads (params, state, results): validation, encoding and size limits (pure).
+"""JSON payloads (params, state, results): validation, encoding, decoding, size limits (pure).
 
-Owns what may be stored as JSON, and as text. PostgreSQL's jsonb refuses NaN, Infinity, NUL
-characters and lone surrogates; they are refused here first, with a clear error and no
-database call. Its text columns refuse NUL and lone surrogates too: text_storable tells, and
-storable_text replaces them in what the engine writes on a user's behalf.
+Owns what may be stored as JSON, and as text, and how jsonb gives JSON back. PostgreSQL's jsonb
+refuses NaN, Infinity, NUL characters and lone surrogates; they are refused here first, with a
+clear error and no database call. Its text columns refuse NUL and lone surrogates too:
+text_storable tells, and storable_text replaces them in what the engine writes on a user's
+behalf.
 """
 
 import json
@@ -75,6 +76,39 @@ def encode_json(value: JSONValue, *, what: str, max_bytes: int = MAX_PAYLOAD_BYT
     if size > max_bytes:
         raise InvalidInputError(f"{what} is {size} bytes encoded; the limit is {max_bytes}")
     return text
+
+
+def decode_json(text: str) -> JSONValue:
+    """Encoded JSON `text` (encode_json's) as jsonb gives it back, without a database call: for
+    what reaches a handler with no round trip (the runner's next params, laneway.testing), so
+    that it sees what a run resumed from the database would.
+
+    jsonb keeps an object's keys shortest first, then by their UTF-8 bytes, and a repeated
+    key's last value; it holds a number as a numeric, written out in full: `1e20` comes back
+    as `100000000000000000000` (an int to Python), `1e-07` as `0.0000001`, `1500.0` as it is,
+    and `-0.0` as `0.0` (a numeric has no negative zero).
+    """
+    return json.loads(text, parse_float=_as_numeric, object_pairs_hook=_as_jsonb_object)
+
+
+def _as_numeric(text: str) -> int | float:
+    if "e" in text or "E" in text:
+        text = format(Decimal(text), "f")
+        if "." not in text:
+            return int(text)
+    return float(text) or 0.0  # -0.0 is falsy: jsonb gives it back as 0.0
+
+
+def _as_jsonb_object(pairs: list[tuple[str, JSONValue]]) -> dict[str, JSONValue]:
+    if len(pairs) < 2:
+        return dict(pairs)
+    merged = dict(pairs)  # a repeated key: its last value, as jsonb keeps
+    return {key: merged[key] for key in sorted(merged, key=_jsonb_key_order)}
+
+
+def _jsonb_key_order(key: str) -> tuple[int, bytes]:
+    encoded = key.encode()
+    return len(encoded), encoded
 
 
 # A JSON string (skipped), or a number in exponent notation (measured).

@@ -8,7 +8,6 @@ Committer (committer.py: group commit). Claiming is claim_loop.py's job.
 
 import asyncio
 import dataclasses
-import inspect
 import json
 import logging
 import time
@@ -21,7 +20,6 @@ from laneway.engine.context import (
     Done,
     HandlerContext,
     Next,
-    NotAwaitableError,
     Pause,
     PermanentFailure,
     Sleep,
@@ -29,9 +27,14 @@ from laneway.engine.context import (
     cancel_asked,
 )
 from laneway.engine.failures import failure_of
-from laneway.engine.handler_map import Workflow
+from laneway.engine.handler_map import Workflow, start_handler
 from laneway.engine.observer import EngineObserver
-from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, encode_json
+from laneway.engine.payloads import (
+    MAX_PAYLOAD_BYTES,
+    MAX_STATE_BYTES,
+    decode_json,
+    encode_json,
+)
 from laneway.engine.runner_tools import RunnerTools
 from laneway.engine.waits import with_retry
 from laneway.errors import InvalidInputError, LeaseLostError, StepWriteRefusedError
@@ -178,11 +181,12 @@ async def run_instance(
         stage = ctx.stage
         # The state the checkpoint wrote: the handler may have given ctx.state a new dict.
         state = ctx.state
-        # The next handler gets exactly what was checkpointed, so an uninterrupted instance
-        # and one resumed after a crash see the same params.
+        # The next handler gets exactly what was checkpointed, as the database gives it back
+        # (decode_json: jsonb's key order and numbers), so an uninterrupted instance and one
+        # resumed after a crash see the same params.
         params_json = write.next_params_json
         action, attempt = write.next_action, 1
-        params = None if params_json == "null" else json.loads(params_json)
+        params = None if params_json == "null" else decode_json(params_json)
 
 
 async def _written(
@@ -264,13 +268,7 @@ async def _call_handler(
     try:
         if handler is None:
             raise InvalidInputError(f"workflow {workflow.name!r} has no action {action!r}")
-        called: object = handler(ctx, ctx.params)
-        if not inspect.isawaitable(called):
-            raise NotAwaitableError(
-                f"handler {action!r} of workflow {workflow.name!r} returned"
-                f" {type(called).__name__}, not an awaitable: define it with async def"
-            )
-        step = await called
+        step = await start_handler(handler, ctx, workflow.name)
         operations = await tools.carried()
         workflow.check_state(ctx.state)
         if isinstance(step, Next | Pause | Sleep | WaitForSignal):

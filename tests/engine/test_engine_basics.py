@@ -220,6 +220,32 @@ async def test_a_state_the_handler_replaced_is_the_next_handlers(store: Store) -
     assert done.result == {"seen": {"token": "abc"}}
 
 
+SENT: JSONValue = {"x": 1e20, "bbb": [1500.0, -1e-7], "a": {"\u00e9": 1, "z": 2}}
+
+
+async def test_the_next_handler_gets_its_params_as_a_resumed_run_would(store: Store) -> None:
+    # Found by an outside audit: the runner gave the next handler json.loads of its params
+    # (1e20 a float, keys in the sender's order), a run resumed from the database what jsonb
+    # gives back. Here the first handler's params are read from the database (the enqueue).
+    seen: list[str] = []  # repr: tells 1e20 from 100000000000000000000, and shows key order
+
+    async def send(ctx: HandlerContext, params: JSONValue) -> Next:
+        seen.append(repr(params))
+        return Next("receive", SENT)
+
+    async def receive(ctx: HandlerContext, params: JSONValue) -> Done:
+        seen.append(repr(params))
+        return Done()
+
+    engine = make_engine(store, Workflow("relay", {"send": send, "receive": receive}, "send"))
+    await engine.enqueue("relay", SENT)
+    assert await engine.tick() == 1
+    assert (
+        seen
+        == ["{'a': {'z': 2, '\u00e9': 1}, 'x': 100000000000000000000, 'bbb': [1500.0, -1e-07]}"] * 2
+    )
+
+
 async def test_a_cancel_seen_twice_stops_the_handler_once_and_lets_it_clean_up(
     store: Store,
 ) -> None:
