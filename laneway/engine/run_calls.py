@@ -47,10 +47,30 @@ class RunCalls:
         return await self.claim_loop.tick()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        """Claim and run instances until `stopping` is set (for the process's TaskGroup)."""
+        """Claim and run instances until `stopping` is set (for the process's TaskGroup).
+
+        Raises:
+            RuntimeError: the engine is running already.
+        """
+        self._start()
+        await self._run_started(stopping)
+
+    def _start(self) -> None:
+        """Mark the engine running, or refuse: a second loop would claim beside the first with
+        the same owner, and its end would mark the engine stopped and remove its worker row
+        while the first went on running."""
+        if self._started:
+            raise RuntimeError("this Laneway engine is running already")
         # Running from the first line: health checks must not see a starting engine as down.
         self._started = True
         _RUNNING.add(self)
+
+    def _stop(self) -> None:
+        self._started = self._ready = False
+        _RUNNING.discard(self)
+
+    async def _run_started(self, stopping: asyncio.Event) -> None:
+        """The loop of a run that `_start` marked."""
         try:
             for step in self._before_run:
                 await step()
@@ -58,8 +78,7 @@ class RunCalls:
             self._ready = True
             await self.claim_loop.run(stopping)
         finally:
-            self._started = self._ready = False
-            _RUNNING.discard(self)
+            self._stop()
 
     async def _prepare_queues(self) -> None:
         """Create the registered queues; a template's queue_settings are code's defaults,
@@ -94,15 +113,27 @@ class RunCalls:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Self]:
         """Run the engine's loop in the background for the duration of the block. An error
-        of the block, or of the loop, comes out as itself (errors.raised_alone)."""
+        of the block, or of the loop, comes out as itself (errors.raised_alone).
+
+        Raises:
+            RuntimeError: the engine is running already (refused before the block starts).
+        """
+        # Marked here, not in the loop's task: a second `running()` entered before that task
+        # took its first step must be refused too.
+        self._start()
         stopping = asyncio.Event()
-        with raised_alone():
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.run(stopping), name="laneway-engine")
-                try:
-                    yield self
-                finally:
-                    stopping.set()
+        try:
+            with raised_alone():
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._run_started(stopping), name="laneway-engine")
+                    try:
+                        yield self
+                    finally:
+                        stopping.set()
+        finally:
+            # The loop's task ran no line of its own when the block ended before its first
+            # step (cancelled unstarted): its `finally` did not unmark the engine.
+            self._stop()
 
     @property
     def is_running(self) -> bool:

@@ -9,7 +9,7 @@ from laneway.engine import Done, EnqueueRequest, HandlerContext, Next, RetryPoli
 from laneway.errors import InvalidInputError
 from laneway.model import EventType, JSONValue, Status
 from laneway.store import Store
-from tests.engine.helpers import make_engine, types_of
+from tests.engine.helpers import eventually, make_engine, types_of
 from tests.workflows import noop, two_steps
 
 event_types = types_of
@@ -59,6 +59,42 @@ async def test_enqueue_rejects_unknown_workflow_and_writes_nothing(store: Store)
 
 async def test_running_loop_completes_instances_without_tick(store: Store) -> None:
     engine = make_engine(store, noop, poll_interval_seconds=0.05)
+    async with engine.running():
+        enqueued = await engine.enqueue("noop", {})
+        done = await engine.wait(enqueued.instance_id, timeout=10)
+    assert done.status == Status.COMPLETED
+
+
+async def test_a_second_run_of_a_running_engine_is_refused_and_leaves_it_running(
+    store: Store,
+) -> None:
+    # Found by an outside audit: a nested running() started a second loop, and its end left
+    # the engine saying it had stopped (is_running False, its worker row gone) while the
+    # first loop went on claiming.
+    engine = make_engine(store, noop, owner_id="outer", poll_interval_seconds=0.05)
+    async with engine.running():
+        await eventually(engine.workers, lambda workers: len(workers) == 1)
+        with pytest.raises(RuntimeError, match=r"^this Laneway engine is running already$"):
+            async with engine.running():
+                pass
+        with pytest.raises(RuntimeError, match=r"^this Laneway engine is running already$"):
+            await engine.run(asyncio.Event())
+        assert engine.is_running
+        assert [worker.owner_id for worker in await engine.workers()] == ["outer"]
+        enqueued = await engine.enqueue("noop", {})
+        done = await engine.wait(enqueued.instance_id, timeout=10)
+        assert done.status == Status.COMPLETED
+    assert not engine.is_running
+
+
+async def test_an_engine_whose_running_block_ends_at_once_can_run_again(store: Store) -> None:
+    # running() marks the engine before its loop's task starts; a block that raises first
+    # has that task cancelled unstarted, and must not leave the engine marked.
+    engine = make_engine(store, noop, poll_interval_seconds=0.05)
+    with pytest.raises(ValueError, match="at once"):
+        async with engine.running():
+            raise ValueError("at once")
+    assert not engine.is_running
     async with engine.running():
         enqueued = await engine.enqueue("noop", {})
         done = await engine.wait(enqueued.instance_id, timeout=10)
