@@ -2,13 +2,14 @@
 
 Owns enqueueing (one statement per batch: rows, `enqueued` events and the doorbell, tried
 again after a deadlock; a batch without keys is copied in, the bulk path) and the lookups that
-resolve idempotency and singleton keys. The order a batch's rows go in is key_order.py's.
+resolve idempotency and singleton keys (a key that gave way to a singleton key is bound to
+its holder). The order a batch's rows go in is key_order.py's.
 Cancel, resume and retry are bulk.py's (one instance is their batch of one).
 """
 
 import asyncio
 import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
@@ -27,7 +28,7 @@ from laneway.model import (
 )
 from laneway.store import queries
 from laneway.store.base import EVENTS_LOCK_KEY, StoreBase
-from laneway.store.key_order import in_lock_order
+from laneway.store.key_order import in_lock_order, repeated_keys
 from laneway.store.rows import (
     Conn,
     instance_from_row,
@@ -369,8 +370,8 @@ class InstanceStore(StoreBase):
 
     async def _enqueue_on(self, conn: Conn, batch: Sequence[NewInstance]) -> list[EnqueueResult]:
         found: dict[UUID, EnqueueResult] = {}
-        place = {new.instance_id: index for index, new in enumerate(batch)}
-        todo = in_lock_order(batch)
+        repeats = repeated_keys(batch)  # each given what the first with its key is given
+        todo = in_lock_order([new for new in batch if new.instance_id not in repeats])
         for _ in range(5):
             for record in await self._insert_retried(conn, todo):
                 found[record.instance_id] = EnqueueResult(instance=record, created=True)
@@ -380,13 +381,18 @@ class InstanceStore(StoreBase):
                 # The insert takes requests that share a key in request order (in_lock_order),
                 # so a request never conflicted with an instance a later one created: as one
                 # call after another would have it.
-                existing = await self._find_by_keys(conn, new, place)
+                existing = await self._find_by_keys(conn, new)
                 if existing is None:
                     todo.append(new)
                 else:
                     found[new.instance_id] = EnqueueResult(instance=existing, created=False)
             if not todo:
-                return [found[new.instance_id] for new in batch]
+                return [
+                    EnqueueResult(instance=found[repeats[new.instance_id]].instance, created=False)
+                    if new.instance_id in repeats
+                    else found[new.instance_id]
+                    for new in batch
+                ]
         raise InvalidInputError("enqueue kept conflicting with a concurrent change; try again")
 
     async def _insert_retried(
@@ -456,16 +462,30 @@ class InstanceStore(StoreBase):
         inserted = {new.instance_id: new for new in todo}
         return [new_instance_record(inserted[row["instance_id"]], row) for row in rows]
 
-    async def _find_by_keys(
-        self, conn: Conn, new: NewInstance, place: Mapping[UUID, int]
-    ) -> InstanceRecord | None:
+    async def _find_by_keys(self, conn: Conn, new: NewInstance) -> InstanceRecord | None:
         """The instance `new` gives way to: its idempotency key's, else its singleton key's;
-        not one a later request of its batch created (`place`: each request's index)."""
-        row = None
-        if new.idempotency_key is not None:
-            row = await conn.fetchrow(queries.FIND_BY_IDEMPOTENCY_KEY, new.idempotency_key)
-            if row is not None and place.get(row["instance_id"], -1) > place[new.instance_id]:
-                row = None  # the key was free for this request; its singleton key was not
-        if row is None and new.singleton_key is not None:
-            row = await conn.fetchrow(queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key)
+        None if neither is there any more (the caller tries the insert again).
+
+        Given way to a singleton key's holder, the idempotency key is bound to the holder, so
+        that the key answers with it from then on, as with any instance the key returned: the
+        same request tried again once the holder ended would otherwise create an instance
+        under the key (an outside audit). The key may have been taken meanwhile (an instance
+        with it as its own, or another binding): then the key's instance is the answer."""
+        key = new.idempotency_key
+        if key is not None:
+            row = await conn.fetchrow(queries.FIND_BY_IDEMPOTENCY_KEY, key)
+            if row is not None:
+                return instance_from_row(row)
+        if new.singleton_key is None:
+            return None
+        row = await conn.fetchrow(queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key)
+        if row is None or key is None:
+            return instance_from_row(row) if row else None
+        holder = instance_from_row(row)
+        bound = await conn.fetchval(queries.BIND_IDEMPOTENCY_KEY, key, holder.instance_id)
+        if bound is None:
+            return None  # the holder is gone
+        if bound == holder.instance_id:
+            return holder
+        row = await conn.fetchrow(queries.GET_INSTANCE, bound)
         return instance_from_row(row) if row else None

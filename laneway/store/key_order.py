@@ -2,10 +2,12 @@
 
 Owns that order, pure (no I/O): keyed rows sorted by their keys so that concurrent batches
 sharing keys queue instead of deadlocking, and requests that share a key kept in request
-order. Does not insert (instances.py) or resolve conflicts.
+order; and which requests repeat an earlier one's idempotency key, so are not inserted at all.
+Does not insert (instances.py) or resolve conflicts.
 """
 
 from collections.abc import Sequence
+from uuid import UUID
 
 from laneway.model import NewInstance
 
@@ -64,3 +66,20 @@ def in_lock_order(batch: Sequence[NewInstance]) -> list[NewInstance]:
         return (_lock_order_key(batch[group]), group, index)
 
     return [batch[index] for index in sorted(range(len(batch)), key=sort_key)]
+
+
+def repeated_keys(batch: Sequence[NewInstance]) -> dict[UUID, UUID]:
+    """Each request whose idempotency key an earlier request of the batch has: the first such
+    request's id, by the repeat's. A repeat is given what the first is given, as one call
+    after another would have it: by then the key answers with that instance, whether the
+    first created it, found it holding the key, or found it holding its singleton key (and
+    bound the key to it). So a repeat is not inserted, and cannot take the key for itself in
+    the statement where the first gave way to a singleton key."""
+    first_with: dict[str, UUID] = {}
+    repeats: dict[UUID, UUID] = {}
+    for new in batch:
+        if new.idempotency_key is not None:
+            first = first_with.setdefault(new.idempotency_key, new.instance_id)
+            if first != new.instance_id:
+                repeats[new.instance_id] = first
+    return repeats

@@ -171,3 +171,23 @@ async def test_a_literal_batch_is_guarded_the_same(
         'argument "requests[2].singletonKey" of enqueueWorkflows must be at most 255 characters'
     )
     assert await admin.fetchval(COUNT) == 0
+
+
+async def test_a_key_that_met_a_held_singleton_keeps_answering_with_the_holder(
+    idle: LiveServer, admin: asyncpg.Connection
+) -> None:
+    # An outside audit: the key returned the holder but stayed free, so the same request sent
+    # again once the holder ended created an instance under it.
+    one = 'mutation { enqueueWorkflow(name: "noop", singletonKey: "s"%s) { instanceID created } }'
+    holder = (await idle.graphql(one % ""))["data"]["enqueueWorkflow"]["instanceID"]
+    keyed = (await idle.graphql(one % ', idempotencyKey: "order-42"'))["data"]["enqueueWorkflow"]
+    assert keyed == {"instanceID": holder, "created": False}
+    cancel = "mutation($id: ID!) { cancelWorkflow(instanceID: $id) { status } }"
+    cancelled = await idle.graphql(cancel, id=holder)
+    assert cancelled["data"]["cancelWorkflow"]["status"] == "cancelled"
+    again = (await idle.graphql(one % ', idempotencyKey: "order-42"'))["data"]["enqueueWorkflow"]
+    assert again == {"instanceID": holder, "created": False}
+    request = {"name": "noop", "idempotencyKey": "order-42"}
+    body = await idle.graphql(BATCH, requests=[request, {**request, "singletonKey": "s"}])
+    assert [r["instanceID"] for r in body["data"]["enqueueWorkflows"]] == [holder, holder]
+    assert await admin.fetchval(COUNT) == 1

@@ -89,20 +89,32 @@ async def test_a_batch_with_a_key_takes_the_statement_and_keeps_its_rules(store:
 async def test_a_batch_resolves_each_request_as_one_call_after_another_would(
     store: Store,
 ) -> None:
-    # The first request's singleton key is held, so it gets the holder and takes nothing; its
-    # idempotency key is then free for the second, which creates. The second's new instance
-    # used to come back for the first as well (found by the key after the batch's insert).
+    # The first request's singleton key is held, so it gets the holder, and its idempotency key
+    # is bound to the holder: the second, with that key, gets the holder too. The second's new
+    # instance once came back for the first as well (found by the key after the batch's
+    # insert); then the second created one under the key, bound to nothing (an outside audit).
     engine = make_engine(store, noop)
     holder = await engine.enqueue("noop", singleton_key="nightly")
-    first, second = await engine.enqueue_many(
+    first, second, other = await engine.enqueue_many(
         [
             EnqueueRequest(name="noop", singleton_key="nightly", idempotency_key="run-7"),
             EnqueueRequest(name="noop", idempotency_key="run-7"),
+            EnqueueRequest(name="noop", idempotency_key="run-8"),
         ]
     )
     assert (first.instance_id, first.created) == (holder.instance_id, False)
-    assert second.created
-    assert second.instance_id != holder.instance_id
+    assert (second.instance_id, second.created) == (holder.instance_id, False)
+    assert other.created
+    await engine.cancel(holder.instance_id)
+    again = await engine.enqueue_many(
+        [
+            EnqueueRequest(name="noop", idempotency_key="run-7"),
+            EnqueueRequest(name="noop", singleton_key="nightly", idempotency_key="run-7"),
+        ]
+    )
+    assert [(r.instance_id, r.created) for r in again] == [(holder.instance_id, False)] * 2
+    async with store.connection() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM laneway.instances") == 2
 
 
 async def test_requests_sharing_a_key_keep_their_order_whatever_their_other_keys(

@@ -151,3 +151,22 @@ async def test_a_sweep_cut_short_by_its_time_comes_back_soon_not_in_minutes(
     again = await _finished_long_ago(engine, store, 1)
     await upkeep.run()
     assert (await _counts(store, again[0]))[0] == 1  # caught up (a short batch): minutes now
+
+
+async def test_a_sweep_frees_the_keys_bound_to_an_instance_it_deletes(store: Store) -> None:
+    # A key that gave way to a singleton key's holder is bound to the holder; it answers with
+    # the holder while the holder exists, and is free again once retention deleted it, as
+    # the holder's own key is.
+    engine = make_engine(store, noop)
+    holder = await engine.enqueue("noop", singleton_key="s", idempotency_key="own")
+    bound = await engine.enqueue("noop", singleton_key="s", idempotency_key="order-42")
+    assert (bound.created, bound.instance_id) == (False, holder.instance_id)
+    assert await engine.tick() == 1
+    await _age(store, holder.instance_id, 8)
+    assert await store.prune_finished(7 * DAY) == 1
+    async with store.connection() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM laneway.idempotency_aliases") == 0
+    for key in ("own", "order-42"):
+        again = await engine.enqueue("noop", idempotency_key=key)
+        assert again.created
+        assert again.instance.idempotency_key == key

@@ -6,7 +6,7 @@ import pytest
 
 from laneway.engine.requests import new_instance_id
 from laneway.model import NewInstance
-from laneway.store.key_order import in_lock_order
+from laneway.store.key_order import in_lock_order, repeated_keys
 
 
 def _new(
@@ -53,3 +53,14 @@ def test_requests_sharing_a_key_keep_their_request_order_where_the_first_sorts()
 def test_a_batch_with_nothing_to_conflict_on_keeps_its_order() -> None:
     batch = [_new() for _ in range(5)]
     assert in_lock_order(batch) == batch
+
+
+def test_a_request_repeating_an_earlier_ones_idempotency_key_is_its_repeat() -> None:
+    batch = [_new("a", "s"), _new("b"), _new(None, "s"), _new("a"), _new("b", "t"), _new("a")]
+    first_a, first_b = batch[0].instance_id, batch[1].instance_id
+    assert repeated_keys(batch) == {
+        batch[3].instance_id: first_a,
+        batch[4].instance_id: first_b,
+        batch[5].instance_id: first_a,
+    }
+    assert repeated_keys([_new(), _new(None, "s"), _new("x")]) == {}

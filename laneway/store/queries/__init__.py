@@ -35,6 +35,7 @@ from laneway.store.queries.history_rollup import (
     ROLL_UP_QUEUE_HISTORY,
 )
 from laneway.store.queries.instances import (
+    BIND_IDEMPOTENCY_KEY,
     COPIED_EVENT_COLUMNS,
     COPIED_INSTANCE_COLUMNS,
     ENQUEUE_INSTANCE,
@@ -138,6 +139,7 @@ __all__ = [
     "APPEND_EVENTS",
     "APPLIED_MIGRATIONS",
     "APPLY_CODE_QUEUE_SETTINGS",
+    "BIND_IDEMPOTENCY_KEY",
     "BULK_BATCH",
     "BULK_MATCH",
     "CANCEL_INSTANCES",

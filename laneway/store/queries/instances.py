@@ -68,12 +68,23 @@ LIST_INSTANCES = _LIST_INSTANCES.format(columns=INSTANCE_COLUMNS)
 # The same page as summaries: without `state` and `next_params` (see _SUMMARY_COLUMNS).
 LIST_INSTANCE_SUMMARIES = _LIST_INSTANCES.format(columns=_SUMMARY_COLUMNS)
 
-# $1 idempotency key
+# $1 idempotency key: the instance that holds it as its own, or the one it is bound to
+# (laneway.idempotency_aliases, 0035); never both (laneway.bind_idempotency_key).
 FIND_BY_IDEMPOTENCY_KEY = f"""
 SELECT {INSTANCE_COLUMNS}
   FROM laneway.instances
  WHERE idempotency_key = $1
+ UNION ALL
+SELECT {INSTANCE_COLUMNS}
+  FROM laneway.instances
+ WHERE instance_id = (SELECT a.instance_id FROM laneway.idempotency_aliases AS a WHERE a.key = $1)
+ LIMIT 1
 """
+
+# $1 idempotency key, $2 the instance its request gave way to (its singleton key's holder):
+# the key is bound to that instance unless it is taken already; returns the instance the key
+# answers with, NULL if $2 is gone (laneway/store/sql/functions.sql).
+BIND_IDEMPOTENCY_KEY = "SELECT laneway.bind_idempotency_key($1, $2)"
 
 # $1 workflow name, $2 singleton key
 FIND_ACTIVE_SINGLETON = f"""
@@ -125,8 +136,18 @@ SELECT inserted.instance_id, inserted.run_after, inserted.created_at, inserted.p
 # records with the rows read back), so no row comes back with 27 columns to decode.
 _INSERT_INSTANCE = """
     INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, trace_context, version)
-    VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
-            $7::jsonb, $9, $10, $11, $13, $14)"""
+    {values}"""
+_INSTANCE_VALUES = """$1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
+            $7::jsonb, $9, $10, $11, $13, $14"""
+# A row with an idempotency key goes in only while no other instance has that key bound to it
+# (laneway.idempotency_key_free, which also orders the key's bindings and inserts); a row
+# without one never calls it. {key} is the row's key: $9 here, a batch row's in ENQUEUE_INSTANCES.
+_KEY_FREE = """CASE WHEN {key} IS NULL THEN true
+                ELSE laneway.idempotency_key_free({key}) END"""
+_INSERT_KEYED_INSTANCE = _INSERT_INSTANCE.format(
+    values=f"SELECT {_INSTANCE_VALUES}\n     WHERE {_KEY_FREE.format(key='$9::text')}"
+)
+_INSERT_INSTANCE_WITHOUT_KEYS = _INSERT_INSTANCE.format(values=f"VALUES ({_INSTANCE_VALUES})")
 _RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest comes back
     "RETURNING instance_id, name, status, run_after, created_at, params"
 )
@@ -161,6 +182,7 @@ inserted AS (
                  first_action, idempotency_key, singleton_key, parent_id, concurrency_key,
                  trace_context, version)
      WHERE (SELECT held.n FROM held) >= 0
+       AND {_KEY_FREE.format(key="u.idempotency_key")}
     ON CONFLICT DO NOTHING
     {_RETURNING_FILLED_IN}
 ),
@@ -169,7 +191,7 @@ inserted AS (
 # The same for one instance: no arrays to unpack. The single call is the common one, and its
 # latency is the enqueue rate of a client that enqueues one at a time.
 ENQUEUE_INSTANCE = f"""
-WITH inserted AS ({_INSERT_INSTANCE}
+WITH inserted AS ({_INSERT_KEYED_INSTANCE}
     ON CONFLICT DO NOTHING
     {_RETURNING_FILLED_IN}
 ),
@@ -178,7 +200,7 @@ WITH inserted AS ({_INSERT_INSTANCE}
 # skips ON CONFLICT's speculative insertion (a probe of every unique index before the insert
 # and a confirmation record after it).
 ENQUEUE_INSTANCE_WITHOUT_KEYS = f"""
-WITH inserted AS ({_INSERT_INSTANCE}
+WITH inserted AS ({_INSERT_INSTANCE_WITHOUT_KEYS}
     {_RETURNING_FILLED_IN}
 ),
 {_ENQUEUED_EVENTS}"""

@@ -282,7 +282,8 @@ SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.sta
 
 # $1 keep finished instances this many seconds, $2 at most this many instances
 # Retention: instances that ended longer ago than the retention period go, with their
-# operation rows, signals and failures (their locks went when they ended). Oldest first, a
+# operation rows, signals and failures (their locks went when they ended), and the idempotency
+# keys bound to them (laneway.idempotency_aliases, by its foreign key's cascade). Oldest first, a
 # bounded batch per sweep; rows another sweep is deleting are skipped. Their events go with
 # their day's partition, detached and dropped whole once no instance that still exists has
 # events in it (queries.RETIRE_EVENT_PARTITION); only those in the default partition (appended

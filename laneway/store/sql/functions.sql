@@ -1205,3 +1205,53 @@ EXCEPTION WHEN object_not_in_prerequisite_state THEN
     RETURN NULL;
 END;
 $$;
+
+-- laneway.idempotency_key_free(): whether an instance may take `p_key` as its own idempotency
+-- key: no binding of it to another instance exists (0035). The enqueue statements call it for
+-- each row with a key, before the row's insert; the instance's own keys are the unique index's
+-- (the insert's ON CONFLICT). It takes the key's advisory lock (to commit; the pair 7462 and
+-- the key's hash, apart from the owners' 7461 and the one-number keys) before it reads, and
+-- reads with a snapshot of its own, so a binding that laneway.bind_idempotency_key() committed
+-- while this waited for the lock is seen.
+CREATE OR REPLACE FUNCTION laneway.idempotency_key_free(
+    p_key text
+) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(7462, hashtext(p_key));
+    RETURN NOT EXISTS (SELECT 1 FROM laneway.idempotency_aliases AS a WHERE a.key = p_key);
+END;
+$$;
+
+-- laneway.bind_idempotency_key(): binds `p_key` to instance `p_instance_id` (0035), when an
+-- enqueue with that key gives way to the instance holding its singleton key, unless an
+-- instance holds the key as its own or a binding has it already; the instance the key answers
+-- with: that one, or p_instance_id, or NULL if p_instance_id is gone (deleted meanwhile: the
+-- enqueue tries again). Under the key's advisory lock, as laneway.idempotency_key_free().
+CREATE OR REPLACE FUNCTION laneway.bind_idempotency_key(
+    p_key text,
+    p_instance_id uuid
+) RETURNS uuid
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    bound uuid;
+BEGIN
+    PERFORM pg_advisory_xact_lock(7462, hashtext(p_key));
+    SELECT i.instance_id INTO bound FROM laneway.instances AS i WHERE i.idempotency_key = p_key;
+    IF NOT FOUND THEN
+        SELECT a.instance_id INTO bound FROM laneway.idempotency_aliases AS a WHERE a.key = p_key;
+    END IF;
+    IF FOUND THEN
+        RETURN bound;
+    END IF;
+    INSERT INTO laneway.idempotency_aliases (key, instance_id)
+    SELECT p_key, i.instance_id
+      FROM laneway.instances AS i
+     WHERE i.instance_id = p_instance_id
+       FOR KEY SHARE
+    RETURNING instance_id INTO bound;
+    RETURN bound;
+END;
+$$;
