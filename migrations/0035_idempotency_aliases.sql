@@ -12,6 +12,16 @@
 -- advisory lock (held to commit) before they read, each read with a snapshot of its own (a
 -- volatile function's statements each take one), so whichever comes second sees what the
 -- first committed. A binding goes with its instance (retention deletes it by the cascade).
+--
+-- A key's lock is its bucket's, one of 64 (laneway.idempotency_key_bucket), not the key's
+-- own: each advisory lock is an entry in the server's shared lock table (6,400 by default:
+-- max_locks_per_transaction times max_connections), held to commit, and a lock per key let a
+-- few batches of 1,000 keys fill it, failing every other transaction on the server. A bucket
+-- is held by one transaction at a time, so the keys take at most 64 entries server-wide, plus
+-- one per waiting transaction; 64 is the default max_locks_per_transaction, one transaction's
+-- nominal share. Keys of one bucket queue behind each other, the price of the bound. A batch
+-- locks its keys' buckets once, first, in ascending order (laneway.lock_idempotency_keys), so
+-- two batches never each hold a bucket the other waits for.
 
 CREATE TABLE laneway.idempotency_aliases (
     key          text PRIMARY KEY,
@@ -21,13 +31,44 @@ CREATE TABLE laneway.idempotency_aliases (
 -- The cascade's lookup when retention deletes instances.
 CREATE INDEX idempotency_aliases_instance_id ON laneway.idempotency_aliases (instance_id);
 
+CREATE FUNCTION laneway.idempotency_key_bucket(
+    p_key text
+) RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+AS $$
+    SELECT hashtext(p_key) & 63
+$$;
+
+CREATE FUNCTION laneway.lock_idempotency_keys(
+    p_keys text[]
+) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    bucket integer;
+    locked integer := 0;
+BEGIN
+    FOR bucket IN
+        SELECT DISTINCT laneway.idempotency_key_bucket(k.key)
+          FROM unnest(p_keys) AS k (key)
+         WHERE k.key IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(7462, bucket);
+        locked := locked + 1;
+    END LOOP;
+    RETURN locked;
+END;
+$$;
+
 CREATE FUNCTION laneway.idempotency_key_free(
     p_key text
 ) RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(7462, hashtext(p_key));
+    PERFORM pg_advisory_xact_lock(7462, laneway.idempotency_key_bucket(p_key));
     RETURN NOT EXISTS (SELECT 1 FROM laneway.idempotency_aliases AS a WHERE a.key = p_key);
 END;
 $$;
@@ -41,7 +82,7 @@ AS $$
 DECLARE
     bound uuid;
 BEGIN
-    PERFORM pg_advisory_xact_lock(7462, hashtext(p_key));
+    PERFORM pg_advisory_xact_lock(7462, laneway.idempotency_key_bucket(p_key));
     SELECT i.instance_id INTO bound FROM laneway.instances AS i WHERE i.idempotency_key = p_key;
     IF NOT FOUND THEN
         SELECT a.instance_id INTO bound FROM laneway.idempotency_aliases AS a WHERE a.key = p_key;

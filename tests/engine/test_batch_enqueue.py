@@ -17,7 +17,7 @@ import pytest
 
 from laneway.engine import EnqueueRequest
 from laneway.engine.requests import new_instance_id, new_instance_ids
-from laneway.model import EnqueueResult, EventType, Status
+from laneway.model import EnqueueResult, EventType, NewInstance, Status
 from laneway.store import Store, instances
 from laneway.store.instances import COPY_FROM
 from tests.engine.helpers import eventually, make_engine, types_of
@@ -241,6 +241,45 @@ async def test_batches_whose_keys_cross_past_any_order_are_written_again(
             assert result.instance_id == singletons[request.singleton_key]
     stored = "SELECT count(*) FROM laneway.instances WHERE singleton_key IS NOT NULL"
     assert await admin.fetchval(stored) == 2
+
+
+async def test_a_batch_of_a_thousand_keys_holds_no_more_than_the_key_buckets_locks(
+    store: Store,
+) -> None:
+    # Every advisory lock is an entry in the server's shared lock table (6,400 by default),
+    # held to commit: one lock per idempotency key let a few batches of 1,000 keys exhaust it
+    # and fail unrelated transactions. The keys' locks are on 64 buckets
+    # (laneway.idempotency_key_bucket). Counted before the commit, inside a caller's
+    # transaction (as a schedule's fire enqueues), on the batch's statement path. A batch
+    # with only singleton keys takes none.
+    await store.ensure_queues(["default"])
+
+    def new(i: int, idempotency_key: str | None, singleton_key: str | None) -> NewInstance:
+        return NewInstance(
+            instance_id=new_instance_id(),
+            name="noop",
+            queue="default",
+            priority=0,
+            max_attempts=1,
+            delay_ms=0.0,
+            params_json=json.dumps({"i": i}),
+            first_action="run",
+            idempotency_key=idempotency_key,
+            singleton_key=singleton_key,
+        )
+
+    async def locks_held(batch: list[NewInstance]) -> int:
+        async with store.connection() as conn, conn.transaction():
+            results = await store._enqueue_on(conn, batch)
+            assert [r.created for r in results] == [True] * len(batch)
+            held: int = await conn.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 7462"
+                " AND objsubid = 2 AND pid = pg_backend_pid() AND granted"
+            )
+            return held
+
+    assert 0 < await locks_held([new(i, f"order-{i}", None) for i in range(1000)]) <= 64
+    assert await locks_held([new(i, None, f"s-{i}") for i in range(10)]) == 0
 
 
 def test_a_batch_of_ids_is_time_ordered_random_and_well_formed() -> None:

@@ -140,12 +140,12 @@ _INSERT_INSTANCE = """
 _INSTANCE_VALUES = """$1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond', $7::jsonb, $8,
             $7::jsonb, $9, $10, $11, $13, $14"""
 # A row with an idempotency key goes in only while no other instance has that key bound to it
-# (laneway.idempotency_key_free, which also orders the key's bindings and inserts); a row
-# without one never calls it. {key} is the row's key: $9 here, a batch row's in ENQUEUE_INSTANCES.
-_KEY_FREE = """CASE WHEN {key} IS NULL THEN true
-                ELSE laneway.idempotency_key_free({key}) END"""
+# (laneway.idempotency_key_free, which also orders the key's bindings and inserts under the
+# key's bucket lock); a row without one never calls it, nor takes a lock.
 _INSERT_KEYED_INSTANCE = _INSERT_INSTANCE.format(
-    values=f"SELECT {_INSTANCE_VALUES}\n     WHERE {_KEY_FREE.format(key='$9::text')}"
+    values=f"""SELECT {_INSTANCE_VALUES}
+     WHERE CASE WHEN $9::text IS NULL THEN true
+                ELSE laneway.idempotency_key_free($9::text) END"""
 )
 _INSERT_INSTANCE_WITHOUT_KEYS = _INSERT_INSTANCE.format(values=f"VALUES ({_INSTANCE_VALUES})")
 _RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest comes back
@@ -161,6 +161,10 @@ _RETURNING_FILLED_IN = (  # name and status for the `enqueued` events; the rest 
 # row of every concurrency key is made or held first (laneway.hold_key), in one order, so two
 # batches cannot each hold a key the other waits for; the rows go in in the order given,
 # which is the store's lock order (store/key_order.py `in_lock_order`) for the same reason.
+# So are the idempotency keys' bucket locks, all of them (laneway.lock_idempotency_keys), by
+# the first row with a key, before its laneway.idempotency_key_free (CASE takes its WHENs in
+# order; `keys_locked` runs once): the rows' own locks are then held already. A batch without
+# idempotency keys never runs it.
 ENQUEUE_INSTANCES = f"""
 WITH held AS (
     SELECT count(laneway.hold_key(k.queue, k.concurrency_key)) AS n
@@ -168,6 +172,9 @@ WITH held AS (
               FROM unnest($3::text[], $13::text[]) AS u (queue, concurrency_key)
              WHERE u.concurrency_key IS NOT NULL
              ORDER BY u.queue, u.concurrency_key) AS k
+),
+keys_locked AS (
+    SELECT laneway.lock_idempotency_keys($9::text[]) AS n
 ),
 inserted AS (
     INSERT INTO laneway.instances (instance_id, name, queue, priority, max_attempts, run_after, params, next_action, next_params, idempotency_key, singleton_key, parent_id, concurrency_key, trace_context, version)
@@ -182,7 +189,9 @@ inserted AS (
                  first_action, idempotency_key, singleton_key, parent_id, concurrency_key,
                  trace_context, version)
      WHERE (SELECT held.n FROM held) >= 0
-       AND {_KEY_FREE.format(key="u.idempotency_key")}
+       AND CASE WHEN u.idempotency_key IS NULL THEN true
+                WHEN (SELECT keys_locked.n FROM keys_locked) < 0 THEN false
+                ELSE laneway.idempotency_key_free(u.idempotency_key) END
     ON CONFLICT DO NOTHING
     {_RETURNING_FILLED_IN}
 ),

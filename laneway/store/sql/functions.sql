@@ -1206,20 +1206,64 @@ EXCEPTION WHEN object_not_in_prerequisite_state THEN
 END;
 $$;
 
+-- laneway.idempotency_key_bucket(): the advisory lock an idempotency key is written under
+-- (0035): the pair 7462 (apart from the owners' 7461 and the one-number keys) and one of 64
+-- buckets, not the key's own hash. Every advisory lock is an entry in the server's shared lock
+-- table (6,400 by default), held to commit, and a lock per key let a few batches of 1,000 keys
+-- fill it, failing every other transaction. A bucket is held by one transaction at a time, so
+-- the keys take at most 64 entries server-wide, plus one per waiting transaction; 64 is the
+-- default max_locks_per_transaction, one transaction's nominal share. Keys that share a bucket
+-- queue behind each other, the price of the bound.
+CREATE OR REPLACE FUNCTION laneway.idempotency_key_bucket(
+    p_key text
+) RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+AS $$
+    SELECT hashtext(p_key) & 63
+$$;
+
+-- laneway.lock_idempotency_keys(): locks the buckets of `p_keys` (NULLs have none), each once,
+-- in ascending order, to commit; how many. The batch enqueue takes them all before its first
+-- row's laneway.idempotency_key_free(), so two batches never each hold a bucket the other
+-- waits for (row order is the keys' order, not their buckets'), and a row's own lock then is
+-- one already held: neither a wait nor another entry in the lock table.
+CREATE OR REPLACE FUNCTION laneway.lock_idempotency_keys(
+    p_keys text[]
+) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    bucket integer;
+    locked integer := 0;
+BEGIN
+    FOR bucket IN
+        SELECT DISTINCT laneway.idempotency_key_bucket(k.key)
+          FROM unnest(p_keys) AS k (key)
+         WHERE k.key IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(7462, bucket);
+        locked := locked + 1;
+    END LOOP;
+    RETURN locked;
+END;
+$$;
+
 -- laneway.idempotency_key_free(): whether an instance may take `p_key` as its own idempotency
 -- key: no binding of it to another instance exists (0035). The enqueue statements call it for
 -- each row with a key, before the row's insert; the instance's own keys are the unique index's
--- (the insert's ON CONFLICT). It takes the key's advisory lock (to commit; the pair 7462 and
--- the key's hash, apart from the owners' 7461 and the one-number keys) before it reads, and
--- reads with a snapshot of its own, so a binding that laneway.bind_idempotency_key() committed
--- while this waited for the lock is seen.
+-- (the insert's ON CONFLICT). It takes the key's bucket lock (to commit;
+-- laneway.idempotency_key_bucket; a batch holds it already) before it reads, and reads with a
+-- snapshot of its own, so a binding that laneway.bind_idempotency_key() committed while this
+-- waited for the lock is seen.
 CREATE OR REPLACE FUNCTION laneway.idempotency_key_free(
     p_key text
 ) RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(7462, hashtext(p_key));
+    PERFORM pg_advisory_xact_lock(7462, laneway.idempotency_key_bucket(p_key));
     RETURN NOT EXISTS (SELECT 1 FROM laneway.idempotency_aliases AS a WHERE a.key = p_key);
 END;
 $$;
@@ -1228,7 +1272,7 @@ $$;
 -- enqueue with that key gives way to the instance holding its singleton key, unless an
 -- instance holds the key as its own or a binding has it already; the instance the key answers
 -- with: that one, or p_instance_id, or NULL if p_instance_id is gone (deleted meanwhile: the
--- enqueue tries again). Under the key's advisory lock, as laneway.idempotency_key_free().
+-- enqueue tries again). Under the key's bucket lock, as laneway.idempotency_key_free().
 CREATE OR REPLACE FUNCTION laneway.bind_idempotency_key(
     p_key text,
     p_instance_id uuid
@@ -1238,7 +1282,7 @@ AS $$
 DECLARE
     bound uuid;
 BEGIN
-    PERFORM pg_advisory_xact_lock(7462, hashtext(p_key));
+    PERFORM pg_advisory_xact_lock(7462, laneway.idempotency_key_bucket(p_key));
     SELECT i.instance_id INTO bound FROM laneway.instances AS i WHERE i.idempotency_key = p_key;
     IF NOT FOUND THEN
         SELECT a.instance_id INTO bound FROM laneway.idempotency_aliases AS a WHERE a.key = p_key;
