@@ -61,12 +61,10 @@ async def open_services(
                 database_url,
                 pool_size=settings.pool_size,
                 application_name=f"laneway-{role}-{owner_id}",
-                timeouts=Timeouts(
-                    statement_ms=round(settings.statement_timeout_seconds * 1000),
-                    lock_ms=round(settings.lock_timeout_seconds * 1000),
-                    idle_in_transaction_ms=round(
-                        settings.idle_in_transaction_timeout_seconds * 1000
-                    ),
+                timeouts=Timeouts.from_seconds(
+                    statement=settings.statement_timeout_seconds,
+                    lock=settings.lock_timeout_seconds,
+                    idle_in_transaction=settings.idle_in_transaction_timeout_seconds,
                 ),
             )
         )

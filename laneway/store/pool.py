@@ -49,6 +49,23 @@ class Timeouts:
     lock_ms: int = 2_000
     idle_in_transaction_ms: int = 60_000
 
+    @classmethod
+    def from_seconds(
+        cls, *, statement: float, lock: float, idle_in_transaction: float
+    ) -> "Timeouts":
+        """The timeouts Settings gives in seconds, in PostgreSQL's whole milliseconds."""
+        return cls(
+            statement_ms=_milliseconds(statement),
+            lock_ms=_milliseconds(lock),
+            idle_in_transaction_ms=_milliseconds(idle_in_transaction),
+        )
+
+
+def _milliseconds(seconds: float) -> int:
+    # Rounded up to 1 ms, not down: a positive timeout under half a millisecond would round to
+    # 0, which PostgreSQL takes as "no timeout", the opposite of what was asked for.
+    return 0 if seconds == 0 else max(1, round(seconds * 1000))
+
 
 DEFAULT_TIMEOUTS = Timeouts()
 # Migrations wait for each other on an advisory lock and may rewrite large tables.

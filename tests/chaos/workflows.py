@@ -94,10 +94,10 @@ async def _hold_transaction(seconds: float) -> None:
     # A step that leaves a transaction idle on a connection made the engine's way, with the
     # worker's configured role timeouts: the server must end it, and the attempt fails.
     settings = Settings.from_env(os.environ)
-    timeouts = Timeouts(
-        statement_ms=round(settings.statement_timeout_seconds * 1000),
-        lock_ms=round(settings.lock_timeout_seconds * 1000),
-        idle_in_transaction_ms=round(settings.idle_in_transaction_timeout_seconds * 1000),
+    timeouts = Timeouts.from_seconds(
+        statement=settings.statement_timeout_seconds,
+        lock=settings.lock_timeout_seconds,
+        idle_in_transaction=settings.idle_in_transaction_timeout_seconds,
     )
     url = os.environ["DATABASE_URL"]
     conn = await connect(url, application_name="chaos-step-holder", timeouts=timeouts)

@@ -5,6 +5,7 @@ vacuum's xmin horizon for as long as it likes; the name lets an operator find it
 """
 
 import asyncpg
+import pytest
 
 from laneway.config import Settings
 from laneway.services import open_services
@@ -33,6 +34,32 @@ async def test_pooled_connections_carry_the_configured_timeouts(database_url: st
         "idle": "8900ms",
         "name": "laneway-test-pool",
     }
+
+
+async def test_a_tiny_timeout_is_one_millisecond_when_a_process_opens_its_pool(
+    database_url: str,
+) -> None:
+    # 0.0004 s used to round to 0 ms, which PostgreSQL takes as no timeout at all.
+    settings = Settings(database_url=database_url, owner_id="t1", lock_timeout_seconds=0.0004)
+    async with (
+        open_services(settings, workflows=[noop]) as services,
+        services.store.connection() as conn,
+    ):
+        lock_timeout = await conn.fetchval("SELECT current_setting('lock_timeout')")
+    assert lock_timeout == "1ms"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "milliseconds"),
+    [(0.0, 0), (0.0001, 1), (0.0004, 1), (0.0015, 2), (2.0, 2000), (2_147_483.0, 2_147_483_000)],
+)
+def test_timeouts_in_seconds_are_whole_milliseconds_and_only_zero_turns_one_off(
+    seconds: float, milliseconds: int
+) -> None:
+    timeouts = Timeouts.from_seconds(statement=seconds, lock=seconds, idle_in_transaction=seconds)
+    assert timeouts == Timeouts(
+        statement_ms=milliseconds, lock_ms=milliseconds, idle_in_transaction_ms=milliseconds
+    )
 
 
 async def test_a_process_names_its_connections_by_role_and_owner(
