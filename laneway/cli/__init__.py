@@ -29,6 +29,7 @@ from laneway.cli.client import (
 )
 from laneway.cli.parser import build_parser
 from laneway.config import Settings
+from laneway.engine import faults
 from laneway.errors import InvalidInputError, LanewayError
 from laneway.logs import configure_logging
 
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     configure_logging(logging.INFO if args.command in ("serve", "worker") else logging.WARNING)
     try:
         settings = Settings.from_env(env)
+        faults.check()  # read at import (engine/faults.py), refused here as Settings are
     except InvalidInputError as exc:
         return _fail(str(exc))
     command: Command = args.run

@@ -83,6 +83,7 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
         observer: EngineObserver | None = None,
         tracing: bool = True,
     ) -> None:
+        faults.check()  # a malformed LANEWAY_FAULTS: stop here, not run without its faults
         if lease_seconds <= 0 or poll_interval_seconds <= 0 or concurrency < 1:
             raise InvalidInputError("lease, poll interval and concurrency must be positive")
         if max_recoveries < 0 or shutdown_grace_seconds < 0 or retention_seconds < 0:

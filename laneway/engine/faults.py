@@ -2,8 +2,9 @@
 
 Owns the fault table of this process: which named point does what. The table comes from the
 environment variable LANEWAY_FAULTS, read once at import (not through Settings: a fault is a
-test-only switch that must be armed in any process, and the hot path must cost one module
-attribute read when nothing is armed). The engine calls
+test-only switch that must be armed in any process, the chaos tier's client that builds an
+Engine with no Settings too, and the hot path must cost one module attribute read when nothing
+is armed). The engine calls
 
     if faults.ARMED:
         await faults.hit("before_step")
@@ -14,8 +15,11 @@ at each point. The spec is a comma-separated list of `point=action[@probability]
 
 Actions: `kill` (SIGKILL this process), `raise_conn_lost` (raise the error asyncpg raises when
 the connection died under a query; after a commit that is the ambiguous commit), `sleep:N`
-(asyncio.sleep N seconds). A malformed spec raises ValueError at import, so a process started
-with one fails at start-up instead of running without its faults.
+(asyncio.sleep N seconds). A malformed spec arms nothing and is kept, not raised, at import:
+importing `laneway` (which `laneway --help` does) must not fail on it. `check` raises it as an
+InvalidInputError naming LANEWAY_FAULTS; the CLI calls it beside Settings (one `laneway:` line,
+exit 2) and every Engine on construction, so a process started with a malformed spec still
+stops at start-up instead of running without its faults.
 """
 
 import asyncio
@@ -27,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import asyncpg
+
+from laneway.errors import InvalidInputError
 
 POINTS = frozenset(
     {
@@ -105,15 +111,37 @@ def parse(spec: str) -> dict[str, Fault]:
     return table
 
 
-_table: Mapping[str, Fault] = parse(os.environ.get("LANEWAY_FAULTS", ""))
+def _from_environment(spec: str) -> tuple[Mapping[str, Fault], str | None]:
+    """The table LANEWAY_FAULTS arms, or none and why the spec was refused."""
+    try:
+        return parse(spec), None
+    except ValueError as exc:
+        return {}, str(exc)
+
+
+_table, _refusal = _from_environment(os.environ.get("LANEWAY_FAULTS", ""))
 ARMED: bool = bool(_table)
 """True when any point is armed; the only thing the engine's hot path reads."""
 
 
+def check() -> None:
+    """Refuse to go on in a process whose LANEWAY_FAULTS was malformed at import.
+
+    Raises:
+        InvalidInputError: what was wrong with it, naming LANEWAY_FAULTS.
+    """
+    if _refusal is not None:
+        raise InvalidInputError(_refusal)
+
+
 def arm(spec: str) -> None:
-    """Replace this process's fault table (tests that inject faults in-process)."""
-    global _table, ARMED
-    _table = parse(spec)
+    """Replace this process's fault table (tests that inject faults in-process).
+
+    Raises:
+        ValueError: `spec` is malformed (the table is left as it was).
+    """
+    global _table, _refusal, ARMED
+    _table, _refusal = parse(spec), None
     ARMED = bool(_table)
 
 

@@ -120,10 +120,54 @@ def test_kill_ends_the_process_with_sigkill_when_its_point_is_reached() -> None:
     assert done.returncode == -signal.SIGKILL
 
 
-def test_worker_fails_at_start_up_when_the_spec_is_invalid() -> None:
-    done = _python("import runpy; runpy.run_module('laneway', run_name='__main__')", "before=kill")
-    assert done.returncode != 0
-    assert "ValueError: LANEWAY_FAULTS: unknown point 'before'" in done.stderr
+LANEWAY = (
+    "import runpy, sys; sys.argv[1:] = {argv!r}; runpy.run_module('laneway', run_name='__main__')"
+)
+
+
+@pytest.mark.parametrize("argv", [["worker"], ["migrate"], ["status", "--url", "http://x", "1"]])
+def test_a_command_refuses_in_one_line_with_exit_2_when_the_spec_is_invalid(
+    argv: list[str],
+) -> None:
+    # It used to be a ValueError traceback and exit 1, raised while `laneway` was imported.
+    done = _python(LANEWAY.format(argv=argv), "before=kill")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "laneway: LANEWAY_FAULTS: unknown point 'before' (known: after_checkpoint_commit,"
+        " before_release, before_step, cancel_transition, cron_insert, pause_transition)\n"
+    )
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["worker", "--help"]])
+def test_help_and_version_answer_when_the_spec_is_invalid(argv: list[str]) -> None:
+    done = _python(LANEWAY.format(argv=argv), "bogus")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout
+
+
+def test_an_engine_built_without_the_cli_refuses_when_the_spec_is_invalid() -> None:
+    # The chaos tier's client builds an Engine with no Settings: it must not run unarmed.
+    code = (
+        "from laneway.engine import Engine\n"
+        "from laneway.errors import InvalidInputError\n"
+        "try:\n"
+        "    Engine(None)\n"
+        "except InvalidInputError as exc:\n"
+        "    print(exc)"
+    )
+    done = _python(code, "before_step=sleep:1@0")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (
+        done.stdout == "LANEWAY_FAULTS: probability must be in (0, 1] in 'before_step=sleep:1@0'\n"
+    )
+
+
+def test_arming_in_process_replaces_a_refused_spec(disarmed: None) -> None:
+    faults.arm("before_step=sleep:0")
+    faults.check()  # nothing refused: the table in force was armed well
+    with pytest.raises(ValueError, match="unknown point"):
+        faults.arm("nowhere=kill")
+    assert set(faults.armed()) == {"before_step"}
 
 
 def _fault_calls(path: Path) -> list[tuple[str, bool]]:
