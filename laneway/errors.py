@@ -13,10 +13,12 @@ LanewayError
 
 Knows nothing of GraphQL or HTTP: laneway/api maps each class to an `extensions.code`.
 `raised_alone` lets an error raised in a block that runs the engine beside it come out as
-itself, not in a TaskGroup's ExceptionGroup.
+itself, not in a TaskGroup's ExceptionGroup; `os_error_reason` is how an OSError Laneway
+reports in one line (an address it cannot listen on) says why.
 """
 
 import contextlib
+import os
 from collections.abc import Iterator
 from uuid import UUID
 
@@ -39,6 +41,21 @@ def raised_alone() -> Iterator[None]:
         # would come first, with this one inside it, then again after it).
         explicit = alone.__suppress_context__ or alone.__cause__ is not None
         raise alone from (alone.__cause__ if explicit else alone.__context__)
+
+
+def os_error_reason(exc: OSError) -> str:
+    """Why `exc` happened, in the C library's few words ("Address already in use").
+
+    A host name that does not resolve fails with a negative getaddrinfo code, which
+    os.strerror reads as "Unknown error -2": its own text is said instead ("Name or service
+    not known"), without the "(while attempting to bind ...)" socket.create_server adds.
+    """
+    if exc.errno is not None and exc.errno > 0:
+        # Not exc.strerror: asyncio's bind errors put the address in it, which the caller says.
+        return os.strerror(exc.errno)
+    if exc.strerror:
+        return exc.strerror.split(" (while attempting to bind", 1)[0]
+    return str(exc)
 
 
 class LanewayError(Exception):

@@ -17,7 +17,6 @@ import asyncio
 import bisect
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from laneway.errors import LanewayError
+from laneway.errors import LanewayError, os_error_reason
 from laneway.events import EventHub
 from laneway.model import InstanceRecord, Status, Transition
 from laneway.store import Store
@@ -472,9 +471,8 @@ async def metrics_server(
     try:
         server = await asyncio.start_server(handle, host, port)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise LanewayError(
-            f"cannot serve metrics on {host}:{port} ({given_by}): {reason}"
+            f"cannot serve metrics on {host}:{port} ({given_by}): {os_error_reason(exc)}"
         ) from None
     logger.info("metrics served", extra={"host": host, "port": port})
     async with server:

@@ -545,6 +545,23 @@ async def test_serve_says_in_one_line_why_it_did_not_start(database_url: str) ->
     assert err.strip() == f"laneway: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
+def unresolved(host: str) -> str:
+    """What the name service says of `host`, which does not resolve."""
+    with pytest.raises(socket.gaierror) as failed:
+        socket.getaddrinfo(host, 0)
+    assert failed.value.strerror
+    return failed.value.strerror
+
+
+async def test_serve_says_why_when_its_host_name_does_not_resolve() -> None:
+    # It said "Unknown error -2": os.strerror of the name lookup's own (negative) code.
+    env = environment(None, LANEWAY_ALLOW_INSECURE="1")
+    code, _, err = await laneway("serve", "--host", "not a host", "--port", "18404", env=env)
+    assert code == 1, err
+    assert err == f"laneway: cannot listen on not a host:18404: {unresolved('not a host')}\n"
+    assert "Unknown error" not in err
+
+
 def write_module(folder: Path, name: str, text: str) -> None:
     (folder / f"{name}.py").write_text(text)
 

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.examples import flaky, hello
 from laneway.config import Settings
 from laneway.engine import Done, HandlerContext, Workflow
+from laneway.errors import LanewayError
 from laneway.metrics import STEP_BUCKETS, Metrics, metrics_server
 from laneway.model import JSONValue, Status, Transition
 from laneway.services import open_services
@@ -26,7 +27,7 @@ from laneway.store import Store, open_store
 from laneway.store.pool import Timeouts
 from tests.engine.helpers import eventually, make_engine, until_status
 from tests.processes import run_process
-from tests.test_cli import ROOT, environment
+from tests.test_cli import ROOT, environment, unresolved
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -440,6 +441,18 @@ async def test_a_worker_whose_metrics_port_is_taken_stops_at_once_in_one_line(
     )
     assert "worker started" not in err  # refused before its engine ran
     assert "Traceback" not in err
+
+
+async def test_a_metrics_host_that_does_not_resolve_is_named_with_the_reason(
+    store: Store,
+) -> None:
+    # It said "Unknown error -2": os.strerror of the name lookup's own (negative) code.
+    with pytest.raises(LanewayError) as refused:
+        async with metrics_server(Metrics(), store, host="bad.invalid", port=0):
+            pass
+    assert str(refused.value) == (
+        f"cannot serve metrics on bad.invalid:0 (LANEWAY_METRICS_PORT): {unresolved('bad.invalid')}"
+    )
 
 
 def _families(

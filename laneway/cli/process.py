@@ -23,7 +23,7 @@ from laneway.config import Settings
 from laneway.engine import WorkflowRegistry
 from laneway.engine import check_workflows as check_wiring
 from laneway.engine.registry import error_line, is_missing
-from laneway.errors import InvalidInputError
+from laneway.errors import InvalidInputError, os_error_reason
 from laneway.services import open_services
 from laneway.store.embedded import embedded_postgres
 from laneway.store.migrate import migrate as migrate_database
@@ -138,7 +138,7 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, backlog=backlog)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        reason = os_error_reason(exc)
         raise CommandError(f"cannot listen on {authority(host, port)}: {reason}") from None
 
 
