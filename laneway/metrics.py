@@ -474,6 +474,9 @@ async def metrics_server(
         raise LanewayError(
             f"cannot serve metrics on {host}:{port} ({given_by}): {os_error_reason(exc)}"
         ) from None
-    logger.info("metrics served", extra={"host": host, "port": port})
+    # The port bound, not the one asked for: 0 is any free port, and the log is where it shows
+    # (as `serve --port 0` logs its real URL).
+    bound = server.sockets[0].getsockname()[1] if server.sockets else port
+    logger.info("metrics served", extra={"host": host, "port": bound})
     async with server:
         yield

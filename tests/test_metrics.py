@@ -4,6 +4,7 @@ parsed with the client library's own parser."""
 
 import asyncio
 import dataclasses
+import logging
 import signal
 import socket
 import sys
@@ -384,6 +385,22 @@ async def test_the_metrics_port_takes_a_query_string_and_head_and_refuses_other_
         assert refused.status_code == 405
         assert refused.headers["allow"] == "GET, HEAD"
     assert elsewhere.status_code == 404
+
+
+async def test_the_metrics_log_names_the_port_bound_when_any_free_port_was_asked_for(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It logged "port": 0, the port asked for, which no scraper can reach.
+    metrics = Metrics()
+    with caplog.at_level(logging.INFO, logger="laneway.metrics"):
+        async with metrics_server(metrics, store, host="127.0.0.1", port=0):
+            [served] = [r for r in caplog.records if r.getMessage() == "metrics served"]
+            port = served.__dict__["port"]
+            assert port != 0
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                scraped = await client.get("/metrics")
+    await metrics.aclose()
+    assert scraped.status_code == 200
 
 
 def test_settings_read_the_metrics_port() -> None:
