@@ -19,6 +19,14 @@ DAY_SECONDS = 86_400.0
 MAX_TIMEOUT_SECONDS = 2_147_483.0  # PostgreSQL's timeouts are int milliseconds (~24.8 days)
 MAX_COUNT = 1_000_000  # concurrency, rates, bursts and caps: far past any real setting
 ANY_HOST = "*"
+# Every connection names its process in application_name, `laneway-<role>-<owner id>`
+# (services.py), the longest role being `listener`. PostgreSQL keeps 63 bytes of it
+# (NAMEDATALEN - 1) and only printable ASCII: a longer or other owner id would be cut or
+# altered there, and pg_stat_activity (or the chaos checker, which reads the owner back out
+# of it) would name a process that does not exist.
+APPLICATION_NAME_BYTES = 63
+MAX_OWNER_ID_LENGTH = APPLICATION_NAME_BYTES - len("laneway-listener-")
+_OWNER_ID = re.compile(r"[!-~]+")  # printable ASCII, no space
 _HOST = re.compile(
     r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)\.?(?::(?P<port>[0-9]{1,5}))?"
 )
@@ -129,6 +137,28 @@ def _hosts(environ: Mapping[str, str], key: str) -> tuple[str, ...]:
     return entries
 
 
+def _owner_id(raw: str | None) -> str | None:
+    """LANEWAY_OWNER_ID, or None (a generated one) when unset or blank.
+
+    Raises:
+        InvalidInputError: longer than MAX_OWNER_ID_LENGTH, or not printable ASCII.
+    """
+    if raw is None or raw.strip() == "":
+        return None
+    if _OWNER_ID.fullmatch(raw) is None:
+        raise InvalidInputError(
+            "LANEWAY_OWNER_ID must be printable ASCII with no spaces (PostgreSQL's"
+            f" application_name keeps no other), not {raw!r}"
+        )
+    if len(raw) > MAX_OWNER_ID_LENGTH:
+        raise InvalidInputError(
+            f"LANEWAY_OWNER_ID must be at most {MAX_OWNER_ID_LENGTH} characters, not"
+            f" {len(raw)}: it is named in application_name (laneway-listener-<id>), which"
+            f" PostgreSQL cuts at {APPLICATION_NAME_BYTES} bytes"
+        )
+    return raw
+
+
 def _database_url(url: str | None) -> str | None:
     """DATABASE_URL, when it names a PostgreSQL server (postgresql:// or postgres://).
 
@@ -226,7 +256,7 @@ class Settings:
             lease_seconds=_number(environ, "LANEWAY_LEASE_SECONDS", 30.0, 0.5, DAY_SECONDS),
             poll_interval_seconds=_number(environ, "LANEWAY_POLL_SECONDS", 2.0, 0.01, 3600.0),
             worker_concurrency=_whole(environ, "LANEWAY_WORKER_CONCURRENCY", 100, 1, MAX_COUNT),
-            owner_id=environ.get("LANEWAY_OWNER_ID") or None,
+            owner_id=_owner_id(environ.get("LANEWAY_OWNER_ID")),
             max_recoveries=_whole(environ, "LANEWAY_MAX_RECOVERIES", 3, 0, 1000),
             shutdown_grace_seconds=_number(
                 environ, "LANEWAY_SHUTDOWN_GRACE", 8.0, 0.0, DAY_SECONDS

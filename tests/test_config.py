@@ -107,3 +107,28 @@ def test_a_database_url_that_is_not_a_postgresql_one_is_refused(url: str, says: 
 )
 def test_postgresql_urls_are_taken_as_they_are(url: str) -> None:
     assert Settings.from_env({"DATABASE_URL": url}).database_url == url
+
+
+def test_an_owner_id_is_taken_up_to_what_application_name_holds() -> None:
+    longest = "w" * 46
+    assert len(f"laneway-listener-{longest}") == 63  # PostgreSQL's application_name keeps 63
+    assert Settings.from_env({"LANEWAY_OWNER_ID": longest}).owner_id == longest
+    assert Settings.from_env({"LANEWAY_OWNER_ID": "host-1:42:ab/c_d.e"}).owner_id == (
+        "host-1:42:ab/c_d.e"
+    )
+    assert Settings.from_env({"LANEWAY_OWNER_ID": " "}).owner_id is None  # blank: generated
+
+
+def test_an_owner_id_application_name_would_cut_is_refused_by_name() -> None:
+    # It was taken, and PostgreSQL cut laneway-<role>-<id> at 63 bytes without a word.
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^LANEWAY_OWNER_ID must be at most 46 characters, not 47: .* cuts at 63 bytes$",
+    ):
+        Settings.from_env({"LANEWAY_OWNER_ID": "w" * 47})
+
+
+@pytest.mark.parametrize("raw", ["wörker", "a b", "tab\there", "nul\x00"])
+def test_an_owner_id_that_is_not_printable_ascii_is_refused_by_name(raw: str) -> None:
+    with pytest.raises(InvalidInputError, match=r"^LANEWAY_OWNER_ID must be printable ASCII"):
+        Settings.from_env({"LANEWAY_OWNER_ID": raw})

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from uuid import UUID
 
+from laneway.config import MAX_OWNER_ID_LENGTH
 from laneway.engine import faults, tracing
 from laneway.engine.bulk_calls import BulkCalls
 from laneway.engine.claim_loop import ClaimLoop
@@ -61,7 +62,10 @@ DEFAULT_RETENTION_SECONDS = 7 * 86_400.0
 
 
 def default_owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """host:pid:random, the host name shortened so that it fits LANEWAY_OWNER_ID's limit (a
+    long pod name would otherwise be cut in application_name; pid and random keep it unique)."""
+    unique = f":{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return socket.gethostname()[: MAX_OWNER_ID_LENGTH - len(unique)] + unique
 
 
 class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCalls):

@@ -4,10 +4,13 @@ PostgreSQL turns every timeout off by default, and one stuck transaction then ho
 vacuum's xmin horizon for as long as it likes; the name lets an operator find its process.
 """
 
+import socket
+
 import asyncpg
 import pytest
 
-from laneway.config import Settings
+from laneway.config import MAX_OWNER_ID_LENGTH, Settings
+from laneway.engine.engine import default_owner_id
 from laneway.services import open_services
 from laneway.store import open_store
 from laneway.store.pool import Timeouts
@@ -85,6 +88,35 @@ async def test_a_process_names_its_connections_by_role_and_owner(
     assert lock_timeout == "3s"
     assert before_running == {"laneway-worker-w7"}
     assert while_running == {"laneway-worker-w7", "laneway-listener-w7"}
+
+
+async def test_the_longest_owner_id_is_named_whole_in_every_connection(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    owner_id = "o" * MAX_OWNER_ID_LENGTH
+    settings = Settings.from_env({"DATABASE_URL": database_url, "LANEWAY_OWNER_ID": owner_id})
+    async with open_services(settings, workflows=[noop]) as services, services.engine.running():
+        rows = await eventually(
+            lambda: admin.fetch(
+                "SELECT DISTINCT application_name FROM pg_stat_activity"
+                " WHERE application_name LIKE 'laneway-%-ooo%'"
+            ),
+            lambda found: len(found) == 2,
+        )
+    assert {row["application_name"] for row in rows} == {
+        f"laneway-worker-{owner_id}",
+        f"laneway-listener-{owner_id}",
+    }
+
+
+def test_a_generated_owner_id_fits_whatever_the_host_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "h" * 64)  # Linux's HOST_NAME_MAX
+    generated = default_owner_id()
+    assert len(generated) == MAX_OWNER_ID_LENGTH
+    assert generated.startswith("hhh")
+    assert Settings.from_env({"LANEWAY_OWNER_ID": generated}).owner_id == generated
 
 
 async def test_an_engine_run_as_a_library_registers_as_a_worker(
