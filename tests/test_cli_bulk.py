@@ -134,6 +134,23 @@ async def test_a_terminal_is_asked_and_only_yes_goes_on(store: Store, database_u
     assert await _statuses(store) == ["cancelled"] * 2
 
 
+async def test_one_matching_instance_is_asked_about_in_the_singular(
+    store: Store, database_url: str
+) -> None:
+    # It asked "Cancel 1 instances?" and said "1 instances match; pass --yes to cancel them".
+    await _enqueue(store, 1)
+    env = environment(database_url)
+    code, _, err = await _at_terminal("cancel", "--filter", "queue=hello", env=env, answer="n")
+    assert code == 2
+    assert "Cancel 1 instance? [y/N]" in err
+    code, _, err = await _without_terminal("cancel", "--filter", "queue=hello", env=env)
+    assert code == 2
+    assert err == (
+        "laneway: 1 instance matches; pass --yes to cancel it (or --dry-run to only count it)\n"
+    )
+    assert await _statuses(store) == ["pending"]
+
+
 async def test_ctrl_c_at_the_question_ends_at_once_and_changes_nothing(
     store: Store, database_url: str
 ) -> None:

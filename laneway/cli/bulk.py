@@ -95,13 +95,17 @@ def parse_filter(pairs: list[str]) -> JSONObject:
     return where
 
 
+def _instances(count: int) -> str:
+    return "1 instance" if count == 1 else f"{count} instances"
+
+
 async def _confirmed(action: str, matched: int) -> bool:
     """Ask at the terminal; False for anything but y or yes.
 
     Raises:
         CommandError: Ctrl-C instead of an answer (exit 130; nothing was changed).
     """
-    sys.stderr.write(f"{VERBS[action].capitalize()} {matched} instances? [y/N] ")
+    sys.stderr.write(f"{VERBS[action].capitalize()} {_instances(matched)}? [y/N] ")
     sys.stderr.flush()
     try:
         answer = await _typed_line(sys.stdin.fileno())
@@ -156,9 +160,11 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
             return EXIT_OK
         if not args.yes:
             if not sys.stdin.isatty():
+                one = dry["matched"] == 1
                 raise CommandError(
-                    f"{dry['matched']} instances match; pass --yes to {VERBS[action]} them"
-                    " (or --dry-run to only count them)",
+                    f"{_instances(dry['matched'])} {'matches' if one else 'match'}; pass --yes"
+                    f" to {VERBS[action]} {'it' if one else 'them'} (or --dry-run to only"
+                    f" count {'it' if one else 'them'})",
                     EXIT_USAGE,
                 )
             if not await _confirmed(action, dry["matched"]):
@@ -169,7 +175,8 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
             # Ctrl-C: the batches committed so far stay changed, and the count is lost with the
             # call. A repeat changes each instance at most once, so it finishes the rest.
             raise CommandError(
-                f"interrupted: some of the {dry['matched']} instances may have changed;"
+                f"interrupted: {'the' if dry['matched'] == 1 else 'some of the'}"
+                f" {_instances(dry['matched'])} may have changed;"
                 " run the same command again to finish (or add --dry-run to count what is left)",
                 EXIT_INTERRUPTED,
             ) from None

@@ -319,6 +319,24 @@ async def test_an_instance_that_keeps_losing_its_worker_is_dead_lettered(store: 
     assert retried.recoveries == 0
 
 
+async def test_a_worker_lost_once_is_said_once_when_no_recovery_is_allowed(store: Store) -> None:
+    # LANEWAY_MAX_RECOVERIES=0: the first loss dead-letters; it read "lost 1 times".
+    engine = make_engine(store, noop)
+    enqueued = await engine.enqueue("noop")
+    assert len(await store.claim("doomed", ["noop@1"], 10, 30.0)) == 1
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
+        )
+    [recovered] = await store.recover_expired_leases(max_recoveries=0)
+    dead = await engine.get(enqueued.instance_id)
+    assert recovered.status == Status.FAILED
+    assert dead is not None
+    assert dead.last_error == (
+        "DeadLettered: its worker was lost 1 time (recovery cap 0), last during attempt 1"
+    )
+
+
 def _two_steps(gate: asyncio.Event, entered: asyncio.Event, second_ran: list[str]) -> Workflow:
     async def first(ctx: HandlerContext, params: object) -> Next:
         entered.set()

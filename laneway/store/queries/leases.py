@@ -130,7 +130,8 @@ judged AS (
            END AS stage,
            CASE WHEN i.recoveries >= $2::integer
                 THEN 'DeadLettered: its worker was lost ' || (i.recoveries + 1)
-                     || ' times (recovery cap ' || $2::integer || '), last during attempt ' || i.attempts
+                     || CASE WHEN i.recoveries = 0 THEN ' time' ELSE ' times' END
+                     || ' (recovery cap ' || $2::integer || '), last during attempt ' || i.attempts
                 WHEN i.attempts - i.attempt_base >= i.max_attempts
                 THEN 'WorkerLost: lease expired during attempt ' || i.attempts || ' ('
                      || (i.attempts - i.attempt_base) || ' of ' || i.max_attempts
