@@ -1,8 +1,10 @@
-"""The trace of one HTTP request or websocket: its id, and whether it found the database down.
+"""The trace of one HTTP request or websocket: its id, whether it found the database down, and
+what of it has already happened.
 
 Owns the context variable that carries a Trace through everything a request runs, tasks it
 starts included, and the rule for request ids. http/request_ids.py sets it; graphql/errors.py
-reads it to put the id on masked errors and to mark a request as SERVICE_UNAVAILABLE; log records of
+reads it to put the id on masked errors and to mark a request as SERVICE_UNAVAILABLE, and
+graphql/fields.py to list the root mutation fields that completed; log records of
 `laneway.api.*` loggers get the id as `request_id`.
 """
 
@@ -20,10 +22,28 @@ _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 @dataclass(slots=True)
 class Trace:
-    """What the middleware and the error mapping share about one request."""
+    """What the middleware, the error mapping and the mutation fields share about one request.
+
+    `completed` lists an HTTP request's root mutation fields that completed, by response key:
+    they run one after another, each in its own transaction, so these committed whatever comes
+    after. It is None on a websocket, whose trace lasts as long as the connection.
+    """
 
     request_id: str
     database_unavailable: bool = False
+    answered_data: bool = False  # the GraphQL result's `data` was not null
+    completed: list[str] | None = None
+
+    def nothing_done(self) -> bool:
+        """True when the answer holds no data and no root mutation field completed: only then
+        may a status tell the client to send the request again (503 with Retry-After), since
+        a retry would discard data or repeat a write otherwise."""
+        return not self.answered_data and not self.completed
+
+    def record_completed(self, response_key: str) -> None:
+        """Note that the root mutation field answered under `response_key` completed."""
+        if self.completed is not None:
+            self.completed.append(response_key)
 
 
 _current: ContextVar[Trace | None] = ContextVar("laneway_trace", default=None)

@@ -14,6 +14,7 @@ from laneway.api.graphql.errors import STOP_AT
 from laneway.api.graphql.schema import schema
 from laneway.api.http.asgi import Receive, Scope, Send
 from laneway.api.http.deadline import OperationDeadline
+from laneway.api.request_trace import Trace, traced
 from laneway.engine import EnqueueRequest
 from tests.api.conftest import (
     TOKEN,
@@ -164,10 +165,14 @@ async def test_a_bulk_action_stopped_before_its_deadline_is_timeout_with_its_cou
         await services.engine.enqueue_many([EnqueueRequest(name="noop") for _ in range(250)])
         request = Request({"type": "http", "headers": [], STOP_AT: 0.0})
         context = await laneway_context(services, request)
-        result = await schema.execute(
-            'mutation { cancelWorkflows(filter: {name: "noop"}) { matched changed } }',
-            context_value=context,
-        )
+        with traced(Trace(request_id="bulk", completed=[])) as trace:
+            result = await schema.execute(
+                'mutation { cancelWorkflows(filter: {name: "noop"}) { matched changed } }',
+                context_value=context,
+            )
+    # Its first batch committed: no answer to the request may say that nothing happened.
+    assert trace.completed == ["cancelWorkflows"]
+    assert not trace.nothing_done()
     assert result.data is None
     assert result.errors is not None
     [error] = result.errors

@@ -97,3 +97,78 @@ async def test_a_websocket_query_past_the_deadline_gets_a_timeout_error_and_the_
         reply = await websocket_reply(ws, "after", INSTANCES)
         assert reply["type"] == "next"
         assert reply["payload"]["data"] == {"workflowInstances": []}
+
+
+@asynccontextmanager
+async def table_locked(admin: asyncpg.Connection, table: str) -> AsyncIterator[None]:
+    async with admin.transaction():
+        await admin.execute(f"LOCK TABLE laneway.{table} IN ACCESS EXCLUSIVE MODE")
+        yield
+
+
+ENQUEUE_THEN_SCHEDULE = (
+    'mutation { a: enqueueWorkflow(name: "noop", params: {tag: "audit"}) { instanceID }'
+    ' b: setScheduleEnabled(name: "zz", enabled: true) { name } }'
+)
+
+
+async def enqueued_tags(admin: asyncpg.Connection) -> list[object]:
+    rows = await admin.fetch("SELECT params->>'tag' AS tag FROM laneway.instances")
+    return [row["tag"] for row in rows]
+
+
+async def test_a_lock_stall_in_one_field_of_an_answer_with_data_is_200_without_retry_after(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # An outside audit: 503 + Retry-After went out with the other fields' data in the body
+    # (GraphQL over HTTP: non-null data is a 2xx).
+    settings = make_settings(
+        database_url, engine_enabled=False, operation_timeout_seconds=5, lock_timeout_seconds=0.2
+    )
+    query = (
+        '{ workflows { name } workflowInstance(instanceID: "00000000-0000-0000-0000-000000000001")'
+        " { status } }"
+    )
+    async with live_server(settings) as server:
+        async with instances_locked(admin):
+            response = await server.client.post("/graphql", json={"query": query})
+        assert response.status_code == 200, response.text
+        assert "retry-after" not in response.headers
+        body = response.json()
+        assert body["data"]["workflows"]
+        assert body["data"]["workflowInstance"] is None
+        [error] = body["errors"]
+        assert error["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+        assert error["path"] == ["workflowInstance"]
+
+
+async def test_a_lock_stall_after_a_root_mutation_field_committed_is_200_without_retry_after(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # An outside audit: the enqueue had committed, yet the answer was 503 + Retry-After, which
+    # docs/limits.md tells a client to retry: a duplicate enqueue.
+    settings = make_settings(
+        database_url, engine_enabled=False, operation_timeout_seconds=5, lock_timeout_seconds=0.2
+    )
+    async with live_server(settings) as server:
+        async with table_locked(admin, "schedules"):
+            response = await server.client.post("/graphql", json={"query": ENQUEUE_THEN_SCHEDULE})
+        assert response.status_code == 200, response.text
+        assert "retry-after" not in response.headers
+        body = response.json()
+        assert body["data"] is None
+        [error] = body["errors"]
+        assert error["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+        assert error["path"] == ["b"]
+        assert await enqueued_tags(admin) == ["audit"]
+        # With nothing written, the same stall is still 503: sending it again repeats nothing.
+        async with table_locked(admin, "schedules"):
+            response = await server.client.post(
+                "/graphql",
+                json={
+                    "query": 'mutation { setScheduleEnabled(name: "zz", enabled: true) { name } }'
+                },
+            )
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "2"
+        assert response.json()["data"] is None

@@ -2,10 +2,10 @@
 
 Owns what a client sees when something goes wrong. Domain errors (laneway/errors.py) get their
 code here; UNAUTHENTICATED and FORBIDDEN are the API layer's own. A database that cannot be
-reached is SERVICE_UNAVAILABLE (HTTP 503, see http/request_ids.py), with a message that names no
-host, driver or statement. Anything else is masked as "Unexpected error.", with the code
-INTERNAL_SERVER_ERROR and the request id in `extensions.requestId`, and logged once with its
-traceback (schema.py). Also the JSON
+reached is SERVICE_UNAVAILABLE (HTTP 503 when the answer has no data and nothing was written,
+see http/request_ids.py), with a message that names no host, driver or statement. Anything
+else is masked as "Unexpected error.", with the code INTERNAL_SERVER_ERROR and the request id
+in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
 error bodies the middlewares answer with (413, 429, 503, 504).
 
 Codes travel two ways. Every Laneway field carries CodedErrors, which turns a mapped

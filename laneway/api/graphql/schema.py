@@ -49,6 +49,7 @@ from laneway.api.graphql.query import LanewayQuery
 from laneway.api.graphql.result_size import ResultSizeGuard, ResultSizeLimit
 from laneway.api.graphql.spans import OperationSpans
 from laneway.api.graphql.subscription import LanewaySubscription
+from laneway.api.request_trace import current_trace
 from laneway.engine import tracing
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ class ErrorCodes(MaskErrors):
         next(masking, None)  # MaskErrors masks what it must, and ends
         for error in getattr(result, "errors", None) or ():
             add_code(error)
+        trace = current_trace()
+        if trace is not None and getattr(result, "data", None) is not None:
+            trace.answered_data = True  # an answer with data is not a 503 (http/request_ids.py)
 
     def on_stream_result(self, result: ExecutionResult) -> Iterator[None]:  # type: ignore[override]
         for error in result.errors or ():

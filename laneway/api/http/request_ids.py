@@ -3,9 +3,11 @@
 Owns the outermost pure ASGI middleware. Every HTTP response and websocket handshake gets an
 `X-Request-ID` header (the caller's, when it is sane, else a fresh one), and the id is the
 current Trace while the request runs. A /graphql answer that found the database unavailable
-(errors.py marks the trace) goes out as 503 with a Retry-After. On a websocket, masked errors
-in `next` and `error` frames get the connection's id as `extensions.requestId`, as they do
-over HTTP (Strawberry masks websocket results after errors.py has seen them).
+(errors.py marks the trace) goes out as 503 with a Retry-After, unless it holds data or a root
+mutation field of it completed (Trace.nothing_done): GraphQL over HTTP answers non-null data
+with a 2xx, and a retry would repeat a write, so it stays 200 with its errors. On a websocket,
+masked errors in `next` and `error` frames get the connection's id as `extensions.requestId`,
+as they do over HTTP (Strawberry masks websocket results after errors.py has seen them).
 """
 
 import json
@@ -90,7 +92,10 @@ class RequestIds:
         # current trace: uvicorn may start a connection's next request in the task of the
         # one before, whose trace it then still sees.
         enclosing: Trace | None = scope.get(_SCOPE_KEY)
-        trace = enclosing or Trace(request_id=request_id_for(_incoming_request_id(scope)))
+        trace = enclosing or Trace(
+            request_id=request_id_for(_incoming_request_id(scope)),
+            completed=[] if scope["type"] == "http" else None,
+        )
         scope[_SCOPE_KEY] = trace
         header = (_HEADER, trace.request_id.encode())
         is_graphql = route_path(scope).rstrip("/") == self.path
@@ -100,7 +105,12 @@ class RequestIds:
             if kind in _STARTS:
                 if enclosing is None:
                     message = _with_header(message, header)
-                if is_graphql and trace.database_unavailable and message.get("status") == 200:
+                if (
+                    is_graphql
+                    and trace.database_unavailable
+                    and message.get("status") == 200
+                    and trace.nothing_done()
+                ):
                     message = _unavailable(message)
             elif (
                 enclosing is None
