@@ -172,3 +172,36 @@ async def test_a_lock_stall_after_a_root_mutation_field_committed_is_200_without
         assert response.status_code == 503, response.text
         assert response.headers["retry-after"] == "2"
         assert response.json()["data"] is None
+
+
+async def test_the_deadline_after_a_root_mutation_field_committed_says_so_and_is_not_504(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # An outside audit: the answer was 504 TIMEOUT, which docs/limits.md said meant "rolled
+    # back", while the enqueue before the stalled field had committed (and later ran).
+    settings = make_settings(
+        database_url, engine_enabled=False, operation_timeout_seconds=0.5, lock_timeout_seconds=5
+    )
+    async with live_server(settings) as server:
+        async with table_locked(admin, "schedules"):
+            response = await server.client.post(
+                "/graphql",
+                json={"query": ENQUEUE_THEN_SCHEDULE},
+                headers={"accept": "application/graphql-response+json"},
+            )
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("application/graphql-response+json")
+        body = response.json()
+        assert body["data"] is None
+        [error] = body["errors"]
+        assert error["extensions"] == {"code": "TIMEOUT", "completed": ["a"]}
+        assert "0.5 s" in error["message"]
+        assert "stay done" in error["message"]
+        assert await enqueued_tags(admin) == ["audit"]
+        # Nothing completed: 504, and nothing of it stays.
+        async with table_locked(admin, "instances"):
+            response = await server.client.post("/graphql", json={"query": ENQUEUE_THEN_SCHEDULE})
+        assert response.status_code == 504, response.text
+        [error] = response.json()["errors"]
+        assert error["extensions"] == {"code": "TIMEOUT"}
+        assert await enqueued_tags(admin) == ["audit"]

@@ -26,7 +26,7 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
 import asyncpg
@@ -281,10 +281,20 @@ def public_error(error: BaseException) -> dict[str, object]:
     return {"message": MASKED_MESSAGE, "extensions": {"code": INTERNAL_SERVER_ERROR}}
 
 
-def error_body(message: str, code: str) -> bytes:
-    """A GraphQL-shaped error document: `{"errors": [{"message", "extensions": {"code"}}]}`."""
-    error = {"message": message, "extensions": {"code": code}}
-    return json.dumps({"errors": [error]}).encode()
+def error_body(
+    message: str,
+    code: str,
+    *,
+    details: Mapping[str, object] | None = None,
+    executed: bool = False,
+) -> bytes:
+    """A GraphQL-shaped error document: `{"errors": [{"message", "extensions": {"code",
+    **details}}]}`, with `"data": null` when the operation had begun to execute (a request
+    refused before that has no `data`, as the GraphQL spec's response section has it)."""
+    error = {"message": message, "extensions": {"code": code, **(details or {})}}
+    document: dict[str, object] = {"data": None} if executed else {}
+    document["errors"] = [error]
+    return json.dumps(document).encode()
 
 
 async def send_error(
@@ -294,9 +304,13 @@ async def send_error(
     code: str,
     headers: Iterable[tuple[bytes, bytes]] = (),
     media_type: str = "application/json",
+    *,
+    details: Mapping[str, object] | None = None,
+    executed: bool = False,
 ) -> None:
-    """Answer an HTTP request with `status` and an error document, from an ASGI middleware."""
-    body = error_body(message, code)
+    """Answer an HTTP request with `status` and an error document (`error_body`), from an ASGI
+    middleware."""
+    body = error_body(message, code, details=details, executed=executed)
     await send(
         {
             "type": "http.response.start",

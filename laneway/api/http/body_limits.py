@@ -15,7 +15,7 @@ from typing import Any
 from laneway.api.graphql.documents import operation_refusal
 from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE, send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
-from laneway.api.http.media_type import error_media_type
+from laneway.api.http.media_type import answered_media_type
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, parse_refusal, strict_json_loads
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,9 @@ class RequestLimits:
             return
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
-            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, media_type=_answered(scope))
+            await send_error(
+                send, 413, TOO_LARGE, BAD_REQUEST, media_type=answered_media_type(scope)
+            )
             return
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -104,30 +106,26 @@ class RequestLimits:
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except BodyTooLargeError:
-            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, media_type=_answered(scope))
+            await send_error(
+                send, 413, TOO_LARGE, BAD_REQUEST, media_type=answered_media_type(scope)
+            )
             return
         if _is_json(scope):
             try:
                 decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 why = parse_refusal(exc, "the request body")
-                await send_error(send, 400, why, BAD_REQUEST, media_type=_answered(scope))
+                await send_error(send, 400, why, BAD_REQUEST, media_type=answered_media_type(scope))
                 return
             refusal = not_an_object(decoded)
             refused = None if refusal is None else (refusal, BAD_REQUEST)
             if refused is None and isinstance(decoded, dict):
                 refused = request_refusal(decoded, self.max_tokens)
             if refused is not None:
-                await send_error(send, 400, *refused, media_type=_answered(scope))
+                await send_error(send, 400, *refused, media_type=answered_media_type(scope))
                 return
             scope[DECODED_BODY] = decoded
         await self.app(scope, _replay(body, receive), send)
-
-
-def _answered(scope: Scope) -> str:
-    """The content type of an error document here: the one the request's Accept asks for."""
-    accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), None)
-    return error_media_type(accept)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -1,8 +1,8 @@
 """OperationDeadline: a /graphql request must answer within LANEWAY_OPERATION_TIMEOUT.
 
-Owns the wall clock of one HTTP operation, as a pure ASGI middleware; streamed subscriptions
-are exempt once their response starts. The websocket side keeps its own per-operation clock
-(websocket.py).
+Owns the wall clock of one HTTP operation, as a pure ASGI middleware, and what its answer says
+has happened; streamed subscriptions are exempt once their response starts. The websocket side
+keeps its own per-operation clock (websocket.py).
 """
 
 import asyncio
@@ -10,6 +10,8 @@ import logging
 
 from laneway.api.graphql.errors import STOP_AT, TIMEOUT, send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
+from laneway.api.http.media_type import answered_media_type
+from laneway.api.request_trace import current_trace
 
 logger = logging.getLogger(__name__)
 
@@ -17,8 +19,13 @@ logger = logging.getLogger(__name__)
 class OperationDeadline:
     """Pure ASGI middleware: a GraphQL request on `path` must answer within `seconds`.
 
-    Past the deadline the request is cancelled (its transaction rolls back) and answered
-    504 with code TIMEOUT. Once the response has started the clock stops, so streamed
+    Past the deadline the request is cancelled, and the transaction running then rolls back.
+    A query has nothing else, nor has a mutation none of whose root fields completed: 504
+    TIMEOUT. But root mutation fields run one after another, each in its own transaction, so
+    those that completed before the deadline stay done: then the answer is 200 with
+    `data: null` and a TIMEOUT error listing them (`extensions.completed`, their response
+    keys, from the request's Trace), never a status that says nothing happened and invites the
+    same request again. Once the response has started the clock stops, so streamed
     subscriptions are exempt. `seconds` 0 turns the deadline off.
     """
 
@@ -53,7 +60,27 @@ class OperationDeadline:
         except TimeoutError:
             if started or not deadline.expired():
                 raise
-            logger.warning("operation timed out", extra={"seconds": self.seconds})
+            trace = current_trace()
+            completed = list(trace.completed or ()) if trace is not None else []
+            logger.warning(
+                "operation timed out", extra={"seconds": self.seconds, "completed": completed}
+            )
+            took = f"The operation took longer than {self.seconds:g} s."
+            media_type = answered_media_type(scope)
+            if not completed:
+                await send_error(send, 504, took, TIMEOUT, media_type=media_type)
+                return
+            message = (
+                f"{took} The root mutation fields that completed before then stay done"
+                f" ({', '.join(completed)}); the one running was rolled back, and any after it"
+                " did not run."
+            )
             await send_error(
-                send, 504, f"The operation took longer than {self.seconds:g} s.", TIMEOUT
+                send,
+                200,
+                message,
+                TIMEOUT,
+                media_type=media_type,
+                details={"completed": completed},
+                executed=True,
             )

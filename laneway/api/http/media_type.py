@@ -12,6 +12,7 @@ import functools
 from strawberry.types import ExecutionResult
 
 from laneway.api.graphql.errors import is_database_unavailable, is_expected
+from laneway.api.http.asgi import Scope
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
 GRAPHQL_RESPONSE_CONTENT_TYPE = f"{GRAPHQL_RESPONSE}; charset=utf-8"
@@ -78,3 +79,9 @@ def error_media_type(accept: str | None) -> str:
     """The content type of an error document answered before any GraphQL ran (a body that
     is not JSON, no operation to run): the one the client asked for, as for any answer."""
     return GRAPHQL_RESPONSE_CONTENT_TYPE if wants_graphql_response(accept) else "application/json"
+
+
+def answered_media_type(scope: Scope) -> str:
+    """`error_media_type` for an HTTP scope, from an ASGI middleware: the request's Accept."""
+    accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), None)
+    return error_media_type(accept)
