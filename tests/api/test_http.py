@@ -251,11 +251,11 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
     (
         "text-plain",
         {"content": DOC.encode(), "headers": {"content-type": "text/plain"}},
-        400,
+        415,
         "Unsupported",
     ),
-    ("form", {"data": {"query": DOC}}, 400, ""),
-    ("multipart", {"files": {"query": ("q", DOC.encode())}}, 400, ""),
+    ("form", {"data": {"query": DOC}}, 415, "Unsupported content type"),
+    ("multipart", {"files": {"query": ("q", DOC.encode())}}, 415, "Unsupported content type"),
     ("batch", {"json": [{"query": DOC}, {"query": DOC}]}, 400, "Batching is not enabled"),
     ("query-not-string", {"json": {"query": 123}}, 400, "must be a string"),
     ("variables-list", {"json": {"query": DOC, "variables": [1, 2]}}, 400, "must be an object"),
@@ -414,14 +414,73 @@ async def test_strawberrys_request_errors_are_json_documents(server: LiveServer)
     unsupported = await server.client.post(
         "/graphql", content=DOC.encode(), headers={"content-type": "text/plain"}
     )
-    for response, message in (
-        (empty, "No GraphQL query found"),
-        (unsupported, "Unsupported content type"),
+    for response, status, message in (
+        (empty, 400, "No GraphQL query found"),
+        (unsupported, 415, "Unsupported content type"),
     ):
-        assert response.status_code == 400
+        assert response.status_code == status
         assert response.headers["content-type"] == "application/json"
         (error,) = response.json()["errors"]
         assert message in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "message", "accepted"),
+    [
+        (
+            {"content-type": "text/plain"},
+            "Unsupported content type",
+            ("accept", "application/json"),
+        ),
+        ({"content-type": "application/graphql"}, "Unsupported content type", None),
+        ({"content-type": "application/x-www-form-urlencoded"}, "Unsupported content type", None),
+        ({"content-type": "multipart/form-data; boundary=x"}, "Unsupported content type", None),
+        ({"content-type": "application/vnd.foo+json"}, "Unsupported content type", None),
+        ({}, "Unsupported content type", None),
+        ({"content-type": "application/json; charset=latin1"}, "Unsupported charset", None),
+        (
+            {"content-type": "application/json", "content-encoding": "gzip"},
+            "Unsupported content encoding",
+            ("accept-encoding", "identity"),
+        ),
+    ],
+    ids=["text", "graphql", "form", "multipart", "vnd-json", "none", "latin1", "gzip"],
+)
+async def test_a_body_the_server_cannot_read_is_415(
+    server: LiveServer,
+    headers: dict[str, str],
+    message: str,
+    accepted: tuple[str, str] | None,
+) -> None:
+    # An outside audit: these were 400 (or, for a charset or a content coding, read as plain
+    # UTF-8 JSON); GraphQL over HTTP and RFC 9110 say 415.
+    body = json.dumps({"query": DOC}).encode()
+    response = await server.client.post("/graphql", content=body, headers=headers)
+    assert response.status_code == 415, response.text
+    assert response.headers["content-type"] == "application/json"
+    (error,) = response.json()["errors"]
+    assert error["message"].startswith(message)
+    assert error["extensions"] == {"code": "BAD_REQUEST"}
+    if accepted is not None:
+        assert response.headers[accepted[0]] == accepted[1]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"content-type": "application/json; charset=utf-8"},
+        {"content-type": 'Application/JSON; Charset="UTF-8"'},
+        {"content-type": "application/json", "content-encoding": "identity"},
+    ],
+    ids=["utf-8", "quoted", "identity"],
+)
+async def test_json_in_utf_8_without_a_content_coding_is_read(
+    server: LiveServer, headers: dict[str, str]
+) -> None:
+    body = json.dumps({"query": DOC}).encode()
+    response = await server.client.post("/graphql", content=body, headers=headers)
+    assert response.status_code == 200, response.text
+    assert "errors" not in response.json()
 
 
 async def test_a_body_at_the_limit_is_accepted(server: LiveServer) -> None:

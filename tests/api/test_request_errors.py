@@ -235,7 +235,7 @@ REFUSED_REQUESTS: list[tuple[str, str, dict[str, Any], int, str]] = [
         "an unsupported content type",
         "POST",
         {"content": b"{ __typename }", "headers": {"content-type": "text/plain"}},
-        400,
+        415,
         "BAD_REQUEST",
     ),
     (

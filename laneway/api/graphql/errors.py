@@ -6,7 +6,7 @@ reached is SERVICE_UNAVAILABLE (HTTP 503 when the answer has no data and nothing
 see http/request_ids.py), with a message that names no host, driver or statement. Anything
 else is masked as "Unexpected error.", with the code INTERNAL_SERVER_ERROR and the request id
 in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
-error bodies the middlewares answer with (413, 429, 503, 504).
+error bodies the middlewares answer with (413, 415, 429, 503, 504).
 
 Codes travel two ways. Every Laneway field carries CodedErrors, which turns a mapped
 LanewayError into a GraphQLError with its code as the field raises it, so a host's schema

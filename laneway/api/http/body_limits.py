@@ -1,5 +1,5 @@
-"""RequestLimits: what a /graphql request body may be — its size, strict JSON, a JSON object,
-one operation.
+"""RequestLimits: what a /graphql request body may be — its media type, its size, strict JSON,
+a JSON object, one operation.
 
 Owns the pure ASGI middleware that reads a body once, before Strawberry sees it. Everything it
 rejects is answered with a 4xx and a small JSON body; nothing here may ever end in a 500. The
@@ -53,6 +53,34 @@ def request_refusal(body: dict[str, Any], max_tokens: int) -> tuple[str, str] | 
     return None if refusal is None else (refusal, OPERATION_RESOLUTION_FAILURE)
 
 
+def unreadable(scope: Scope) -> tuple[str, tuple[bytes, bytes]] | None:
+    """Why a POST body cannot be read here, with the response header that says what can be
+    (RFC 9110's 415), or None: a media type other than application/json, or none; a charset
+    other than UTF-8, which strict_json would decode as UTF-8 all the same; or a content
+    coding (gzip, …), which nothing here undoes. Multipart uploads are off in Laneway's view.
+    """
+    content_type = encoding = b""
+    for key, value in scope["headers"]:
+        if key == b"content-type" and not content_type:
+            content_type = value
+        elif key == b"content-encoding":
+            encoding += b"," + value
+    media, *parameters = content_type.decode("latin-1").split(";")
+    if media.strip().lower() != "application/json":
+        message = "Unsupported content type: the request body must be application/json."
+        return message, (b"accept", b"application/json")
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() != "utf-8":
+            message = "Unsupported charset: the request body must be JSON in UTF-8."
+            return message, (b"accept", b"application/json")
+    codings = {c.strip().lower() for c in encoding.decode("latin-1").split(",")} - {"", "identity"}
+    if codings:
+        message = "Unsupported content encoding: the request body must not be compressed."
+        return message, (b"accept-encoding", b"identity")
+    return None
+
+
 class BodyTooLargeError(Exception):
     """The request body is larger than the limit."""
 
@@ -103,6 +131,12 @@ class RequestLimits:
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        unsupported = unreadable(scope)
+        if unsupported is not None:
+            message, header = unsupported
+            media_type = answered_media_type(scope)
+            await send_error(send, 415, message, BAD_REQUEST, [header], media_type)
+            return
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except BodyTooLargeError:
@@ -110,21 +144,20 @@ class RequestLimits:
                 send, 413, TOO_LARGE, BAD_REQUEST, media_type=answered_media_type(scope)
             )
             return
-        if _is_json(scope):
-            try:
-                decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                why = parse_refusal(exc, "the request body")
-                await send_error(send, 400, why, BAD_REQUEST, media_type=answered_media_type(scope))
-                return
-            refusal = not_an_object(decoded)
-            refused = None if refusal is None else (refusal, BAD_REQUEST)
-            if refused is None and isinstance(decoded, dict):
-                refused = request_refusal(decoded, self.max_tokens)
-            if refused is not None:
-                await send_error(send, 400, *refused, media_type=answered_media_type(scope))
-                return
-            scope[DECODED_BODY] = decoded
+        try:
+            decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            why = parse_refusal(exc, "the request body")
+            await send_error(send, 400, why, BAD_REQUEST, media_type=answered_media_type(scope))
+            return
+        refusal = not_an_object(decoded)
+        refused = None if refusal is None else (refusal, BAD_REQUEST)
+        if refused is None and isinstance(decoded, dict):
+            refused = request_refusal(decoded, self.max_tokens)
+        if refused is not None:
+            await send_error(send, 400, *refused, media_type=answered_media_type(scope))
+            return
+        scope[DECODED_BODY] = decoded
         await self.app(scope, _replay(body, receive), send)
 
 
@@ -136,13 +169,6 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-def _is_json(scope: Scope) -> bool:
-    for key, value in scope["headers"]:
-        if key == b"content-type":
-            return bool(value.split(b";")[0].strip().lower() == b"application/json")
-    return False
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
