@@ -252,10 +252,11 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
     async def process_result(
         self, request: Request, result: ExecutionResult
     ) -> GraphQLHTTPResponse:
-        """Strawberry's, without `data` for a request error the client gets as
-        application/graphql-response+json."""
+        """Strawberry's, without `data` for a request error (nothing ran), in either media
+        type: the GraphQL spec's response section leaves `data` out when an error was raised
+        before execution began. Its status is create_response's."""
         response = await super().process_result(request, result)
-        if wants_graphql_response(request.headers.get("accept")) and is_request_error(result):
+        if is_request_error(result):
             response.pop("data", None)
         return response
 
