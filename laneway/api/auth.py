@@ -93,8 +93,10 @@ def credential_of(params: object) -> object:
 def check_bearer(authorization: object, tokens: Sequence[str]) -> Access:
     """Check an `Authorization` value ("Bearer <token>") against the configured tokens.
 
-    Every token is compared in constant time, so timing reveals neither which token nor how
-    much of one matched.
+    A value of another scheme (`Basic …`, say, which a reverse proxy's login passes on) is no
+    credential here, as if there were none: MISSING, so UNAUTHENTICATED, not FORBIDDEN, which
+    says that a credential the API takes does not allow the operation. Every token is compared
+    in constant time, so timing reveals neither which token nor how much of one matched.
     """
     if not tokens:
         return Access.OPEN
@@ -103,7 +105,9 @@ def check_bearer(authorization: object, tokens: Sequence[str]) -> Access:
     if not isinstance(authorization, str):
         return Access.WRONG
     scheme, _, credential = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer" or not credential.strip():
+    if scheme.lower() != "bearer":
+        return Access.MISSING
+    if not credential.strip():
         return Access.WRONG
     given = credential.strip().encode()
     matched = False

@@ -156,6 +156,33 @@ async def test_mutations_over_http_need_a_valid_bearer_token(
     assert read["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
 
 
+@pytest.mark.parametrize("authorization", ["Basic dXNlcjpwYXNz", "Digest x", "Token s3cret"])
+async def test_a_credential_of_another_scheme_is_no_credential(
+    database_url: str, admin: asyncpg.Connection, authorization: str
+) -> None:
+    # An outside audit: `Authorization: Basic …` was FORBIDDEN, the code of a credential that
+    # does not allow the operation; the API takes only bearer tokens, so there is none.
+    settings = make_settings(
+        database_url, api_tokens=(TOKEN,), open_reads=True, engine_enabled=False
+    )
+    headers = {"authorization": authorization}
+    async with live_server(settings) as server:
+        response = await server.client.post("/graphql", json={"query": HELLO}, headers=headers)
+        assert response.status_code == 200, response.text
+        [error] = response.json()["errors"]
+        assert error["extensions"]["code"] == "UNAUTHENTICATED"
+        assert await admin.fetchval("SELECT count(*) FROM laneway.instances") == 0
+        # With open reads, no credential may read: a reverse proxy's Basic login passes on.
+        query = {"query": "{ workflows { name } }"}
+        read = await server.client.post("/graphql", json=query, headers=headers)
+        assert "errors" not in read.json(), read.text
+        # A bearer token that is wrong is still FORBIDDEN, for reads too.
+        wrong = await server.client.post(
+            "/graphql", json=query, headers={"authorization": "Bearer guess"}
+        )
+        assert wrong.json()["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+
+
 def chunks(total: int, size: int = 64 * 1024) -> Any:
     async def body() -> AsyncIterator[bytes]:
         sent = 0
