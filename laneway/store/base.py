@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 from uuid import UUID
 
@@ -42,26 +41,6 @@ class _Snapshot:
 _SNAPSHOT: ContextVar[_Snapshot | None] = ContextVar("laneway_store_snapshot", default=None)
 
 
-class _Held:
-    """`async with` the connection a snapshot holds: the snapshot lent it, and gives it back."""
-
-    __slots__ = ("_conn",)
-
-    def __init__(self, conn: Conn) -> None:
-        self._conn = conn
-
-    async def __aenter__(self) -> Conn:
-        return self._conn
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        return None
-
-
 class StoreBase:
     """The pool and the helpers every area of the Store uses."""
 
@@ -85,7 +64,7 @@ class StoreBase:
     def _acquire(self) -> contextlib.AbstractAsyncContextManager[Conn]:
         held = _SNAPSHOT.get()  # inside this task's `snapshot` block: its connection
         if held is not None and held.pool is self._pool and held.task is asyncio.current_task():
-            return _Held(held.conn)
+            return contextlib.nullcontext(held.conn)  # the snapshot's, lent for its block
         # A pool that stays exhausted (or a database that stopped answering) fails the call
         # with TimeoutError instead of queueing it forever.
         return self._pool.acquire(timeout=self._acquire_timeout)
