@@ -479,9 +479,11 @@ class InstanceStore(StoreBase):
         if new.singleton_key is None:
             return None
         row = await conn.fetchrow(queries.FIND_ACTIVE_SINGLETON, new.name, new.singleton_key)
-        if row is None or key is None:
-            return instance_from_row(row) if row else None
+        if row is None:
+            return None
         holder = instance_from_row(row)
+        if key is None:
+            return holder
         bound = await conn.fetchval(queries.BIND_IDEMPOTENCY_KEY, key, holder.instance_id)
         if bound is None:
             return None  # the holder is gone
