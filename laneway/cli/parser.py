@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         run=lazy("process", "serve"),
         exits={
             **PROCESS_EXITS,
-            1: "cannot listen on its address (a port in use), cannot use the database, or its"
-            " app did not start",
+            1: "cannot listen on its address (a port in use), cannot use the database (or a"
+            " newer release migrated it), or its app did not start",
             2: "a refused configuration: a public address without LANEWAY_API_TOKENS, no"
             " workflows, a module that cannot be imported, a bad option",
         },
@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         run=lazy("process", "worker"),
         exits={
             **PROCESS_EXITS,
-            1: "cannot use the database",
+            1: "cannot use the database (or a newer release migrated it), or cannot serve its"
+            " metrics (--metrics-port in use)",
             2: "a refused configuration: no workflows, a module that cannot be imported, a bad"
             " option",
         },
