@@ -7,6 +7,7 @@ handlers alike. Pure asyncio, no I/O; the engine's own attempts are RetryPolicy'
 import asyncio
 import copy
 import functools
+import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
@@ -69,7 +70,10 @@ def with_timeout(
 
     Raises:
         InvalidInputError: `seconds` is not a positive, finite number.
+        TypeError: `seconds` is a function: `@with_timeout` written without its `(seconds)`.
     """
+    if callable(seconds):
+        raise TypeError("with_timeout takes the seconds first: @with_timeout(5), not @with_timeout")
     if not 0 < seconds < math.inf:
         raise InvalidInputError("timeout seconds must be positive and finite")
 
@@ -226,7 +230,17 @@ def with_error_boundary(
     matching `catch` are caught; cancellation (asyncio.CancelledError, a cancel request, a
     lost lease) always passes through, and so does an error raised by `on_error` itself (a
     failed attempt).
+
+    Raises:
+        TypeError: `on_error` is an async function: it must return the result itself (and an
+            async one is most likely the handler, `@with_error_boundary` written without its
+            parentheses).
     """
+    if inspect.iscoroutinefunction(on_error):
+        raise TypeError(
+            "with_error_boundary's on_error must return the result, not a coroutine; "
+            "to decorate a handler, write @with_error_boundary(), with its parentheses"
+        )
 
     def decorate(
         handler: Wrappable[P, R],

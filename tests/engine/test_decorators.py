@@ -98,6 +98,16 @@ def test_with_timeout_rejects_seconds_when_not_positive_and_finite(seconds: floa
         with_timeout(seconds)
 
 
+def test_with_timeout_without_its_seconds_says_how_to_write_it() -> None:
+    # `@with_timeout` on its own passed the handler as the seconds: "'<' not supported between
+    # instances of 'int' and 'function'" at import, which named neither mistake nor fix.
+    async def handler(ctx: object, params: object) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"@with_timeout\(5\), not @with_timeout"):
+        with_timeout(handler)  # type: ignore[arg-type]
+
+
 # -- with_retry ------------------------------------------------------------------------------------
 
 
@@ -236,6 +246,17 @@ async def test_with_error_boundary_returns_what_on_error_builds() -> None:
 async def test_with_error_boundary_passes_the_result_through_when_nothing_fails() -> None:
     handler, _ = failing(0, RuntimeError("unused"))
     assert await with_error_boundary()(handler)() == "ok"
+
+
+def test_with_error_boundary_without_its_parentheses_says_how_to_write_it() -> None:
+    # `@with_error_boundary` on its own took the handler as on_error and was accepted: every
+    # attempt then failed with "decorate() takes 1 positional argument but 2 were given".
+    async def handler(ctx: object, params: object) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"write @with_error_boundary\(\), with its parentheses"):
+        with_error_boundary(handler)  # type: ignore[arg-type]
+    with_error_boundary(lambda exc: None)  # a plain function builds the result: accepted
 
 
 async def test_with_error_boundary_lets_errors_outside_catch_propagate() -> None:
