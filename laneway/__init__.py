@@ -38,6 +38,7 @@ from laneway.engine import (
     completed,
     failed,
 )
+from laneway.engine.context import NotAwaitableError
 from laneway.engine.decorators import (
     HandlerTimeoutError,
     compose,
@@ -102,6 +103,7 @@ __all__ = [
     "LockUnavailableError",
     "MigrationReport",
     "Next",
+    "NotAwaitableError",
     "NotFoundError",
     "Notification",
     "OnExpiry",

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Iterator
 
 import laneway
-from laneway import Engine, model
+from laneway import Engine, model, testing
 from laneway.engine import decorators
 from laneway.engine.locks import EntityLocks
 
@@ -99,13 +99,23 @@ def test_every_type_the_engine_api_names_is_exported() -> None:
 def test_every_error_the_engine_documents_is_exported() -> None:
     documented: dict[str, str] = {}
     utilities = [(f"laneway.{name}", getattr(decorators, name)) for name in HANDLER_UTILITIES]
-    for name, method in [*public_methods(), *utilities]:
+    # laneway.testing's helpers too: run_handler raises NotAwaitableError, which a user's
+    # pytest.raises names.
+    helpers = [
+        (f"laneway.testing.{name}", helper)
+        for name, helper in vars(testing).items()
+        if not name.startswith("_")
+        and inspect.isfunction(helper)
+        and helper.__module__ == testing.__name__
+    ]
+    for name, method in [*public_methods(), *utilities, *helpers]:
         text = inspect.getdoc(method) or ""
         for raised in re.findall(r"^\s*(\w+Error)\b:|raises? (\w+Error)\b", text, re.M):
             documented.setdefault(next(n for n in raised if n), name)
     assert "NotFoundError" in documented  # the docstrings are read
     assert "LockUnavailableError" in documented  # engine.locks's too
     assert "HandlerTimeoutError" in documented  # and the handler utilities'
+    assert "NotAwaitableError" in documented  # and laneway.testing's
     ours = {
         name: where
         for name, where in documented.items()
