@@ -246,6 +246,8 @@ async def test_main_prints_what_the_readme_says(project: Path, database_url: str
     )
     assert code == 0, err
     assert out == expected
+    # The README says the engine's own lines go to standard error, out of the printed output.
+    assert "instance failed" in err
 
 
 async def test_logging_setup_prints_the_fields_of_laneway_records(project: Path) -> None:
@@ -275,6 +277,9 @@ async def test_utilities_print_their_results(project: Path, database_url: str) -
     )
     assert code == 0, err
     assert out.splitlines() == ["{'rate': 1.08, 'tries': 3}", "failed 3 card declined"]
+    # And on standard error, as the README says: a WARNING per failed attempt, an ERROR at the end.
+    assert err.count("operation attempt failed") == 3, err
+    assert err.count("instance failed") == 1, err
 
 
 async def test_waits_print_their_results(project: Path, database_url: str) -> None:
