@@ -140,6 +140,44 @@ async def test_tokens_are_sent_and_refusals_are_clear(database_url: str) -> None
         assert isinstance(json.loads(out), list)
 
 
+@pytest.mark.parametrize(
+    ("args", "extra", "says"),
+    [
+        # httpx's UnicodeEncodeError traceback, exit 1.
+        (("status", UNKNOWN, "--token", "café"), {}, "--token: 4 is not ASCII"),
+        # "lost the answer of the server at ...: Illegal header value", exit 1.
+        (("queues",), {"LANEWAY_TOKEN": "tok\nen"}, "LANEWAY_TOKEN: 4 is a line break"),
+        (("cancel", "--filter", "name=x", "--yes", "--token", "a b"), {}, "--token: 2 is a space"),
+        # watch sent it in its websocket message, and said the server refused it.
+        (("watch", "--token", "café"), {}, "--token: 4 is not ASCII"),
+        (("watch",), {"LANEWAY_TOKEN": "t\x7f"}, "LANEWAY_TOKEN: 2 is a control character"),
+    ],
+    ids=["non-ascii", "line-break", "space", "watch-non-ascii", "watch-control"],
+)
+async def test_a_token_that_is_not_visible_ascii_is_refused_before_anything_is_sent(
+    args: tuple[str, ...], extra: dict[str, str], says: str
+) -> None:
+    connections = 0
+
+    async def counted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        writer.close()
+
+    listener = await asyncio.start_server(counted, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    async with listener:
+        code, out, err = await laneway(*args, "--url", url, env=client_env(**extra))
+    source, character = says.split(": ")
+    assert (code, out) == (2, ""), err
+    assert err == (
+        f"laneway: {source} must hold only visible ASCII characters, as a bearer token does"
+        " (letters, digits and punctuation, without spaces or line breaks): its character"
+        f" {character}\n"
+    )
+    assert connections == 0
+
+
 async def test_a_server_that_cannot_be_reached_is_one_line_exit_1(database_url: str) -> None:
     env = client_env()
     code, _, err = await laneway("status", UNKNOWN, "--url", "http://127.0.0.1:1", env=env)

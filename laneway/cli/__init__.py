@@ -11,6 +11,7 @@ each for the larger ones (through client.py: remote.py with --url, local.py with
 what a person reads output.py.
 """
 
+import argparse
 import asyncio
 import logging
 import os
@@ -66,6 +67,44 @@ def _output_closed() -> int:
     return EXIT_OUTPUT_CLOSED
 
 
+def _visible_ascii(token: str, source: str) -> str:
+    """`token`, once it can go in an `Authorization: Bearer` header: visible ASCII only. Any
+    other character failed only as the request was built, after the command had started
+    (httpx cannot encode `é`; a line break is an illegal header value), and `watch`, which
+    sends the token in a websocket message, was told that the server refused it.
+
+    Raises:
+        CommandError: it holds another character (exit 2), said with `source`, where it came
+            from, and never the token itself: it is a secret.
+    """
+    for at, char in enumerate(token, 1):
+        if "!" <= char <= "~":
+            continue
+        if char in " \n\r":
+            kind = "a space" if char == " " else "a line break"
+        else:
+            kind = "a control character" if char.isascii() else "not ASCII"
+        raise CommandError(
+            f"{source} must hold only visible ASCII characters, as a bearer token does"
+            " (letters, digits and punctuation, without spaces or line breaks): its"
+            f" character {at} is {kind}",
+            EXIT_USAGE,
+        )
+    return token
+
+
+def _server_token(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The bearer token for --url: --token, else LANEWAY_TOKEN (None: neither), checked.
+
+    Raises:
+        CommandError: it cannot be sent as a bearer token (exit 2).
+    """
+    if args.token:
+        return _visible_ascii(args.token, "--token")
+    token = env.get("LANEWAY_TOKEN")
+    return _visible_ascii(token, "LANEWAY_TOKEN") if token else None
+
+
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
@@ -81,8 +120,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C while a JSON option was read from stdin
         return _fail("interrupted", EXIT_INTERRUPTED)
-    if getattr(args, "url", None) and not args.token:
-        args.token = env.get("LANEWAY_TOKEN") or None  # only for a server: a database needs none
+    if getattr(args, "url", None):  # only a server takes a token: a database needs none
+        try:
+            args.token = _server_token(args, env)
+        except CommandError as exc:
+            return _fail(str(exc), exc.exit_code)
     configure_logging(logging.INFO if args.command in ("serve", "worker") else logging.WARNING)
     try:
         settings = Settings.from_env(env)
