@@ -200,6 +200,21 @@ async def test_a_server_that_cannot_be_reached_is_one_line_exit_1(database_url: 
     assert "without a GraphQL response" in err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("status", UNKNOWN), ("cancel", "--filter", "name=x", "--yes"), ("watch",)],
+    ids=["status", "bulk", "watch"],
+)
+async def test_an_empty_url_is_refused_not_taken_for_no_url(args: tuple[str, ...]) -> None:
+    # `--url "$SERVER"` with SERVER unset used the database of DATABASE_URL (or started the
+    # embedded PostgreSQL in ./.laneway): here NOWHERE, so "cannot use the database", exit 1.
+    code, out, err = await laneway(*args, "--url", "", env=client_env(LANEWAY_TOKEN=TOKEN))
+    assert (code, out) == (2, ""), err
+    assert err == (
+        "laneway: --url must be the server's base URL, such as http://127.0.0.1:8000, not ''\n"
+    )
+
+
 async def test_watch_over_url_follows_new_events_until_interrupted(database_url: str) -> None:
     async with live_server(make_settings(database_url)) as server:
         watcher = await asyncio.create_subprocess_exec(

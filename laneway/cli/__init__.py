@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C while a JSON option was read from stdin
         return _fail("interrupted", EXIT_INTERRUPTED)
-    if getattr(args, "url", None):  # only a server takes a token: a database needs none
+    if getattr(args, "url", None) is not None:  # only a server takes a token, not a database
         try:
             args.token = _server_token(args, env)
         except CommandError as exc:
