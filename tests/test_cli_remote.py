@@ -28,7 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from app.examples import countdown, hello
 from laneway.cli.client import CommandError, UnreachableError
-from laneway.cli.remote import RemoteClient
+from laneway.cli.remote import RemoteClient, base_url
 from laneway.model import Status
 from laneway.store import Store
 from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
@@ -213,6 +213,26 @@ async def test_an_empty_url_is_refused_not_taken_for_no_url(args: tuple[str, ...
     assert err == (
         "laneway: --url must be the server's base URL, such as http://127.0.0.1:8000, not ''\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "port"),
+    [("http://127.0.0.1:99999", 99999), ("http://127.0.0.1:0/", 0), ("https://[::1]:70000", 70000)],
+)
+def test_a_url_whose_port_is_out_of_range_is_refused(url: str, port: int) -> None:
+    # httpx.URL takes any number: "cannot reach the server ...: All connection attempts
+    # failed", exit 1, as if a server there were down.
+    with pytest.raises(CommandError) as raised:
+        base_url(url)
+    assert raised.value.exit_code == 2
+    assert str(raised.value) == f"--url's port must be from 1 to 65535, not {port} (in {url!r})"
+
+
+async def test_a_url_whose_port_is_out_of_range_is_one_line_exit_2() -> None:
+    url = "http://127.0.0.1:99999"
+    code, out, err = await laneway("status", UNKNOWN, "--url", url, env=client_env())
+    assert (code, out) == (2, ""), err
+    assert err == f"laneway: --url's port must be from 1 to 65535, not 99999 (in {url!r})\n"
 
 
 async def test_watch_over_url_follows_new_events_until_interrupted(database_url: str) -> None:

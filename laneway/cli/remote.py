@@ -38,18 +38,24 @@ def base_url(text: str) -> str:
     """The server's base URL as given to --url, without a trailing slash or `/graphql`.
 
     Raises:
-        CommandError: it is not an http(s) URL (exit 2).
+        CommandError: it is not an http(s) URL, or its port is not 1 to 65535 (exit 2).
     """
     url = text.strip().rstrip("/")
     url = url.removesuffix("/graphql")
     try:
         parsed = httpx.URL(url) if url.startswith(("http://", "https://")) else None
-    except httpx.InvalidURL:  # http://[::1 (unclosed), a port out of range, ...
+    except httpx.InvalidURL:  # http://[::1 (unclosed), a port that is not a number, ...
         parsed = None
     if parsed is None or not parsed.host:
         raise CommandError(
             f"--url must be the server's base URL, such as http://127.0.0.1:8000, not {text!r}",
             EXIT_USAGE,
+        )
+    # httpx takes any number as the port: 99999 failed only as it connected, said as a
+    # server that cannot be reached (exit 1), as if one there were down.
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise CommandError(
+            f"--url's port must be from 1 to 65535, not {parsed.port} (in {text!r})", EXIT_USAGE
         )
     return url
 
