@@ -333,6 +333,8 @@ ODD_ANSWERS: dict[str, object] = {
     "fields-missing": {"data": {"workflowInstance": {"instanceID": "x"}}},
     "null-objects": {"data": {"action": None, "bulk": None, "queues": None}},
     "null-in-a-list": {"data": {"queues": [None]}},
+    "null-data": {"data": None},
+    "no-data": {},
 }
 
 
@@ -369,6 +371,9 @@ def odd_server() -> Starlette:
         ("null-objects", ("cancel", "--filter", "name=x", "--yes"), "has no bulk where"),
         ("null-objects", ("queues",), "has no queues where"),
         ("null-in-a-list", ("queues",), "has no queues[0] where"),
+        # "laneway: the server at ... answered HTTP 200", which did not say what was wrong.
+        ("null-data", ("status", UNKNOWN), "(HTTP 200) has no data, and no errors to say why"),
+        ("no-data", ("queues",), "(HTTP 200) has no data, and no errors to say why (is it a"),
         ("", ("watch", "--json"), "has no workflowEvents where"),
     ],
 )

@@ -100,8 +100,14 @@ class RemoteClient:
         if errors is None and "error" in body:  # the JSON bodies of 413/429/503/504
             errors = [{"message": body.get("message") or body["error"], "extensions": body}]
         raise_for_errors(errors, self.where, retry_after=_seconds(response))
-        if response.status_code != 200 or not isinstance(body.get("data"), dict):
-            raise CommandError(f"{self.where} answered HTTP {response.status_code}")
+        status = response.status_code
+        if not isinstance(body.get("data"), dict):  # GraphQL answers data, or errors saying why
+            raise CommandError(
+                f"the answer of {self.where} (HTTP {status}) has no data, and no errors to say"
+                " why (is it a Laneway server, and of a version this command knows?)"
+            )
+        if status != 200:
+            raise CommandError(f"{self.where} answered HTTP {status}")
         data: dict[str, Any] = self._checked(document, body["data"])
         return data
 
