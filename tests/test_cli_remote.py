@@ -6,6 +6,7 @@ codes map to exit codes (NOT_FOUND, CONFLICT: 1; BAD_USER_INPUT, UNAUTHENTICATED
 an unreachable server: 1), each a one-line message.
 """
 
+import argparse
 import array
 import asyncio
 import contextlib
@@ -27,8 +28,10 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from app.examples import countdown, hello
+from laneway.cli import build_parser, bulk
 from laneway.cli.client import CommandError, UnreachableError
 from laneway.cli.remote import RemoteClient, base_url
+from laneway.config import Settings
 from laneway.model import Status
 from laneway.store import Store
 from tests.api.conftest import TOKEN, LiveServer, live_server, make_settings
@@ -257,14 +260,17 @@ async def test_watch_over_url_follows_new_events_until_interrupted(database_url:
     assert watcher.returncode == 0
 
 
+async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A server's connection that takes the request and answers nothing until the client
+    leaves."""
+    await reader.read(1)
+    await reader.read()
+    writer.close()
+
+
 async def test_a_server_that_does_not_answer_is_not_called_unreachable() -> None:
     # A read timeout: the request went out, and may have been done there.
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1)  # takes the request, answers nothing until the client leaves
-        await reader.read()
-        writer.close()
-
-    listener = await asyncio.start_server(silent, "127.0.0.1", 0)
+    listener = await asyncio.start_server(_silent, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
     async with listener, httpx.AsyncClient(timeout=0.2) as http:
         with pytest.raises(CommandError) as raised:
@@ -274,6 +280,60 @@ async def test_a_server_that_does_not_answer_is_not_called_unreachable() -> None
     with pytest.raises(UnreachableError, match=f"^cannot reach the server at {url}: "):
         async with httpx.AsyncClient(timeout=0.2) as http:
             await RemoteClient(http, url, None).execute("{ queues { name } }")
+
+
+def _bulk_cancel(url: str) -> argparse.Namespace:
+    return build_parser().parse_args(["cancel", "--filter", "name=x", "--yes", "--url", url])
+
+
+async def test_a_bulk_actions_count_waits_as_long_as_any_other_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its dry run (which changes nothing) waited for the answer as long as the action may, so
+    # against a server that takes requests and never answers, the command never ended.
+    monkeypatch.setattr("laneway.cli.remote.TIMEOUT_SECONDS", 0.2)
+    left = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _silent(reader, writer)
+        left.set()
+
+    listener = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    async with listener, asyncio.timeout(20):  # the deadline of a test that fails by hanging
+        with pytest.raises(CommandError) as raised:
+            await bulk.run(_bulk_cancel(url), Settings.from_env({}), "cancel")
+        await left.wait()  # the connection closed, not left to the closed loop
+    assert str(raised.value) == f"the server at {url} did not answer within 0.2 s"
+    assert raised.value.exit_code == 1
+
+
+async def test_a_bulk_action_waits_for_its_answer_past_the_read_timeout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The action itself is one request however many instances it changes: it waits as long
+    # as the server works on it (docs/cli.md), which here is several read timeouts.
+    monkeypatch.setattr("laneway.cli.remote.TIMEOUT_SECONDS", 0.2)
+    asked: list[bool] = []
+
+    async def bulk_answer(request: Request) -> JSONResponse:
+        dry_run = (await request.json())["variables"].get("dryRun") is True
+        asked.append(dry_run)
+        if not dry_run:
+            await asyncio.sleep(1.0)  # the server at work: five of the client's read timeouts
+        counts = {"matched": 1, "changed": 0 if dry_run else 1, "sampleIDs": [UNKNOWN]}
+        return JSONResponse({"data": {"bulk": counts}})
+
+    app = Starlette(routes=[Route("/graphql", bulk_answer, methods=["POST"])])
+    async with live_server(make_settings(NOWHERE), app=app) as server:
+        code = await bulk.run(_bulk_cancel(url_of(server)), Settings.from_env({}), "cancel")
+    assert code == 0
+    assert asked == [True, False]
+    assert json.loads(capsys.readouterr().out) == {
+        "matched": 1,
+        "changed": 1,
+        "sampleIDs": [UNKNOWN],
+    }
 
 
 @pytest.mark.parametrize(("burst", "shows"), [(10, "60 of 60"), (3, "completed")])

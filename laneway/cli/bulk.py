@@ -147,11 +147,7 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
     if getattr(args, "input", None) is not None:
         raise CommandError("a bulk resume takes no --input: resume each one alone", EXIT_USAGE)
     where = parse_filter(args.filter)
-    # Over --url the whole action is one request: it may take longer than a read timeout.
-    async with (
-        open_client(args, settings, long_running=True) as client,
-        option_words(FILTER_OPTIONS),
-    ):
+    async with open_client(args, settings) as client, option_words(FILTER_OPTIONS):
         dry: JSONObject = (await client.execute(document(action), filter=where, dryRun=True))[
             "bulk"
         ]
@@ -170,7 +166,10 @@ async def run(args: argparse.Namespace, settings: Settings, action: str) -> int:
             if not await _confirmed(action, dry["matched"]):
                 raise CommandError("nothing was changed", EXIT_USAGE)
         try:
-            done: JSONObject = (await client.execute(document(action), filter=where))["bulk"]
+            # Over --url the whole action is one request: it may take longer than a read
+            # timeout. The count above changes nothing, and waits as any request does.
+            answer = await client.execute_long_running(document(action), filter=where)
+            done: JSONObject = answer["bulk"]
         except asyncio.CancelledError:
             # Ctrl-C: the batches committed so far stay changed, and the count is lost with the
             # call. A repeat changes each instance at most once, so it finishes the rest.

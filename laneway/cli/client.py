@@ -249,6 +249,15 @@ class Client(Protocol):
         """
         ...
 
+    async def execute_long_running(self, document: str, **variables: object) -> JSONObject:
+        """`execute` for a bulk action's change, one request however many instances it
+        changes: it waits for the answer as long as the server works on it.
+
+        Raises:
+            CommandError: the operation failed (with the exit code its error code means).
+        """
+        ...
+
     def check_workflow(self, name: str) -> None:
         """Refuse, before enqueueing or scheduling it, a workflow name this client cannot know.
 

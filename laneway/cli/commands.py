@@ -45,17 +45,14 @@ if TYPE_CHECKING:
 
 
 @contextlib.asynccontextmanager
-async def open_client(
-    args: argparse.Namespace, settings: Settings, *, long_running: bool = False
-) -> AsyncIterator[Client]:
-    """The server's API when --url is given, else the database of `settings`. `long_running`:
-    a request waits for the server's answer as long as the server works on it. An empty
-    --url (`--url "$SERVER"` with SERVER unset) is a server's, refused by base_url: taken for
-    no --url, it acted on another system, the database."""
+async def open_client(args: argparse.Namespace, settings: Settings) -> AsyncIterator[Client]:
+    """The server's API when --url is given, else the database of `settings`. An empty --url
+    (`--url "$SERVER"` with SERVER unset) is a server's, refused by base_url: taken for no
+    --url, it acted on another system, the database."""
     if args.url is not None:
         from laneway.cli.remote import open_remote
 
-        async with open_remote(args.url, args.token, long_running=long_running) as remote:
+        async with open_remote(args.url, args.token) as remote:
             yield remote
         return
     if args.token:

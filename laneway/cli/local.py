@@ -69,6 +69,10 @@ class LocalClient:
         data: dict[str, Any] = result.data or {}
         return data
 
+    async def execute_long_running(self, document: str, **variables: object) -> JSONObject:
+        """`execute`: in this process nothing waits on a server's answer."""
+        return await self.execute(document, **variables)
+
     def check_workflow(self, name: str) -> None:
         registry = self._services.engine.registry
         if name in registry:

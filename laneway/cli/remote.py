@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 PROTOCOL = "graphql-transport-ws"
 TIMEOUT_SECONDS = 30.0
-"""How long a request waits to connect, and for its answer unless it is long-running."""
+"""How long a request waits to connect, and for its answer (but execute_long_running's)."""
 # Failures before the request went out: the server has seen nothing of it.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError)
 
@@ -74,16 +74,32 @@ class RemoteClient:
         return {"authorization": f"Bearer {self._token}"} if self._token else {}
 
     async def execute(self, document: str, **variables: object) -> JSONObject:
+        return await self._post(document, variables, self._client.timeout)
+
+    async def execute_long_running(self, document: str, **variables: object) -> JSONObject:
+        """`execute`, waiting for the answer as long as the server works on it, whose own
+        deadline (LANEWAY_OPERATION_TIMEOUT) ends it: a shorter wait here would give up on
+        work that goes on there. Connecting waits no longer than for any other request."""
+        usual = self._client.timeout
+        timeout = httpx.Timeout(
+            connect=usual.connect, read=None, write=usual.write, pool=usual.pool
+        )
+        return await self._post(document, variables, timeout)
+
+    async def _post(
+        self, document: str, variables: dict[str, object], timeout: httpx.Timeout
+    ) -> JSONObject:
         try:
             response = await self._client.post(
                 f"{self._url}/graphql",
                 json={"query": document, "variables": variables},
                 headers=self._authorization(),
+                timeout=timeout,
             )
         except NOT_SENT as exc:
             raise UnreachableError(f"cannot reach {self.where}: {_reason(exc)}") from None
         except httpx.ReadTimeout:
-            seconds = self._client.timeout.read
+            seconds = timeout.read
             raise CommandError(f"{self.where} did not answer within {seconds:g} s") from None
         except httpx.TransportError as exc:
             raise CommandError(f"lost the answer of {self.where}: {_reason(exc)}") from None
@@ -235,13 +251,7 @@ def _reason(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_remote(
-    url: str, token: str | None, *, long_running: bool = False
-) -> AsyncIterator[RemoteClient]:
-    """A RemoteClient for the server at the base URL `url`. `long_running` (a bulk action):
-    its requests wait for their answer as long as the server works on them, whose own
-    deadline (LANEWAY_OPERATION_TIMEOUT) ends them; a shorter wait here would give up on
-    work that goes on there."""
-    timeout = httpx.Timeout(TIMEOUT_SECONDS, read=None if long_running else TIMEOUT_SECONDS)
-    async with httpx.AsyncClient(timeout=timeout) as client:
+async def open_remote(url: str, token: str | None) -> AsyncIterator[RemoteClient]:
+    """A RemoteClient for the server at the base URL `url`."""
+    async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as client:
         yield RemoteClient(client, base_url(url), token)
