@@ -1,6 +1,9 @@
 """The dashboard in a phone-sized window (the set-up of test_dashboard.py): wide tables scroll
 inside their own box, and the page itself never scrolls sideways."""
 
+import uuid
+
+import asyncpg
 import pytest
 from playwright.async_api import Browser, expect
 
@@ -77,4 +80,45 @@ async def test_a_long_queue_name_leaves_every_rows_status_in_the_window(
             assert badge_right <= wrap_right <= window_width, (opened, edges)
             assert select_right <= window_width / 2, (opened, edges)  # a filter, not a banner
             assert page_width <= window_width, (opened, edges)
+        assert dash.problems == []
+
+
+LONG_STATUS_LINE = (
+    "Downloading part 3 of 12 from https://files.example.com/exports/2026/customers.csv"
+)
+SET_PROGRESS = "UPDATE laneway.instances SET progress = $2, message = $3 WHERE instance_id = $1"
+# The right edges of the instance panel, of its status line and of its facts, the window's
+# width and the page's.
+PANEL_EDGES = """() => {
+  const right = (node) => node.getBoundingClientRect().right;
+  const panel = document.querySelector("[data-testid=instance-panel]");
+  return [right(panel), right(document.querySelector("[data-testid=instance-message]")),
+          right(document.querySelector("#instance-facts")),
+          document.documentElement.clientWidth, document.documentElement.scrollWidth];
+}"""
+
+
+async def test_a_long_status_line_wraps_inside_the_instance_panel(
+    server: LiveServer, browser: Browser, admin: asyncpg.Connection
+) -> None:
+    # The Progress row holds the bar and the handler's status line on one line (white-space:
+    # nowrap), and the facts' value column (1fr) grew to fit it: at 1400 × 900 the panel's
+    # content was 866 px wide in a 478 px panel, and the page scrolled sideways.
+    delayed = await enqueue_keyed(server, "hello", {"name": "later"}, "tenant", 600_000)
+    await admin.execute(SET_PROGRESS, uuid.UUID(delayed), 0.25, LONG_STATUS_LINE)
+    async with open_dashboard(browser, server, viewport={"width": 1400, "height": 900}) as dash:
+        page = dash.page
+        await dash.open_instance(delayed)
+        message = page.get_by_test_id("instance-message")
+        await expect(message).to_have_text(LONG_STATUS_LINE)
+        await expect(dash.panel.locator("progress")).to_have_attribute("value", "0.25")
+        edges = await page.evaluate(PANEL_EDGES)
+        panel_right, message_right, facts_right, window_width, page_width = edges
+        assert message_right <= panel_right, edges
+        assert facts_right <= panel_right, edges
+        assert page_width <= window_width, edges
+        # The list's row keeps its bar on one line, the line in its title.
+        row_progress = dash.row(delayed).locator(".progress")
+        await expect(row_progress).to_have_attribute("title", LONG_STATUS_LINE)
+        await expect(row_progress).to_have_css("white-space", "nowrap")
         assert dash.problems == []
