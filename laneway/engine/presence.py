@@ -2,10 +2,10 @@
 leases its runs hold, from their renewal to their hand-back at a stop.
 
 Owns the heartbeat task (renew, then beat, every third of the lease), the registry row
-(written at start and at every heartbeat, removed at a clean stop; its answer says whether a
-newer release migrated the database meanwhile), which runs lose their lease, and the drain
-and hand-back of a stopping process. Does not claim or run anything (claim_loop.py) and
-writes no SQL (store).
+(written at start and at every heartbeat, removed at a clean stop; the statement also reads
+whether a newer release migrated the database meanwhile, the store's `newer_release`, which
+the process's API reads too), which runs lose their lease, and the drain and hand-back of a
+stopping process. Does not claim or run anything (claim_loop.py) and writes no SQL (store).
 """
 
 import asyncio
@@ -21,7 +21,6 @@ from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import Run
 from laneway.errors import DatabaseNewerError
 from laneway.store import Store
-from laneway.store.migrate import shipped_names
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +30,11 @@ HAND_BACK_BATCH_SECONDS = 0.2
 stop before it releases the leases of those that did, in one call: a handler stops at its next
 await once cancelled, and its runner unwinds in a few turns of the loop. One still running
 then keeps its lease, renewed, and has it released when it stops, so it delays no other."""
+
+
+def heartbeat_seconds(lease_seconds: float) -> float:
+    """How often a process renews its leases and beats: a third of the lease (at least 50 ms)."""
+    return max(lease_seconds / 3.0, 0.05)
 
 
 class Presence:
@@ -61,7 +65,7 @@ class Presence:
         self._role = role
         self._lease_seconds = lease_seconds
         self._concurrency = concurrency
-        self._heartbeat_seconds = max(lease_seconds / 3.0, 0.05)
+        self._heartbeat_seconds = heartbeat_seconds(lease_seconds)
 
     async def heartbeat(self, halted: asyncio.Event) -> None:
         """Renew and beat every heartbeat_seconds until `halted`."""
@@ -82,7 +86,7 @@ class Presence:
         installation does not ship means a newer release migrated the database under this
         process (its statements may be gone or changed): the claim loop is told."""
         try:
-            newest = await self._store.heartbeat_worker(
+            await self._store.heartbeat_worker(
                 owner_id=self._owner_id,
                 role=self._role,
                 host=socket.gethostname(),
@@ -96,8 +100,9 @@ class Presence:
         except Exception as exc:
             logger.warning("worker heartbeat failed", extra={"error": str(exc)})
             return
-        if newest is not None and newest not in shipped_names():
-            self._schema_replaced(DatabaseNewerError([newest]))
+        newer = self._store.newer_release
+        if newer is not None:
+            self._schema_replaced(newer)
 
     async def unregister(self) -> None:
         """Remove the registry row, bounded: a stop does not wait on a database that is gone

@@ -4,8 +4,10 @@ Owns how a Store method gets its connection (a bounded wait on the pool), the on
 of the event append (queries.APPEND_EVENTS, which calls laneway.append_events), the hand-over
 of kept signals that both a sender and the group commit make (queries.CONSUME_SIGNALS), and the
 administrative connection for diagnostics, and `snapshot`: reads of one task that see one
-moment. The areas' methods live in instances.py, leases.py, history.py, schedules.py,
-workers.py and queue_history.py; store.py composes them into Store.
+moment; and `newer_release`, whether a newer release migrated the database while this process
+ran, set once by the first read that finds out (an engine's heartbeat, or `check_schema`). The
+areas' methods live in instances.py, leases.py, history.py, schedules.py, workers.py and
+queue_history.py; store.py composes them into Store.
 """
 
 import asyncio
@@ -17,8 +19,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from laneway.errors import DatabaseNewerError
 from laneway.model import EventType, NewEvent, Status, Transition
 from laneway.store import queries
+from laneway.store.migrate import shipped_names
 from laneway.store.pool import ConnectionPool
 from laneway.store.rows import Conn
 
@@ -55,6 +59,11 @@ class StoreBase:
         self.database_url = database_url
         self._acquire_timeout = acquire_timeout
         self._known_queues: set[str] = set()
+        # Set once, by the first read that finds a migration this installation does not ship:
+        # a newer release migrated the database under this process, whose SQL may no longer
+        # fit it. Its engine stops (engine/presence.py) and its API refuses (api/lifespan.py).
+        self.newer_release: DatabaseNewerError | None = None
+        self._newer_release_found = asyncio.Event()
 
     @property
     def connections_busy(self) -> bool:
@@ -163,6 +172,30 @@ class StoreBase:
         """Raise if the database cannot answer."""
         async with self._acquire() as conn:
             await conn.fetchval(queries.DB_NOW)
+
+    async def check_schema(self) -> DatabaseNewerError | None:
+        """Read the newest migration the database has applied (one statement), for a process
+        whose engine does not run and so has no heartbeat to read it; `newer_release`."""
+        async with self._acquire() as conn:
+            newest: str | None = await conn.fetchval(queries.SCHEMA_VERSION)
+        await self._note_newest_migration(newest)
+        return self.newer_release
+
+    async def wait_newer_release(self) -> DatabaseNewerError:
+        """Return `newer_release` once it is set."""
+        await self._newer_release_found.wait()
+        assert self.newer_release is not None
+        return self.newer_release
+
+    async def _note_newest_migration(self, newest: str | None) -> None:
+        """Set `newer_release` when `newest`, the database's newest migration, is not one this
+        installation ships; it names every such migration (one more statement, that once)."""
+        if newest is None or self.newer_release is not None or newest in shipped_names():
+            return
+        async with self._acquire() as conn:
+            applied = {row["name"] for row in await conn.fetch(queries.APPLIED_MIGRATIONS)}
+        self.newer_release = DatabaseNewerError(sorted(applied - shipped_names()) or [newest])
+        self._newer_release_found.set()
 
     async def now(self) -> datetime:
         """The database clock."""

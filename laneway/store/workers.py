@@ -27,11 +27,12 @@ class WorkerStore(StoreBase):
         running: int,
         concurrency: int,
         heartbeat_seconds: float,
-    ) -> str | None:
+    ) -> None:
         """Register this process or refresh its row (one statement), and delete the rows of
         processes older than three of their heartbeats. `versions` are its run keys
-        ('name@version'). Returns the newest migration the database has applied, for the
-        process to see a newer release migrate it while it runs."""
+        ('name@version'). The statement also reads the newest migration the database has
+        applied: one this installation does not ship sets `newer_release` (base.py), for the
+        process to see a newer release migrate the database while it runs."""
         async with self._acquire() as conn:
             newest: str | None = await conn.fetchval(
                 queries.HEARTBEAT_WORKER,
@@ -45,7 +46,7 @@ class WorkerStore(StoreBase):
                 heartbeat_seconds,
                 list(versions),
             )
-        return newest
+        await self._note_newest_migration(newest)
 
     async def remove_worker(self, owner_id: str) -> None:
         """Take a cleanly stopping process out of the registry."""

@@ -9,7 +9,7 @@ import pytest
 
 from laneway.errors import DatabaseNewerError, MigrationsMissingError
 from laneway.model import Status
-from laneway.store import open_store, queries
+from laneway.store import Store, open_store, queries
 from laneway.store.databases import database_url_for
 from laneway.store.migrate import apply_migrations, migrate, migrations, redact_url
 from laneway.store.pool import connect
@@ -115,6 +115,26 @@ async def test_a_database_a_newer_laneway_migrated_is_refused_at_start_and_by_mi
     assert "run the newer release" in str(refused.value)
     with pytest.raises(DatabaseNewerError, match=FROM_A_NEWER_RELEASE):
         await migrate(database_url)
+
+
+async def test_a_schema_check_names_every_migration_a_newer_release_applied_under_the_store(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # Found by an outside audit: a process left running after a newer release's migrate wrote
+    # on with its old SQL. What a process without an engine reads to learn of it (one
+    # statement); once it finds one, it names every migration it does not ship.
+    assert await store.check_schema() is None
+    waiting = asyncio.ensure_future(store.wait_newer_release())
+    newer = ["9998_from_a_newer_release", FROM_A_NEWER_RELEASE]
+    await admin.executemany(
+        "INSERT INTO laneway.schema_migrations (name) VALUES ($1)", [(n,) for n in newer]
+    )
+    found = await store.check_schema()
+    assert found is not None
+    assert found.unknown == newer
+    assert store.newer_release is found
+    assert await asyncio.wait_for(waiting, timeout=5) is found
+    assert await store.check_schema() is found  # set once
 
 
 async def test_a_role_without_create_starts_when_nothing_is_pending_and_only_then(
