@@ -229,6 +229,7 @@ class EventHub:
         self._notified = 0  # the highest id a NOTIFY has announced
         self._closed = False
         self._failure: BaseException | None = None
+        self._refusal: BaseException | None = None  # see refuse
         self._subscribers = 0  # see subscriber_count
         self._delivered_by_ended = 0  # events handed out by streams that have ended
         self._tasks: list[asyncio.Task[None]] = []
@@ -361,6 +362,7 @@ class EventHub:
                 cursor from another database, or from before a restore): events would come
                 with lower ids, and the stream would skip them all.
             RuntimeError: the hub is closed or one of its tasks crashed.
+            BaseException: the hub was refused (`refuse`): that error.
             asyncpg.PostgresError, OSError, TimeoutError: the hub was not listening yet and the
                 database cannot be reached now (see `start`).
         """
@@ -368,6 +370,9 @@ class EventHub:
             raise ValueError("after_event_id must not be negative")
         if self._closed or self._failure is not None:
             raise RuntimeError("the event hub is not running") from self._failure
+        if self._refusal is not None:
+            # Raised afresh each time: its traceback would otherwise grow with every refusal.
+            raise self._refusal.with_traceback(None)
         await self.start()
         if after_event_id is not None and after_event_id > self._cursor:
             drawn = await self._store.last_drawn_event_id()
@@ -396,6 +401,15 @@ class EventHub:
             self._streams.discard(stream)
             self._subscribers -= counted
             self._delivered_by_ended += stream.delivered
+
+    def refuse(self, error: BaseException) -> None:
+        """End every stream with `error`, and refuse every new one with it, for good: this
+        process must read no more events with its SQL (a newer release migrated the database,
+        api/lifespan.py). The listener goes on, and so do the notifications an engine still
+        draining is given."""
+        self._refusal = error
+        for stream in self._streams:
+            stream._fail(error)
 
     # -- background tasks ----------------------------------------------------------------------
 

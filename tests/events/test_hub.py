@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from laneway.engine import Engine, EnqueueRequest, WorkflowRegistry
+from laneway.errors import DatabaseNewerError
 from laneway.events import EventHub, EventSelection, EventStream
 from laneway.model import EventRecord, EventType, NewEvent, Notification, Status
 from laneway.store import Store
@@ -548,3 +549,25 @@ async def test_streams_end_and_unsubscribe_when_the_hub_closes(
     finally:
         if not closed:
             await hub_context.__aexit__(None, None, None)
+
+
+async def test_a_refused_hub_ends_its_streams_with_the_error_and_opens_no_more(
+    store: Store, database_url: str
+) -> None:
+    # A newer release migrated the database (api/lifespan.py): subscribers must not read on
+    # with this process's SQL, and are told why. The listener goes on (an engine's drain).
+    async with EventHub.open(database_url, store) as hub:
+        async with hub.open_stream(after_event_id=None, matches=any_event) as stream:
+            pending = asyncio.ensure_future(anext(stream))
+            await asyncio.sleep(0)  # let it start waiting
+            refusal = DatabaseNewerError(["9999_from_a_newer_release"])
+            hub.refuse(refusal)
+            with pytest.raises(DatabaseNewerError) as ended:
+                await asyncio.wait_for(pending, timeout=5)
+            assert ended.value is refusal
+        for _ in range(2):
+            with pytest.raises(DatabaseNewerError):
+                async with hub.open_stream(after_event_id=0, matches=any_event):
+                    pytest.fail("a refused hub opened a stream")
+        assert hub.subscriber_count == 0
+        assert hub.is_connected
