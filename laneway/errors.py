@@ -9,7 +9,7 @@ LanewayError
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
 ├── MigrationsMissingError  the installation carries no migration files (internal)
 ├── MigrationsPendingError  the database lacks migrations of this Laneway, left unapplied (internal)
-└── DatabaseNewerError   a newer Laneway migrated the database (internal)
+└── DatabaseNewerError   a newer Laneway migrated the database (before start, or while running)
 
 Knows nothing of GraphQL or HTTP: laneway/api maps each class to an `extensions.code`.
 `raised_alone` lets an error raised in a block that runs the engine beside it come out as
@@ -150,7 +150,9 @@ class DatabaseNewerError(LanewayError):
 
     Refused at start and by `migrate`, before anything runs: a newer migration may have
     replaced functions this code calls by their old signatures, so its every write would
-    fail and each instance it ran would burn its attempts until it failed for good.
+    fail and each instance it ran would burn its attempts until it failed for good. Found
+    while a process runs (Store.newer_release), it stops the engine, and the API refuses
+    every operation with it.
     """
 
     def __init__(self, unknown: list[str]) -> None:

@@ -6,9 +6,11 @@ lifespan), and a host with its own schema (`async with running(settings) as serv
 The services open, the event listener starts (so /healthz reports it, and the first
 subscriber does not wait for it), the engine loop runs in a TaskGroup unless
 LANEWAY_ENGINE=0; on exit the engine stops first, handing its instances back while the store
-and hub it writes through are still open. An engine that ends on its own with an error (a
-newer release migrated the database under it) leaves the API serving, and /healthz says
-`engine: stopped` (503), for the orchestrator to restart the process.
+and hub it writes through are still open. An engine that ends on its own with an error leaves
+the API serving, and /healthz says `engine: stopped` (503), for the orchestrator to restart
+the process. Beside it, the watch for a newer release's migration: once the process learns of
+one (Store.newer_release), its API refuses every operation (graphql/schema.py), its
+subscriptions end with that error, and /healthz says `schema: newer` (503).
 """
 
 import asyncio
@@ -20,6 +22,7 @@ from starlette.requests import HTTPConnection
 
 from laneway.config import Settings
 from laneway.engine import Workflow
+from laneway.engine.presence import heartbeat_seconds
 from laneway.errors import LanewayError, raised_alone
 from laneway.services import Services, open_services
 
@@ -37,8 +40,14 @@ async def running(
         stopping = asyncio.Event()
         with raised_alone():  # an error of the block comes out as itself
             async with asyncio.TaskGroup() as group:
+                engine = None
                 if settings.engine_enabled:
-                    group.create_task(_run_engine(services, stopping), name="laneway-engine")
+                    engine = group.create_task(
+                        _run_engine(services, stopping), name="laneway-engine"
+                    )
+                watch = group.create_task(
+                    _watch_schema(services, engine), name="laneway-schema-watch"
+                )
                 logger.info(
                     "laneway started",
                     extra={
@@ -50,6 +59,7 @@ async def running(
                     yield services
                 finally:
                     stopping.set()
+                    watch.cancel()
     logger.info("laneway stopped")
 
 
@@ -60,10 +70,46 @@ async def _run_engine(services: Services, stopping: asyncio.Event) -> None:
         await services.engine.run(stopping)
     except Exception as exc:
         logger.error(
-            "engine stopped; the API goes on, /healthz says engine: stopped",
+            "engine stopped; /healthz says engine: stopped",
             extra={"error": f"{type(exc).__name__}: {exc}"},
             exc_info=not isinstance(exc, LanewayError),  # Laneway's own say it all
         )
+
+
+async def _watch_schema(services: Services, engine: "asyncio.Task[None] | None") -> None:
+    """Once the process learns that a newer release migrated the database, end its
+    subscriptions with that error (EventHub.refuse); its operations are refused already, by
+    the flag (Store.newer_release) the schema reads.
+
+    While the engine runs, its heartbeat reads the newest migration (engine/presence.py), and
+    this only waits for what it finds. Without one (LANEWAY_ENGINE=0, a host that mounts the
+    app and runs no engine, an engine that stopped on an error), this reads it itself, one
+    statement every third of LANEWAY_LEASE_SECONDS, as the heartbeat would; a failed read is
+    only logged, and the next one comes. Cancelled at shutdown.
+    """
+    store = services.store
+    if engine is not None:
+        found = asyncio.ensure_future(store.wait_newer_release())
+        try:
+            await asyncio.wait({found, engine}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            found.cancel()
+    interval = heartbeat_seconds(services.settings.lease_seconds)
+    read_here = False
+    while store.newer_release is None:
+        read_here = True
+        await asyncio.sleep(interval)
+        try:
+            await store.check_schema()
+        except Exception as exc:
+            logger.warning("schema check failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+    newer = store.newer_release
+    if read_here:  # an engine that finds it says so itself (engine/claim_loop.py)
+        logger.error(
+            "the database was migrated by a newer release; refusing requests",
+            extra={"error": str(newer)},
+        )
+    services.hub.refuse(newer)
 
 
 def services_of(connection: HTTPConnection) -> Services:

@@ -2,8 +2,9 @@
 and files (static/graphiql/).
 
 Owns the health verdict (the database answers, the event listener is connected, the engine
-loop runs or is turned off on purpose) and how the pages are served: the dashboard as it is on
-disk, with a Content-Security-Policy that admits only its own inline style and script;
+loop runs or is turned off on purpose, no newer release migrated the database) and how the
+pages are served: the dashboard as it is on disk, with a Content-Security-Policy that admits
+only its own inline style and script;
 GraphiQL's page with an integrity hash on each of its files, which /graphiql/{name} serves,
 under a policy that admits scripts and styles from this origin only (and style elements with
 the page's nonce). Knows nothing of GraphQL: the app's view decides when GraphiQL's page is
@@ -49,9 +50,11 @@ _INLINE = {
 
 
 async def healthz(request: Request) -> Response:
-    """`{"database", "listener", "engine"}`, each "ok" (or "disabled"); 503 unless all are.
-    The database is "unreachable" when it does not answer, "busy" when it does but every
-    connection of this process is in use.
+    """`{"database", "listener", "engine", "schema"}`, each "ok" (or "disabled"); 503 unless
+    all are. The database is "unreachable" when it does not answer, "busy" when it does but
+    every connection of this process is in use; the schema is "newer" once a newer release
+    migrated the database under this process (its API refuses every operation: restart it on
+    that release).
 
     Also the hub's `lastEventID` and `subscribers`, for dashboards and tests.
     """
@@ -75,14 +78,18 @@ async def healthz(request: Request) -> Response:
         engine = "disabled"
     else:
         engine = "ok" if services.engine.is_running else "stopped"
+    schema = "ok" if services.store.newer_release is None else "newer"
     body = {
         "database": database,
         "listener": listener,
         "engine": engine,
+        "schema": schema,
         "lastEventID": services.hub.last_event_id,
         "subscribers": services.hub.subscriber_count,
     }
-    healthy = database == "ok" and listener == "ok" and engine in ("ok", "disabled")
+    healthy = (
+        database == "ok" and listener == "ok" and engine in ("ok", "disabled") and schema == "ok"
+    )
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 

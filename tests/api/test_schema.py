@@ -17,7 +17,6 @@ from laneway.api.graphql.errors import ERROR_CODES
 from laneway.api.graphql.schema import schema
 from laneway.cli.client import CommandError, UnreachableError
 from laneway.errors import (
-    DatabaseNewerError,
     LanewayError,
     LeaseLostError,
     MigrationsMissingError,
@@ -78,7 +77,6 @@ NOT_IN_GRAPHQL = {
     LeaseLostError,
     MigrationsMissingError,
     MigrationsPendingError,
-    DatabaseNewerError,
     StepWriteRefusedError,
     CommandError,
     UnreachableError,

@@ -3,7 +3,9 @@
 Owns what a client sees when something goes wrong. Domain errors (laneway/errors.py) get their
 code here; UNAUTHENTICATED and FORBIDDEN are the API layer's own. A database that cannot be
 reached is SERVICE_UNAVAILABLE (HTTP 503 when the answer has no data and nothing was written,
-see http/request_ids.py), with a message that names no host, driver or statement. Anything
+see http/request_ids.py), with a message that names no host, driver or statement; so is one a
+newer release migrated under this process (DatabaseNewerError: every operation is refused,
+schema.py), with a message that says to restart the process on that release. Anything
 else is masked as "Unexpected error.", with the code INTERNAL_SERVER_ERROR and the request id
 in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
 error bodies the middlewares answer with (413, 415, 429, 503, 504).
@@ -42,6 +44,7 @@ from laneway.engine import LockUnavailableError
 from laneway.errors import (
     BulkStoppedError,
     ConflictError,
+    DatabaseNewerError,
     InputRejectedError,
     InvalidInputError,
     LanewayError,
@@ -58,6 +61,12 @@ UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
 BUSY_MESSAGE = "The server is busy: every database connection is in use; try again shortly."
 """SERVICE_UNAVAILABLE's message when the database answers but this process's connections
 are all taken (store.pool.PoolBusyError): told apart, so no one looks for a database down."""
+NEWER_RELEASE_MESSAGE = (
+    "The database was migrated by a newer Laneway release ({migrations}); this process must be"
+    " restarted on that release."
+)
+"""SERVICE_UNAVAILABLE's message once a newer release migrated the database under this process
+(DatabaseNewerError): its SQL may no longer fit the schema, and no retry here can help."""
 UNAVAILABLE_RETRY_AFTER_SECONDS = 2
 RATE_LIMITED = "RATE_LIMITED"
 BAD_USER_INPUT = "BAD_USER_INPUT"
@@ -95,6 +104,7 @@ ERROR_CODES: dict[type[LanewayError], str] = {
     ConflictError: "CONFLICT",
     LockUnavailableError: "CONFLICT",
     BulkStoppedError: TIMEOUT,
+    DatabaseNewerError: SERVICE_UNAVAILABLE,
 }
 
 
@@ -190,6 +200,14 @@ def is_database_unavailable(error: BaseException | None) -> bool:
     return isinstance(error, asyncpg.InterfaceError) and str(error) in _CLOSED_MESSAGES
 
 
+def unavailable_message(error: BaseException | None) -> str:
+    """The message of a SERVICE_UNAVAILABLE: a newer release's schema, every connection of
+    this process in use, or the database unavailable."""
+    if isinstance(error, DatabaseNewerError):
+        return NEWER_RELEASE_MESSAGE.format(migrations=", ".join(error.unknown))
+    return BUSY_MESSAGE if isinstance(error, PoolBusyError) else UNAVAILABLE_MESSAGE
+
+
 def code_for(error: BaseException | None) -> str | None:
     """The public code of an exception, or None when it must be masked."""
     if isinstance(error, GraphQLError):
@@ -245,7 +263,8 @@ def add_code(error: GraphQLError) -> None:
     """Finish an error for the client: the code of a mapped exception, or the request id.
 
     A database error also gets a message of its own (the driver's names hosts and sockets)
-    and marks the request, so that HTTP answers 503. A masked error gets `requestId`, the id
+    and marks the request, so that HTTP answers 503; so does a newer release's schema (logged
+    once, when the process found it, not per request). A masked error gets `requestId`, the id
     its log record carries. A validation error loses graphql-core's "Did you mean …?" (type
     and enum names; `disable_field_suggestions` covers only fields), a schema hint.
     """
@@ -260,23 +279,27 @@ def add_code(error: GraphQLError) -> None:
     if code is None or isinstance(original, GraphQLError):
         return
     error.extensions = {**(error.extensions or {}), "code": code}
-    if code == SERVICE_UNAVAILABLE and error.message not in (UNAVAILABLE_MESSAGE, BUSY_MESSAGE):
-        busy = isinstance(original, PoolBusyError)
-        error.message = BUSY_MESSAGE if busy else UNAVAILABLE_MESSAGE
-        what = "database connections all in use" if busy else "database unavailable"
-        logger.warning(what, extra={"error": type(original).__name__})
+    if code != SERVICE_UNAVAILABLE:
+        return
+    message = unavailable_message(original)
+    if error.message != message:  # not seen yet (a streamed result comes here twice)
+        error.message = message
+        if not isinstance(original, DatabaseNewerError):
+            busy = isinstance(original, PoolBusyError)
+            what = "database connections all in use" if busy else "database unavailable"
+            logger.warning(what, extra={"error": type(original).__name__})
         if trace is not None:
             trace.database_unavailable = True
 
 
 def public_error(error: BaseException) -> dict[str, object]:
     """What a client may see of an exception raised outside GraphQL execution (a websocket
-    stream that fails, say): the database's SERVICE_UNAVAILABLE, a mapped LanewayError with
-    its code, or the masked message."""
-    if is_database_unavailable(error):
-        message = BUSY_MESSAGE if isinstance(error, PoolBusyError) else UNAVAILABLE_MESSAGE
-        return {"message": message, "extensions": {"code": SERVICE_UNAVAILABLE}}
-    if isinstance(error, LanewayError) and (code := code_for(error)) is not None:
+    stream that fails, say): SERVICE_UNAVAILABLE (the database's, or a newer release's
+    schema), a mapped LanewayError with its code, or the masked message."""
+    code = code_for(error)
+    if code == SERVICE_UNAVAILABLE:
+        return {"message": unavailable_message(error), "extensions": {"code": code}}
+    if isinstance(error, LanewayError) and code is not None:
         return {"message": str(error), "extensions": {"code": code, **error.details()}}
     return {"message": MASKED_MESSAGE, "extensions": {"code": INTERNAL_SERVER_ERROR}}
 

@@ -2,7 +2,8 @@
 
 Owns how the schema is assembled: the depth/alias/token limits and the result-size cap
 (judged once per distinct document, documents.py; the estimate is result_size.py's), error
-codes and masking, logging of unexpected errors, and the SDL export. A host application
+codes and masking, logging of unexpected errors, the refusal of every operation once a newer
+release migrated the database under the process, and the SDL export. A host application
 building its own schema from LanewayQuery, LanewayMutation and LanewaySubscription takes the
 same protection with `extensions=schema_extensions()`, and `config=schema_config()` if it
 wants Laneway's JSON scalar and no field suggestions; Laneway's field names come out right
@@ -32,6 +33,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult
 
+from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.documents import DocumentCache
 from laneway.api.graphql.errors import (
     INTERNAL_SERVER_ERROR,
@@ -51,6 +53,7 @@ from laneway.api.graphql.spans import OperationSpans
 from laneway.api.graphql.subscription import LanewaySubscription
 from laneway.api.request_trace import current_trace
 from laneway.engine import tracing
+from laneway.errors import DatabaseNewerError
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +79,12 @@ class ErrorCodes(MaskErrors):
     as mapped LanewayErrors, to the request's own (parse, validation, variables: it knows
     whether execution had begun) and the request id to masked ones (see errors.py).
 
+    Also refuses to execute anything once a newer release migrated the database under this
+    process (Store.newer_release): SERVICE_UNAVAILABLE with `data` null, before any resolver
+    runs, since this process's SQL may no longer fit the schema (an old release's enqueue
+    ignored the newer one's idempotency bindings). A subscription, which Strawberry starts
+    whatever this sets, is refused by the event hub instead (api/lifespan.py).
+
     One extension for all, so an operation pays for one hook, not three: an operation's
     errors are masked first and then given their codes, a streamed result's the other way
     round, as when they were two extensions in that order. A request's own error is never
@@ -96,6 +105,11 @@ class ErrorCodes(MaskErrors):
         # Strawberry executes only a document that parsed and validated: an error at no path
         # from here on is graphql-core's refusal of the variables (errors.add_request_code).
         self.executing = True
+        newer = newer_release(self.execution_context.context)
+        if newer is not None:
+            # A result set here is the answer: Strawberry does not execute the operation.
+            refusal = GraphQLError(str(newer), original_error=newer)
+            self.execution_context.result = GraphQLExecutionResult(data=None, errors=[refusal])
         yield
 
     def on_operation(self) -> Iterator[None]:
@@ -146,6 +160,15 @@ class LanewaySchema(strawberry.Schema):
             )
 
 
+def newer_release(context: object) -> DatabaseNewerError | None:
+    """The store's `newer_release` of the services an operation's context carries; None for a
+    context that carries none (a Laneway field there fails on its own, as it always has)."""
+    try:
+        return laneway_of(context).services.store.newer_release
+    except TypeError:
+        return None
+
+
 def should_mask_error(error: GraphQLError) -> bool:
     return not is_expected(error)
 
@@ -156,7 +179,8 @@ Extension = Callable[[], SchemaExtension] | type[SchemaExtension]
 def schema_extensions() -> list[Extension]:
     """The protection of Laneway's schema, for a host's schema too: depth, alias and token
     limits, the argument guard (input_guard.py), the result-size cap (result_size.py), error
-    codes (SERVICE_UNAVAILABLE, request ids) and masking of unexpected errors; and
+    codes (SERVICE_UNAVAILABLE, request ids) and masking of unexpected errors, the refusal of
+    every operation once a newer release migrated the database (ErrorCodes); and
     OpenTelemetry spans when the otel extra is installed (laneway/engine/tracing.py), made
     for the operations whose settings trace."""
     extensions: list[Extension] = [

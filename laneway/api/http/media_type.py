@@ -11,7 +11,7 @@ import functools
 
 from strawberry.types import ExecutionResult
 
-from laneway.api.graphql.errors import is_database_unavailable, is_expected
+from laneway.api.graphql.errors import SERVICE_UNAVAILABLE, code_for, is_expected
 from laneway.api.http.asgi import Scope
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
@@ -62,15 +62,16 @@ def is_request_error(result: ExecutionResult) -> bool:
     """True when nothing ran: no data, and every error is one of the request's own (parse,
     validation, variable coercion), at no path.
 
-    An internal fault or an unavailable database before execution is not the request's
-    fault: those stay 200 (503 once RequestIds has seen the database's state).
+    An internal fault, or SERVICE_UNAVAILABLE before execution (a database unavailable, or one
+    a newer release migrated under this process), is not the request's fault: those stay 200
+    (503 once RequestIds has seen the database's state).
     """
     if result.data is not None or not result.errors:
         return False
     return all(
         error.path is None
         and is_expected(error)
-        and not is_database_unavailable(error.original_error)
+        and code_for(error.original_error) != SERVICE_UNAVAILABLE
         for error in result.errors
     )
 
