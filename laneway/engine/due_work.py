@@ -14,9 +14,10 @@ from datetime import datetime
 from laneway.engine import faults
 from laneway.engine.observer import EngineObserver
 from laneway.engine.registry import WorkflowRegistry
+from laneway.engine.runner import log_failure
 from laneway.engine.upkeep import Upkeep
 from laneway.engine.wake_times import WakeTimes
-from laneway.model import NewInstance, ScheduleRecord, Transition
+from laneway.model import NewInstance, ScheduleRecord, Status, Transition
 from laneway.store import Store
 
 logger = logging.getLogger("laneway.engine.claim_loop")
@@ -132,6 +133,8 @@ class DueWork:
         for _ in range(WAKE_MAX_ROUNDS):
             transitions, more = await self._store.wake_due()
             for transition in transitions:
+                if transition.status == Status.FAILED:  # timed out, or its checkpoint expired
+                    log_failure(transition, transition.error)
                 if transition.status.is_terminal:
                     self._observer.transitioned(transition)
                     await self._on_terminal(transition)

@@ -1,6 +1,7 @@
 """Runner: drives one claimed instance handler by handler.
 
-Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing.
+Owns the step loop (handler → checkpoint → next handler), failure handling and lease fencing,
+and the log line of a failed instance (log_failure; due_work.py logs those no handler ended).
 The tools a handler is given are runner_tools.py's RunnerTools, which keep a template's
 operation outcomes until the instance's next write carries them. Every write goes through the
 Committer (committer.py: group commit). Claiming is claim_loop.py's job.
@@ -161,7 +162,7 @@ async def run_instance(
             )
             return None
         if isinstance(write, FailWrite):
-            _log_failure(write, transition, workflow.name, action)
+            log_failure(transition, write.error, action=action, traceback=write.traceback)
         if isinstance(write, FailWrite | CompleteWrite):
             observe.transitioned(transition)
         if isinstance(write, FailWrite) and transition.status == Status.PENDING:
@@ -309,7 +310,7 @@ async def _call_handler(
         )
     except BaseException as exc:
         # A handler's exception is data: a failed attempt, recorded (type, message, traceback)
-        # and retried by policy; logged once its outcome is known (_log_failure). So is its own
+        # and retried by policy; logged once its outcome is known (log_failure). So is its own
         # SystemExit, KeyboardInterrupt or GeneratorExit (raised into the runs' TaskGroup they
         # would end every run here, or the process), and a CancelledError of its own (an
         # awaited task was cancelled): only a cancel of this run (a cancel, a lost lease, a
@@ -341,19 +342,33 @@ async def _call_handler(
         )
 
 
-def _log_failure(write: FailWrite, transition: Transition, workflow: str, action: str) -> None:
+def log_failure(
+    transition: Transition,
+    error: str | None,
+    *,
+    action: str | None = None,
+    traceback: str | None = None,
+) -> None:
     """A retried attempt at WARNING, the instance's final failure at ERROR: each with the
-    instance, the error and its traceback."""
+    instance, its workflow, the attempt and the error; a handler's with its action and
+    traceback too.
+
+    Also the final failures no handler raised (a wait's timeout, an expired checkpoint, a lost
+    worker: due_work.py), so that every failed instance is this one line on this one logger,
+    whatever ended it, and one alert rule catches them all. What is not known there (no action
+    ran, no code of the user's raised) is left out rather than logged as None.
+    """
     retried = transition.status == Status.PENDING
+    fields = {
+        "instance_id": str(transition.instance_id),
+        "workflow": transition.name,
+        "action": action,
+        "attempt": transition.attempts,
+        "error": error,
+        "traceback": traceback,
+    }
     logger.log(
         logging.WARNING if retried else logging.ERROR,
         "attempt failed, retrying" if retried else "instance failed",
-        extra={
-            "instance_id": str(write.instance_id),
-            "workflow": workflow,
-            "action": action,
-            "attempt": transition.attempts,
-            "error": write.error,
-            "traceback": write.traceback,
-        },
+        extra={key: value for key, value in fields.items() if value is not None},
     )
