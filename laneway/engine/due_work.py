@@ -21,7 +21,8 @@ from laneway.model import NewInstance, ScheduleRecord, Status, Transition
 from laneway.store import Store
 
 logger = logging.getLogger("laneway.engine.claim_loop")
-"""The loop's logger: a recovered lease is logged as the claim loop's, as it always was."""
+"""The loop's logger: a recovered lease is logged as the claim loop's, as it always was (an
+instance that ends failed as the runner's, as every failed instance: runner.log_failure)."""
 
 SchedulePlanner = Callable[[ScheduleRecord, datetime], tuple[NewInstance | None, datetime]]
 TerminalCallback = Callable[[Transition], Awaitable[None]]
@@ -151,12 +152,22 @@ class DueWork:
         return woke
 
     async def _recover(self) -> None:
+        """Recover the instances whose lease ran out: one that goes on (pending) is a
+        WARNING; one that ends failed (its last attempt, or dead-lettered) is the runner's
+        `instance failed`, as any final failure."""
         recovered = await self._store.recover_expired_leases(max_recoveries=self.max_recoveries)
         for transition in recovered:
-            logger.warning(
-                "lease expired, instance recovered",
-                extra={"instance_id": str(transition.instance_id), "status": transition.status},
-            )
+            if transition.status == Status.FAILED:
+                log_failure(transition, transition.error)
+            else:
+                logger.warning(
+                    "lease expired, instance recovered",
+                    extra={
+                        "instance_id": str(transition.instance_id),
+                        "status": transition.status,
+                        "error": transition.error,
+                    },
+                )
             self._observer.transitioned(transition)  # retried (pending) or failed
             if transition.status.is_terminal:
                 await self._on_terminal(transition)
