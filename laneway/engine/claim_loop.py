@@ -339,7 +339,9 @@ class ClaimLoop(DueWork):
         try:
             token = await self._store.next_token_due(self._registry.runs())
         except Exception as exc:
-            logger.warning("next token read failed", extra={"error": str(exc)})
+            logger.warning(
+                "next token read failed", extra={"error": f"{type(exc).__name__}: {exc}"}
+            )
             return  # the fallback poll still comes
         if not token.rate_limited:
             self._token_check_after = time.monotonic() + self.poll_interval_seconds

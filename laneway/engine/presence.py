@@ -76,7 +76,9 @@ class Presence:
             try:
                 await self.renew()
             except Exception as exc:
-                logger.warning("lease renewal failed", extra={"error": str(exc)})
+                logger.warning(
+                    "lease renewal failed", extra={"error": f"{type(exc).__name__}: {exc}"}
+                )
             await self.beat()
 
     async def beat(self) -> None:
@@ -98,7 +100,9 @@ class Presence:
                 heartbeat_seconds=self._heartbeat_seconds,
             )
         except Exception as exc:
-            logger.warning("worker heartbeat failed", extra={"error": str(exc)})
+            logger.warning(
+                "worker heartbeat failed", extra={"error": f"{type(exc).__name__}: {exc}"}
+            )
             return
         newer = self._store.newer_release
         if newer is not None:
@@ -230,6 +234,8 @@ class Presence:
                 await faults.hit("before_release")
             await self._store.release(self._owner_id, leases)
         except Exception as exc:
-            logger.warning("release at shutdown failed", extra={"error": str(exc)})
+            logger.warning(
+                "release at shutdown failed", extra={"error": f"{type(exc).__name__}: {exc}"}
+            )
             return False
         return True

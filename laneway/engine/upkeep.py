@@ -107,7 +107,9 @@ class Upkeep:
                     logger.info("event partitions retired", extra={"partitions": retired})
             await self._store.analyze_events()
         except Exception as exc:
-            logger.warning("event partition upkeep failed", extra={"error": str(exc)})
+            logger.warning(
+                "event partition upkeep failed", extra={"error": f"{type(exc).__name__}: {exc}"}
+            )
 
     async def _roll_up_history(self) -> None:
         """Once per minute, at the first poll after it turns: roll the closed minutes' events
@@ -123,7 +125,9 @@ class Upkeep:
                 if not more:
                     break
         except Exception as exc:
-            logger.warning("queue history roll-up failed", extra={"error": str(exc)})
+            logger.warning(
+                "queue history roll-up failed", extra={"error": f"{type(exc).__name__}: {exc}"}
+            )
 
     async def _report_unregistered(self) -> None:
         now = time.monotonic()

@@ -1,4 +1,5 @@
-"""A stopping process's leases: renewed until each run has stopped, released as each stops.
+"""A stopping process's leases: renewed until each run has stopped, released as each stops;
+and what the heartbeat logs when the database fails it.
 
 The drain and the first hand-back rules are in test_leases.py; these are the runs whose
 handler goes on after its cancel (a handler that catches CancelledError), found by an outside
@@ -10,10 +11,13 @@ from datetime import datetime
 
 import pytest
 
-from laneway.engine import Done, HandlerContext, Workflow
+from laneway.engine import Done, HandlerContext, Workflow, WorkflowRegistry
+from laneway.engine.presence import Presence
+from laneway.engine.runner import Run
 from laneway.model import Status
 from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine
+from tests.workflows import noop
 
 LEASE_SECONDS = 0.6
 
@@ -178,3 +182,46 @@ async def test_an_instance_handed_back_at_a_stop_keeps_its_place_in_its_queue(
     assert [record.instance_id for record in claimed] == [handed], later
     # Its second claim counts in `attempts`; its step's budget (ctx.attempt) starts again.
     assert (claimed[0].attempts, claimed[0].step_attempt) == (2, 1)
+
+
+async def test_a_database_call_that_times_out_is_logged_with_its_type(
+    store: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an outside audit: "worker heartbeat failed" logged `"error": ""` for a
+    # TimeoutError, whose str() is empty; so did a failed lease renewal and release.
+    async def times_out(*args: object, **kwargs: object) -> None:
+        raise TimeoutError
+
+    await make_engine(store, noop).enqueue("noop")
+    [record] = await store.claim("timing-out", ["noop@1"], 1, 30.0)  # the lease it holds
+    for method in ("renew_leases", "heartbeat_worker", "release"):
+        monkeypatch.setattr(store, method, times_out)
+    run = Run(record=record)
+    presence = Presence(
+        store,
+        WorkflowRegistry([noop]),
+        {record.instance_id: run},
+        lambda instance_id, why: None,
+        lambda newer: None,
+        owner_id="timing-out",
+        role="worker",
+        lease_seconds=0.15,  # a heartbeat every 50 ms
+        concurrency=1,
+    )
+
+    async def errors() -> dict[str, object]:
+        return {r.getMessage(): getattr(r, "error", None) for r in caplog.records}
+
+    halted = asyncio.Event()
+    with caplog.at_level("WARNING", logger="laneway.engine.presence"):
+        beating = asyncio.create_task(presence.heartbeat(halted))
+        await eventually(errors, lambda said: "worker heartbeat failed" in said)
+        halted.set()
+        await asyncio.wait_for(beating, timeout=10)
+        run.handed_back = True  # stopped at a checkpoint while draining: released at the stop
+        await presence.stop(grace_seconds=0)
+    assert await errors() == {
+        "lease renewal failed": "TimeoutError: ",
+        "worker heartbeat failed": "TimeoutError: ",
+        "release at shutdown failed": "TimeoutError: ",
+    }
