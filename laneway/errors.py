@@ -58,6 +58,13 @@ def os_error_reason(exc: OSError) -> str:
     return str(exc)
 
 
+def described(exc: BaseException) -> str:
+    """`exc` as a log line's `error`: its type, then its text if it has one. Its text alone
+    was "" for a TimeoutError (a heartbeat that timed out said `error=""`)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class LanewayError(Exception):
     """Laneway could not do what was asked."""
 

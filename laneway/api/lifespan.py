@@ -23,7 +23,7 @@ from starlette.requests import HTTPConnection
 from laneway.config import Settings
 from laneway.engine import Workflow
 from laneway.engine.presence import heartbeat_seconds
-from laneway.errors import LanewayError, raised_alone
+from laneway.errors import LanewayError, described, raised_alone
 from laneway.services import Services, open_services
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ async def _run_engine(services: Services, stopping: asyncio.Event) -> None:
     except Exception as exc:
         logger.error(
             "engine stopped; /healthz says engine: stopped",
-            extra={"error": f"{type(exc).__name__}: {exc}"},
+            extra={"error": described(exc)},
             exc_info=not isinstance(exc, LanewayError),  # Laneway's own say it all
         )
 
@@ -102,7 +102,7 @@ async def _watch_schema(services: Services, engine: "asyncio.Task[None] | None")
         try:
             await store.check_schema()
         except Exception as exc:
-            logger.warning("schema check failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+            logger.warning("schema check failed", extra={"error": described(exc)})
     newer = store.newer_release
     if read_here:  # an engine that finds it says so itself (engine/claim_loop.py)
         logger.error(

@@ -27,7 +27,7 @@ from laneway.engine.runner import Run, run_instance
 from laneway.engine.runner_tools import ChildSpawner, RunnerTools
 from laneway.engine.upkeep import Upkeep
 from laneway.engine.wake_times import WakeTimes, is_due, wait
-from laneway.errors import DatabaseNewerError
+from laneway.errors import DatabaseNewerError, described
 from laneway.model import (
     GroupCommit,
     InstanceRecord,
@@ -307,7 +307,7 @@ class ClaimLoop(DueWork):
                 delay = min(0.1 * 2**failures, 5.0)
                 logger.warning(
                     "claim round failed",
-                    extra={"error": f"{type(exc).__name__}: {exc}", "retry_s": delay},
+                    extra={"error": described(exc), "retry_s": delay},
                 )
                 await wait(stopping, delay)
                 continue
@@ -339,9 +339,7 @@ class ClaimLoop(DueWork):
         try:
             token = await self._store.next_token_due(self._registry.runs())
         except Exception as exc:
-            logger.warning(
-                "next token read failed", extra={"error": f"{type(exc).__name__}: {exc}"}
-            )
+            logger.warning("next token read failed", extra={"error": described(exc)})
             return  # the fallback poll still comes
         if not token.rate_limited:
             self._token_check_after = time.monotonic() + self.poll_interval_seconds

@@ -19,7 +19,7 @@ from uuid import UUID
 from laneway.engine import faults
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import Run
-from laneway.errors import DatabaseNewerError
+from laneway.errors import DatabaseNewerError, described
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
@@ -76,9 +76,7 @@ class Presence:
             try:
                 await self.renew()
             except Exception as exc:
-                logger.warning(
-                    "lease renewal failed", extra={"error": f"{type(exc).__name__}: {exc}"}
-                )
+                logger.warning("lease renewal failed", extra={"error": described(exc)})
             await self.beat()
 
     async def beat(self) -> None:
@@ -100,9 +98,7 @@ class Presence:
                 heartbeat_seconds=self._heartbeat_seconds,
             )
         except Exception as exc:
-            logger.warning(
-                "worker heartbeat failed", extra={"error": f"{type(exc).__name__}: {exc}"}
-            )
+            logger.warning("worker heartbeat failed", extra={"error": described(exc)})
             return
         newer = self._store.newer_release
         if newer is not None:
@@ -234,8 +230,6 @@ class Presence:
                 await faults.hit("before_release")
             await self._store.release(self._owner_id, leases)
         except Exception as exc:
-            logger.warning(
-                "release at shutdown failed", extra={"error": f"{type(exc).__name__}: {exc}"}
-            )
+            logger.warning("release at shutdown failed", extra={"error": described(exc)})
             return False
         return True

@@ -11,6 +11,7 @@ import logging
 import time
 
 from laneway.engine.registry import WorkflowRegistry
+from laneway.errors import described
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
@@ -107,9 +108,7 @@ class Upkeep:
                     logger.info("event partitions retired", extra={"partitions": retired})
             await self._store.analyze_events()
         except Exception as exc:
-            logger.warning(
-                "event partition upkeep failed", extra={"error": f"{type(exc).__name__}: {exc}"}
-            )
+            logger.warning("event partition upkeep failed", extra={"error": described(exc)})
 
     async def _roll_up_history(self) -> None:
         """Once per minute, at the first poll after it turns: roll the closed minutes' events
@@ -125,9 +124,7 @@ class Upkeep:
                 if not more:
                     break
         except Exception as exc:
-            logger.warning(
-                "queue history roll-up failed", extra={"error": f"{type(exc).__name__}: {exc}"}
-            )
+            logger.warning("queue history roll-up failed", extra={"error": described(exc)})
 
     async def _report_unregistered(self) -> None:
         now = time.monotonic()
