@@ -23,7 +23,7 @@ from starlette.requests import HTTPConnection
 from laneway.config import Settings
 from laneway.engine import Workflow
 from laneway.engine.presence import heartbeat_seconds
-from laneway.errors import LanewayError, described, raised_alone
+from laneway.errors import DatabaseNewerError, LanewayError, described, raised_alone
 from laneway.services import Services, open_services
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,8 @@ async def _run_engine(services: Services, stopping: asyncio.Event) -> None:
     end the lifespan under a server still answering, with every request failing."""
     try:
         await services.engine.run(stopping)
+    except DatabaseNewerError:
+        pass  # the claim loop logged it ("…; stopping"): one ERROR line for one event
     except Exception as exc:
         logger.error(
             "engine stopped; /healthz says engine: stopped",

@@ -183,7 +183,7 @@ async def test_an_api_only_serve_refuses_every_operation_once_a_newer_release_mi
 
 
 async def test_a_serve_with_an_engine_refuses_every_operation_once_its_heartbeat_sees_it(
-    database_url: str, admin: asyncpg.Connection
+    database_url: str, admin: asyncpg.Connection, caplog: Any
 ) -> None:
     # The engine's heartbeat finds the newer migration: the engine stops (draining, then
     # handing back), and the API refuses from that heartbeat on, not after the drain.
@@ -202,6 +202,10 @@ async def test_a_serve_with_an_engine_refuses_every_operation_once_its_heartbeat
 
         await wait_until(engine_stopped, seconds=10)
         await assert_http_refuses(server.client, admin)
+    # One ERROR line for one event: the lifespan said it again as the engine's own failure
+    # ("engine stopped; …"), which an alert on ERROR lines counted as a second incident.
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert logged == ["the database was migrated by a newer release; stopping"]
 
 
 async def test_a_host_that_mounts_laneway_without_an_engine_refuses_on_both_its_routes(
