@@ -97,16 +97,15 @@ async def _watch_schema(services: Services, engine: "asyncio.Task[None] | None")
         finally:
             found.cancel()
     interval = heartbeat_seconds(services.settings.lease_seconds)
-    read_here = False
+    read_here = store.newer_release is None  # else the engine found it, and said so itself
     while store.newer_release is None:
-        read_here = True
         await asyncio.sleep(interval)
         try:
             await store.check_schema()
         except Exception as exc:
             logger.warning("schema check failed", extra={"error": described(exc)})
     newer = store.newer_release
-    if read_here:  # an engine that finds it says so itself (engine/claim_loop.py)
+    if read_here:
         logger.error(
             "the database was migrated by a newer release; refusing requests",
             extra={"error": str(newer)},
