@@ -4,11 +4,13 @@ Owns how a connection is made and lent. Does not run Laneway queries (the Store 
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -265,7 +267,9 @@ class ConnectionPool:
             self._free_slot()
             return
         if not at_rest or conn.is_in_transaction():
-            self._start_settling(conn, check=True)
+            settle = self._start_settling(conn, check=True)
+            if (cut_off := _CUT_OFF.get()) is not None:
+                cut_off.settles.add(settle)
             return
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -294,9 +298,10 @@ class ConnectionPool:
         if len(self._idle) > 1 and not self._closed:
             self._arm_expiry()
 
-    def _start_settling(self, conn: asyncpg.Connection, *, check: bool) -> None:
+    def _start_settling(self, conn: asyncpg.Connection, *, check: bool) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._settle(conn, check=check))
         self._settling.add(task)
+        return task
 
     async def _settle(self, conn: asyncpg.Connection, *, check: bool) -> None:
         """Lend a connection that did not end at rest again once it is: a cancelled statement
@@ -381,6 +386,42 @@ class PoolBusyError(TimeoutError):
     the database answers, this process's work holds all its connections. A TimeoutError still
     (what waits for a connection expects one), but said apart from a database that does not
     answer (a connection that could not be opened in time): the API tells clients which."""
+
+
+class CutOff:
+    """The connections a block gave back with a statement maybe still running on the server
+    (see `cut_off`)."""
+
+    __slots__ = ("settles",)
+
+    def __init__(self) -> None:
+        self.settles: set[asyncio.Task[None]] = set()
+
+    async def ended(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> None:
+        """Wait (at most `timeout` seconds) until each of those statements has ended on the
+        server, as its connection settled (or was closed)."""
+        if self.settles:
+            await asyncio.wait(self.settles, timeout=timeout)
+
+
+_CUT_OFF: ContextVar[CutOff | None] = ContextVar("laneway_cut_off", default=None)
+
+
+@contextlib.contextmanager
+def cut_off() -> Iterator[CutOff]:
+    """Note the loans that this context gives back mid-statement (a cancellation, a timeout).
+
+    Whoever cancels work and then says "it was rolled back" must say so only once it holds:
+    asyncpg's cancel request reaches the server a moment after the cancellation, and a
+    statement that is its own transaction (an enqueue) and gets its lock meanwhile commits.
+    `await noted.ended()` waits for that moment.
+    """
+    noted = CutOff()
+    token = _CUT_OFF.set(noted)
+    try:
+        yield noted
+    finally:
+        _CUT_OFF.reset(token)
 
 
 class Loan:

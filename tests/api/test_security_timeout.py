@@ -28,6 +28,12 @@ async def instances_locked(admin: asyncpg.Connection) -> AsyncIterator[None]:
         yield
 
 
+async def lock_waiters(admin: asyncpg.Connection) -> int:
+    """Statements of other sessions waiting on a lock now (behind the test's)."""
+    count: int = await admin.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted")
+    return count
+
+
 async def test_an_operation_past_the_deadline_gets_504_timeout_and_the_pool_survives(
     database_url: str, admin: asyncpg.Connection
 ) -> None:
@@ -42,6 +48,8 @@ async def test_an_operation_past_the_deadline_gets_504_timeout_and_the_pool_surv
                 response = await server.client.post("/graphql", json={"query": INSTANCES})
                 assert time.monotonic() - began < 2.0
                 assert response.status_code == 504, response.text
+                # "Cancelled" holds when it is said: the statement has ended on the server.
+                assert await lock_waiters(admin) == 0
                 error = response.json()["errors"][0]
                 assert error["extensions"]["code"] == "TIMEOUT"
                 assert "0.3 s" in error["message"]
@@ -89,6 +97,7 @@ async def test_a_websocket_query_past_the_deadline_gets_a_timeout_error_and_the_
             began = time.monotonic()
             reply = await websocket_reply(ws, "slow", INSTANCES)
             assert time.monotonic() - began < 2.0
+            assert await lock_waiters(admin) == 0
         assert reply["type"] == "error", reply
         [error] = reply["payload"]
         assert error["extensions"]["code"] == "TIMEOUT"
@@ -189,6 +198,7 @@ async def test_the_deadline_after_a_root_mutation_field_committed_says_so_and_is
                 json={"query": ENQUEUE_THEN_SCHEDULE},
                 headers={"accept": "application/graphql-response+json"},
             )
+            assert await lock_waiters(admin) == 0
         assert response.status_code == 200, response.text
         assert response.headers["content-type"].startswith("application/graphql-response+json")
         body = response.json()
@@ -201,6 +211,9 @@ async def test_the_deadline_after_a_root_mutation_field_committed_says_so_and_is
         # Nothing completed: 504, and nothing of it stays.
         async with table_locked(admin, "instances"):
             response = await server.client.post("/graphql", json={"query": ENQUEUE_THEN_SCHEDULE})
+            # The enqueue is one statement, its own transaction: had the 504 gone out before its
+            # cancel landed, the lock given up here would have let it commit (CI saw it).
+            assert await lock_waiters(admin) == 0
         assert response.status_code == 504, response.text
         [error] = response.json()["errors"]
         assert error["extensions"] == {"code": "TIMEOUT"}

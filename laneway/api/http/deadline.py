@@ -12,6 +12,7 @@ from laneway.api.graphql.errors import STOP_AT, TIMEOUT, send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.media_type import answered_media_type
 from laneway.api.request_trace import current_trace
+from laneway.store.pool import cut_off
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +20,8 @@ logger = logging.getLogger(__name__)
 class OperationDeadline:
     """Pure ASGI middleware: a GraphQL request on `path` must answer within `seconds`.
 
-    Past the deadline the request is cancelled, and the transaction running then rolls back.
+    Past the deadline the request is cancelled, and the transaction running then rolls back
+    (the answer waits until its statement has ended on the server, see store.pool.cut_off).
     A query has nothing else, nor has a mutation none of whose root fields completed: 504
     TIMEOUT. But root mutation fields run one after another, each in its own transaction, so
     those that completed before the deadline stay done: then the answer is 200 with
@@ -55,11 +57,13 @@ class OperationDeadline:
             await send(message)
 
         try:
-            async with deadline:
-                await self.app(scope, receive, timed_send)
+            with cut_off() as cancelled:
+                async with deadline:
+                    await self.app(scope, receive, timed_send)
         except TimeoutError:
             if started or not deadline.expired():
                 raise
+            await cancelled.ended()  # before saying that what ran then was rolled back
             trace = current_trace()
             completed = list(trace.completed or ()) if trace is not None else []
             logger.warning(
