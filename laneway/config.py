@@ -127,6 +127,40 @@ def split_host(value: str) -> tuple[str, int | None] | None:
     return (name, number) if number <= 65535 else None
 
 
+def token_flaw(token: str) -> str | None:
+    """Why `token` cannot go in an `Authorization: Bearer` header ("its character 3 is not
+    ASCII"), or None: a bearer token is visible ASCII only. The flaw never quotes the token:
+    it is a secret."""
+    for at, char in enumerate(token, 1):
+        if "!" <= char <= "~":
+            continue
+        if char in " \n\r":
+            kind = "a space" if char == " " else "a line break"
+        else:
+            kind = "a control character" if char.isascii() else "not ASCII"
+        return f"its character {at} is {kind}"
+    return None
+
+
+TOKEN_RULE = (
+    "must hold only visible ASCII characters, as a bearer token does (letters, digits and"
+    " punctuation, without spaces or line breaks)"
+)
+
+
+def _tokens(raw: str | None) -> tuple[str, ...]:
+    """LANEWAY_API_TOKENS, checked: a token no client can send would refuse every caller.
+
+    Raises:
+        InvalidInputError: a token is not visible ASCII; names which one, never its text.
+    """
+    tokens = _names(raw)
+    for number, token in enumerate(tokens, 1):
+        if (flaw := token_flaw(token)) is not None:
+            raise InvalidInputError(f"LANEWAY_API_TOKENS {TOKEN_RULE}: token {number}: {flaw}")
+    return tokens
+
+
 def _hosts(environ: Mapping[str, str], key: str) -> tuple[str, ...]:
     entries = tuple(entry.lower() for entry in _names(environ.get(key)))
     for entry in entries:
@@ -249,7 +283,7 @@ class Settings:
             engine_enabled=_flag(environ, "LANEWAY_ENGINE", True),
             host=environ.get("HOST") or "127.0.0.1",
             port=_whole(environ, "PORT", 8000, 0, MAX_PORT),
-            api_tokens=_names(environ.get("LANEWAY_API_TOKENS")),
+            api_tokens=_tokens(environ.get("LANEWAY_API_TOKENS")),
             allowed_hosts=_hosts(environ, "LANEWAY_ALLOWED_HOSTS"),
             open_reads=_flag(environ, "LANEWAY_OPEN_READS", False),
             allow_insecure=_flag(environ, "LANEWAY_ALLOW_INSECURE", False),

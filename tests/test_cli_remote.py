@@ -181,6 +181,17 @@ async def test_a_token_that_is_not_visible_ascii_is_refused_before_anything_is_s
     assert connections == 0
 
 
+async def test_an_empty_token_is_refused_not_taken_for_laneway_token() -> None:
+    # `--token "$TOKEN"` with TOKEN unset sent LANEWAY_TOKEN, a token the user did not name.
+    code, out, err = await laneway(
+        "queues", "--url", "http://127.0.0.1:1", "--token", "", env=client_env(LANEWAY_TOKEN=TOKEN)
+    )
+    assert (code, out) == (2, ""), err
+    assert err == (
+        "laneway: --token is empty: give the token, or leave --token out to use LANEWAY_TOKEN\n"
+    )
+
+
 async def test_a_server_that_cannot_be_reached_is_one_line_exit_1(database_url: str) -> None:
     env = client_env()
     code, _, err = await laneway("status", UNKNOWN, "--url", "http://127.0.0.1:1", env=env)

@@ -132,3 +132,18 @@ def test_an_owner_id_application_name_would_cut_is_refused_by_name() -> None:
 def test_an_owner_id_that_is_not_printable_ascii_is_refused_by_name(raw: str) -> None:
     with pytest.raises(InvalidInputError, match=r"^LANEWAY_OWNER_ID must be printable ASCII"):
         Settings.from_env({"LANEWAY_OWNER_ID": raw})
+
+
+def test_api_tokens_are_taken_trimmed_and_one_no_client_can_send_is_refused_unquoted() -> None:
+    settings = Settings.from_env({"LANEWAY_API_TOKENS": " reader-1 , w/x+y= ,"})
+    assert settings.api_tokens == ("reader-1", "w/x+y=")
+    # Taken, it refused every caller: a client cannot send `é` (or a space) in a bearer header.
+    with pytest.raises(InvalidInputError) as raised:
+        Settings.from_env({"LANEWAY_API_TOKENS": "reader-1,sécret"})
+    assert str(raised.value) == (
+        "LANEWAY_API_TOKENS must hold only visible ASCII characters, as a bearer token does"
+        " (letters, digits and punctuation, without spaces or line breaks): token 2: its"
+        " character 2 is not ASCII"
+    )
+    with pytest.raises(InvalidInputError, match=r"token 1: its character 4 is a space$"):
+        Settings.from_env({"LANEWAY_API_TOKENS": "two words"})

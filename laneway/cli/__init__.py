@@ -29,7 +29,7 @@ from laneway.cli.client import (
     database_error,
 )
 from laneway.cli.parser import build_parser
-from laneway.config import Settings
+from laneway.config import TOKEN_RULE, Settings, token_flaw
 from laneway.engine import faults
 from laneway.errors import InvalidInputError, LanewayError
 from laneway.logs import configure_logging
@@ -68,28 +68,17 @@ def _output_closed() -> int:
 
 
 def _visible_ascii(token: str, source: str) -> str:
-    """`token`, once it can go in an `Authorization: Bearer` header: visible ASCII only. Any
-    other character failed only as the request was built, after the command had started
-    (httpx cannot encode `é`; a line break is an illegal header value), and `watch`, which
-    sends the token in a websocket message, was told that the server refused it.
+    """`token`, once it can go in an `Authorization: Bearer` header. Any other character failed
+    only as the request was built, after the command had started (httpx cannot encode `é`; a
+    line break is an illegal header value), and `watch`, which sends the token in a websocket
+    message, was told that the server refused it.
 
     Raises:
-        CommandError: it holds another character (exit 2), said with `source`, where it came
-            from, and never the token itself: it is a secret.
+        CommandError: it cannot (exit 2), said with `source`, where it came from, and never
+            the token itself: it is a secret.
     """
-    for at, char in enumerate(token, 1):
-        if "!" <= char <= "~":
-            continue
-        if char in " \n\r":
-            kind = "a space" if char == " " else "a line break"
-        else:
-            kind = "a control character" if char.isascii() else "not ASCII"
-        raise CommandError(
-            f"{source} must hold only visible ASCII characters, as a bearer token does"
-            " (letters, digits and punctuation, without spaces or line breaks): its"
-            f" character {at} is {kind}",
-            EXIT_USAGE,
-        )
+    if (flaw := token_flaw(token)) is not None:
+        raise CommandError(f"{source} {TOKEN_RULE}: {flaw}", EXIT_USAGE)
     return token
 
 
@@ -99,7 +88,12 @@ def _server_token(args: argparse.Namespace, env: Mapping[str, str]) -> str | Non
     Raises:
         CommandError: it cannot be sent as a bearer token (exit 2).
     """
-    if args.token:
+    if args.token == "":  # `--token "$TOKEN"` with TOKEN unset: not "use LANEWAY_TOKEN"
+        raise CommandError(
+            "--token is empty: give the token, or leave --token out to use LANEWAY_TOKEN",
+            EXIT_USAGE,
+        )
+    if args.token is not None:
         return _visible_ascii(args.token, "--token")
     token = env.get("LANEWAY_TOKEN")
     return _visible_ascii(token, "LANEWAY_TOKEN") if token else None
