@@ -21,7 +21,9 @@ class OperationDeadline:
     """Pure ASGI middleware: a GraphQL request on `path` must answer within `seconds`.
 
     Past the deadline the request is cancelled, and the transaction running then rolls back
-    (the answer waits until its statement has ended on the server, see store.pool.cut_off).
+    (the answer waits until its statement has ended on the server, see store.pool.cut_off;
+    one that finished in the moment before the cancel reached the server stays, unseen here:
+    docs/limits.md says so, and that an idempotency key makes sending it again safe).
     A query has nothing else, nor has a mutation none of whose root fields completed: 504
     TIMEOUT. But root mutation fields run one after another, each in its own transaction, so
     those that completed before the deadline stay done: then the answer is 200 with
