@@ -319,6 +319,16 @@ def _key(row: Row) -> str:
     return f"key {row['concurrency_key']!r} of queue {row['queue']!r}"
 
 
+def _lost(row: Row, until: datetime | None) -> str:
+    """The part of a full queue's or key's message about its runs a lost process holds."""
+    if not row["lost_running"] or until is None:
+        return ""
+    return (
+        f"; {row['lost_running']} of them held by a process that stopped heartbeating"
+        f" (the first of their leases expires at {_at(until)})"
+    )
+
+
 _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
     "READY": lambda row, _: (
         f"ready: queue {row['queue']!r} has room, it starts at the next claim"
@@ -341,19 +351,15 @@ _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
     "QUEUE_PAUSED": lambda row, _: f"queue {row['queue']!r} is paused",
     "QUEUE_FULL": lambda row, until: (
         f"queue {row['queue']!r} is full: {row['running']} of {row['concurrency']} running"
-        + (
-            f"; {row['lost_running']} of them held by a process that stopped heartbeating"
-            f" (the first of their leases expires at {_at(until)})"
-            if row["lost_running"] and until is not None
-            else ""
-        )
+        + _lost(row, until)
     ),
     "RATE_LIMITED": lambda row, until: (
         f"queue {row['queue']!r} is rate-limited to {row['rate_per_minute']:g}/min: "
         f"the next token is due at {_at(until)}"
     ),
-    "KEY_FULL": lambda row, _: (
+    "KEY_FULL": lambda row, until: (
         f"{_key(row)} is full: {row['key_running']} of {row['key_concurrency']} running"
+        + _lost(row, until)
     ),
     "KEY_RATE_LIMITED": lambda row, until: (
         f"{_key(row)} is rate-limited to {row['key_rate_per_minute']:g}/min: "

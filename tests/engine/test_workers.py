@@ -4,6 +4,7 @@ heartbeats, removes itself at a clean stop, and ages out when it stops heartbeat
 import asyncio
 import os
 import socket
+from datetime import UTC
 
 import asyncpg
 import pytest
@@ -248,3 +249,49 @@ async def test_a_full_queue_says_its_slot_is_a_silent_process_s_well_before_the_
     assert late is not None
     assert (late.message, late.until) == ("queue 'noop' is full: 1 of 1 running", None)
     assert {w.owner_id for w in await engine.workers()} == {engine.owner_id, "killed"}
+
+
+async def test_a_full_key_says_which_of_its_runs_a_lost_process_holds_and_until_when(
+    store: Store,
+) -> None:
+    # Found by an outside audit: after a kill -9 of the process that held a key's only slot,
+    # KEY_FULL said "key 'Z' of queue 'noop' is full: 1 of 1 running" with no `until` for a
+    # whole lease, where a full queue said whose runs they were and when their leases expire.
+    engine = make_engine(store, noop)
+    await engine.configure_queue("noop", concurrency=6, key_concurrency=1)
+    await engine.claim_loop.presence.beat()  # a live process runs noop
+    held = await engine.enqueue("noop", concurrency_key="Z")
+    [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)  # no row: not live
+    assert claimed.instance_id == held.instance_id
+    waiting = await engine.enqueue("noop", concurrency_key="Z")
+    # A lost run of another key of the queue is not one of the key's.
+    other = await engine.enqueue("noop", concurrency_key="Y")
+    [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)
+    assert claimed.instance_id == other.instance_id
+    lease = await engine.get(held.instance_id)
+    assert lease is not None
+    assert lease.lease_expires_at is not None
+    reason = await engine.waiting_reason(waiting.instance_id)
+    assert reason is not None
+    assert reason.code == "KEY_FULL"
+    assert reason.until == lease.lease_expires_at
+    at = lease.lease_expires_at.astimezone(UTC).isoformat(timespec="milliseconds")
+    assert reason.message == (
+        "key 'Z' of queue 'noop' is full: 1 of 1 running; 1 of them held by a process that"
+        f" stopped heartbeating (the first of their leases expires at {at[:-6]}Z)"
+    )
+
+    # A live process's run is not one of them: no time is known then.
+    own = await engine.enqueue("noop", concurrency_key="W")
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET status = 'running', owner_id = $1,"
+            " lease_expires_at = now() + interval '30 seconds' WHERE instance_id = $2",
+            engine.owner_id,
+            own.instance_id,
+        )
+    behind = await engine.enqueue("noop", concurrency_key="W")
+    live = await engine.waiting_reason(behind.instance_id)
+    assert live is not None
+    assert (live.code, live.until) == ("KEY_FULL", None)
+    assert live.message == "key 'W' of queue 'noop' is full: 1 of 1 running"

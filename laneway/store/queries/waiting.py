@@ -81,6 +81,25 @@ live AS MATERIALIZED (
      WHERE {LIVE}
 )"""
 
+
+def _lost_runs(code: str) -> str:
+    """For an instance whose reason `r.code` is `code` (else none are read): how many running
+    rows of its queue (QUEUE_FULL) or of its key (KEY_FULL) a process that is not live holds,
+    and when the first of their leases expires. Read by instances_running (queue,
+    concurrency_key); the test of `r.code`, of no row of `x`, is made once per instance."""
+    key = "\n       AND x.concurrency_key = i.concurrency_key" if code == "KEY_FULL" else ""
+    return f"""
+    SELECT count(*) AS held, min(x.lease_expires_at) AS expires
+      FROM laneway.instances AS x
+     WHERE r.code = '{code}'
+       AND x.queue = i.queue{key}
+       AND x.status = 'running'
+       AND NOT EXISTS (SELECT 1
+                         FROM laneway.workers AS w
+                        WHERE w.owner_id = x.owner_id
+                          AND {LIVE})"""
+
+
 # $1 instance ids (uuid[])
 # One row per instance of $1 that is pending, paused or waiting; the first reason that holds, in
 # the order a claim would meet them: paused at a checkpoint, sleeping, waiting for a signal,
@@ -88,8 +107,8 @@ live AS MATERIALIZED (
 # version, every one that does runs an isolated instance alone or drains to run one ahead of it
 # (NO_WORKER too: none takes it now), its queue paused, full or out of tokens, its key full or
 # out of tokens; else it is ready. `until` is when it may next become claimable, where known
-# (for a full queue, when the first of its runs that a lost process holds expires). The facts
-# behind the reason come along for its message.
+# (for a full queue or key, when the first of its runs that a lost process holds expires). The
+# facts behind the reason come along for its message.
 WAITING_REASONS = f"""
 WITH {_LIVE_WORKERS}
 SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
@@ -110,9 +129,10 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
             WHEN r.code = 'KEY_RATE_LIMITED'
             THEN now() + LEAST(key_room.token_in, 3155760000) * interval '1 second'
             WHEN r.code = 'QUEUE_FULL' THEN lost.expires
+            WHEN r.code = 'KEY_FULL' THEN key_lost.expires
        END AS until,
        room.running, q.concurrency, q.rate_per_minute, key_room.running AS key_running,
-       q.key_concurrency, q.key_rate_per_minute, lost.held AS lost_running,
+       q.key_concurrency, q.key_rate_per_minute, lost.held + key_lost.held AS lost_running,
        fit.alone AS workers_alone, fit.making_way AS workers_making_way
   FROM laneway.instances AS i
   JOIN laneway.queues AS q ON q.name = i.queue
@@ -155,18 +175,10 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
                 WHEN key_room.tokens_now < 1 THEN 'KEY_RATE_LIMITED'
                 ELSE 'READY'
            END AS code) AS r
-  -- A full queue's runs held by processes that stopped heartbeating (a kill -9): their slots
-  -- come back when the first of their leases expires, which is when it may start.
-  LEFT JOIN LATERAL (
-    SELECT count(*) AS held, min(x.lease_expires_at) AS expires
-      FROM laneway.instances AS x
-     WHERE x.queue = i.queue
-       AND x.status = 'running'
-       AND NOT EXISTS (SELECT 1
-                         FROM laneway.workers AS w
-                        WHERE w.owner_id = x.owner_id
-                          AND {LIVE})) AS lost
-         ON r.code = 'QUEUE_FULL'
+  -- A full queue's (or key's) runs held by processes that stopped heartbeating (a kill -9):
+  -- their slots come back when the first of their leases expires, which is when it may start.
+  CROSS JOIN LATERAL ({_lost_runs("QUEUE_FULL")}) AS lost
+  CROSS JOIN LATERAL ({_lost_runs("KEY_FULL")}) AS key_lost
  WHERE i.instance_id = ANY($1::uuid[])
    AND i.status IN ('pending', 'paused', 'waiting')
 """
