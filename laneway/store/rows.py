@@ -320,12 +320,16 @@ def _key(row: Row) -> str:
 
 
 def _lost(row: Row, until: datetime | None) -> str:
-    """The part of a full queue's or key's message about its runs a lost process holds."""
-    if not row["lost_running"] or until is None:
+    """The part of a full queue's or key's message about its runs a lost process holds: when
+    the first of their leases expires (`until`), or that it expired (`until` is then now)."""
+    expires: datetime | None = row["lost_expires"]
+    if not row["lost_running"] or until is None or expires is None:
         return ""
-    return (
-        f"; {row['lost_running']} of them held by a process that stopped heartbeating"
+    return f"; {row['lost_running']} of them held by a process that stopped heartbeating" + (
         f" (the first of their leases expires at {_at(until)})"
+        if expires >= until
+        else f" (the first of their leases expired at {_at(expires)}: it is recovered"
+        " at the next poll of a live process)"
     )
 
 

@@ -295,3 +295,50 @@ async def test_a_full_key_says_which_of_its_runs_a_lost_process_holds_and_until_
     assert live is not None
     assert (live.code, live.until) == ("KEY_FULL", None)
     assert live.message == "key 'W' of queue 'noop' is full: 1 of 1 running"
+
+
+async def test_a_lost_run_whose_lease_expired_is_being_recovered_and_until_is_not_past(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # Found by an outside audit: once the lease of a lost process's run had expired, and until
+    # a claim loop's poll recovered the run, the full queue (or key) still said "the first of
+    # their leases expires at" a time gone by, and `until` was in the past.
+    engine = make_engine(store, noop)
+    await engine.configure_queue("noop", concurrency=6, key_concurrency=1)
+    await engine.claim_loop.presence.beat()  # a live process runs noop
+    held = await engine.enqueue("noop", concurrency_key="Z")
+    [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)  # no row: not live
+    assert claimed.instance_id == held.instance_id
+    waiting = await engine.enqueue("noop", concurrency_key="Z")
+    await admin.execute(
+        "UPDATE laneway.instances SET lease_expires_at = now() - interval '5 seconds'"
+        " WHERE instance_id = $1",
+        held.instance_id,
+    )
+    expired = await engine.get(held.instance_id)
+    assert expired is not None
+    assert expired.lease_expires_at is not None
+    at = expired.lease_expires_at.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    before = await admin.fetchval("SELECT now()")
+    reason = await engine.waiting_reason(waiting.instance_id)
+    assert reason is not None
+    assert reason.code == "KEY_FULL"
+    assert reason.until is not None
+    assert reason.until >= before
+    assert reason.message == (
+        "key 'Z' of queue 'noop' is full: 1 of 1 running; 1 of them held by a process that"
+        f" stopped heartbeating (the first of their leases expired at {at}: it is recovered"
+        " at the next poll of a live process)"
+    )
+    # The same for a full queue.
+    await engine.configure_queue("noop", concurrency=1)
+    unkeyed = await engine.enqueue("noop")
+    queued = await engine.waiting_reason(unkeyed.instance_id)
+    assert queued is not None
+    assert queued.code == "QUEUE_FULL"
+    assert queued.until is not None
+    assert queued.until >= before
+    assert queued.message.endswith(
+        f"(the first of their leases expired at {at}: it is"
+        " recovered at the next poll of a live process)"
+    )

@@ -85,11 +85,13 @@ live AS MATERIALIZED (
 def _lost_runs(code: str) -> str:
     """For an instance whose reason `r.code` is `code` (else none are read): how many running
     rows of its queue (QUEUE_FULL) or of its key (KEY_FULL) a process that is not live holds,
-    and when the first of their leases expires. Read by instances_running (queue,
+    when the first of their leases expires, and `until` then: that time, or now once it has
+    passed (a live process's next poll recovers the run). Read by instances_running (queue,
     concurrency_key); the test of `r.code`, of no row of `x`, is made once per instance."""
     key = "\n       AND x.concurrency_key = i.concurrency_key" if code == "KEY_FULL" else ""
     return f"""
-    SELECT count(*) AS held, min(x.lease_expires_at) AS expires
+    SELECT count(*) AS held, min(x.lease_expires_at) AS expires,
+           min(GREATEST(x.lease_expires_at, now())) AS until
       FROM laneway.instances AS x
      WHERE r.code = '{code}'
        AND x.queue = i.queue{key}
@@ -107,8 +109,8 @@ def _lost_runs(code: str) -> str:
 # version, every one that does runs an isolated instance alone or drains to run one ahead of it
 # (NO_WORKER too: none takes it now), its queue paused, full or out of tokens, its key full or
 # out of tokens; else it is ready. `until` is when it may next become claimable, where known
-# (for a full queue or key, when the first of its runs that a lost process holds expires). The
-# facts behind the reason come along for its message.
+# (for a full queue or key, when the first of its runs that a lost process holds expires, or now
+# once that lease has expired). The facts behind the reason come along for its message.
 WAITING_REASONS = f"""
 WITH {_LIVE_WORKERS}
 SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
@@ -128,11 +130,12 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
             THEN now() + LEAST(room.token_in, 3155760000) * interval '1 second'
             WHEN r.code = 'KEY_RATE_LIMITED'
             THEN now() + LEAST(key_room.token_in, 3155760000) * interval '1 second'
-            WHEN r.code = 'QUEUE_FULL' THEN lost.expires
-            WHEN r.code = 'KEY_FULL' THEN key_lost.expires
+            WHEN r.code = 'QUEUE_FULL' THEN lost.until
+            WHEN r.code = 'KEY_FULL' THEN key_lost.until
        END AS until,
        room.running, q.concurrency, q.rate_per_minute, key_room.running AS key_running,
        q.key_concurrency, q.key_rate_per_minute, lost.held + key_lost.held AS lost_running,
+       COALESCE(lost.expires, key_lost.expires) AS lost_expires,
        fit.alone AS workers_alone, fit.making_way AS workers_making_way
   FROM laneway.instances AS i
   JOIN laneway.queues AS q ON q.name = i.queue
