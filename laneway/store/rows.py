@@ -285,7 +285,10 @@ def waiting_reason_from_row(row: Row) -> WaitingReason:
     """The reason of a WAITING_REASONS row, with its one-line message."""
     code: str = row["code"]
     until: datetime | None = row["until"]
-    return WaitingReason(code=code, message=_WAITING_MESSAGES[code](row, until), until=until)
+    message = _WAITING_MESSAGES[code](row, until)
+    if row["wake_passed"]:
+        message = _woken(row, message)
+    return WaitingReason(code=code, message=message, until=until)
 
 
 def _at(moment: datetime | None) -> str:
@@ -294,6 +297,25 @@ def _at(moment: datetime | None) -> str:
         if moment is None
         else moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
+
+
+def _woken(row: Row, message: str) -> str:
+    """The message of a wait whose wake time came, which the next poll of a live process wakes:
+    what ended, then what keeps it from running once pending (`message`), or how it ends."""
+    at = _at(row["wake_at"])
+    if row["status"] == "paused":
+        checkpoint = f" {row['checkpoint']!r}" if row["checkpoint"] else ""
+        ended = f"its checkpoint{checkpoint} expired at {at}"
+    elif row["wait_signal"] is None:
+        ended = f"its sleep ended at {at}"
+    else:
+        ended = f"its wait for signal {row['wait_signal']!r} timed out at {at}"
+    if row["wake_ends"] is None:
+        return f"{ended}; {message}"
+    how = "it is cancelled" if row["wake_ends"] == "cancelled" else "it fails"
+    if row["code"] == "NO_WORKER":
+        return f"{ended}: {how} when a live process wakes it, and none is running"
+    return f"{ended}: {how} at the next poll of a live process"
 
 
 def _no_worker(row: Row) -> str:

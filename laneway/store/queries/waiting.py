@@ -104,8 +104,10 @@ def _lost_runs(code: str) -> str:
 
 # $1 instance ids (uuid[])
 # One row per instance of $1 that is pending, paused or waiting; the first reason that holds, in
-# the order a claim would meet them: paused at a checkpoint, sleeping, waiting for a signal,
-# not due yet (a retry's backoff, or a delay), no live process has its workflow, none runs its
+# the order a claim would meet them: paused at a checkpoint, sleeping, waiting for a signal
+# (once its wake time came, a wait is read as what its wake-up makes it: a pending instance due
+# then, or one a live process ends, NO_WORKER while none is live), not due yet (a retry's
+# backoff, or a delay), no live process has its workflow, none runs its
 # version, every one that does runs an isolated instance alone or drains to run one ahead of it
 # (NO_WORKER too: none takes it now), its queue paused, full or out of tokens, its key full or
 # out of tokens; else it is ready. `until` is when it may next become claimable, where known
@@ -114,7 +116,8 @@ def _lost_runs(code: str) -> str:
 WAITING_REASONS = f"""
 WITH {_LIVE_WORKERS}
 SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoint, i.attempts,
-       i.wait_signal, i.isolated, i.recoveries, r.code,
+       i.wait_signal, i.isolated, i.recoveries, i.status, i.wake_at, wake.overdue AS wake_passed,
+       wake.ends AS wake_ends, r.code,
        CASE WHEN r.code = 'VERSION_UNAVAILABLE'
             THEN ARRAY(SELECT DISTINCT split_part(v.key, '@', 2)
                          FROM laneway.workers AS w, unnest(w.versions) AS v (key)
@@ -122,7 +125,8 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
                           AND {LIVE}
                         ORDER BY 1)
        END AS live_versions,
-       CASE WHEN r.code IN ('AWAITING_REVIEW', 'SLEEPING', 'AWAITING_SIGNAL') THEN i.wake_at
+       CASE WHEN r.code IN ('AWAITING_REVIEW', 'SLEEPING', 'AWAITING_SIGNAL')
+             AND NOT wake.overdue THEN i.wake_at
             WHEN r.code IN ('DELAYED', 'RETRY_BACKOFF') THEN i.run_after
             -- A token a rate of 1e-12 a minute brings is ~10^14 s away, past what an interval
             -- holds ("interval out of range"): shown as at most a century ahead.
@@ -146,6 +150,26 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
                                      q.key_rate_per_minute, COALESCE(k.tokens, 'Infinity'),
                                      COALESCE(k.tokens_at, now())) AS key_room
          ON i.concurrency_key IS NOT NULL
+ -- A wait whose wake time came (a sleep's end, a signal wait's timeout, a checkpoint's expiry)
+ -- is woken by the next poll of any live process, whatever it runs (WAKE_DUE in
+ -- queries/waits.py, whose outcome `ends` restates: NULL, it goes on pending; else it ends
+ -- failed or cancelled). `due_at`: when it is due for a claim; a wait the wake-up makes
+ -- pending is due from its wake time, as it will be then; NULL while it waits.
+ CROSS JOIN LATERAL (
+    SELECT o.overdue, o.ends,
+           CASE WHEN i.status = 'pending' THEN i.run_after
+                WHEN o.overdue AND o.ends IS NULL THEN i.wake_at
+           END AS due_at
+      FROM (SELECT COALESCE(i.status IN ('waiting', 'paused') AND i.wake_at <= now(), false)
+                       AS overdue,
+                   CASE WHEN i.status = 'waiting' AND i.wait_signal IS NOT NULL
+                         AND i.wait ->> 'on_timeout' IS NULL THEN 'failed'
+                        WHEN i.status = 'paused' AND i.wait -> 'expiry' ->> 'then' = 'cancel'
+                        THEN 'cancelled'
+                        WHEN i.status = 'paused'
+                         AND i.wait -> 'expiry' ->> 'then' IS DISTINCT FROM 'resume'
+                        THEN 'failed'
+                   END AS ends) AS o) AS wake
  -- The live processes that run its version: how many run an instance alone, and how many
  -- of the others drain for one ahead of it in claim order (neither takes it now).
  CROSS JOIN LATERAL (
@@ -153,15 +177,18 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
            count(*) FILTER (WHERE l.alone) AS alone,
            count(*) FILTER (WHERE NOT l.alone
                               AND (-l.ahead_priority, l.ahead_run_after, l.ahead_seq)
-                                  < (-i.priority, i.run_after, i.seq)) AS making_way
+                                  < (-i.priority, wake.due_at, i.seq)) AS making_way
       FROM live AS l
      WHERE i.name || '@' || i.version = ANY(l.versions)) AS fit
  CROSS JOIN LATERAL (
-    SELECT CASE WHEN i.status = 'paused' THEN 'AWAITING_REVIEW'
-                WHEN i.status = 'waiting' AND i.wait_signal IS NULL THEN 'SLEEPING'
-                WHEN i.status = 'waiting' THEN 'AWAITING_SIGNAL'
-                WHEN i.run_after > now() AND i.attempts > 0 THEN 'RETRY_BACKOFF'
-                WHEN i.run_after > now() THEN 'DELAYED'
+    SELECT CASE WHEN wake.overdue AND wake.ends IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM laneway.workers AS w WHERE {LIVE})
+                THEN 'NO_WORKER'
+                WHEN wake.due_at IS NULL AND i.status = 'paused' THEN 'AWAITING_REVIEW'
+                WHEN wake.due_at IS NULL AND i.wait_signal IS NULL THEN 'SLEEPING'
+                WHEN wake.due_at IS NULL THEN 'AWAITING_SIGNAL'
+                WHEN wake.due_at > now() AND i.attempts > 0 THEN 'RETRY_BACKOFF'
+                WHEN wake.due_at > now() THEN 'DELAYED'
                 WHEN NOT EXISTS (SELECT 1
                                    FROM laneway.workers AS w
                                   WHERE i.name = ANY(w.workflows)
