@@ -337,6 +337,25 @@ def _no_worker(row: Row) -> str:
     )
 
 
+def _ready(row: Row) -> str:
+    """Claimable: at the next claim, or, when every live worker that would take it had no room
+    at its last heartbeat (its `running` is a heartbeat behind), when one of them has room."""
+    lost = (
+        f" (its worker was lost {row['recoveries']}"
+        f" time{'' if row['recoveries'] == 1 else 's'}: it runs alone)"
+    )
+    if row["workers_free"]:
+        return f"ready: queue {row['queue']!r} has room, it starts at the next claim" + (
+            f" of a process that runs nothing else{lost}" if row["isolated"] else ""
+        )
+    return (
+        f"ready: queue {row['queue']!r} has room; every live worker that runs it was busy at"
+        f" its last heartbeat ({row['workers_running']} of {row['workers_concurrency']}"
+        " running), so it starts when one of them has room"
+        + (f" and runs nothing else{lost}" if row["isolated"] else "")
+    )
+
+
 def _key(row: Row) -> str:
     return f"key {row['concurrency_key']!r} of queue {row['queue']!r}"
 
@@ -356,15 +375,7 @@ def _lost(row: Row, until: datetime | None) -> str:
 
 
 _WAITING_MESSAGES: dict[str, Callable[[Row, datetime | None], str]] = {
-    "READY": lambda row, _: (
-        f"ready: queue {row['queue']!r} has room, it starts at the next claim"
-        + (
-            f" of a process that runs nothing else (its worker was lost {row['recoveries']}"
-            f" time{'' if row['recoveries'] == 1 else 's'}: it runs alone)"
-            if row["isolated"]
-            else ""
-        )
-    ),
+    "READY": lambda row, _: _ready(row),
     "DELAYED": lambda _, until: f"delayed until {_at(until)}",
     "RETRY_BACKOFF": lambda row, until: (
         f"attempt {row['attempts']} failed; the next attempt waits until {_at(until)}"

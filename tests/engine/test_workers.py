@@ -342,3 +342,38 @@ async def test_a_lost_run_whose_lease_expired_is_being_recovered_and_until_is_no
         f"(the first of their leases expired at {at}: it is"
         " recovered at the next poll of a live process)"
     )
+
+
+async def _beat(store: Store, owner_id: str, workflow: str, running: int, concurrency: int) -> None:
+    """A heartbeat of a live process `owner_id` that runs `workflow` (version 1)."""
+    await store.heartbeat_worker(
+        owner_id=owner_id, role="worker", host="h", pid=4242, workflows=[workflow],
+        versions=[f"{workflow}@1"], running=running, concurrency=concurrency,
+        heartbeat_seconds=10.0,
+    )  # fmt: skip
+
+
+async def test_ready_says_so_when_every_live_worker_that_runs_it_was_busy(store: Store) -> None:
+    # Found by an outside audit: with every live worker that runs its version at its own
+    # concurrency, READY said "ready: queue 'noop' has room, it starts at the next claim"
+    # though no process had room to claim it.
+    engine = make_engine(store, noop)  # enqueues only: not a live process
+    await _beat(store, "busy-a", "noop", running=2, concurrency=2)
+    await _beat(store, "busy-b", "noop", running=3, concurrency=2)  # over: a heartbeat behind
+    await _beat(store, "idle-other", "two_steps", running=0, concurrency=10)  # not its workflow
+    waiting = await engine.enqueue("noop")
+    reason = await engine.waiting_reason(waiting.instance_id)
+    assert reason is not None
+    assert (reason.code, reason.until) == ("READY", None)
+    assert reason.message == (
+        "ready: queue 'noop' has room; every live worker that runs it was busy at its last"
+        " heartbeat (5 of 4 running), so it starts when one of them has room"
+    )
+    # One of them has room: the next claim.
+    await _beat(store, "busy-b", "noop", running=1, concurrency=2)
+    free = await engine.waiting_reason(waiting.instance_id)
+    assert free is not None
+    assert (free.code, free.message) == (
+        "READY",
+        "ready: queue 'noop' has room, it starts at the next claim",
+    )

@@ -62,7 +62,7 @@ isolated_first AS MATERIALIZED (
                                         COALESCE(ok.tokens_at, now())) AS kr) > 0)
 ),
 live AS MATERIALIZED (
-    SELECT w.versions,
+    SELECT w.versions, w.running, w.concurrency,
            EXISTS (SELECT 1
                      FROM laneway.instances AS a
                     WHERE a.owner_id = w.owner_id
@@ -140,7 +140,9 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
        room.running, q.concurrency, q.rate_per_minute, key_room.running AS key_running,
        q.key_concurrency, q.key_rate_per_minute, lost.held + key_lost.held AS lost_running,
        COALESCE(lost.expires, key_lost.expires) AS lost_expires,
-       fit.alone AS workers_alone, fit.making_way AS workers_making_way
+       fit.alone AS workers_alone, fit.making_way AS workers_making_way,
+       fit.free AS workers_free, fit.open_running AS workers_running,
+       fit.open_concurrency AS workers_concurrency
   FROM laneway.instances AS i
   JOIN laneway.queues AS q ON q.name = i.queue
  CROSS JOIN LATERAL laneway.queue_room(q.name, q.concurrency, q.rate_per_minute, q.tokens,
@@ -170,16 +172,24 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
                          AND i.wait -> 'expiry' ->> 'then' IS DISTINCT FROM 'resume'
                         THEN 'failed'
                    END AS ends) AS o) AS wake
- -- The live processes that run its version: how many run an instance alone, and how many
- -- of the others drain for one ahead of it in claim order (neither takes it now).
+ -- The live processes that run its version: how many run an instance alone, how many of the
+ -- others drain for one ahead of it in claim order (neither takes it now), and how many of the
+ -- rest (`open`) had room at their last heartbeat, with the runs and room they had then.
  CROSS JOIN LATERAL (
     SELECT count(*) AS workers,
-           count(*) FILTER (WHERE l.alone) AS alone,
-           count(*) FILTER (WHERE NOT l.alone
-                              AND (-l.ahead_priority, l.ahead_run_after, l.ahead_seq)
-                                  < (-i.priority, wake.due_at, i.seq)) AS making_way
-      FROM live AS l
-     WHERE i.name || '@' || i.version = ANY(l.versions)) AS fit
+           count(*) FILTER (WHERE s.alone) AS alone,
+           count(*) FILTER (WHERE s.making_way) AS making_way,
+           count(*) FILTER (WHERE s.open AND s.running < s.concurrency) AS free,
+           sum(s.running) FILTER (WHERE s.open) AS open_running,
+           sum(s.concurrency) FILTER (WHERE s.open) AS open_concurrency
+      FROM (SELECT l.alone, d.making_way, NOT (l.alone OR d.making_way) AS open, l.running,
+                   l.concurrency
+              FROM live AS l
+             CROSS JOIN LATERAL (
+                SELECT COALESCE(NOT l.alone
+                                AND (-l.ahead_priority, l.ahead_run_after, l.ahead_seq)
+                                    < (-i.priority, wake.due_at, i.seq), false) AS making_way) AS d
+             WHERE i.name || '@' || i.version = ANY(l.versions)) AS s) AS fit
  CROSS JOIN LATERAL (
     SELECT CASE WHEN wake.overdue AND wake.ends IS NOT NULL
                  AND NOT EXISTS (SELECT 1 FROM laneway.workers AS w WHERE {LIVE})
