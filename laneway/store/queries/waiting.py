@@ -5,6 +5,7 @@ of a key come from laneway.queue_room() and laneway.key_room(), the functions th
 decides with (laneway/store/sql/functions.sql), so a reason cannot disagree with a claim.
 """
 
+from laneway.store.queries.waits import WOKEN_STATUS
 from laneway.store.queries.workers import LIVE
 
 # What keeps a live process from claiming an ordinary instance (migration 0029, laneway.claim()
@@ -154,7 +155,7 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
          ON i.concurrency_key IS NOT NULL
  -- A wait whose wake time came (a sleep's end, a signal wait's timeout, a checkpoint's expiry)
  -- is woken by the next poll of any live process, whatever it runs (WAKE_DUE in
- -- queries/waits.py, whose outcome `ends` restates: NULL, it goes on pending; else it ends
+ -- queries/waits.py, whose WOKEN_STATUS `ends` reads: NULL, it goes on pending; else it ends
  -- failed or cancelled). `due_at`: when it is due for a claim; a wait the wake-up makes
  -- pending is due from its wake time, as it will be then; NULL while it waits.
  CROSS JOIN LATERAL (
@@ -164,14 +165,7 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
            END AS due_at
       FROM (SELECT COALESCE(i.status IN ('waiting', 'paused') AND i.wake_at <= now(), false)
                        AS overdue,
-                   CASE WHEN i.status = 'waiting' AND i.wait_signal IS NOT NULL
-                         AND i.wait ->> 'on_timeout' IS NULL THEN 'failed'
-                        WHEN i.status = 'paused' AND i.wait -> 'expiry' ->> 'then' = 'cancel'
-                        THEN 'cancelled'
-                        WHEN i.status = 'paused'
-                         AND i.wait -> 'expiry' ->> 'then' IS DISTINCT FROM 'resume'
-                        THEN 'failed'
-                   END AS ends) AS o) AS wake
+                   NULLIF({WOKEN_STATUS}, 'pending') AS ends) AS o) AS wake
  -- The live processes that run its version: how many run an instance alone, how many of the
  -- others drain for one ahead of it in claim order (neither takes it now), and how many of the
  -- rest (`open`) had room at their last heartbeat, with the runs and room they had then.

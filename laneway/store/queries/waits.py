@@ -96,6 +96,20 @@ UPDATE laneway.instances AS i
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, k.name AS signal
 """
 
+# What a wait of instance `i` becomes once its wake time came: a sleep, and a signal wait with
+# an on_timeout action, go on pending; one without fails; a checkpoint's expiry resumes
+# (pending), cancels or fails. NULL for an instance that does not wait. (The waiting reasons
+# read it too: queries/waiting.py.)
+WOKEN_STATUS = """CASE WHEN i.status = 'waiting' AND i.wait_signal IS NULL THEN 'pending'
+                WHEN i.status = 'waiting' AND i.wait ->> 'on_timeout' IS NOT NULL THEN 'pending'
+                WHEN i.status = 'waiting' THEN 'failed'
+                WHEN i.status = 'paused' AND i.wait -> 'expiry' ->> 'then' = 'resume'
+                THEN 'pending'
+                WHEN i.status = 'paused' AND i.wait -> 'expiry' ->> 'then' = 'cancel'
+                THEN 'cancelled'
+                WHEN i.status = 'paused' THEN 'failed'
+           END"""
+
 # $1 at most this many instances
 # Instances whose wake time came, oldest first, in one batch (rows another process is waking
 # are skipped): a sleep ends (pending, its action next); a signal wait times out (pending with
@@ -106,7 +120,7 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, k.name AS signal
 # instance that no longer waits (none should be) is cleared, so the next look does not see it.
 # One row per instance: what it became (its lastError says why a failed one failed), and
 # whether it was woken at all.
-WAKE_DUE = """
+WAKE_DUE = f"""
 WITH due AS (
     SELECT instance_id
       FROM laneway.instances
@@ -117,15 +131,7 @@ WITH due AS (
 ),
 judged AS (
     SELECT i.instance_id,
-           CASE WHEN i.status = 'waiting' AND i.wait_signal IS NULL THEN 'pending'
-                WHEN i.status = 'waiting' AND i.wait ->> 'on_timeout' IS NOT NULL THEN 'pending'
-                WHEN i.status = 'waiting' THEN 'failed'
-                WHEN i.status = 'paused' AND i.wait -> 'expiry' ->> 'then' = 'resume'
-                THEN 'pending'
-                WHEN i.status = 'paused' AND i.wait -> 'expiry' ->> 'then' = 'cancel'
-                THEN 'cancelled'
-                WHEN i.status = 'paused' THEN 'failed'
-           END AS new_status,
+           {WOKEN_STATUS} AS new_status,
            CASE WHEN i.status = 'waiting' AND i.wait_signal IS NOT NULL
                 THEN 'SignalTimeout: timed out after '
                      || trim_scale((i.wait ->> 'seconds')::numeric)
