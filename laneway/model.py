@@ -110,7 +110,7 @@ class InstanceRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaitingReason:
-    """Why an instance that is pending or paused is not running (store.waiting_reasons).
+    """Why an instance that is pending, waiting or paused is not running (store.waiting_reasons).
 
     `code` is one of READY, DELAYED, RETRY_BACKOFF, QUEUE_FULL, RATE_LIMITED, KEY_FULL,
     KEY_RATE_LIMITED, QUEUE_PAUSED, NO_WORKER, AWAITING_REVIEW, SLEEPING, AWAITING_SIGNAL,

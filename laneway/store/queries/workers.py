@@ -10,7 +10,8 @@ three is deleted by the next heartbeat of any process (_AGED_OUT).
 
 # A live row (of `laneway.workers AS w`): its process missed fewer than two heartbeats. Only
 # what is shown reads it: the live workers list and the waiting reasons (NO_WORKER,
-# VERSION_UNAVAILABLE, and a full queue's runs "held by a process that stopped heartbeating").
+# VERSION_UNAVAILABLE, and a full queue's or key's runs "held by a process that stopped
+# heartbeating").
 # A heartbeat is a third of a lease (the renewal comes just before it), so a killed process
 # shows as stopped a third of a lease before its leases expire; one that missed a single beat
 # may just be late. Who owns an instance is never decided here: the recovery and the fencing
