@@ -37,10 +37,7 @@ from graphql.execution.values import get_argument_values, get_variable_values
 from strawberry.asgi import ASGIWebSocketAdapter
 from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.schema import Schema
-from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
-    BaseGraphQLTransportWSHandler,
-    Operation,
-)
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import Operation
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     CompleteMessage,
     Message,
@@ -63,6 +60,7 @@ from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.graphql.types import WorkflowEvent
 from laneway.api.http.websocket_limits import OPERATION_IDS, OperationIds
+from laneway.api.websocket_results import RequestErrorsAsErrors
 from laneway.api.websocket_sends import BoundedSends
 from laneway.errors import LanewayError
 from laneway.events import EventSelection
@@ -218,8 +216,9 @@ def _field_readers(schema: Schema) -> dict[str, Callable[[WorkflowEvent], object
     return readers
 
 
-class LanewayTransportWSHandler(BaseGraphQLTransportWSHandler[Any, Any]):
-    """graphql-transport-ws with the direct path for single-field `workflowEvents` documents.
+class LanewayTransportWSHandler(RequestErrorsAsErrors):
+    """graphql-transport-ws with the direct path for single-field `workflowEvents` documents
+    (and a query's or mutation's request errors as `error` messages: websocket_results.py).
 
     The context is Laneway's own or a host's carrying one (graphql/context.py); the direct
     path asks the same Permission as the subscription field would (permissions.decide).

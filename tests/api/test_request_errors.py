@@ -131,8 +131,8 @@ async def test_request_errors_carry_a_code_over_http(
 
 
 async def test_request_errors_carry_a_code_over_a_websocket(closed_server: LiveServer) -> None:
-    """Each on one socket, which stays open: an `error` message, or for a query or mutation
-    whose variables are refused a `next` with the errors and then `complete`."""
+    """Each on one socket, which stays open: an `error` message (graphql-transport-ws: the
+    errors of a request refused before execution), never a `next`."""
     ws = await acked(closed_server)
     try:
         for number, (case, query, variables, code) in enumerate(CASES + WS_ONLY):
@@ -143,14 +143,70 @@ async def test_request_errors_carry_a_code_over_a_websocket(closed_server: LiveS
             await ws.send(json.dumps(frame))
             async with asyncio.timeout(10):
                 reply = json.loads(await ws.recv())
-                assert reply["id"] == str(number), reply
-                if reply["type"] == "next":
-                    errors = reply["payload"]["errors"]
-                    assert json.loads(await ws.recv())["type"] == "complete"
-                else:
-                    assert reply["type"] == "error", (case, reply)
-                    errors = reply["payload"]
-            assert error_codes(errors) == {code}, (case, reply)
+            assert reply["id"] == str(number), reply
+            assert reply["type"] == "error", (case, reply)
+            assert error_codes(reply["payload"]) == {code}, (case, reply)
+    finally:
+        await ws.close()
+
+
+LIMIT_OF = "query ($l: Int!) { workflowInstances(limit: $l) { instanceID } }"
+# (case, document, variables): variables that do not coerce, in a query and in a mutation.
+REFUSED_VARIABLES: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("no variables for a non-null one", LIMIT_OF, None),
+    ("a string for an Int", LIMIT_OF.replace("Int!", "Int"), {"l": "x"}),
+    ("a missing variable of a mutation", SIGNAL, {}),
+]
+
+
+async def test_a_query_or_mutation_whose_variables_do_not_coerce_gets_only_an_error_message(
+    closed_server: LiveServer,
+) -> None:
+    """As over HTTP (a request error, no `data`) and as a subscription's: one `error` message
+    with the errors, and no `next` (`data: null` would say the operation ran) nor `complete`
+    (the `error` ends the operation). The same socket then answers the next operation."""
+    ws = await acked(closed_server)
+    try:
+        for number, (case, query, variables) in enumerate(REFUSED_VARIABLES):
+            payload: dict[str, Any] = {"query": query}
+            if variables is not None:
+                payload["variables"] = variables
+            refused_id, then = f"v{number}", f"t{number}"
+            await ws.send(json.dumps({"id": refused_id, "type": "subscribe", "payload": payload}))
+            replies = []
+            async with asyncio.timeout(10):
+                replies.append(json.loads(await ws.recv()))
+                typename = {"id": then, "type": "subscribe", "payload": {"query": "{ __typename }"}}
+                await ws.send(json.dumps(typename))
+                while replies[-1] != {"id": then, "type": "complete"}:
+                    replies.append(json.loads(await ws.recv()))
+            refused = [reply for reply in replies if reply["id"] == refused_id]
+            assert [reply["type"] for reply in refused] == ["error"], (case, replies)
+            errors = refused[0]["payload"]
+            assert error_codes(errors) == {"BAD_USER_INPUT"}, (case, errors)
+            assert all("Variable '$" in error["message"] for error in errors), (case, errors)
+    finally:
+        await ws.close()
+
+
+async def test_a_field_error_of_an_operation_that_ran_still_comes_as_next(
+    closed_server: LiveServer,
+) -> None:
+    """Only a request error becomes an `error` message: a mutation whose non-null field fails
+    (NOT_FOUND, so `data` is null) ran, and is a `next` with `data: null`, then `complete`."""
+    ws = await acked(closed_server)
+    try:
+        query = "mutation ($i: ID!) { cancelWorkflow(instanceID: $i) { status } }"
+        payload = {"query": query, "variables": {"i": ID}}
+        await ws.send(json.dumps({"id": "m", "type": "subscribe", "payload": payload}))
+        async with asyncio.timeout(10):
+            reply = json.loads(await ws.recv())
+            complete = json.loads(await ws.recv())
+        assert reply["type"] == "next", reply
+        assert reply["payload"]["data"] is None, reply
+        assert error_codes(reply["payload"]["errors"]) == {"NOT_FOUND"}, reply
+        assert reply["payload"]["errors"][0]["path"] == ["cancelWorkflow"]
+        assert complete == {"id": "m", "type": "complete"}
     finally:
         await ws.close()
 
