@@ -46,6 +46,7 @@ from laneway.api.graphql.execution import LanewayExecutor
 from laneway.api.graphql.fragment_expansion import FragmentExpansionLimit, guarded
 from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
+from laneway.api.graphql.json_literal import json_literal
 from laneway.api.graphql.mutation import LanewayMutation
 from laneway.api.graphql.query import LanewayQuery
 from laneway.api.graphql.result_size import ResultSizeGuard, ResultSizeLimit
@@ -198,7 +199,8 @@ def schema_extensions() -> list[Extension]:
 
 def schema_config() -> StrawberryConfig:
     """Laneway's schema configuration: no "Did you mean …?" field suggestions (a schema
-    hint), and the JSON scalar without Strawberry's description, as schema.graphql has it."""
+    hint), and the JSON scalar without Strawberry's description, as schema.graphql has it,
+    whose literals read their variables as json_literal.py says."""
     return StrawberryConfig(
         disable_field_suggestions=True,
         scalar_map={
@@ -206,6 +208,7 @@ def schema_config() -> StrawberryConfig:
                 name="JSON",
                 serialize=lambda value: value,
                 parse_value=lambda value: value,
+                parse_literal=json_literal,  # a variable not provided stands for nothing
             )
         },
     )
