@@ -87,6 +87,9 @@ def test_a_json_option_that_cannot_be_read_or_is_not_json_is_a_usage_error(
         assert err.startswith(f"{says}the file '{bad}' does not hold valid JSON: "), err
     err = _refusal([*command, option, "{a: 1}"], capsys)
     assert err.startswith(f"{says}not valid JSON: Expecting property name"), err
+    for number in ("1e400", "1e-400"):  # a number a float cannot hold: 1e-400 is not 0.0
+        err = _refusal([*command, option, '{"a": ' + number + "}"], capsys)
+        assert err.startswith(f"{says}not valid JSON: number out of range"), err
 
 
 async def test_stdin_that_is_not_json_is_a_usage_error_naming_the_option() -> None:

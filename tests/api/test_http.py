@@ -243,6 +243,15 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
         "Unable to parse the request body as JSON: number out of range",
     ),
     (
+        "underflow",
+        {
+            "content": b'{"query": "{ workflows { name } }", "variables": {"p": {"b": 1e-400}}}',
+            "headers": JSON,
+        },
+        400,
+        "Unable to parse the request body as JSON: number out of range",
+    ),
+    (
         "duplicate-keys",
         {
             "content": b'{"query": "{ workflows { name } }", "query": "{ queues { name } }"}',
@@ -351,6 +360,20 @@ async def test_malformed_requests_get_4xx_and_no_internals(
     assert response.status_code == status, response.text
     assert text in response.text
     assert "Did you mean" not in response.text
+
+
+async def test_json_numbers_in_a_body_keep_their_value(server: LiveServer) -> None:
+    """A zero in any notation (and -0.0, stored as 0) and the smallest numbers a float holds
+    are taken as they are; one that would underflow to 0.0 is refused (MALFORMED)."""
+    query = (
+        'mutation ($p: JSON) { enqueueWorkflow(name: "noop", params: $p) { instance { params } } }'
+    )
+    numbers = b'{"z": 0e400, "n": -0.0, "e": 0.000e-999, "t": 1e-300, "s": 5e-324}'
+    body = b'{"query": ' + json.dumps(query).encode() + b', "variables": {"p": ' + numbers + b"}}"
+    response = await server.client.post("/graphql", content=body, headers=JSON)
+    assert response.status_code == 200, response.text
+    stored = {"z": 0.0, "n": 0.0, "e": 0.0, "t": 1e-300, "s": 5e-324}
+    assert response.json()["data"]["enqueueWorkflow"]["instance"]["params"] == stored
 
 
 async def test_other_methods_and_get_mutations_are_refused(server: LiveServer) -> None:

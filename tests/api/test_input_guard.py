@@ -213,6 +213,23 @@ async def test_a_refused_argument_refuses_the_whole_operation_before_any_resolve
             {},
             'argument "delayMs" of enqueueWorkflow must be at least 0 and at most',
         ),
+        # A JSON number a float cannot hold would be stored as another value (1e-400 as 0.0,
+        # an outside audit): refused, as the request body's decoder refuses it in a variable.
+        *(
+            (
+                f'mutation {{ enqueueWorkflow(name: "noop", params: {{a: [{number}]}}) '
+                "{ created } }",
+                {},
+                'argument "params" of enqueueWorkflow holds a number out of range',
+            )
+            for number in ("1e-400", "-2e-324", "1e309")
+        ),
+        (
+            'mutation { enqueueWorkflows(requests: [{name: "noop", params: {b: 1e-400}}]) '
+            "{ created } }",
+            {},
+            'argument "requests[0].params" of enqueueWorkflows holds a number out of range',
+        ),
         (
             'mutation { configureQueue(name: "q", concurrency: 1, ratePerMinute: 0) { name } }',
             {},

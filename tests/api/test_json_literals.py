@@ -16,8 +16,9 @@ from tests.api.conftest import Execute
 
 
 def enqueued(params_literal: str, variables: str) -> str:
+    definitions = f"({variables})" if variables else ""
     return (
-        f'mutation ({variables}) {{ enqueueWorkflow(name: "noop", params: {params_literal}) '
+        f'mutation {definitions} {{ enqueueWorkflow(name: "noop", params: {params_literal}) '
         "{ instance { params } } }"
     )
 
@@ -59,6 +60,17 @@ async def test_an_unset_variable_in_a_json_literal_of_a_batch_is_left_out(run: E
     assert result.errors is None, result.errors
     assert result.data is not None
     assert result.data["enqueueWorkflows"][0]["instance"]["params"] == {"b": [None]}
+
+
+async def test_a_json_number_literal_keeps_its_value_and_a_zero_is_taken_in_any_notation(
+    run: Execute,
+) -> None:
+    # The input guard refuses a number that a float cannot hold (test_input_guard.py).
+    result = await run(enqueued("{z: 0e400, n: -0.0, e: 0.000e-999, t: 1e-300, s: 5e-324}", ""))
+    assert result.errors is None, result.errors
+    assert result.data is not None
+    stored = {"z": 0.0, "n": 0.0, "e": 0.0, "t": 1e-300, "s": 5e-324}
+    assert result.data["enqueueWorkflow"]["instance"]["params"] == stored
 
 
 def test_a_json_literal_without_variables_is_its_json_value() -> None:

@@ -277,6 +277,22 @@ async def test_non_json_frame_closes_with_4400(server: LiveServer) -> None:
         assert await closed_with(ws, init) == 4400
 
 
+@pytest.mark.parametrize("number", ["1e400", "1e-400"])
+async def test_a_frame_with_a_number_a_float_cannot_hold_closes_with_4400(
+    server: LiveServer, number: str
+) -> None:
+    """As the request body's decoder refuses it (strict_json.py): an overflow, or a non-zero
+    number that would be taken as 0.0."""
+    ws = await acked(server)
+    try:
+        query = 'mutation ($p: JSON) { enqueueWorkflow(name: "noop", params: $p) { created } }'
+        payload = '{"query": ' + json.dumps(query) + ', "variables": {"p": {"b": ' + number + "}}}"
+        frame = '{"id": "e", "type": "subscribe", "payload": ' + payload + "}"
+        assert await closed_with(ws, frame) == 4400
+    finally:
+        await ws.close()
+
+
 async def acked(server: LiveServer) -> ClientConnection:
     """A raw socket past connection_ack (the caller closes it)."""
     ws = await connect(server.ws_url, subprotocols=[PROTOCOL])  # type: ignore[list-item]

@@ -3,12 +3,12 @@
 Owns what an argument may hold beyond its GraphQL type: no NUL and no lone surrogate in any
 string (String and ID arguments, their list items and input fields, the strings and keys inside
 JSON), a maximum length for String and ID arguments, a range for every number that reaches
-PostgreSQL, the event-id and instance-id formats, and the nesting depth of JSON. RULES holds
-them, keyed by the argument's name, which means the same thing on every field (a host's own
-`limit` or `name` gets the same rule). The walk reads the operation the parser already built:
-each argument's literal, or the request's value of its variable (or the variable's default).
-Anything refused refuses the whole operation with BAD_USER_INPUT naming the argument, so
-nothing is written.
+PostgreSQL (in a JSON literal: one a double holds), the event-id and instance-id formats, and
+the nesting depth of JSON. RULES holds them, keyed by the argument's name, which means the same
+thing on every field (a host's own `limit` or `name` gets the same rule). The walk reads the
+operation the parser already built: each argument's literal, or the request's value of its
+variable (or the variable's default). Anything refused refuses the whole operation with
+BAD_USER_INPUT naming the argument, so nothing is written.
 Turning a value into what the engine takes stays in arguments.py and the resolvers.
 """
 
@@ -54,7 +54,7 @@ from strawberry.extensions import SchemaExtension
 from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
 from laneway.api.graphql.bulk import MAX_TIME_MS
 from laneway.api.graphql.errors import coded
-from laneway.api.http.strict_json import MAX_JSON_DEPTH
+from laneway.api.http.strict_json import MAX_JSON_DEPTH, out_of_range
 from laneway.engine.page_calls import MAX_CURSOR_CHARS, MAX_LIST_LIMIT, MAX_PAGE_SIZE
 from laneway.engine.payloads import text_storable
 from laneway.engine.queue_calls import MAX_HISTORY_MINUTES
@@ -338,6 +338,9 @@ class _Walk:
         the scalar reads where they stand."""
         if isinstance(node, StringValueNode):
             _text(node.value, None)
+        elif isinstance(node, FloatValueNode):  # a variable's, strict_json refused already
+            if out_of_range(node.value, float(node.value)):
+                raise _RefusedError("holds a number out of range")
         elif isinstance(node, ListValueNode):
             _nesting(depth)
             for item in node.values:

@@ -2,7 +2,8 @@
 
 Owns the rules Python's json module is laxer about: no NaN or Infinity, no duplicate keys, no
 nesting deeper than MAX_JSON_DEPTH, no integers longer than CPython's own digit limit, no
-numbers that overflow to infinity. Pure: text in, a value or json.JSONDecodeError out.
+numbers that overflow to infinity or underflow to 0.0, which would change their value. Pure:
+text in, a value or json.JSONDecodeError out.
 """
 
 import json
@@ -41,9 +42,18 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
+def out_of_range(text: str, value: float) -> bool:
+    """True when `value`, the float of the number written `text`, is not that number's value:
+    it overflowed to infinity, or a non-zero number underflowed to 0.0 (`1e-400`). A zero in
+    any notation (`-0.0`, `0e400`) is in range. The digits are read only for a 0.0."""
+    if value == 0.0:
+        return text.lower().partition("e")[0].strip("-+0.") != ""  # a digit not 0
+    return math.isinf(value)
+
+
 def _parse_float(text: str) -> float:
     value = float(text)
-    if math.isinf(value):
+    if out_of_range(text, value):
         raise ValueError("number out of range")
     return value
 
@@ -76,7 +86,7 @@ def strict_json_loads(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> 
 
     Refused: NaN/Infinity, duplicate keys, nesting deeper than `max_depth` (a value: 64; a
     request body or frame: MAX_REQUEST_DEPTH), integers longer than 4300 digits, and numbers
-    that overflow to infinity.
+    that overflow to infinity or, not zero, underflow to 0.0 (out_of_range).
 
     Raises:
         json.JSONDecodeError: for any of those, or malformed JSON.
