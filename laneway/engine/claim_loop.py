@@ -75,6 +75,7 @@ class ClaimLoop(DueWork):
         self.retention_seconds = retention_seconds
         self.shutdown_grace_seconds = shutdown_grace_seconds
         self._plan_schedule = plan_schedule
+        self._unplannable = {}  # due schedules this process cannot plan: left to others
         self._on_terminal = on_terminal
         self._spawn = spawn
         self._observer = observer

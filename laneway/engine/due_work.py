@@ -2,6 +2,12 @@
 waiting instances whose wake time came, due schedules, each fired by a process that runs the
 newest version live), and the upkeep it runs after.
 
+A due schedule that cannot be planned here (a timezone this process's tz database lacks, as
+during a rolling deploy or on a host with an older tz database) is skipped and logged once at
+ERROR; it is left as it is, for a process that can plan it to fire on time, and is neither
+locked nor timed again here until its rule changes. The other schedules, and the rest of the
+poll, go on.
+
 A part of ClaimLoop (claim_loop.py), kept apart so that each file reads as one area; the
 statements are the store's, retention and the roll-up upkeep.py's.
 """
@@ -17,8 +23,10 @@ from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import log_failure
 from laneway.engine.upkeep import Upkeep
 from laneway.engine.wake_times import WakeTimes
+from laneway.errors import LanewayError, described
 from laneway.model import NewInstance, ScheduleRecord, Status, Transition
 from laneway.store import Store
+from laneway.store.schedules import SchedulePlan
 
 logger = logging.getLogger("laneway.engine.claim_loop")
 """The loop's logger: a recovered lease is logged as the claim loop's, as it always was (an
@@ -40,6 +48,7 @@ class DueWork:
     _times: WakeTimes
     _upkeep: Upkeep
     _plan_schedule: SchedulePlanner
+    _unplannable: dict[str, ScheduleRecord]  # by name, as it was when it could not be planned
     _on_terminal: TerminalCallback
     _last_poll: float
     max_recoveries: int
@@ -69,7 +78,7 @@ class DueWork:
         Returns whether due instances are waiting to be claimed.
         """
         self._last_poll = time.monotonic()
-        due = await self._store.due_work(self._registry.runs())
+        due = await self._store.due_work(self._registry.runs(), self._skipped_schedules())
         if due.expired_leases:
             await self._recover()
         woke = False
@@ -95,14 +104,40 @@ class DueWork:
         names = await self._schedule_names()
         if not names:
             return False
-        fired = await self._store.fire_due_schedules(self._plan_schedule, names)
+        fired = await self._store.fire_due_schedules(
+            self._plan, names, skipped=self._skipped_schedules()
+        )
         if faults.ARMED:
             await faults.hit("cron_insert")
-        next_in = await self._store.next_schedule_in(names)
+        next_in = await self._store.next_schedule_in(names, self._skipped_schedules())
         if next_in is not None:
             # Still due: another engine is firing it, or more were due than one call fires.
             self.schedules_in(max(next_in, SCHEDULE_RETRY_SECONDS))
         return bool(fired)
+
+    def _plan(self, schedule: ScheduleRecord, now: datetime) -> SchedulePlan:
+        """The plan of a due schedule's fire; None, to leave it as it is, for one that cannot be
+        planned here. That one is logged (once: the store leaves it out from then on, until
+        its rule changes) and does not hold up the others in the fire's transaction."""
+        try:
+            planned = self._plan_schedule(schedule, now)
+        except Exception as exc:
+            self._unplannable[schedule.name] = schedule
+            logger.error(
+                "schedule cannot be planned here; skipped",
+                extra={
+                    "schedule": schedule.name,
+                    "workflow": schedule.workflow_name,
+                    "error": described(exc),
+                },
+                exc_info=not isinstance(exc, LanewayError),  # a bug's traceback
+            )
+            return None
+        self._unplannable.pop(schedule.name, None)
+        return planned
+
+    def _skipped_schedules(self) -> list[ScheduleRecord]:
+        return list(self._unplannable.values())
 
     async def _schedule_names(self) -> list[str]:
         """The workflows whose due schedules this engine fires: those that no other live

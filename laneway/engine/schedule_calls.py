@@ -69,14 +69,15 @@ class ScheduleCalls:
         schedule = await self.store.get_schedule(name)
         if schedule is None:
             raise NotFoundError(f"no schedule named {name!r}")
+        if not enabled:  # no rule read: one this process cannot plan can still be turned off
+            return await self.store.set_schedule_enabled(name, False, schedule.next_run_at)
         recurrence = parse_recurrence(
             every=schedule.every, cron=schedule.cron, timezone=schedule.timezone
         )
         now = await self.store.now()
         next_run_at = recurrence.next_fire_after(now)
         record = await self.store.set_schedule_enabled(name, enabled, next_run_at)
-        if enabled:
-            self.claim_loop.schedules_in((next_run_at - now).total_seconds())
+        self.claim_loop.schedules_in((next_run_at - now).total_seconds())
         return record
 
     async def delete_schedule(self, name: str) -> bool:

@@ -20,6 +20,7 @@ from laneway.model import (
     InstanceRecord,
     LockRecord,
     NewEvent,
+    ScheduleRecord,
     Status,
     Transition,
 )
@@ -33,6 +34,7 @@ from laneway.store.rows import (
     lock_from_row,
     transition_from_row,
 )
+from laneway.store.schedules import skipped_columns
 from laneway.writes import CheckpointWrite, CompleteWrite, FailWrite, RunnerWrite
 
 DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
@@ -73,11 +75,16 @@ class LeaseStore(StoreBase):
             )
         return [instance_from_row(row) for row in rows], _rung(rows)
 
-    async def due_work(self, runs: Sequence[str]) -> DueWork:
-        """One statement telling an idle engine which kinds of work are waiting."""
+    async def due_work(
+        self, runs: Sequence[str], skipped_schedules: Sequence[ScheduleRecord] = ()
+    ) -> DueWork:
+        """One statement telling an idle engine which kinds of work are waiting (of its
+        schedules, all but those it skips: ScheduleStore.fire_due_schedules)."""
         async with self._acquire() as conn:
             names = sorted({run.partition("@")[0] for run in runs})  # run_key's name@version
-            row = await conn.fetchrow(queries.DUE_WORK, list(runs), names)
+            row = await conn.fetchrow(
+                queries.DUE_WORK, list(runs), names, *skipped_columns(skipped_schedules)
+            )
         assert row is not None
         return DueWork(
             expired_leases=row["expired_leases"],

@@ -1,13 +1,15 @@
 """Schedules fire exactly once per occurrence across engines; re-enabling skips the backlog."""
 
 import asyncio
+import logging
 from datetime import UTC, datetime
 
 import pytest
 
 from laneway.errors import InvalidInputError, NotFoundError
+from laneway.model import Status
 from laneway.store import Store, open_store
-from tests.engine.helpers import eventually, make_engine
+from tests.engine.helpers import eventually, make_engine, until_status
 from tests.workflows import noop, two_steps
 
 
@@ -97,6 +99,76 @@ async def test_schedules_of_a_workflow_no_engine_has_neither_spin_nor_starve_the
     assert ours > 0  # nothing of its own is due: it does not look again in 50 ms
     assert theirs is not None
     assert theirs <= 0  # still due, for the engines that have the workflow
+
+
+async def test_a_schedule_this_process_cannot_plan_holds_up_neither_the_others_nor_the_poll(
+    store: Store, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An outside audit: a due row whose timezone this process does not know (another release,
+    # another tz database) failed the whole fire, every poll: the other schedules stopped, and
+    # so did the poll after it (a delayed instance stayed pending, upkeep stopped), with a
+    # WARNING `claim round failed` every ~2 s.
+    engine = make_engine(store, noop, poll_interval_seconds=0.05)
+    await engine.create_schedule("c1", "noop", every="1s")
+    await engine.create_schedule("c2", "noop", every="1s")
+    await engine.create_schedule("g1", "noop", cron="* * * * *")
+    async with store.connection() as conn:
+        unknown_due = await conn.fetchval(
+            "UPDATE laneway.schedules SET timezone = 'Mars/Olympus',"
+            " next_run_at = now() - interval '1 minute' WHERE name = 'g1' RETURNING next_run_at"
+        )
+    async with open_store(database_url) as other_store:  # only the poll can find this one
+        delayed = await make_engine(other_store, noop).enqueue(
+            "noop", delay_ms=200, idempotency_key="delayed"
+        )
+
+    def fired(keys: list[str]) -> bool:
+        return all(sum(k.startswith(f"schedule:{n}:") for k in keys) >= 2 for n in ("c1", "c2"))
+
+    with caplog.at_level(logging.INFO, logger="laneway"):
+        async with engine.running():
+            await until_status(store, delayed.instance_id, Status.COMPLETED)
+            await eventually(lambda: _fire_keys(store), fired)
+    # Left as it is, for a process that can plan it to fire on time.
+    g1 = await store.get_schedule("g1")
+    assert g1 is not None
+    assert (g1.timezone, g1.next_run_at, g1.enabled) == ("Mars/Olympus", unknown_due, True)
+    assert not [k for k in await _fire_keys(store) if k.startswith("schedule:g1:")]
+    # One ERROR naming it and why, however many polls met it; no failed round.
+    [logged] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert logged.levelno == logging.ERROR
+    assert (logged.__dict__["schedule"], logged.__dict__["workflow"]) == ("g1", "noop")
+    assert "invalid timezone 'Mars/Olympus'" in logged.__dict__["error"]
+
+
+async def test_a_skipped_schedule_fires_once_its_rule_changes_and_can_be_disabled_meanwhile(
+    store: Store,
+) -> None:
+    engine = make_engine(store, noop)
+    await engine.create_schedule("g1", "noop", cron="* * * * *")
+    async with store.connection() as conn:
+        due = await conn.fetchval(
+            "UPDATE laneway.schedules SET timezone = 'Mars/Olympus',"
+            " next_run_at = date_trunc('minute', now()) - interval '1 minute' RETURNING next_run_at"
+        )
+    await engine.claim_loop.maintain()
+    assert await _fire_keys(store) == []
+    skipped = await store.get_schedule("g1")
+    assert skipped is not None
+    assert skipped.next_run_at == due
+    still_due = await store.next_schedule_in(["noop"])
+    assert still_due is not None
+    assert still_due <= 0  # for the processes that can plan it
+    assert await store.next_schedule_in(["noop"], [skipped]) is None  # not timed again here
+    # The operator's way out needs no planning of it (its next fire is the enable's).
+    assert not (await engine.set_schedule_enabled("g1", False)).enabled
+    async with store.connection() as conn:  # another release fixes it, as it was due
+        await conn.execute(
+            "UPDATE laneway.schedules SET timezone = 'UTC', enabled = true, next_run_at = $1", due
+        )
+    await engine.claim_loop.maintain()
+    stamp = due.astimezone(UTC).replace(tzinfo=None).isoformat()
+    assert await _fire_keys(store) == [f"schedule:g1:{stamp}Z"]
 
 
 async def test_occurrences_missed_while_no_engine_ran_collapse_into_one_catch_up_fire(

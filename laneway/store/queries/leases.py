@@ -16,7 +16,8 @@ def _indented(statement: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # claims and leases
 
-# $1 the run keys registered here ('name@version', text[]), $2 their workflow names (text[])
+# $1 the run keys registered here ('name@version', text[]), $2 their workflow names (text[]),
+# $3-$6 the schedules the engine skips (queries/schedules.py's not_skipped)
 # The idle poll: one cheap look at whether anything needs doing, so an idle process sends one
 # statement per poll instead of a transaction per kind of work. Due work is the claim's own
 # probe (laneway.queue_due), one per queue, not a scan of the backlog; the next wake-up of a
@@ -26,7 +27,7 @@ SELECT EXISTS (SELECT 1
                  FROM laneway.instances
                 WHERE status = 'running'
                   AND lease_expires_at < now()) AS expired_leases,
-       ({_indented(next_schedule_in("$2::text[]"))}) AS next_schedule_in,
+       ({_indented(next_schedule_in("$2::text[]", 3))}) AS next_schedule_in,
        EXISTS (SELECT 1
                  FROM laneway.queues AS q
                 CROSS JOIN LATERAL laneway.queue_due(q.name, $1::text[]) AS due

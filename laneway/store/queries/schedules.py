@@ -48,39 +48,61 @@ DELETE FROM laneway.schedules
 RETURNING name
 """
 
-# $1 max rows, $2 the workflow names registered here (text[])
+
+def not_skipped(first: int) -> str:
+    """The condition that a row of laneway.schedules is not one of the schedules an engine
+    skips (one it could not plan: the engine's ClaimLoop), given as four text[] from `$first`
+    on: their names, intervals, cron expressions and timezones. A skipped schedule whose rule
+    has changed since is looked at again."""
+    names, every, cron, timezone = (f"${n}::text[]" for n in range(first, first + 4))
+    return f"""NOT EXISTS (SELECT 1
+                     FROM unnest({names}, {every}, {cron}, {timezone})
+                          AS skipped (name, every, cron, timezone)
+                    WHERE skipped.name = schedules.name
+                      AND skipped.every IS NOT DISTINCT FROM schedules.every
+                      AND skipped.cron IS NOT DISTINCT FROM schedules.cron
+                      AND skipped.timezone = schedules.timezone)"""
+
+
+# $1 max rows, $2 the workflow names registered here (text[]), $3-$6 the schedules it skips
+# (not_skipped)
 # Locked until the claiming transaction advances them, so two schedulers never fire the same
 # occurrence; the fire's idempotency key makes a retried fire harmless too. Only schedules of
 # workflows this engine has: one of a workflow no engine has stays due, and must neither be
-# locked nor looked at again and again, nor stand before the others in the order.
-LOCK_DUE_SCHEDULES = """
+# locked nor looked at again and again, nor stand before the others in the order. Nor one
+# this engine could not plan (a timezone its tz database lacks): it stays due, as it is, for
+# a process that can (a newer release) to fire on time.
+LOCK_DUE_SCHEDULES = f"""
 SELECT name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
   FROM laneway.schedules
  WHERE enabled
    AND next_run_at <= now()
    AND workflow_name = ANY($2::text[])
+   AND {not_skipped(3)}
  ORDER BY next_run_at
  LIMIT $1
    FOR UPDATE SKIP LOCKED
 """
 
 
-def next_schedule_in(names: str) -> str:
+def next_schedule_in(names: str, skipped: int) -> str:
     """Seconds until the next enabled schedule of the workflows `names` (an SQL text[]) is due
-    (<= 0: due now; NULL: none is): an engine times only what it can fire."""
+    (<= 0: due now; NULL: none is), leaving out the schedules given from `$skipped` on
+    (not_skipped): an engine times only what it can fire."""
     return f"""
 SELECT EXTRACT(EPOCH FROM s.next_run_at - now())::double precision
   FROM (SELECT next_run_at
           FROM laneway.schedules
          WHERE enabled
            AND workflow_name = ANY({names})
+           AND {not_skipped(skipped)}
          ORDER BY next_run_at
          LIMIT 1) AS s
 """
 
 
-# $1 the workflow names registered here (text[])
-NEXT_SCHEDULE_IN = next_schedule_in("$1::text[]")
+# $1 the workflow names registered here (text[]), $2-$5 the schedules it skips (not_skipped)
+NEXT_SCHEDULE_IN = next_schedule_in("$1::text[]", 2)
 
 # $1 name, $2 next run at
 ADVANCE_SCHEDULE = """
