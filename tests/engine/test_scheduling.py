@@ -4,6 +4,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
+import asyncpg
 import pytest
 
 from laneway.errors import InvalidInputError, NotFoundError
@@ -189,6 +190,44 @@ async def test_occurrences_missed_while_no_engine_ran_collapse_into_one_catch_up
     assert await _fire_keys(store) == [f"schedule:minutely:{stamp}Z"]
     [schedule] = await engine.schedules()
     assert schedule.next_run_at > await store.now()
+
+
+async def test_a_process_frozen_while_firing_holds_the_schedule_until_its_session_is_ended(
+    store: Store, database_url: str
+) -> None:
+    # As guarantees.md says: the others skip the schedule a frozen firer has locked, until
+    # PostgreSQL ends that session (idle_in_transaction_session_timeout); the occurrences due
+    # meanwhile then collapse into one fire, keyed by the first of them.
+    engine = make_engine(store, noop)
+    await engine.create_schedule("minutely", "noop", every="1m")
+    async with store.connection() as conn:
+        first_missed = await conn.fetchval(
+            "UPDATE laneway.schedules SET next_run_at = date_trunc('minute', now())"
+            " - interval '3 minutes' RETURNING next_run_at"
+        )
+    frozen = await asyncpg.connect(
+        database_url, server_settings={"idle_in_transaction_session_timeout": "300"}
+    )
+    try:
+        await frozen.execute("BEGIN")  # as the fire's transaction, then SIGSTOP
+        await frozen.execute("SELECT 1 FROM laneway.schedules WHERE name = 'minutely' FOR UPDATE")
+        frozen_pid = frozen.get_server_pid()
+        await engine.claim_loop.maintain()
+        assert await _fire_keys(store) == []  # skipped while it is held
+
+        async def sessions() -> int:
+            async with store.connection() as conn:
+                count: int = await conn.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", frozen_pid
+                )
+            return count
+
+        await eventually(sessions, lambda count: count == 0)
+    finally:
+        frozen.terminate()
+    await engine.claim_loop.maintain()
+    stamp = first_missed.astimezone(UTC).replace(tzinfo=None).isoformat()
+    assert await _fire_keys(store) == [f"schedule:minutely:{stamp}Z"]
 
 
 async def test_reenabling_a_schedule_does_not_fire_the_missed_backlog(store: Store) -> None:
