@@ -137,7 +137,9 @@ def add_cluster_commands(commands: Subcommands) -> None:
         "create-schedule",
         "create (or replace) schedule NAME, which enqueues WORKFLOW at every fire, and print it",
         "Give --every (an interval: 30s, 5m, 1h, 1d) or --cron (five fields, in --timezone)."
-        " The params are checked by the workflow's validator now, as an enqueue's are.",
+        " The params are checked by the workflow's validator now, as an enqueue's are."
+        " Replacing a schedule leaves it enabled or disabled as it was, and one with the same"
+        " timing (--every, or --cron and --timezone) keeps its next fire (a catch-up too).",
         DATABASE,
         # Workflows of the user's own (app/examples.py is the repository's, not the wheel's).
         "Examples:\n  laneway create-schedule nightly build-report --cron '0 3 * * *'"

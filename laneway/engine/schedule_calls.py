@@ -38,6 +38,12 @@ class ScheduleCalls:
     ) -> ScheduleRecord:
         """Create (or replace) a schedule that enqueues `workflow_name` at every fire.
 
+        Replacing one keeps whether it is enabled (a new schedule is enabled; a disabled one
+        stays disabled until set_schedule_enabled), and, when its timing is the same (the
+        same `every`, or the same `cron` and `timezone`), its next fire: a catch-up fire due
+        after downtime still fires, so code may declare its schedules at every start. A
+        changed timing fires next at its first occurrence from now.
+
         Raises:
             InvalidInputError: unknown workflow, bad name, interval, cron or timezone.
         """
@@ -56,8 +62,9 @@ class ScheduleCalls:
             timezone=recurrence.timezone,
             next_run_at=next_run_at,
         )
-        # This process fires it on time (others find it at their next poll, then on time).
-        self.claim_loop.schedules_in((next_run_at - now).total_seconds())
+        if record.enabled:
+            # This process fires it on time (others find it at their next poll, then on time).
+            self.claim_loop.schedules_in((record.next_run_at - now).total_seconds())
         return record
 
     async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleRecord:

@@ -355,6 +355,11 @@ async def test_schedules_are_created_listed_toggled_and_deleted(run: Execute) ->
         "setScheduleEnabled": {"enabled": False, "nextRun": None}
     }
     assert codes(await run(toggle, name="nobody")) == ["NOT_FOUND"]
+    # Created again (as code declaring it at every start does), it stays disabled.
+    again = await run(create, name="greet", every="5m")
+    assert again.data is not None
+    replaced = again.data["createSchedule"]
+    assert (replaced["enabled"], replaced["nextRun"]) == (False, None)
     listed = await run("{ schedules { name enabled } }")
     assert listed.data == {"schedules": [{"name": "greet", "enabled": False}]}
     delete = "mutation ($name: String!) { deleteSchedule(name: $name) }"

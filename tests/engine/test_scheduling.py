@@ -243,6 +243,59 @@ async def test_reenabling_a_schedule_does_not_fire_the_missed_backlog(store: Sto
     assert await _fire_keys(store) == []
 
 
+async def test_a_schedule_created_again_with_its_timing_keeps_its_next_fire_and_its_catch_up(
+    store: Store,
+) -> None:
+    # Declared in code at every start (create_schedule at each start): a replacement with the
+    # same timing dropped the catch-up fire of the downtime, as next_run_at went from now.
+    engine = make_engine(store, noop)
+    await engine.create_schedule("hourly", "noop", {"n": 1}, every="1h")
+    async with store.connection() as conn:  # every engine was down since it was due
+        due = await conn.fetchval(
+            "UPDATE laneway.schedules SET next_run_at = date_trunc('hour', now())"
+            " - interval '2 hours' RETURNING next_run_at"
+        )
+    again = await engine.create_schedule("hourly", "noop", {"n": 2}, every="1h")
+    assert (again.next_run_at, again.params, again.enabled) == (due, {"n": 2}, True)
+    await engine.claim_loop.maintain()
+    stamp = due.astimezone(UTC).replace(tzinfo=None).isoformat()
+    assert await _fire_keys(store) == [f"schedule:hourly:{stamp}Z"]
+    # Another timing is another schedule: its next fire is counted from now, no catch-up.
+    async with store.connection() as conn:
+        await conn.execute("UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'")
+    for timing in (
+        {"every": "2h"},
+        {"cron": "0 3 * * *"},
+        {"cron": "0 3 * * *", "timezone": "Asia/Tokyo"},
+    ):
+        changed = await engine.create_schedule("hourly", "noop", **timing)
+        assert changed.next_run_at > await store.now(), timing
+        async with store.connection() as conn:
+            await conn.execute(
+                "UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'"
+            )
+    await engine.delete_schedule("hourly")
+
+
+async def test_a_schedule_created_again_keeps_it_disabled_until_it_is_enabled(store: Store) -> None:
+    # An outside audit: creating it again (as code does at every start) enabled a schedule an
+    # operator had disabled.
+    engine = make_engine(store, noop)
+    await engine.create_schedule("nightly", "noop", cron="0 3 * * *", timezone="Europe/Berlin")
+    await engine.set_schedule_enabled("nightly", False)
+    same = await engine.create_schedule(
+        "nightly", "noop", cron="0 3 * * *", timezone="Europe/Berlin"
+    )
+    assert not same.enabled
+    changed = await engine.create_schedule("nightly", "noop", every="1m")
+    assert (changed.enabled, changed.every, changed.cron) == (False, "1m", None)
+    async with store.connection() as conn:
+        await conn.execute("UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'")
+    await engine.claim_loop.maintain()
+    assert await _fire_keys(store) == []
+    assert (await engine.set_schedule_enabled("nightly", True)).enabled
+
+
 async def test_disabled_schedule_never_fires(store: Store) -> None:
     engine = make_engine(store, noop)
     await engine.create_schedule("off", "noop", every="1m")

@@ -61,11 +61,14 @@ def query(resolver: Callable[..., Any], *, name: str | None = None) -> Any:
     )
 
 
-def mutation(resolver: Callable[..., Any], *, name: str | None = None) -> Any:
+def mutation(
+    resolver: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> Any:
     """A mutation field: writers only."""
     return strawberry.mutation(
         resolver=resolver,
         name=name,
+        description=description,
         permission_classes=[CanWrite],
         # Completion first, inside CodedErrors: it sees a BulkStoppedError as raised.
         extensions=[Completion(), CodedErrors()],

@@ -84,6 +84,15 @@ async def resolve_retry_workflow(
     return WorkflowInstanceStatus.from_record(record)
 
 
+CREATE_SCHEDULE = (
+    "Create a schedule, or replace the one of that name. A new schedule is enabled; replacing"
+    " one never changes whether it is enabled (setScheduleEnabled does). A replacement with the"
+    " same timing (the same every, or the same cron and timezone) keeps its next fire, so a"
+    " catch-up fire due after downtime still happens; another timing fires next at its first"
+    " occurrence from now."
+)
+
+
 async def resolve_create_schedule(
     info: Info[Any, Any],
     name: str,
@@ -176,7 +185,9 @@ class LanewayMutation:
     resume_workflow: WorkflowInstanceStatus = fields.mutation(resolve_resume_workflow)
     retry_workflow: WorkflowInstanceStatus = fields.mutation(resolve_retry_workflow)
     signal_workflow: SignalResult = fields.mutation(resolve_signal_workflow)
-    create_schedule: Schedule = fields.mutation(resolve_create_schedule)
+    create_schedule: Schedule = fields.mutation(
+        resolve_create_schedule, description=CREATE_SCHEDULE
+    )
     set_schedule_enabled: Schedule = fields.mutation(resolve_set_schedule_enabled)
     delete_schedule: bool = fields.mutation(resolve_delete_schedule)
     configure_queue: QueueStats = fields.mutation(resolve_configure_queue)

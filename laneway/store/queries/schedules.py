@@ -7,14 +7,25 @@ See laneway/store/queries/__init__.py for how statements are written.
 # schedules
 
 # $1 name, $2 workflow name, $3 params (json text), $4 every, $5 cron, $6 timezone,
-# $7 next run at
+# $7 next run at (counted from now, for a new schedule or a new timing)
+# One statement, under the row's lock: a replacement with the same timing (the same interval,
+# or the same cron expression in the same timezone) keeps its next run, so that a catch-up
+# fire still due after downtime is not dropped by code that declares its schedules at every
+# start; another timing is counted from now. A new schedule is enabled; a replacement keeps
+# `enabled` as it was (only SET_SCHEDULE_ENABLED changes it).
 UPSERT_SCHEDULE = """
-INSERT INTO laneway.schedules (name, workflow_name, params, every, cron, timezone, next_run_at)
+INSERT INTO laneway.schedules AS s (name, workflow_name, params, every, cron, timezone,
+                                    next_run_at)
 VALUES ($1, $2, $3::text::jsonb, $4, $5, $6, $7)
 ON CONFLICT (name) DO UPDATE
    SET workflow_name = EXCLUDED.workflow_name, params = EXCLUDED.params,
        every = EXCLUDED.every, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
-       next_run_at = EXCLUDED.next_run_at, enabled = true, updated_at = now()
+       next_run_at = CASE WHEN s.every IS NOT DISTINCT FROM EXCLUDED.every
+                           AND s.cron IS NOT DISTINCT FROM EXCLUDED.cron
+                           AND (s.cron IS NULL OR s.timezone = EXCLUDED.timezone)
+                          THEN s.next_run_at
+                          ELSE EXCLUDED.next_run_at END,
+       updated_at = now()
 RETURNING name, workflow_name, params, every, cron, timezone, enabled, next_run_at, created_at, updated_at
 """
 
