@@ -89,7 +89,9 @@ CREATE_SCHEDULE = (
     " one never changes whether it is enabled (setScheduleEnabled does). A replacement with the"
     " same timing (the same every, or the same cron and timezone) keeps its next fire, so a"
     " catch-up fire due after downtime still happens; another timing fires next at its first"
-    " occurrence from now."
+    " occurrence from now. A fire does not wait for the previous fire's instance to end (no"
+    " overlap policy; fires carry no singleton or concurrency key): for one at a time, give the"
+    " workflow a queue of concurrency 1 (configureQueue)."
 )
 
 
