@@ -87,6 +87,10 @@ async def test_create_schedule_refuses_what_cannot_be_scheduled(
             (["x", "hello", "--every", "5m", "--params", '{"name": ""}'], "params rejected"),
             (["x", "hello"], "one of the arguments --every --cron is required"),
             (["x", "hello", "--every", "1m", "--cron", "* * * * *"], "not allowed with"),
+            (
+                ["x", "hello", "--every", "1d", "--timezone", "Europe/Berlin"],
+                "an interval is counted from the Unix epoch in UTC",
+            ),
         ):
             code, _, err = await laneway("create-schedule", *args)
             assert code == 2, err

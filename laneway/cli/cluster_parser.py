@@ -136,7 +136,8 @@ def add_cluster_commands(commands: Subcommands) -> None:
     p = add(
         "create-schedule",
         "create (or replace) schedule NAME, which enqueues WORKFLOW at every fire, and print it",
-        "Give --every (an interval: 30s, 5m, 1h, 1d) or --cron (five fields, in --timezone)."
+        "Give --every (an interval: 30s, 5m, 1h, 1d, counted from the Unix epoch in UTC: 1d"
+        " fires at 00:00 UTC) or --cron (five fields, in --timezone)."
         " The params are checked by the workflow's validator now, as an enqueue's are."
         " Replacing a schedule leaves it enabled or disabled as it was, and one with the same"
         " timing (--every, or --cron and --timezone) keeps its next fire (a catch-up too).",
@@ -154,7 +155,9 @@ def add_cluster_commands(commands: Subcommands) -> None:
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--every", metavar="INTERVAL", help="fire every INTERVAL (30s, 5m, 1h)")
     when.add_argument("--cron", metavar="EXPR", help="fire on the cron expression EXPR")
-    p.add_argument("--timezone", metavar="TZ", help="the cron's timezone (default: UTC)")
+    p.add_argument(
+        "--timezone", metavar="TZ", help="the cron's timezone (default: UTC; --every: UTC only)"
+    )
     p.add_argument(
         "--params",
         metavar="JSON",

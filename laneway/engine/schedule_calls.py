@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.payloads import encode_json
 from laneway.engine.schedules import parse_recurrence
-from laneway.errors import NotFoundError
+from laneway.errors import InvalidInputError, NotFoundError
 from laneway.model import JSONValue, ScheduleRecord
 from laneway.store import Store
 
@@ -44,12 +44,24 @@ class ScheduleCalls:
         after downtime still fires, so code may declare its schedules at every start. A
         changed timing fires next at its first occurrence from now.
 
+        An interval fires on its grid counted from the Unix epoch in UTC (`1d` at 00:00 UTC,
+        `7d` on Thursdays), so it takes no timezone but UTC; a cron expression is read in
+        `timezone`.
+
         Raises:
-            InvalidInputError: unknown workflow, bad name, interval, cron or timezone.
+            InvalidInputError: unknown workflow, bad name, interval, cron or timezone, or an
+                interval with a timezone other than UTC.
         """
         check_name(name, "schedule name")
         workflow = self._workflow(workflow_name)
         recurrence = parse_recurrence(every=every, cron=cron, timezone=timezone)
+        if every is not None and recurrence.timezone != "UTC":
+            # Refused only here: a schedule stored so by a release before still fires, in UTC.
+            raise InvalidInputError(
+                f"an interval is counted from the Unix epoch in UTC (every 1d fires at 00:00"
+                f" UTC), so it takes no timezone but UTC, not {recurrence.timezone!r}; to fire"
+                " at a local time, give a cron expression in that timezone"
+            )
         params_json = encode_json(workflow.validate_params(params), what="params")
         now = await self.store.now()
         next_run_at = recurrence.next_fire_after(now)

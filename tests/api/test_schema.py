@@ -348,6 +348,14 @@ async def test_schedules_are_created_listed_toggled_and_deleted(run: Execute) ->
     assert codes(await run(create, name="bad", cron="61 * * * *")) == ["BAD_USER_INPUT"]
     # As the Python API: an empty timezone is not a timezone (null takes the default, UTC).
     assert codes(await run(create, name="bad", every="5m", tz="")) == ["BAD_USER_INPUT"]
+    # An interval is counted in UTC: the default, or UTC given, and no other timezone.
+    assert codes(await run(create, name="bad", every="1d", tz="Europe/Berlin")) == [
+        "BAD_USER_INPUT"
+    ]
+    utc = await run(create, name="utc", every="1d", tz="UTC")
+    assert utc.data is not None
+    assert utc.data["createSchedule"]["timezone"] == "UTC"
+    assert (await run('mutation { deleteSchedule(name: "utc") }')).data == {"deleteSchedule": True}
     assert (await run("{ schedules { name } }")).data == {"schedules": [{"name": "greet"}]}
     toggle = """mutation ($name: String!) { setScheduleEnabled(name: $name, enabled: false) {
         enabled nextRun } }"""

@@ -326,6 +326,7 @@ async def test_cron_schedule_stores_its_timezone_and_next_fire(store: Store) -> 
         (None, "61 * * * *", "UTC", "61"),
         (None, "* * *", "UTC", "cron"),
         (None, "0 * * * *", "Mars/Olympus", "Mars/Olympus"),
+        ("1d", None, "Europe/Berlin", "counted from the Unix epoch in UTC"),
         ("5m", "0 * * * *", "UTC", "exactly one"),
         (None, None, "UTC", "exactly one"),
     ],
@@ -337,6 +338,27 @@ async def test_bad_schedule_is_rejected_and_nothing_is_written(
     with pytest.raises(InvalidInputError, match=message):
         await engine.create_schedule("bad", "noop", every=every, cron=cron, timezone=timezone)
     assert await engine.schedules() == []
+
+
+async def test_an_interval_is_counted_in_utc_and_one_stored_with_a_timezone_still_fires(
+    store: Store,
+) -> None:
+    # An outside audit: `--every 1d --timezone Europe/Berlin` was taken, and fired at 00:00
+    # UTC. It is refused now (above); one a release before stored still fires as it did.
+    engine = make_engine(store, noop)
+    daily = await engine.create_schedule("daily", "noop", every="1d", timezone="UTC")
+    assert daily.next_run_at.astimezone(UTC).time() == datetime.min.time()
+    async with store.connection() as conn:
+        due = await conn.fetchval(
+            "UPDATE laneway.schedules SET timezone = 'Europe/Berlin',"
+            " next_run_at = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+            " RETURNING next_run_at"
+        )
+    await engine.claim_loop.maintain()
+    stamp = due.astimezone(UTC).replace(tzinfo=None).isoformat()
+    assert await _fire_keys(store) == [f"schedule:daily:{stamp}Z"]
+    await engine.set_schedule_enabled("daily", False)
+    assert (await engine.set_schedule_enabled("daily", True)).enabled
 
 
 async def test_schedule_for_unknown_workflow_or_name_is_rejected(store: Store) -> None:
