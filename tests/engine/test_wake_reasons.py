@@ -2,12 +2,14 @@
 wake-up will make of it (due as a pending instance, or ended), never the wait's old reason."""
 
 from datetime import UTC, datetime
+from uuid import UUID
 
 import asyncpg
 import pytest
 
 from laneway.engine import (
     Done,
+    Engine,
     HandlerContext,
     OnExpiry,
     Pause,
@@ -39,6 +41,19 @@ async def _done(ctx: HandlerContext, params: JSONValue) -> Done:
 
 
 waiter = Workflow("waiter", handlers={"wait": _wait, "done": _done}, initial="wait")
+
+
+async def _wake_passed(engine: Engine, admin: asyncpg.Connection, instance_id: UUID) -> datetime:
+    """Move an instance's wake time 25 s into the past, as if nothing had woken it; that time."""
+    await admin.execute(
+        "UPDATE laneway.instances SET wake_at = now() - interval '25 seconds'"
+        " WHERE instance_id = $1",
+        instance_id,
+    )
+    record = await engine.get(instance_id)
+    assert record is not None
+    assert record.wake_at is not None
+    return record.wake_at
 
 
 def _iso(moment: datetime) -> str:
@@ -87,15 +102,8 @@ async def test_a_wait_whose_wake_time_passed_reads_as_what_its_wake_up_makes_it(
     assert reason is not None
     assert reason.code in ("SLEEPING", "AWAITING_SIGNAL", "AWAITING_REVIEW")
     # Its wake time passed 25 s ago, and nothing woke it.
-    await admin.execute(
-        "UPDATE laneway.instances SET wake_at = now() - interval '25 seconds'"
-        " WHERE instance_id = $1",
-        enqueued.instance_id,
-    )
-    record = await engine.get(enqueued.instance_id)
-    assert record is not None
-    assert record.wake_at is not None
-    ended = ended.format(at=_iso(record.wake_at))
+    wake_at = await _wake_passed(engine, admin, enqueued.instance_id)
+    ended = ended.format(at=_iso(wake_at))
     how = {Status.FAILED: "it fails", Status.CANCELLED: "it is cancelled", None: ""}[ends]
 
     # No live process: none wakes it; one that comes and runs its workflow runs it (or, for a
@@ -149,18 +157,11 @@ async def test_a_woken_wait_meets_its_queue_s_pause_as_a_pending_instance_does(
     enqueued = await engine.enqueue("waiter", {"kind": "sleep"})
     await engine.tick()
     await engine.pause_queue("waiter")
-    await admin.execute(
-        "UPDATE laneway.instances SET wake_at = now() - interval '25 seconds'"
-        " WHERE instance_id = $1",
-        enqueued.instance_id,
-    )
-    record = await engine.get(enqueued.instance_id)
-    assert record is not None
-    assert record.wake_at is not None
+    wake_at = await _wake_passed(engine, admin, enqueued.instance_id)
     await engine.claim_loop.presence.beat()
     assert await engine.waiting_reason(enqueued.instance_id) == WaitingReason(
         code="QUEUE_PAUSED",
-        message=f"its sleep ended at {_iso(record.wake_at)}; queue 'waiter' is paused",
+        message=f"its sleep ended at {_iso(wake_at)}; queue 'waiter' is paused",
         until=None,
     )
     await engine.tick()  # wakes it, claims nothing

@@ -5,6 +5,7 @@ import asyncio
 import os
 import socket
 from datetime import UTC
+from uuid import UUID
 
 import asyncpg
 import pytest
@@ -85,6 +86,17 @@ async def test_two_engines_are_both_listed_and_a_clean_stop_removes_only_its_row
             async with store.connection() as conn:
                 assert await conn.fetchval("SELECT count(*) FROM laneway.workers") == 1
         assert await store.live_workers() == []
+
+
+async def _run_here(store: Store, owner_id: str, instance_id: UUID) -> None:
+    """Mark an instance as run by the live process `owner_id`, its lease 30 s ahead."""
+    async with store.connection() as conn:
+        await conn.execute(
+            "UPDATE laneway.instances SET status = 'running', owner_id = $1,"
+            " lease_expires_at = now() + interval '30 seconds' WHERE instance_id = $2",
+            owner_id,
+            instance_id,
+        )
 
 
 async def _ghost(admin: asyncpg.Connection, owner_id: str, seconds_ago: float) -> None:
@@ -187,13 +199,7 @@ async def test_a_queue_full_of_a_lost_workers_runs_says_when_their_leases_expire
     # A live process's run is not one of them: no time is known then.
     own = await engine.enqueue("noop", queue="own")
     await engine.configure_queue("own", concurrency=1)
-    async with store.connection() as conn:
-        await conn.execute(
-            "UPDATE laneway.instances SET status = 'running', owner_id = $1,"
-            " lease_expires_at = now() + interval '30 seconds' WHERE instance_id = $2",
-            engine.owner_id,
-            own.instance_id,
-        )
+    await _run_here(store, engine.owner_id, own.instance_id)
     behind = await engine.enqueue("noop", queue="own")
     live = await engine.waiting_reason(behind.instance_id)
     assert live is not None
@@ -283,13 +289,7 @@ async def test_a_full_key_says_which_of_its_runs_a_lost_process_holds_and_until_
 
     # A live process's run is not one of them: no time is known then.
     own = await engine.enqueue("noop", concurrency_key="W")
-    async with store.connection() as conn:
-        await conn.execute(
-            "UPDATE laneway.instances SET status = 'running', owner_id = $1,"
-            " lease_expires_at = now() + interval '30 seconds' WHERE instance_id = $2",
-            engine.owner_id,
-            own.instance_id,
-        )
+    await _run_here(store, engine.owner_id, own.instance_id)
     behind = await engine.enqueue("noop", concurrency_key="W")
     live = await engine.waiting_reason(behind.instance_id)
     assert live is not None
