@@ -212,6 +212,25 @@ def cancel_asked(cancelled: asyncio.Event) -> bool:
     return cancelled.is_set() or (task is not None and task.cancelling() > 0)
 
 
+def stopped_here(exc: BaseException, cancelled: asyncio.Event) -> None:
+    """Raise `exc` on as the cancellation of this run when it is one: a CancelledError while
+    the run was asked to stop (cancel_asked), or the CancelledByRequestError of
+    `raise_if_cancelled` then, which is the same stop whose CancelledError was swallowed on
+    the way (Python 3.11's asyncio.wait_for can swallow one; so can a handler's own `except`).
+    Taken for the handler's failure, a stop at shutdown cost its instance an attempt, and the
+    third one failed it for good. Anything else returns: the code's own failure.
+
+    Raises:
+        asyncio.CancelledError: `exc` is this run's cancellation.
+    """
+    if not cancel_asked(cancelled):
+        return
+    if isinstance(exc, asyncio.CancelledError):
+        raise exc
+    if isinstance(exc, CancelledByRequestError):
+        raise asyncio.CancelledError(str(exc)) from exc
+
+
 @dataclass(slots=True, kw_only=True)
 class HandlerContext:
     """The context one handler call receives.

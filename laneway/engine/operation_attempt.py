@@ -8,7 +8,7 @@ import inspect
 import types
 
 from laneway.engine import time_limit
-from laneway.engine.context import NotAwaitableError, cancel_asked, not_awaitable
+from laneway.engine.context import NotAwaitableError, not_awaitable, stopped_here
 from laneway.engine.payloads import encode_json, json_copy, storable_text
 from laneway.engine.template import (
     COMPLETED,
@@ -59,8 +59,7 @@ async def attempt(
         # stage's task they would stop the event loop, or the process), and a CancelledError of
         # its own. Only a cancel of this run (a cancel, a lost lease, a stop past the grace, a
         # sibling's failure) goes on as one; the time limit's own is TimeLimitExceededError.
-        if isinstance(exc, asyncio.CancelledError) and cancel_asked(ctx.cancelled):
-            raise
+        stopped_here(exc, ctx.cancelled)
         return failed(reason_of(exc)), NO_DATA, exc
     if not isinstance(result, OperationResult):
         return (

@@ -25,7 +25,7 @@ from laneway.engine.context import (
     PermanentFailure,
     Sleep,
     WaitForSignal,
-    cancel_asked,
+    stopped_here,
 )
 from laneway.engine.failures import failure_of
 from laneway.engine.handler_map import Workflow, start_handler
@@ -315,8 +315,7 @@ async def _call_handler(
         # would end every run here, or the process), and a CancelledError of its own (an
         # awaited task was cancelled): only a cancel of this run (a cancel, a lost lease, a
         # stop past the grace) goes on as one.
-        if isinstance(exc, asyncio.CancelledError) and cancel_asked(ctx.cancelled):
-            raise
+        stopped_here(exc, ctx.cancelled)
         failure = failure_of(exc)
         if traced:
             # Here, where the exception still is: the span keeps it (type, message, its whole

@@ -225,3 +225,44 @@ async def test_a_database_call_that_times_out_is_logged_with_its_type(
         "worker heartbeat failed": "TimeoutError",
         "release at shutdown failed": "TimeoutError",
     }
+
+
+def _swallows_then_checks(entered: asyncio.Event) -> Workflow:
+    async def checks(ctx: HandlerContext, params: object) -> Done:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            pass  # swallowed on the way, as Python 3.11's asyncio.wait_for can
+        ctx.raise_if_cancelled()  # the README's advice: stop here once asked to
+        return Done()
+
+    return Workflow("checks", handlers={"run": checks}, initial="run")
+
+
+async def test_a_stop_whose_cancel_was_swallowed_hands_back_and_costs_no_attempt(
+    store: Store,
+) -> None:
+    # Found by an outside audit (the image's Python 3.11 and app/examples.py's countdown, whose
+    # asyncio.wait_for swallowed the stop's cancel): raise_if_cancelled's CancelledByRequestError
+    # was taken for the handler's failure, so each deploy during a long step cost an attempt
+    # (lastError "... was cancelled", its due time moved), and the third failed it for good.
+    entered = asyncio.Event()
+    engine = make_engine(
+        store, _swallows_then_checks(entered), owner_id="stopping", shutdown_grace_seconds=0.05
+    )
+    instance_id = (await engine.enqueue("checks")).instance_id
+    before = await store.get_instance(instance_id)
+    assert before is not None
+    stopping = asyncio.Event()
+    running = asyncio.create_task(engine.run(stopping))
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    stopping.set()
+    await asyncio.wait_for(running, timeout=10)
+    back = await store.get_instance(instance_id)
+    assert back is not None
+    assert (back.status, back.owner_id, back.last_error) == (Status.PENDING, None, None)
+    assert back.run_after == before.run_after  # its place kept
+    nxt = make_engine(store, _swallows_then_checks(asyncio.Event()), owner_id="next")
+    claimed, _ = await nxt.claim_loop.claim(limit=1)
+    assert [(r.instance_id, r.step_attempt) for r in claimed] == [(instance_id, 1)]
