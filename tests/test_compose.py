@@ -176,14 +176,13 @@ def test_dockerfile_builds_the_wheel_and_the_image_installs_only_that_wheel() ->
     users = _arguments(final, "USER")
     assert users, "the image runs as a user of its own, not root"
     assert users[-1] not in {"root", "0"}
+    # By number: Kubernetes' runAsNonRoot refuses to start an image whose USER is a name.
+    assert users[-1].isdigit(), users
     assert json.loads(_arguments(final, "ENTRYPOINT")[-1]) == ["laneway"]
-    assert json.loads(_arguments(final, "CMD")[-1]) == [
-        "serve",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "8000",
-    ]
+    # serve listens on the environment's HOST and PORT, so `docker run -e PORT=…` moves it
+    # (flags in CMD would win over them).
+    assert json.loads(_arguments(final, "CMD")[-1]) == ["serve"]
+    assert (env["HOST"], env["PORT"]) == ("0.0.0.0", "8000")
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
@@ -227,6 +226,24 @@ def test_compose_serves_and_works_from_one_image() -> None:
     laneway = {name: s for name, s in services.items() if name != "postgres"}
     assert {s["build"] for s in laneway.values()} == {"."}
     assert len({s.get("image") for s in laneway.values()}) == 1
+
+
+def test_compose_keeps_an_open_api_off_the_network_and_stops_workers_within_their_grace() -> None:
+    # An outside audit: "8000:8000" published the tokenless demo API on every interface (a LAN
+    # client setting its own Host enqueued), and the workers' 30 s stop window ran a grace of 8.
+    services: dict[str, Any] = parse_block_yaml((ROOT / "docker-compose.yml").read_text())[
+        "services"
+    ]
+    for name, service in services.items():
+        if service.get("environment", {}).get("LANEWAY_ALLOW_INSECURE") == "1":
+            for published in service.get("ports", []):
+                assert published.startswith("127.0.0.1:"), (name, published)
+        if "stop_grace_period" in service:
+            window = float(service["stop_grace_period"].removesuffix("s"))
+            grace = float(service["environment"]["LANEWAY_SHUTDOWN_GRACE"])
+            assert 0 < window - grace <= 10, (name, window, grace)
+        if name != "postgres":
+            assert service.get("restart") == "unless-stopped", name
 
 
 def _image_pythonpath() -> list[str]:
