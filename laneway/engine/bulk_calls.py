@@ -136,9 +136,9 @@ class BulkCalls:
         an enqueue that began before the count and committed after it is older than the count.
 
         `stop_at` (the event loop's clock): past it, the walk stops before its next batch
-        (after one at least, so that calls again always get on) and raises BulkStoppedError
-        with how many it changed, instead of being cut off mid-batch by a deadline that would
-        say nothing of what it did.
+        (after one that took rows at least, so that calls again always get on) and raises
+        BulkStoppedError with how many it changed, instead of being cut off mid-batch by a
+        deadline that would say nothing of what it did.
 
         Raises:
             BulkStoppedError: `stop_at` passed with batches left to walk.
@@ -148,14 +148,21 @@ class BulkCalls:
             return BulkResult(matched=match.matched, changed=0, sample_ids=match.sample_ids)
         changed = 0
         after: BulkCandidate | None = None
-        while batch := await self.store.bulk_batch(
-            where, statuses, match, after, unchanged=as_counted
-        ):
+        took = False  # a batch took rows: a call again gets further
+        # Each batch goes on from the last row the one before read, taken or not
+        # (store.bulk_batch), so a walk reads each row once.
+        while (
+            batch := await self.store.bulk_batch(
+                where, statuses, match, after, unchanged=as_counted
+            )
+        ).last is not None:
             late = stop_at is not None and asyncio.get_running_loop().time() >= stop_at
-            if late and after is not None:
+            if late and took:
                 raise BulkStoppedError(matched=match.matched, changed=changed)
-            after = batch[-1]
-            changed += len(await write(batch))
+            after = batch.last
+            if batch.taken:
+                took = True
+                changed += len(await write(batch.taken))
         return BulkResult(matched=match.matched, changed=changed, sample_ids=match.sample_ids)
 
 

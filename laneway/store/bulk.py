@@ -46,6 +46,41 @@ class BulkCandidate:
     input_schema: JSONValue
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkBatch:
+    """A batch of a bulk action's walk: the rows the count took, and the last row read."""
+
+    taken: list[BulkCandidate]
+    last: BulkCandidate | None  # where the next batch starts; None: the walk is over
+
+
+def bulk_batch_args(
+    where: InstanceFilter,
+    statuses: Sequence[Status],
+    match: BulkMatch,
+    after: BulkCandidate | None,
+    limit: int,
+    *,
+    unchanged: bool,
+) -> tuple[object, ...]:
+    """queries.BULK_BATCH's arguments for BulkStore.bulk_batch."""
+    counted_in = [s.value for s in statuses if where.statuses is None or s in where.statuses]
+    # What was created after the count's clock cannot have been counted: a bound the keyset
+    # index serves, before the exact one (queries.BULK_BATCH) is read row by row.
+    before = match.at if where.created_before is None else min(where.created_before, match.at)
+    walk = replace(where, statuses=None, created_before=before)
+    return (
+        *filter_args(walk),
+        [s.value for s in statuses],
+        after.created_at if after else None,
+        after.instance_id if after else None,
+        limit,
+        match.last_event_id,
+        counted_in,
+        unchanged,
+    )
+
+
 def _event_for(record: InstanceRecord, event_type: EventType, **data: Any) -> NewEvent:
     return NewEvent(
         instance_id=record.instance_id,
@@ -83,29 +118,18 @@ class BulkStore(InstanceStore):
         limit: int = BATCH_SIZE,
         *,
         unchanged: bool = False,
-    ) -> list[BulkCandidate]:
-        """The next rows, oldest first, after `after` (None: from the start), of those `match`
-        counted of `where` in `statuses`: rows that existed at the count and were then in the
-        statuses it counted (`where`'s, of `statuses`), and are in `statuses` now; with
-        `unchanged`, only rows with no event since the count (still as they were counted)."""
-        counted_in = [s.value for s in statuses if where.statuses is None or s in where.statuses]
-        # What was created after the count's clock cannot have been counted: a bound the keyset
-        # index serves, before the exact one (queries.BULK_BATCH) is read row by row.
-        before = match.at if where.created_before is None else min(where.created_before, match.at)
-        walk = replace(where, statuses=None, created_before=before)
-        async with self._acquire() as conn:
-            rows = await conn.fetch(
-                queries.BULK_BATCH,
-                *filter_args(walk),
-                [s.value for s in statuses],
-                after.created_at if after else None,
-                after.instance_id if after else None,
-                limit,
-                match.last_event_id,
-                counted_in,
-                unchanged,
-            )
-        return [
+    ) -> BulkBatch:
+        """The next `limit` rows, oldest first, after `after` (None: from the start), of
+        `where` in `statuses`, and of them those `match` counted (taken): rows that existed at
+        the count and were then in the statuses it counted (`where`'s, of `statuses`), and are
+        in `statuses` now; with `unchanged`, only rows with no event since the count (still as
+        they were counted). The next batch starts after the last row read, taken or not, so
+        each batch reads `limit` rows at most however few of them are taken."""
+        args = bulk_batch_args(where, statuses, match, after, limit, unchanged=unchanged)
+        async with self._acquire() as conn, conn.transaction(readonly=True):
+            await conn.execute(queries.BULK_WALK_PLANS)  # a walk that stops at `limit` rows
+            rows = await conn.fetch(queries.BULK_BATCH, *args)
+        read = [
             BulkCandidate(
                 instance_id=row["instance_id"],
                 created_at=row["created_at"],
@@ -114,6 +138,10 @@ class BulkStore(InstanceStore):
             )
             for row in rows
         ]
+        return BulkBatch(
+            taken=[c for c, row in zip(read, rows, strict=True) if row["taken"]],
+            last=read[-1] if read else None,
+        )
 
     # -- one instance: the batch of one ----------------------------------------------------------
 

@@ -17,6 +17,7 @@ partitions (the event log's time partitions).
 from laneway.store.queries.bulk import (
     BULK_BATCH,
     BULK_MATCH,
+    BULK_WALK_PLANS,
     CANCEL_INSTANCES,
     RESUME_INSTANCES,
     RETRY_INSTANCES,
@@ -142,6 +143,7 @@ __all__ = [
     "BIND_IDEMPOTENCY_KEY",
     "BULK_BATCH",
     "BULK_MATCH",
+    "BULK_WALK_PLANS",
     "CANCEL_INSTANCES",
     "CLAIM",
     "CONFIGURE_QUEUE",

@@ -35,44 +35,71 @@ SELECT (SELECT COALESCE(max(event_id), 0) FROM laneway.events) AS last_event_id,
        clock_timestamp() AS at
 """
 
+# (no parameters) Inside a transaction, for BULK_BATCH: its statements are planned for their
+# values every time, and with no sort, so that the read is the walk over an index in
+# (created_at, instance_id) order that stops at the batch's last row. Planned from estimates
+# instead, BULK_BATCH went by them: after a large enqueue, before autovacuum has analyzed
+# the table, or in a generic plan (asyncpg prepares each statement once, and PostgreSQL may keep
+# one plan for any values), the planner guesses that few rows match, and prefers a bitmap scan
+# of every row after the cursor and a sort of them to the walk, in every batch: a walk then
+# cost the square of what it read. Without a sort to choose, the walk is the only plan left
+# (instances_page, or instances_name_page for a name), and each batch costs its rows.
+BULK_WALK_PLANS = """
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('enable_sort', 'off', true)
+"""
+
 # INSTANCE_FILTER's $1 ... $8 (its statuses NULL: $14 has them), $9 the statuses the action
-# applies to (text[]), $10 and $11 the key (created_at, instance_id) of the last row of the
-# previous batch (NULL: from the start), $12 the batch size, $13 BULK_MATCH's last event id,
-# $14 the statuses the count took (the filter's among $9; text[]), $15 whether a row must be
+# applies to (text[]), $10 and $11 the key (created_at, instance_id) of the last row the
+# previous batch read (NULL: from the start), $12 the batch size, $13 BULK_MATCH's last event
+# id, $14 the statuses the count took (the filter's among $9; text[]), $15 whether a row must be
 # unchanged since the count (retry, resume)
 # The next batch of a bulk action, oldest first, unlocked (the batch write re-checks each row's
-# status under its lock), with the pause's label and input schema for a resume: only rows the
-# count took. A row's last event up to $13 is the last the count saw (BULK_MATCH), so its
-# status is the one the row was counted in, and a row created after the count has none. A
-# cancel takes a row counted in $14 that is in $9 now, whatever it did since (pending and
-# running ones move all the time; one a retry brought back from failed since was not counted).
-# A retry or a resume takes one with no event after $13, so still in the status it was counted
-# in (a resting one: one that failed or paused since is left for the next call; a row with no
-# event at all, which no writer leaves, passes as before). Each probe reads one instance's few
-# entries of events_instance per partition, for each row the cheaper conditions keep, so its
-# cost does not depend on how many events came after $13 (the walk's own among them). Both are
-# scalar subqueries, not EXISTS, which the planner may turn into one hashed scan of every event
-# up to $13 per batch.
+# status under its lock), with the pause's label and input schema for a resume: the next $12
+# rows the filter selects in $9 (read), each with whether the count took it (taken). A row's
+# last event up to $13 is the last the count saw (BULK_MATCH), so its status is the one the
+# row was counted in, and a row created after the count has none. A cancel takes a row counted
+# in $14 that is in $9 now, whatever it did since (pending and running ones move all the time;
+# one a retry brought back from failed since was not counted). A retry or a resume takes one
+# with no event after $13, so still in the status it was counted in (a resting one: one that
+# failed or paused since is left for the next call; a row with no event at all, which no writer
+# leaves, passes as before). Each probe reads one instance's few entries of events_instance per
+# partition, for each row read, so its cost does not depend on how many events came after $13
+# (the walk's own among them). Both are scalar subqueries, not EXISTS, which the planner may
+# turn into one hashed scan of every event up to $13 per batch.
+# The walk goes on from the last row read, taken or not: a row not taken now is not taken
+# later (its events up to $13 do not change, and one after $13 stays), so each row is looked
+# at once, as when the batch was the first $12 rows taken. The rows are read in a subquery of
+# their own, limited before the probes, and the keyset is one row comparison with no
+# `IS NULL OR` (no cursor: before any key a row can have, its created_at being a transaction's
+# start), an index condition: run after BULK_WALK_PLANS, the read is a walk over instances_page
+# from the cursor that stops at $12 rows. With the probe among the conditions, the cursor a
+# filter and the plan left to the estimates, a batch could read every row left from the first
+# on and probe each of them before a sort kept $12: a walk cost the square of what it matched.
 BULK_BATCH = f"""
-SELECT i.instance_id, i.created_at, i.checkpoint, i.wait -> 'input_schema' AS input_schema
-  FROM laneway.instances AS i
- WHERE {INSTANCE_FILTER}
-   AND status = ANY($9::text[])
-   AND ($10::timestamptz IS NULL OR (created_at, instance_id) > ($10::timestamptz, $11::uuid))
-   AND CASE WHEN $15::boolean
-            THEN status = ANY($14::text[])
+SELECT r.instance_id, r.created_at, r.checkpoint, r.input_schema,
+       CASE WHEN $15::boolean
+            THEN r.status = ANY($14::text[])
                  AND (SELECT COALESCE(max(e.event_id), 0)
                         FROM laneway.events AS e
-                       WHERE e.instance_id = i.instance_id) <= $13::bigint
-            ELSE (SELECT e.status = ANY($14::text[])
-                    FROM laneway.events AS e
-                   WHERE e.instance_id = i.instance_id
-                     AND e.event_id <= $13::bigint
-                   ORDER BY e.event_id DESC
-                   LIMIT 1)
-       END
- ORDER BY i.created_at, i.instance_id
- LIMIT $12
+                       WHERE e.instance_id = r.instance_id) <= $13::bigint
+            ELSE COALESCE((SELECT e.status = ANY($14::text[])
+                             FROM laneway.events AS e
+                            WHERE e.instance_id = r.instance_id
+                              AND e.event_id <= $13::bigint
+                            ORDER BY e.event_id DESC
+                            LIMIT 1), false)
+       END AS taken
+  FROM (SELECT instance_id, created_at, status, checkpoint, wait -> 'input_schema' AS input_schema
+          FROM laneway.instances
+         WHERE {INSTANCE_FILTER}
+           AND status = ANY($9::text[])
+           AND (created_at, instance_id)
+               > (COALESCE($10::timestamptz, '-infinity'),
+                  COALESCE($11::uuid, '00000000-0000-0000-0000-000000000000'))
+         ORDER BY created_at, instance_id
+         LIMIT $12) AS r
+ ORDER BY r.created_at, r.instance_id
 """
 
 # ---------------------------------------------------------------------------------------------
