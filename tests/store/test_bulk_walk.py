@@ -2,7 +2,7 @@
 no more than a batch of them, and across many batches changes exactly what was counted."""
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from uuid import UUID
 
@@ -45,6 +45,26 @@ async def _ids(store: Store, sql: str, *args: object) -> set[UUID]:
         return {row[0] for row in await conn.fetch(sql, *args)}
 
 
+def _fail_after_the_count(
+    store: Store, monkeypatch: pytest.MonkeyPatch, changed_since: Iterable[UUID]
+) -> None:
+    """Each bulk action's count is followed at once by a `failed` event of each of
+    `changed_since`: rows that changed after the count, which the walk must not take."""
+    counted = store.bulk_match
+
+    async def count_then_change(*args: Any, **kwargs: Any) -> BulkMatch:
+        match = await counted(*args, **kwargs)
+        events = [
+            NewEvent(instance_id=i, name="parked", type=EventType.FAILED, status=Status.FAILED)
+            for i in changed_since
+        ]
+        async with store.connection() as conn, conn.transaction():
+            await store._append_events(conn, events)
+        return match
+
+    monkeypatch.setattr(store, "bulk_match", count_then_change)
+
+
 async def test_a_cancel_among_many_others_changes_exactly_its_rows_over_many_batches(
     store: Store,
 ) -> None:
@@ -81,19 +101,7 @@ async def test_a_retry_walks_past_rows_it_does_not_take_and_takes_each_counted_o
         )
     ordered = sorted(ids["parked"])
     changed_since = set(ordered[::2])
-    counted = store.bulk_match
-
-    async def count_then_change_half(*args: Any, **kwargs: Any) -> BulkMatch:
-        match = await counted(*args, **kwargs)
-        events = [
-            NewEvent(instance_id=i, name="parked", type=EventType.FAILED, status=Status.FAILED)
-            for i in changed_since
-        ]
-        async with store.connection() as conn, conn.transaction():
-            await store._append_events(conn, events)
-        return match
-
-    monkeypatch.setattr(store, "bulk_match", count_then_change_half)
+    _fail_after_the_count(store, monkeypatch, changed_since)
     result = await make_engine(store, parked, other).retry_many(InstanceFilter(name="parked"))
     taken = ids["parked"] - changed_since
     assert (result.matched, result.changed) == (len(ids["parked"]), len(taken))
@@ -116,19 +124,7 @@ async def test_a_walk_past_its_time_stops_only_after_a_batch_that_took_rows(
         )
     ordered = sorted(ids["parked"])  # one transaction's: one created_at, in instance_id order
     changed_since = ordered[:150]
-    counted = store.bulk_match
-
-    async def count_then_change_the_first(*args: Any, **kwargs: Any) -> BulkMatch:
-        match = await counted(*args, **kwargs)
-        events = [
-            NewEvent(instance_id=i, name="parked", type=EventType.FAILED, status=Status.FAILED)
-            for i in changed_since
-        ]
-        async with store.connection() as conn, conn.transaction():
-            await store._append_events(conn, events)
-        return match
-
-    monkeypatch.setattr(store, "bulk_match", count_then_change_the_first)
+    _fail_after_the_count(store, monkeypatch, changed_since)
     engine = make_engine(store, parked)
     with pytest.raises(BulkStoppedError) as stopped:
         await engine.retry_many(InstanceFilter(name="parked"), stop_at=0.0)
