@@ -65,7 +65,7 @@ from laneway.api.websocket_sends import BoundedSends
 from laneway.errors import LanewayError
 from laneway.events import EventSelection
 from laneway.model import EventRecord
-from laneway.store.pool import cut_off
+from laneway.store.pool import statements_ended
 
 logger = logging.getLogger(__name__)
 
@@ -376,13 +376,11 @@ class LanewayTransportWSHandler(RequestErrorsAsErrors):
             return
         deadline = asyncio.timeout(seconds)
         try:
-            with cut_off() as cancelled:
-                async with deadline:
-                    await super().run_operation(operation)
+            async with statements_ended(), deadline:  # as over HTTP (http/deadline.py)
+                await super().run_operation(operation)
         except TimeoutError:
             if not deadline.expired():
                 raise
-            await cancelled.ended()  # as over HTTP (http/deadline.py)
             logger.warning("operation timed out", extra={"seconds": seconds})
             message = f"The operation took longer than {seconds:g} s."
             final: dict[str, Any] = {

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
@@ -268,8 +268,8 @@ class ConnectionPool:
             return
         if not at_rest or conn.is_in_transaction():
             settle = self._start_settling(conn, check=True)
-            if (cut_off := _CUT_OFF.get()) is not None:
-                cut_off.settles.add(settle)
+            if (noted := _CUT_OFF.get()) is not None:
+                noted.add(settle)
             return
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -388,40 +388,29 @@ class PoolBusyError(TimeoutError):
     answer (a connection that could not be opened in time): the API tells clients which."""
 
 
-class CutOff:
-    """The connections a block gave back with a statement maybe still running on the server
-    (see `cut_off`)."""
-
-    __slots__ = ("settles",)
-
-    def __init__(self) -> None:
-        self.settles: set[asyncio.Task[None]] = set()
-
-    async def ended(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> None:
-        """Wait (at most `timeout` seconds) until each of those statements has ended on the
-        server, as its connection settled (or was closed)."""
-        if self.settles:
-            await asyncio.wait(self.settles, timeout=timeout)
+# The settles of the loans that the current context gave back mid-statement, while a
+# `statements_ended` block notes them.
+_CUT_OFF: ContextVar[set[asyncio.Task[None]] | None] = ContextVar("laneway_cut_off", default=None)
 
 
-_CUT_OFF: ContextVar[CutOff | None] = ContextVar("laneway_cut_off", default=None)
-
-
-@contextlib.contextmanager
-def cut_off() -> Iterator[CutOff]:
-    """Note the loans that this context gives back mid-statement (a cancellation, a timeout).
+@contextlib.asynccontextmanager
+async def statements_ended() -> AsyncIterator[None]:
+    """Leaving the block (however it ends), wait until each statement that the block's
+    cancelled loans may have left running has ended on the server, as their connections
+    settled (at most CLOSE_TIMEOUT_SECONDS).
 
     Whoever cancels work and then says "it was rolled back" must say so only once it holds:
     asyncpg's cancel request reaches the server a moment after the cancellation, and a
     statement that is its own transaction (an enqueue) and gets its lock meanwhile commits.
-    `await noted.ended()` waits for that moment.
     """
-    noted = CutOff()
+    noted: set[asyncio.Task[None]] = set()
     token = _CUT_OFF.set(noted)
     try:
-        yield noted
+        yield
     finally:
         _CUT_OFF.reset(token)
+        if noted:
+            await asyncio.wait(noted, timeout=CLOSE_TIMEOUT_SECONDS)
 
 
 class Loan:

@@ -12,7 +12,7 @@ from laneway.api.graphql.errors import STOP_AT, TIMEOUT, send_error
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
 from laneway.api.http.media_type import answered_media_type
 from laneway.api.request_trace import current_trace
-from laneway.store.pool import cut_off
+from laneway.store.pool import statements_ended
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ class OperationDeadline:
     """Pure ASGI middleware: a GraphQL request on `path` must answer within `seconds`.
 
     Past the deadline the request is cancelled, and the transaction running then rolls back
-    (the answer waits until its statement has ended on the server, see store.pool.cut_off;
+    (the answer waits until its statement has ended on the server, see store.pool.statements_ended;
     one that finished in the moment before the cancel reached the server stays, unseen here:
     docs/limits.md says so, and that an idempotency key makes sending it again safe).
     A query has nothing else, nor has a mutation none of whose root fields completed: 504
@@ -59,13 +59,12 @@ class OperationDeadline:
             await send(message)
 
         try:
-            with cut_off() as cancelled:
-                async with deadline:
-                    await self.app(scope, receive, timed_send)
+            # Left once what was cancelled has ended: before saying it was rolled back.
+            async with statements_ended(), deadline:
+                await self.app(scope, receive, timed_send)
         except TimeoutError:
             if started or not deadline.expired():
                 raise
-            await cancelled.ended()  # before saying that what ran then was rolled back
             trace = current_trace()
             completed = list(trace.completed or ()) if trace is not None else []
             logger.warning(
