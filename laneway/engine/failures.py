@@ -1,11 +1,11 @@
 """Failures you can debug: what a failed attempt keeps of its exception. No I/O.
 
 Owns how an exception becomes a failure: its type (the class's name, qualified by its module
-unless it is a builtin; for a template's stage, its operation's exception's), its message,
-`lastError`'s text (`Type: message`), and a bounded traceback whose frames are the user's
-code first: the engine's own frames (laneway/engine) and asyncio's are dropped from the
-middle, since they are the same for every failure, and a traceback over the cap keeps its
-innermost frames, where the error was raised.
+unless it is a builtin, Laneway's own or defined in `__main__`; for a template's stage, its
+operation's exception's), its message, `lastError`'s text (`Type: message`), and a bounded
+traceback whose frames are the user's code first: the engine's own frames (laneway/engine)
+and asyncio's are dropped from the middle, since they are the same for every failure, and a
+traceback over the cap keeps its innermost frames, where the error was raised.
 """
 
 import asyncio

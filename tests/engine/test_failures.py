@@ -55,6 +55,16 @@ charger = Workflow(
 )
 
 
+def test_a_type_is_qualified_by_its_module_unless_builtin_laneways_or_main() -> None:
+    # README: "qualified by its module ... unless it is a builtin, one of Laneway's own ...,
+    # or defined in the script run as `__main__`".
+    scripts = type("ScriptError", (Exception,), {"__module__": "__main__"})
+    assert type_name(KeyError("k")) == "KeyError"
+    assert type_name(InvalidInputError("bad")) == "InvalidInputError"
+    assert type_name(scripts()) == "ScriptError"
+    assert type_name(PaymentDeclinedError()) == f"{__name__}.PaymentDeclinedError"
+
+
 async def test_each_failed_attempt_keeps_its_type_message_and_traceback(store: Store) -> None:
     engine = make_engine(store, charger)
     enqueued = await engine.enqueue("charger")
