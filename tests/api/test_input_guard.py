@@ -224,6 +224,19 @@ async def test_a_refused_argument_refuses_the_whole_operation_before_any_resolve
             )
             for number in ("1e-400", "-2e-324", "1e309")
         ),
+        # A Float argument's literal alike (delayMs: 1e-400 ran at once), bounded or not.
+        *(
+            (f'mutation {{ enqueueWorkflow(name: "noop", {arg}) {{ created }} }}', {}, says)
+            for arg, says in (
+                ("delayMs: 1e-400", 'argument "delayMs" of enqueueWorkflow is a number out of'),
+                ("delayMs: -2e-324", 'argument "delayMs" of enqueueWorkflow is a number out of'),
+            )
+        ),
+        (
+            "mutation { cancelWorkflows(filter: {createdAfter: 1e-400}) { __typename } }",
+            {},
+            'argument "filter.createdAfter" of cancelWorkflows is a number out of range',
+        ),
         (
             'mutation { enqueueWorkflows(requests: [{name: "noop", params: {b: 1e-400}}]) '
             "{ created } }",

@@ -180,12 +180,12 @@ def _shown(bound: float) -> str:
 
 def _number_literal(node: IntValueNode | FloatValueNode, rule: Rule) -> None:
     text = node.value
-    if rule.low is None:
-        return
     if isinstance(node, IntValueNode) and len(text) <= _MAX_INT_LITERAL_DIGITS:
         _number(int(text), rule)
     else:
         _number(float(text), rule)  # a huge integer literal becomes inf: out of range
+    if isinstance(node, FloatValueNode) and out_of_range(text, float(text)):
+        raise _RefusedError("is a number out of range")  # 1e-400 would be read as 0.0
 
 
 def _nesting(depth: int) -> None:
