@@ -83,10 +83,14 @@ def with_timeout(
             try:
                 async with asyncio.timeout(seconds) as deadline:
                     return await handler(*args, **kwargs)
-            except TimeoutError:
-                if deadline.expired():
-                    raise HandlerTimeoutError(seconds) from None
-                raise
+            except TimeoutError as timeout:
+                if not deadline.expired():
+                    raise
+                # The frames of the cancellation say where the handler was when its time ran
+                # out (its own await): the traceback a failure keeps of this error.
+                stopped = timeout.__cause__ or timeout.__context__
+                where = None if stopped is None else stopped.__traceback__
+                raise HandlerTimeoutError(seconds).with_traceback(where) from None
 
         return timed
 

@@ -355,9 +355,12 @@ async def test_compose_with_timeout_inside_the_retry_gives_each_try_its_own_dead
 
 
 async def test_with_timeout_turns_a_slow_handler_into_a_failed_attempt(store: Store) -> None:
+    async def waiting_on_upstream() -> None:
+        await asyncio.Event().wait()
+
     @with_timeout(0.05)
     async def stuck(ctx: HandlerContext, params: JSONValue) -> Done:
-        await asyncio.Event().wait()
+        await waiting_on_upstream()
         return Done()
 
     workflow = Workflow(
@@ -374,6 +377,13 @@ async def test_with_timeout_turns_a_slow_handler_into_a_failed_attempt(store: St
     assert [(e.attempt, e.error) for e in failed] == [
         (1, "HandlerTimeoutError: timed out after 0.05s")
     ]
+    # Its traceback shows where the handler was when the time ran out (it showed no frame of
+    # the handler's: only the engine's, which failures leave out).
+    [failure] = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert failure.traceback is not None
+    assert "in stuck\n    await waiting_on_upstream()" in failure.traceback
+    assert "in waiting_on_upstream\n    await asyncio.Event().wait()" in failure.traceback
+    assert failure.traceback.rstrip().endswith("HandlerTimeoutError: timed out after 0.05s")
 
 
 async def test_with_error_boundary_records_an_operations_error_as_its_failure(
