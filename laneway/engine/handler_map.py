@@ -144,9 +144,14 @@ class Workflow:
         (the state stays as the handler left it).
 
         Raises:
-            InvalidStateError: the validator rejected it; the message names what (a pydantic
-                model's error names each field). The attempt fails.
+            InvalidStateError: it is not a dict (ctx.state replaced by another value), or the
+                validator rejected it; the message names what (a pydantic model's error names
+                each field). The attempt fails.
         """
+        if not isinstance(state, dict):  # every handler gets a dict: the next one would break
+            raise InvalidStateError(
+                f"ctx.state must be a dict (a JSON object), not {type(state).__name__}"
+            )
         if self.state_validator is None:
             return
         try:

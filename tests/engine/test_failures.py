@@ -197,6 +197,43 @@ async def test_a_state_the_validator_refuses_fails_the_attempt_and_is_never_chec
     assert "state rejected by 'validated'" in failure.message
 
 
+async def _keep(ctx: HandlerContext, params: JSONValue) -> Next:
+    ctx.state["kept"] = True
+    return Next("replace")
+
+
+async def _replace_state(ctx: HandlerContext, params: JSONValue) -> Next:
+    ctx.state = ["not", "a", "dict"]  # type: ignore[assignment]
+    return Next("read")
+
+
+async def _read(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done({"kept": ctx.state["kept"]})
+
+
+replacer = Workflow(
+    "replacer",
+    handlers={"keep": _keep, "replace": _replace_state, "read": _read},
+    initial="keep",
+    retry=RetryPolicy(max_attempts=1),
+)
+
+
+async def test_a_state_replaced_by_what_is_not_a_dict_fails_the_attempt(store: Store) -> None:
+    # It was checkpointed, and the next handler's ctx.state["kept"] raised a TypeError.
+    engine = make_engine(store, replacer)
+    enqueued = await engine.enqueue("replacer")
+    await engine.tick()
+    failed = await engine.get(enqueued.instance_id)
+    assert failed is not None
+    assert (failed.status, failed.state) == (Status.FAILED, {"kept": True})
+    [failure] = (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    assert (failure.type, failure.message) == (
+        "InvalidStateError",
+        "ctx.state must be a dict (a JSON object), not list",
+    )
+
+
 async def test_a_retried_attempt_logs_a_warning_and_the_final_failure_an_error(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
