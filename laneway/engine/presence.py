@@ -121,8 +121,9 @@ class Presence:
         held = await self._store.renew_leases(self._owner_id, leases, self._lease_seconds)
         for instance_id in leases:
             run = self._runs.get(instance_id)
-            # A run that settled while the renewal was in flight gave its lease up itself.
-            if instance_id not in held and run is not None and not run.settled:
+            # A run that settled while the renewal was in flight gave its lease up itself; one
+            # whose write is in flight learns from the write whether it still held it.
+            if instance_id not in held and run is not None and not (run.settled or run.writing):
                 self._stop_run(instance_id, "lease lost")
 
     def leases(self) -> dict[UUID, int]:

@@ -70,6 +70,9 @@ class Run:
     # The write that ends this run here committed (terminal, paused, retry pending): the lease
     # is gone on purpose, so a renewal that misses it must not stop the run's last steps.
     settled: bool = False
+    # A step's outcome is with the committer: it may commit (and end the lease) before this
+    # run learns so; the write is fenced by its lease epoch, so it, not a renewal, tells.
+    writing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,7 @@ async def run_instance(
         )
         if faults.ARMED and parked:
             await faults.hit("pause_transition")
+        run.writing = True
         try:
             write, transition = await _written(committer, write, workflow)
         except LeaseLostError:
@@ -161,6 +165,8 @@ async def run_instance(
                 extra={"instance_id": str(record.instance_id)},
             )
             return None
+        finally:
+            run.writing = False
         if isinstance(write, FailWrite):
             log_failure(transition, write.error, action=action, traceback=write.traceback)
         if isinstance(write, FailWrite | CompleteWrite):

@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from laneway.engine import Done, HandlerContext, Next, PermanentFailure, RetryPolicy, Workflow
+from laneway.engine import (
+    Done,
+    HandlerContext,
+    Next,
+    PermanentFailure,
+    RetryPolicy,
+    Workflow,
+    runner,
+)
 from laneway.model import EventType, Status
 from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine, types_of
@@ -517,6 +525,41 @@ async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
     gate.set()
     await asyncio.wait_for(tick, timeout=10)
     assert finished.is_set()  # the hook ran to its end
+
+
+async def test_a_renewal_in_the_moment_a_write_committed_does_not_stop_its_run(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by an outside audit under load: a renewal that came back after the run's last
+    # write committed but before the run had its answer stopped it there: its failure's
+    # ERROR line, its outcome counter and the workflow's terminal hook were skipped.
+    committed, go_on, hooked = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    written = runner._written
+
+    async def answered_late(*args: Any) -> Any:
+        answer = await written(*args)
+        committed.set()
+        await go_on.wait()  # the run has not had its answer yet
+        return answer
+
+    async def hook(record: object) -> None:
+        hooked.set()
+
+    monkeypatch.setattr(runner, "_written", answered_late)
+    workflow = Workflow(
+        "hooked", handlers=dict(noop.handlers), initial=noop.initial, on_terminal=hook
+    )
+    engine = make_engine(store, workflow, owner_id="renewer")
+    enqueued = await engine.enqueue("hooked")
+    tick = asyncio.create_task(engine.tick())
+    await asyncio.wait_for(committed.wait(), timeout=10)
+    run = engine.claim_loop._runs[enqueued.instance_id]
+    assert not run.settled
+    await engine.claim_loop.presence.renew()  # the instance is completed: not held
+    assert not run.cancelled.is_set()
+    go_on.set()
+    await asyncio.wait_for(tick, timeout=10)
+    assert hooked.is_set()
 
 
 async def test_a_renewal_stops_a_run_whose_lease_was_taken(store: Store) -> None:
