@@ -357,3 +357,39 @@ async def test_steps_spans_number_attempts_as_failures_do_and_link_to_the_first_
     for step in later:
         assert step["links"][0] == first["span_id"]
         assert [link in claims for link in step["links"][1:]] == [True]
+
+
+class _BrokenStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_a_failure_whose_exception_has_a_broken_str_still_marks_its_span_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An outside audit: record_exception (which reads str()) ran first and raised, so the
+    # status was never set (the failed attempt's span read as OK) and a tracing fault was
+    # logged for what is the exception's own. A span of a provider of this test's only.
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from laneway.engine import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("marked"):
+        tracing.mark_failed("tests.test_tracing._BrokenStr: <exception str() failed>", _BrokenStr())
+    left = tracer.start_span("left")
+    with pytest.raises(_BrokenStr), tracing.current(left):
+        raise _BrokenStr
+    left.end()
+    marked, left_span = exporter.get_finished_spans()
+    assert marked.status.status_code == trace.StatusCode.ERROR
+    assert marked.status.description == "tests.test_tracing._BrokenStr: <exception str() failed>"
+    assert left_span.status.status_code == trace.StatusCode.ERROR
+    assert left_span.status.description == "_BrokenStr"
+    assert "tracing call failed" not in caplog.text

@@ -214,11 +214,16 @@ def current(started: Any, *, step: bool = False) -> Iterator[None]:
         yield
     except Exception as error:
         try:
-            if started.is_recording():
-                started.record_exception(error)
-                started.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            recording = started.is_recording()
         except Exception as failure:
             _report("status", failure)
+            recording = False
+        if recording:
+            try:
+                description = f"{type(error).__name__}: {error}"
+            except Exception:  # its __str__ raised
+                description = type(error).__name__
+            _failed(started, description, error)
         raise
     finally:
         _current_steps -= step
@@ -382,8 +387,22 @@ def mark_failed(description: str, error: BaseException | None = None) -> None:
         return
     try:
         failed: Span = trace.get_current_span()
-        if error is not None:
-            failed.record_exception(error)
-        failed.set_status(Status(StatusCode.ERROR, description))
     except Exception as broken:
         _report("status", broken)
+        return
+    _failed(failed, description, error)
+
+
+def _failed(span: Any, description: str, error: BaseException | None) -> None:
+    """Set `span`'s status to error, then record `error` on it. The status comes first: the
+    SDK reads str(error), and a broken __str__ of the user's leaves the span without its
+    exception event (a failure keeps its message anyway), not without its status; it is no
+    fault of tracing's, so it is not reported as one."""
+    try:
+        span.set_status(Status(StatusCode.ERROR, description))
+    except Exception as broken:
+        _report("status", broken)
+        return
+    if error is not None:
+        with contextlib.suppress(Exception):
+            span.record_exception(error)
