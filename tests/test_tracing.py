@@ -359,7 +359,7 @@ async def test_steps_spans_number_attempts_as_failures_do_and_link_to_the_first_
         assert [link in claims for link in step["links"][1:]] == [True]
 
 
-class _BrokenStr(Exception):
+class _BrokenStrError(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no text for you")
 
@@ -381,15 +381,16 @@ def test_a_failure_whose_exception_has_a_broken_str_still_marks_its_span_failed(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
+    described = "tests.test_tracing._BrokenStrError: <exception str() failed>"
     with tracer.start_as_current_span("marked"):
-        tracing.mark_failed("tests.test_tracing._BrokenStr: <exception str() failed>", _BrokenStr())
+        tracing.mark_failed(described, _BrokenStrError())
     left = tracer.start_span("left")
-    with pytest.raises(_BrokenStr), tracing.current(left):
-        raise _BrokenStr
+    with pytest.raises(_BrokenStrError), tracing.current(left):
+        raise _BrokenStrError
     left.end()
     marked, left_span = exporter.get_finished_spans()
     assert marked.status.status_code == trace.StatusCode.ERROR
-    assert marked.status.description == "tests.test_tracing._BrokenStr: <exception str() failed>"
+    assert marked.status.description == described
     assert left_span.status.status_code == trace.StatusCode.ERROR
-    assert left_span.status.description == "_BrokenStr"
+    assert left_span.status.description == "_BrokenStrError"
     assert "tracing call failed" not in caplog.text
