@@ -330,20 +330,22 @@ def _no_worker(row: Row) -> str:
         *(["drains to run an instance alone"] if making_way else []),
     ]
     return (
-        f"every live worker of workflow {row['name']!r} ({alone + making_way})"
+        f"every live worker of workflow {row['name']!r} ({_counted(alone + making_way, 'worker')})"
         f" {' or '.join(doing)} (its worker was lost)"
         + (" that is ahead of it" if making_way else "")
         + ", claiming nothing beside it; it starts when one of those ends"
     )
 
 
+def _counted(count: int, noun: str) -> str:
+    """`1 worker`, `2 workers`: a count that says what it counts (not read as a version)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _ready(row: Row) -> str:
     """Claimable: at the next claim, or, when every live worker that would take it had no room
     at its last heartbeat (its `running` is a heartbeat behind), when one of them has room."""
-    lost = (
-        f" (its worker was lost {row['recoveries']}"
-        f" time{'' if row['recoveries'] == 1 else 's'}: it runs alone)"
-    )
+    lost = f" (its worker was lost {_counted(row['recoveries'], 'time')}: it runs alone)"
     if row["workers_free"]:
         return f"ready: queue {row['queue']!r} has room, it starts at the next claim" + (
             f" of a process that runs nothing else{lost}" if row["isolated"] else ""

@@ -254,8 +254,8 @@ async def test_others_wait_with_no_worker_while_every_live_process_runs_one_alon
         assert reason is not None
         assert (reason.code, reason.until) == ("NO_WORKER", None)
         assert reason.message == (
-            "every live worker of workflow 'noop' (1) runs an instance alone (its worker was"
-            " lost), claiming nothing beside it; it starts when one of those ends"
+            "every live worker of workflow 'noop' (1 worker) runs an instance alone (its worker"
+            " was lost), claiming nothing beside it; it starts when one of those ends"
         )
         # Another live process that runs noop, running nothing alone, would take it.
         await store.heartbeat_worker(
@@ -286,9 +286,9 @@ async def test_others_behind_an_overdue_isolated_instance_wait_with_no_worker(
     reasons = await store.waiting_reasons([alone, after, urgent])
     assert reasons[after].code == "NO_WORKER"
     assert reasons[after].message == (
-        "every live worker of workflow 'noop' (1) drains to run an instance alone (its worker"
-        " was lost) that is ahead of it, claiming nothing beside it; it starts when one of"
-        " those ends"
+        "every live worker of workflow 'noop' (1 worker) drains to run an instance alone (its"
+        " worker was lost) that is ahead of it, claiming nothing beside it; it starts when one"
+        " of those ends"
     )
     assert reasons[urgent].code == "READY"  # ahead of it in claim order
     assert reasons[alone].code == "READY"  # the process that drains takes it next
