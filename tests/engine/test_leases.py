@@ -1,6 +1,7 @@
 """Leases, fencing, heartbeats, retries and cancellation (issue #2, points 5, 6 and 7)."""
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -8,6 +9,7 @@ import pytest
 
 from laneway.engine import (
     Done,
+    Engine,
     HandlerContext,
     Next,
     PermanentFailure,
@@ -497,6 +499,19 @@ async def test_a_handed_back_lease_is_released_only_once_its_handler_has_stopped
     assert (handed.status, handed.owner_id) == (Status.PENDING, None)
 
 
+async def _tick_of_one_hooked(
+    store: Store, hook: Callable[[object], Awaitable[None]]
+) -> tuple[Engine, "asyncio.Task[int]"]:
+    """An engine (owner `renewer`) with one instance of a no-op workflow whose terminal hook is
+    `hook`, and its tick running."""
+    workflow = Workflow(
+        "hooked", handlers=dict(noop.handlers), initial=noop.initial, on_terminal=hook
+    )
+    engine = make_engine(store, workflow, owner_id="renewer")
+    await engine.enqueue("hooked")
+    return engine, asyncio.create_task(engine.tick())
+
+
 async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
     store: Store,
 ) -> None:
@@ -510,14 +525,9 @@ async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
         await gate.wait()
         finished.set()
 
-    workflow = Workflow(
-        "hooked", handlers=dict(noop.handlers), initial=noop.initial, on_terminal=hook
-    )
-    engine = make_engine(store, workflow, owner_id="renewer")
-    enqueued = await engine.enqueue("hooked")
-    tick = asyncio.create_task(engine.tick())
+    engine, tick = await _tick_of_one_hooked(store, hook)
     await asyncio.wait_for(entered.wait(), timeout=10)
-    run = engine.claim_loop._runs[enqueued.instance_id]
+    [run] = engine.claim_loop._runs.values()
     assert run.settled
     # The instance is completed: the renewal does not hold it.
     await engine.claim_loop.presence.renew()
@@ -546,14 +556,9 @@ async def test_a_renewal_in_the_moment_a_write_committed_does_not_stop_its_run(
         hooked.set()
 
     monkeypatch.setattr(runner, "_written", answered_late)
-    workflow = Workflow(
-        "hooked", handlers=dict(noop.handlers), initial=noop.initial, on_terminal=hook
-    )
-    engine = make_engine(store, workflow, owner_id="renewer")
-    enqueued = await engine.enqueue("hooked")
-    tick = asyncio.create_task(engine.tick())
+    engine, tick = await _tick_of_one_hooked(store, hook)
     await asyncio.wait_for(committed.wait(), timeout=10)
-    run = engine.claim_loop._runs[enqueued.instance_id]
+    [run] = engine.claim_loop._runs.values()
     assert not run.settled
     await engine.claim_loop.presence.renew()  # the instance is completed: not held
     assert not run.cancelled.is_set()
