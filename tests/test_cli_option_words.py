@@ -4,6 +4,9 @@ pure cases, and the commands both ways (the database and --url). The API's own w
 Exit code: 2, as before; only the words change.
 """
 
+import json
+from pathlib import Path
+
 import pytest
 
 from laneway.cli.client import EXIT_FAILED, EXIT_USAGE, CommandError
@@ -94,3 +97,45 @@ async def test_commands_name_the_option_the_api_refused(way: str, database_url: 
             code, _, err = await laneway(*args)
             assert code == 2, err
             assert err.startswith(f"laneway: {says}"), err
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ("idempotencyKey must be 1-255 characters", "--idempotency-key must be 1-255 characters"),
+        ("concurrencyKey must not contain NUL", "--concurrency-key must not contain NUL"),
+        ("params is 300021 bytes encoded; the limit is 262144", "--params is 300021 bytes"),
+        ("payload holds a NUL character or a lone surrogate", "--payload holds a NUL"),
+        ("delayMs must be between 0 and 1e9", "--delay-ms must be between 0 and 1e9"),
+    ],
+)
+def test_an_engine_refusal_that_starts_with_the_argument_is_said_as_its_option(
+    message: str, said: str
+) -> None:
+    options = flags("idempotencyKey", "concurrencyKey", "params", "payload", "delayMs")
+    assert (reworded(message, options) or "").startswith(said)
+
+
+@both_ways
+async def test_enqueue_and_signal_name_the_option_of_a_refused_key_or_payload(
+    way: str, database_url: str, tmp_path: Path
+) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"text": "x" * 300_000}))
+    hello = ("enqueue", "hello", "--params", '{"name": "e"}')
+    async with ways(way, database_url) as laneway:
+        code, out, err = await laneway(*hello)
+        assert code == 0, err
+        instance = json.loads(out)["instanceID"]
+        for args, says in (
+            ((*hello, "--idempotency-key", ""), "--idempotency-key must be 1-255 characters"),
+            ((*hello, "--singleton-key", ""), "--singleton-key must be 1-255 characters"),
+            ((*hello, "--concurrency-key", ""), "--concurrency-key must be 1-255 characters"),
+            (("enqueue", "review", "--params", f"@{big}"), "--params is 300"),
+            (("signal", instance, "approve", "--idempotency-key", ""), "--idempotency-key must"),
+            (("signal", instance, "approve", "--payload", f"@{big}"), "--payload is 300"),
+        ):
+            code, _, err = await laneway(*args)
+            assert code == 2, err
+            assert err.startswith(f"laneway: {says}"), err
+            assert err.count("\n") == 1, err

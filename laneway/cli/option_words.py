@@ -2,10 +2,11 @@
 
 Owns rewording a BAD_USER_INPUT message that names a GraphQL argument (`argument "first" of
 workflowInstancesConnection must be ...`, `after is not a cursor from ...`, `each of
-filter.statuses must be ...`) with the option or operand the user typed (`--first must be
-...`). The API's own messages are its contract and stay as they are; the same rewording serves
-both ways (the database and --url), whose errors are the API's. Does not check any value itself:
-the limits are the API's (a server of another version may have others).
+filter.statuses must be ...`, the engine's `idempotencyKey must be ...`) with the option or
+operand the user typed (`--first must be ...`). The API's own messages are its contract and
+stay as they are; the same rewording serves both ways (the database and --url), whose errors
+are the API's. Does not check any value itself: the limits are the API's (a server of another
+version may have others).
 """
 
 import contextlib
@@ -15,11 +16,15 @@ from collections.abc import AsyncIterator, Mapping
 from laneway.cli.client import CommandError
 
 # The phrasings of the API's refusals that name an argument (`where`: the argument, with the
-# path inside it for an input object or a list: `filter.queue`, `statuses[0]`).
+# path inside it for an input object or a list: `filter.queue`, `statuses[0]`). The last is
+# the engine's, which starts with the bare argument (`idempotencyKey must be 1-255
+# characters`, `params is 300021 bytes encoded; ...`, `payload holds a NUL ...`); it is
+# reworded only when that first word is one of the command's arguments.
 _REFUSALS = (
     re.compile(r'argument "(?P<where>[^"]+)" of \w+ (?P<refusal>.+)', re.DOTALL),
     re.compile(r"each of (?P<where>[\w.]+) (?P<refusal>must .+)", re.DOTALL),
     re.compile(r"(?P<where>after) (?P<refusal>is not a cursor) from workflowInstancesConnection"),
+    re.compile(r"(?P<where>[A-Za-z]\w*) (?P<refusal>(?:must|is|holds) .+)", re.DOTALL),
 )
 _CURSOR_SOURCE = " from `laneway instances` (the --after it names for the next page)"
 _INDEX = re.compile(r"\[\d+\]")
