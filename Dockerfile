@@ -11,6 +11,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY laneway ./laneway
+COPY laneway_entry.py ./
 COPY migrations ./migrations
 RUN pip wheel --no-deps --wheel-dir /dist .
 

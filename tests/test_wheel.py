@@ -236,7 +236,8 @@ def test_wheel_holds_the_library_with_its_sql_dashboard_and_types_and_nothing_el
         dist_info = f"laneway-{VERSION}.dist-info"
         entry_points = archive.read(f"{dist_info}/entry_points.txt").decode()
         wheel_metadata = archive.read(f"{dist_info}/METADATA").decode()
-    assert {name.split("/")[0] for name in names} == {"laneway", dist_info}
+    # laneway_entry.py: the console script's entry point, outside the package (its docstring).
+    assert {name.split("/")[0] for name in names} == {"laneway", "laneway_entry.py", dist_info}
     shipped_sql = sorted(
         name.removeprefix("laneway/migrations/").removesuffix(".sql")
         for name in names
@@ -264,7 +265,7 @@ def test_wheel_holds_the_library_with_its_sql_dashboard_and_types_and_nothing_el
         n for n in names if n.startswith("laneway/") and not n.startswith("laneway/migrations/")
     }
     assert packaged == source_files
-    assert re.search(r"^laneway\s*=\s*laneway\.cli:main$", entry_points, flags=re.MULTILINE)
+    assert re.search(r"^laneway\s*=\s*laneway_entry:main$", entry_points, flags=re.MULTILINE)
     assert f"\nVersion: {VERSION}\n" in wheel_metadata
 
 
