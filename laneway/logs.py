@@ -1,9 +1,10 @@
-"""Log formatting for the command line: readable text on a terminal, JSON lines otherwise.
+"""Log formatting for the command line: readable text on a terminal, JSON lines otherwise, for
+`serve` and `worker`; for a one-shot command, only errors, each a `laneway:` line.
 
-Owns the two formatters, the filter that keeps query strings out of uvicorn's websocket lines,
-and `configure_logging`. Only laneway/cli.py calls it: library code never
-configures logging, so an application that embeds the engine keeps its own handlers. Fields
-passed through `extra` appear in both formats.
+Owns the formatters, the filter that keeps query strings out of uvicorn's websocket lines,
+`configure_logging` and `configure_command_logging`. Only laneway/cli/ calls them: library
+code never configures logging, so an application that embeds the engine keeps its own
+handlers. Fields passed through `extra` appear in every format.
 """
 
 import json
@@ -57,6 +58,19 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class CommandFormatter(logging.Formatter):
+    """`laneway: message key=value …` on one line (control characters escaped), then the
+    traceback if the record has one: a record as a one-shot command's stderr says it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={v}" for k, v in extra_fields(record).items())
+        said = f"{record.getMessage()}  {fields}" if fields else record.getMessage()
+        line = "laneway: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in said)
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
+
+
 class QueryStrings(logging.Filter):
     """Keeps query strings out of uvicorn's line for each websocket handshake
     (`127.0.0.1:5000 - "WebSocket /graphql?..." [accepted]`): a client may put a secret there
@@ -84,6 +98,21 @@ def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -
     handler = logging.StreamHandler(target)
     handler.setFormatter(TextFormatter() if target.isatty() else JSONFormatter())
     handler.addFilter(QueryStrings())
+    _install(handler, level)
+
+
+def configure_command_logging(stream: TextIO | None = None) -> None:
+    """Install one handler on the root logger for a one-shot command: records of ERROR and
+    above only, each a `laneway:` line (CommandFormatter). A warning of the libraries (`listener
+    connection lost`, and then it reconnects; `database unavailable`, which the command's own
+    error line says again) is for an operator of a long-running process, not the command's
+    user, whose command says how it ended in its own words."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(CommandFormatter())
+    _install(handler, logging.ERROR)
+
+
+def _install(handler: logging.Handler, level: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -7,12 +7,14 @@ terminal status: 0 completed, 1 failed or cancelled.
 
 import asyncio
 import fcntl
+import json
 import os
 import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 import pytest
 
 from app.examples import countdown, flaky, hello
@@ -142,3 +144,52 @@ async def test_watch_ends_quietly_with_141_when_its_reader_goes_away(
             await process.wait()
     assert process.returncode == 141, err.decode()
     assert err == b""
+
+
+async def _listener_pids(admin: asyncpg.Connection) -> set[int]:
+    rows = await admin.fetch(
+        "SELECT pid FROM pg_stat_activity "
+        "WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
+    )
+    return {row["pid"] for row in rows}
+
+
+async def _until_listener_other_than(admin: asyncpg.Connection, old: set[int]) -> set[int]:
+    """The watcher's listener connection, once it is none of `old`'s (polled, under a deadline)."""
+    async with asyncio.timeout(30):
+        while True:
+            pids = await _listener_pids(admin)
+            if pids and not pids & old:
+                return pids
+            await asyncio.sleep(0.05)
+
+
+async def test_watch_prints_no_log_line_when_its_listener_connection_is_lost(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # The events library warns `listener connection lost` (and reconnects): a record for an
+    # operator of serve or worker, which a one-shot command printed as a JSON line on stderr.
+    env = environment(database_url)
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "w"}', env=env)
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "laneway", "watch", "--instance", instance_id, "--json",
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        first = await _until_listener_other_than(admin, set())
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", first)
+        await _until_listener_other_than(admin, first)  # lost, said so, and back
+        code, _, err = await laneway("cancel", instance_id, env=env)
+        assert code == 0, err
+        async with asyncio.timeout(30):
+            out_bytes, err_bytes = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 1  # the instance was cancelled
+    assert '"type": "cancelled"' in out_bytes.decode().splitlines()[-1]
+    said = err_bytes.decode().splitlines()
+    assert all(line.startswith("laneway: ") for line in said), said

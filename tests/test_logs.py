@@ -4,7 +4,7 @@ import io
 import json
 import logging
 
-from laneway.logs import JSONFormatter, TextFormatter, configure_logging
+from laneway.logs import JSONFormatter, TextFormatter, configure_command_logging, configure_logging
 
 
 def record_with_extra() -> logging.LogRecord:
@@ -37,6 +37,21 @@ def test_configure_logging_uses_json_off_a_terminal() -> None:
         configure_logging(stream=stream)
         logging.getLogger("app.test").info("hello", extra={"k": 1})
         assert json.loads(stream.getvalue())["k"] == 1
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+
+
+def test_command_logging_says_errors_as_laneway_lines_and_nothing_below() -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_command_logging(stream=stream)
+        library = logging.getLogger("laneway.events.backend")
+        library.warning("listener connection lost")
+        library.error("event hub task crashed", extra={"task": "a\nb"})
+        assert stream.getvalue() == "laneway: event hub task crashed  task=a\\nb\n"
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)

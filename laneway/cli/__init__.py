@@ -32,7 +32,7 @@ from laneway.cli.parser import build_parser
 from laneway.config import TOKEN_RULE, Settings, token_flaw
 from laneway.engine import faults
 from laneway.errors import InvalidInputError, LanewayError
-from laneway.logs import configure_logging
+from laneway.logs import configure_command_logging, configure_logging
 
 __all__ = [
     "EXIT_FAILED",
@@ -119,7 +119,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             args.token = _server_token(args, env)
         except CommandError as exc:
             return _fail(str(exc), exc.exit_code)
-    configure_logging(logging.INFO if args.command in ("serve", "worker") else logging.WARNING)
+    if args.command in ("serve", "worker"):
+        configure_logging(logging.INFO)
+    else:
+        configure_command_logging()
     try:
         settings = Settings.from_env(env)
         faults.check()  # read at import (engine/faults.py), refused here as Settings are
