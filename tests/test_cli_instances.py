@@ -4,9 +4,18 @@ newest first, chosen by --filter, with the cursor of the next page.
 Exit codes: 0 ok; 2 a --filter word a page does not take, a bad --first or cursor.
 """
 
+import io
 import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+from rich.console import Console
 
 from app.examples import countdown, hello
+from laneway.cli.client import JSONObject
+from laneway.cli.instances import instances_table
 from laneway.store import Store
 from tests.cli_ways import both_ways, ways
 from tests.engine.helpers import make_engine
@@ -86,3 +95,33 @@ async def test_instances_refuses_what_a_page_cannot_select(way: str, database_ur
             assert code == 2, err
             assert says in err, err
             assert "workflowInstancesConnection" not in err
+
+
+def _rendered(renderable: Any, width: int) -> str:
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, highlight=False).print(renderable)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("width", [40, 42, 50, 60, 80, 120])
+def test_an_instance_id_is_never_folded_whatever_the_width(width: int) -> None:
+    ids = [str(uuid.uuid4()) for _ in range(2)]
+    nodes: list[JSONObject] = [
+        {
+            "instanceID": instance,
+            "name": "a_workflow_with_a_long_name",
+            "status": "running",
+            "queue": "default",
+            "attempts": 1,
+            "createdAt": time.time() * 1000,  # epoch ms, as the API gives it
+            "message": "halfway through the documents",
+            "lastError": None,
+        }
+        for instance in ids
+    ]
+    shown = _rendered(instances_table(nodes), width)
+    lines = shown.splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), shown
+    assert all(any(instance in line for line in lines) for instance in ids), shown
+    if width < 80:
+        assert f"Left out to fit {width} columns" in " ".join(shown.split()), shown

@@ -1,8 +1,15 @@
 """`laneway preflight` (issue #21): the new code's modules against the database's instances in
 flight; exit 1 when something would be stranded, so it can gate a deploy step."""
 
+import io
 import json
+import uuid
 
+import pytest
+from rich.console import Console
+
+from laneway.cli.client import JSONObject
+from laneway.cli.preflight import findings_table
 from laneway.engine import Engine, WorkflowRegistry
 from laneway.store import Store
 from tests.test_cli import environment, laneway
@@ -62,3 +69,24 @@ async def test_new_code_given_by_option_replaces_the_modules_running_now(
     assert code == 1, err
     (finding,) = json.loads(out)
     assert (finding["reason"], finding["sampleIDs"]) == ("VERSION_GONE", [str(stranded)])
+
+
+@pytest.mark.parametrize("width", [40, 42, 50, 60, 80, 120])
+def test_preflight_never_folds_a_sample_id_whatever_the_width(width: int) -> None:
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    finding: JSONObject = {
+        "name": "deploy_demo",
+        "version": "1",
+        "reason": "VERSION_GONE",
+        "detail": "version '1' is not in the new code (it has '2')",
+        "count": 3,
+        "sampleIDs": ids,
+    }
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, highlight=False).print(findings_table([finding]))
+    shown = buffer.getvalue()
+    lines = shown.splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), shown
+    assert all(any(instance in line for line in lines) for instance in ids), shown
+    if width <= 80:
+        assert f"Left out to fit {width} columns" in " ".join(shown.split()), shown

@@ -57,15 +57,17 @@ def page_filter(pairs: list[str] | None) -> JSONObject:
 
 
 def instances_table(nodes: list[JSONObject]) -> Listing:
+    # The id is the one column never left out: a folded id cannot be copied. The status goes
+    # last of the others, the message first.
     columns = [
         Column("instance", whole=True),
-        Column("workflow", drop=1),
-        Column("status"),
-        Column("queue", drop=4),
-        Column("attempts", drop=5, numeric=True),
-        Column("created", drop=2),
-        Column("message", drop=6),
-        Column("last error", drop=3),
+        Column("workflow", drop=2),
+        Column("status", drop=1),
+        Column("queue", drop=5),
+        Column("attempts", drop=6, numeric=True),
+        Column("created", drop=3),
+        Column("message", drop=7),
+        Column("last error", drop=4),
     ]
     rows = [
         [

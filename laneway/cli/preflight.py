@@ -9,12 +9,10 @@ something would.
 import argparse
 import dataclasses
 
-from rich import box
-from rich.table import Table
-
 from laneway.cli import output
 from laneway.cli.client import EXIT_FAILED, EXIT_OK, JSONObject
 from laneway.cli.commands import open_client
+from laneway.cli.output import Column, Listing
 from laneway.config import Settings
 
 PREFLIGHT = """query ($workflows: [WorkflowSpecInput!]!) {
@@ -56,22 +54,26 @@ def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObj
     ]
 
 
-def findings_table(findings: list[JSONObject]) -> Table:
-    table = Table(
-        title="Instances in flight the new code could not run",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    for column in ("workflow", "version", "reason", "detail", "count", "some of them"):
-        table.add_column(column, overflow="fold")
-    for finding in findings:
-        table.add_row(
-            *(output.literal(finding[key]) for key in ("name", "version", "reason", "detail")),
+def findings_table(findings: list[JSONObject]) -> Listing:
+    # The sample ids are the one column never left out (a folded id cannot be copied); the
+    # workflow and the reason go last of the others, the detail first.
+    columns = [
+        Column("workflow", drop=1),
+        Column("version", drop=3),
+        Column("reason", drop=2),
+        Column("detail", drop=5),
+        Column("count", drop=4, numeric=True),
+        Column("some of them", whole=True),
+    ]
+    rows = [
+        [
+            *(finding[key] for key in ("name", "version", "reason", "detail")),
             str(finding["count"]),
             "\n".join(finding["sampleIDs"][:3]),
-        )
-    return table
+        ]
+        for finding in findings
+    ]
+    return Listing("Instances in flight the new code could not run", columns, rows)
 
 
 async def preflight(args: argparse.Namespace, settings: Settings) -> int:
