@@ -472,6 +472,28 @@ def test_a_usage_error_is_one_laneway_line_like_every_error(
     assert err.rstrip().endswith("--help`)")
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["enqueue", "hello", "--bogus"],
+            "laneway: enqueue: unrecognized arguments: --bogus (see `laneway enqueue --help`)",
+        ),
+        (
+            ["schedules", "extra", "--json"],
+            "laneway: schedules: unrecognized arguments: extra (see `laneway schedules --help`)",
+        ),
+    ],
+)
+def test_an_unknown_argument_points_to_the_help_of_its_command(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == says + "\n"
+
+
 async def test_token_without_url_is_refused() -> None:
     code, _, err = await laneway(
         "status", "00000000-0000-7000-8000-000000000000", "--token", "t", env=environment(None)

@@ -8,6 +8,7 @@ commands.py, bulk.py, preflight.py, instances.py, queues.py, schedules.py and wo
 """
 
 import argparse
+from collections.abc import Sequence
 from typing import NoReturn
 
 from laneway.cli.arguments import event_id, json_value, milliseconds, port_number, whole_number
@@ -84,6 +85,28 @@ class _Parser(argparse.ArgumentParser):
         command = self.prog.removeprefix("laneway").strip()
         where = f"{command}: " if command else ""
         self.exit(2, f"laneway: {where}{message} (see `{self.prog} --help`)\n")
+
+    # override: only the first of argparse's overloads (no caller passes a namespace).
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        """argparse's, but an argument no parser took is refused by the subcommand's parser
+        (`laneway enqueue: unrecognized arguments: --bogus (see `laneway enqueue --help`)`):
+        argparse hands a subcommand's leftovers up to the top-level parser, whose error pointed
+        to `laneway --help`, where the subcommand's options are not."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._parser_of(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _parser_of(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The parser of the subcommand `parsed` names (this one when it names none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, argparse.ArgumentParser):
+                    return chosen
+        return self
 
 
 def build_parser() -> argparse.ArgumentParser:
