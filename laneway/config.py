@@ -1,10 +1,13 @@
 """Settings: the environment read once, validated, frozen.
 
-Owns every environment variable Laneway understands. No other module reads `os.environ`;
-callers pass the mapping in, so tests hand it a dict.
+Owns every environment variable Laneway understands, and the list of them (KNOWN_VARIABLES)
+that an unknown `LANEWAY_` name is told apart by. No other module reads `os.environ`; callers
+pass the mapping in, so tests hand it a dict.
 """
 
+import difflib
 import ipaddress
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +15,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from laneway.errors import InvalidInputError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = Path(".laneway")
 MAX_PORT = 65_535
@@ -30,6 +35,82 @@ _OWNER_ID = re.compile(r"[!-~]+")  # printable ASCII, no space
 _HOST = re.compile(
     r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)\.?(?::(?P<port>[0-9]{1,5}))?"
 )
+
+
+# Every environment variable starting with LANEWAY_ that something reads: Settings.from_env's
+# (below); LANEWAY_TOKEN, the command line's bearer token for --url; LANEWAY_FAULTS
+# (engine/faults.py); LANEWAY_TEST_DATABASE_URL (laneway/testing.py's server for a test
+# session); and the few that Laneway's own test suite sets for the processes it starts, so
+# that its runs warn of nothing. tests/test_config.py finds every LANEWAY_ name that laneway/
+# or tests/ reads here. Any other LANEWAY_ name is warned about (unknown_variables): a setting
+# spelled wrong was silently ignored.
+KNOWN_VARIABLES = frozenset(
+    {
+        "LANEWAY_ALLOWED_HOSTS",
+        "LANEWAY_ALLOW_INSECURE",
+        "LANEWAY_API_TOKENS",
+        "LANEWAY_DATA_DIR",
+        "LANEWAY_ENGINE",
+        "LANEWAY_FAULTS",
+        "LANEWAY_GC_FREEZE",
+        "LANEWAY_GRAPHIQL",
+        "LANEWAY_HEADER_TIMEOUT",
+        "LANEWAY_IDLE_IN_TRANSACTION_TIMEOUT",
+        "LANEWAY_LEASE_SECONDS",
+        "LANEWAY_LIMIT_LOCAL_CLIENTS",
+        "LANEWAY_LOCK_TIMEOUT",
+        "LANEWAY_MAX_CONNECTIONS",
+        "LANEWAY_MAX_RECOVERIES",
+        "LANEWAY_METRICS_HOST",
+        "LANEWAY_METRICS_PORT",
+        "LANEWAY_OPEN_READS",
+        "LANEWAY_OPERATION_TIMEOUT",
+        "LANEWAY_OWNER_ID",
+        "LANEWAY_POLL_SECONDS",
+        "LANEWAY_POOL_SIZE",
+        "LANEWAY_RATE_BURST",
+        "LANEWAY_RATE_LIMIT",
+        "LANEWAY_RETENTION_DAYS",
+        "LANEWAY_SHUTDOWN_GRACE",
+        "LANEWAY_STATEMENT_TIMEOUT",
+        "LANEWAY_TEST_DATABASE_URL",
+        "LANEWAY_TOKEN",
+        "LANEWAY_TRACING",
+        "LANEWAY_WORKER_CONCURRENCY",
+        "LANEWAY_WORKFLOWS",
+        "LANEWAY_WS_CONNECTIONS_PER_TOKEN",
+        "LANEWAY_WS_HANDSHAKES_PER_MINUTE",
+        # Laneway's own test suite (tests/), not settings:
+        "LANEWAY_CHAOS_BUSY_THREADS",
+        "LANEWAY_CHAOS_FULL",
+        "LANEWAY_CHAOS_LEDGER_URL",
+        "LANEWAY_CHAOS_WORKER",
+        "LANEWAY_TEST_HOLD_SECOND",
+        "LANEWAY_TEST_LEDGER",
+        "LANEWAY_TEST_POISON",
+    }
+)
+# Unknown names meant as a known one that difflib would not find close enough.
+MISTAKEN_VARIABLES = {"LANEWAY_DATABASE_URL": "DATABASE_URL"}
+
+
+def unknown_variables(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Each variable of `environ` that starts with LANEWAY_ and that Laneway does not read,
+    in name order, with the known variable it was likely meant as (None: none is close)."""
+    # Compared without the prefix, which every name shares: with it, any name was close.
+    known = {name.removeprefix("LANEWAY_"): name for name in sorted(KNOWN_VARIABLES)}
+    unknown: dict[str, str | None] = {}
+    for name in sorted(environ):
+        if name.startswith("LANEWAY_") and name not in KNOWN_VARIABLES:
+            close = difflib.get_close_matches(name.removeprefix("LANEWAY_"), known, n=1)
+            unknown[name] = MISTAKEN_VARIABLES.get(name) or (known[close[0]] if close else None)
+    return unknown
+
+
+def unknown_variable_warning(name: str, meant: str | None) -> str:
+    """What to say of an unknown variable `name` (unknown_variables's)."""
+    said = f"{name} is not a variable Laneway reads: it is ignored"
+    return f"{said} (did you mean {meant}?)" if meant else said
 
 
 def flag_value(raw: str | None, default: bool) -> bool:
@@ -271,11 +352,18 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "Settings":
-        """Read and validate the environment.
+        """Read and validate the environment. A variable starting with LANEWAY_ that Laneway
+        does not read is logged as a WARNING record `environment variable ignored` (with
+        `variable`, and `did_you_mean` when a known one is close), once per call.
 
         Raises:
             InvalidInputError: a value is malformed.
         """
+        for name, meant in unknown_variables(environ).items():
+            said = (
+                {"variable": name} if meant is None else {"variable": name, "did_you_mean": meant}
+            )
+            logger.warning("environment variable ignored", extra=said)
         return cls(
             database_url=_database_url(environ.get("DATABASE_URL") or None),
             data_dir=Path(environ.get("LANEWAY_DATA_DIR") or DEFAULT_DATA_DIR),

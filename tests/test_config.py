@@ -1,10 +1,23 @@
 """Settings.from_env: every number is finite and in its range, every URL a PostgreSQL one;
 a refusal names the variable (the CLI makes it one `laneway:` line, exit 2)."""
 
+import json
+import logging
+import re
+from pathlib import Path
+
 import pytest
 
-from laneway.config import Settings
+from laneway.api.graphql.schema import export_schema
+from laneway.config import (
+    KNOWN_VARIABLES,
+    MISTAKEN_VARIABLES,
+    Settings,
+    unknown_variable_warning,
+    unknown_variables,
+)
 from laneway.errors import InvalidInputError
+from tests.test_cli import environment, laneway
 
 NUMBERS = (
     "PORT",
@@ -147,3 +160,91 @@ def test_api_tokens_are_taken_trimmed_and_one_no_client_can_send_is_refused_unqu
     )
     with pytest.raises(InvalidInputError, match=r"token 1: its character 4 is a space$"):
         Settings.from_env({"LANEWAY_API_TOKENS": "two words"})
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# A LANEWAY_ name as code writes it; and, in tests/, a read of one from the environment.
+_NAME = re.compile(r"\bLANEWAY_[A-Z0-9_]*[A-Z0-9]\b")
+_READ = re.compile(r"""(?:environ(?:\.get)?\(|environ\[|getenv\()\s*["'](LANEWAY_\w+)["']""")
+
+
+def test_every_laneway_variable_the_package_names_is_known() -> None:
+    # The list cannot go stale: a variable read anywhere in laneway/ is in it (the names it
+    # tells a mistaken one by are the exception).
+    named = {
+        name
+        for path in (ROOT / "laneway").rglob("*.py")
+        for name in _NAME.findall(path.read_text())
+    }
+    assert named - set(MISTAKEN_VARIABLES) <= KNOWN_VARIABLES, sorted(named - KNOWN_VARIABLES)
+    assert {"LANEWAY_TOKEN", "LANEWAY_FAULTS"} <= named  # read beside Settings
+
+
+def test_every_laneway_variable_the_tests_read_is_known() -> None:
+    read = {
+        name for path in (ROOT / "tests").rglob("*.py") for name in _READ.findall(path.read_text())
+    }
+    assert "LANEWAY_TEST_DATABASE_URL" in read
+    assert read <= KNOWN_VARIABLES, sorted(read - KNOWN_VARIABLES)
+
+
+def test_unknown_laneway_variables_are_named_with_what_they_were_likely_meant_as() -> None:
+    environ = {
+        "LANEWAY_DATABASE_URL": "postgresql://x/y",
+        "LANEWAY_POOLSIZE": "4",
+        "LANEWAY_XYZZY": "1",
+        "LANEWAY_POOL_SIZE": "4",
+        "DATABASE_URL": "postgresql://x/y",
+        "HOME": "/root",
+    }
+    assert unknown_variables(environ) == {
+        "LANEWAY_DATABASE_URL": "DATABASE_URL",
+        "LANEWAY_POOLSIZE": "LANEWAY_POOL_SIZE",
+        "LANEWAY_XYZZY": None,
+    }
+    assert unknown_variable_warning("LANEWAY_POOLSIZE", "LANEWAY_POOL_SIZE") == (
+        "LANEWAY_POOLSIZE is not a variable Laneway reads: it is ignored"
+        " (did you mean LANEWAY_POOL_SIZE?)"
+    )
+    assert unknown_variable_warning("LANEWAY_XYZZY", None).endswith("it is ignored")
+
+
+def test_from_env_logs_each_unknown_variable_as_a_warning_and_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="laneway.config"):
+        settings = Settings.from_env({"LANEWAY_DATABASE_URL": "postgresql://x/y"})
+    assert settings.database_url is None  # ignored, as said
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == "environment variable ignored"
+    fields = vars(record)
+    assert (fields["variable"], fields["did_you_mean"]) == ("LANEWAY_DATABASE_URL", "DATABASE_URL")
+
+
+async def test_a_command_warns_of_an_unknown_variable_in_one_line_and_goes_on() -> None:
+    env = environment(None, LANEWAY_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")
+    code, out, err = await laneway("export-schema", env=env)
+    assert (code, out) == (0, export_schema())
+    assert err == (
+        "laneway: warning: LANEWAY_DATABASE_URL is not a variable Laneway reads: it is ignored"
+        " (did you mean DATABASE_URL?)\n"
+    )
+
+
+async def test_a_worker_logs_an_unknown_variable_as_a_warning_record() -> None:
+    env = environment(
+        "postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS="", LANEWAY_POOLSIZE="4"
+    )
+    code, _, err = await laneway("worker", env=env)
+    assert code == 2  # no workflows: it stops there, after reading its settings
+    warning, refusal = err.splitlines()
+    assert json.loads(warning) | {"time": None} == {
+        "time": None,
+        "level": "warning",
+        "logger": "laneway.config",
+        "message": "environment variable ignored",
+        "variable": "LANEWAY_POOLSIZE",
+        "did_you_mean": "LANEWAY_POOL_SIZE",
+    }
+    assert refusal.startswith("laneway: no workflows to run")

@@ -29,7 +29,13 @@ from laneway.cli.client import (
     database_error,
 )
 from laneway.cli.parser import build_parser
-from laneway.config import TOKEN_RULE, Settings, token_flaw
+from laneway.config import (
+    TOKEN_RULE,
+    Settings,
+    token_flaw,
+    unknown_variable_warning,
+    unknown_variables,
+)
 from laneway.engine import faults
 from laneway.errors import InvalidInputError, LanewayError
 from laneway.logs import configure_command_logging, configure_logging
@@ -99,6 +105,21 @@ def _server_token(args: argparse.Namespace, env: Mapping[str, str]) -> str | Non
     return _visible_ascii(token, "LANEWAY_TOKEN") if token else None
 
 
+def _warn_of_unknown_variables(env: Mapping[str, str]) -> None:
+    """Say, as one `laneway: warning:` line each, the LANEWAY_ variables Laneway does not read
+    (a one-shot command shows no log records of WARNING, Settings.from_env's among them); the
+    command goes on."""
+    unknown = unknown_variables(env)
+    if unknown:
+        from laneway.cli.output import error_line  # rich, loaded only when there is one
+
+        for name, meant in unknown.items():
+            print(
+                f"laneway: warning: {error_line(unknown_variable_warning(name, meant))}",
+                file=sys.stderr,
+            )
+
+
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
@@ -120,9 +141,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         except CommandError as exc:
             return _fail(str(exc), exc.exit_code)
     if args.command in ("serve", "worker"):
-        configure_logging(logging.INFO)
+        configure_logging(logging.INFO)  # Settings.from_env logs each unknown LANEWAY_ name
     else:
         configure_command_logging()
+        _warn_of_unknown_variables(env)
     try:
         settings = Settings.from_env(env)
         faults.check()  # read at import (engine/faults.py), refused here as Settings are
