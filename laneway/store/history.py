@@ -52,6 +52,8 @@ class HistoryStore(StoreBase):
     async def instance_events_after(
         self, instance_id: UUID, after_event_id: int, limit: int
     ) -> list[EventRecord]:
+        """One instance's events with ids above `after_event_id`, in id order; none once the
+        instance is deleted (its events can outlive it in their day's partition)."""
         async with self._acquire() as conn:
             rows = await conn.fetch(
                 queries.INSTANCE_EVENTS_AFTER, instance_id, after_event_id, limit
@@ -59,7 +61,7 @@ class HistoryStore(StoreBase):
         return [event_from_row(row) for row in rows]
 
     async def latest_instance_events(self, instance_id: UUID, limit: int) -> list[EventRecord]:
-        """The newest `limit` events of one instance, oldest first."""
+        """The newest `limit` events of one instance, oldest first; none once it is deleted."""
         async with self._acquire() as conn:
             rows = await conn.fetch(queries.LATEST_INSTANCE_EVENTS, instance_id, limit)
         return [event_from_row(row) for row in rows]

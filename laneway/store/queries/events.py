@@ -32,12 +32,18 @@ SELECT {EVENT_COLUMNS}
  LIMIT $2
 """
 
+# The reads of one instance's events give nothing once the instance is gone: retention deletes
+# the instance before its events, which wait for their day's partition to be dropped
+# (queries.partitions). The EXISTS is uncorrelated, so it runs once, on the primary key,
+# before the scan of the events_instance index.
+
 # $1 instance id, $2 after event id, $3 limit
 INSTANCE_EVENTS_AFTER = f"""
 SELECT {EVENT_COLUMNS}
   FROM laneway.events
  WHERE instance_id = $1
    AND event_id > $2
+   AND EXISTS (SELECT 1 FROM laneway.instances WHERE instance_id = $1)
  ORDER BY event_id
  LIMIT $3
 """
@@ -48,6 +54,7 @@ SELECT {EVENT_COLUMNS}
   FROM (SELECT {EVENT_COLUMNS}
           FROM laneway.events
          WHERE instance_id = $1
+           AND EXISTS (SELECT 1 FROM laneway.instances WHERE instance_id = $1)
          ORDER BY event_id DESC
          LIMIT $2) AS newest
  ORDER BY event_id
