@@ -54,9 +54,11 @@ class Upkeep:
     async def run(self) -> None:
         """Every step whose time has come."""
         await self._report_unregistered()
+        # The roll-up first: retention keeps an instance until the roll-up has counted its
+        # events (queries.PRUNE_FINISHED), so this sweep can take the ones it just counted.
+        await self._roll_up_history()
         await self._prune()
         await self._keep_partitions()
-        await self._roll_up_history()
 
     async def _prune(self) -> None:
         """Every few minutes, delete finished instances older than the retention period.

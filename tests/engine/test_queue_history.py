@@ -204,3 +204,36 @@ async def test_a_running_engine_rolls_up_and_two_engines_count_once(
             await eventually(both_rolled, bool)
             await other.roll_up_queue_history()
         assert await started() == 5
+
+
+async def test_instances_past_retention_before_the_roll_up_are_counted_then_pruned(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # The roll-up reads each event's queue from its instance: retention keeps an instance
+    # until the roll-up has counted its events, whichever runs first, in whichever process.
+    engine = make_engine(store, noop, retention_seconds=60.0)
+    ids = await _instances(engine, 3)
+    assert await engine.tick() == 3
+    past = await _minute_ago(admin, 2)
+    await admin.execute(
+        "UPDATE laneway.instances SET finished_at = now() - interval '1 hour'"
+        " WHERE instance_id = ANY($1::uuid[])",
+        ids,
+    )
+    await admin.execute(
+        "UPDATE laneway.events SET at = $2 WHERE instance_id = ANY($1::uuid[])", ids, past
+    )
+    pruned_first = await store.prune_finished(60.0)
+    assert await store.roll_up_queue_history() == (True, False)
+    assert (await _rows(admin))[past][:4] == (3, 3, 0, 0)
+    assert pruned_first == 0
+    assert await store.prune_finished(60.0) == 3
+    assert (
+        await admin.fetchval(
+            "SELECT count(*) FROM laneway.instances WHERE instance_id = ANY($1::uuid[])", ids
+        )
+        == 0
+    )
+    # Pruned, then rolled up again: nothing is counted twice or lost.
+    assert await store.roll_up_queue_history() == (True, False)
+    assert (await _rows(admin))[past][:4] == (3, 3, 0, 0)

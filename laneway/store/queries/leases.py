@@ -290,15 +290,30 @@ SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.sta
 # their day's partition, detached and dropped whole once no instance that still exists has
 # events in it (queries.RETIRE_EVENT_PARTITION); only those in the default partition (appended
 # while no partition covered their time) are deleted here, row by row.
+# An instance waits until the queue history roll-up's mark (laneway.queue_history_progress)
+# is past every event of it: the roll-up reads each event's queue from its instance, and
+# would pass over the events of one deleted before it (queries.ROLL_UP_QUEUE_HISTORY). A
+# mark read here was committed by a roll-up that counted every event up to it, whichever
+# process ran it. The instances with events past the mark are read once, from the few newest
+# events (the mark trails the log by about a minute): each partition's primary key is walked
+# from the mark, not probed per candidate.
 PRUNE_FINISHED = """
-WITH doomed AS (
-    SELECT instance_id
-      FROM laneway.instances
-     WHERE status IN ('completed', 'failed', 'cancelled')
-       AND finished_at < now() - $1::double precision * interval '1 second'
-     ORDER BY finished_at
+WITH not_rolled_up AS MATERIALIZED (
+    SELECT DISTINCT e.instance_id
+      FROM laneway.events AS e
+     WHERE e.event_id > (SELECT p.last_event_id
+                           FROM laneway.queue_history_progress AS p
+                          WHERE p.id)
+),
+doomed AS (
+    SELECT i.instance_id
+      FROM laneway.instances AS i
+     WHERE i.status IN ('completed', 'failed', 'cancelled')
+       AND i.finished_at < now() - $1::double precision * interval '1 second'
+       AND NOT EXISTS (SELECT 1 FROM not_rolled_up AS n WHERE n.instance_id = i.instance_id)
+     ORDER BY i.finished_at
      LIMIT $2
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF i SKIP LOCKED
 ),
 events_gone AS (
     DELETE FROM laneway.events_default
