@@ -50,7 +50,7 @@ from laneway.api.http.media_type import (
 from laneway.api.http.open_access import OpenAccessNotice
 from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.slashes import redirect_by_path
-from laneway.api.http.stack import http_protections
+from laneway.api.http.stack import protections
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, parse_refusal, strict_json_loads
 from laneway.api.http.websocket_limits import REFUSED_HANDSHAKES, decoded
 from laneway.api.metrics_route import metrics_endpoint
@@ -327,7 +327,7 @@ class LanewayApp(Starlette):
             routes.append(Route("/graphiql/{name}", graphiql_asset))
         super().__init__(
             routes=routes,
-            middleware=http_protections(settings),
+            middleware=protections(settings, path="/graphql", hosts_on_every_route=True),
             lifespan=_own_lifespan,
         )
         redirect_by_path(self.router)

@@ -14,11 +14,17 @@ from typing import Any
 import httpx
 import pytest
 from graphql import GraphQLError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 from strawberry.types import ExecutionResult
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
+from laneway.api import http_protections
 from laneway.api.auth import credential_of
 from laneway.api.http.hosts import FOREIGN_ORIGIN, UNKNOWN_HOST, AllowedHosts, origin_host
 from laneway.api.http.media_type import (
@@ -637,3 +643,57 @@ def test_credential_of_reads_authorization_in_any_case() -> None:
     assert credential_of({"token": "Bearer a"}) is None
     assert credential_of(None) is None
     assert credential_of("Bearer a") is None
+
+
+# -- the host allow-list of http_protections, in a host's app ----------------------------------
+
+
+async def host_home(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("home")
+
+
+async def host_graphql(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("graphql reached")
+
+
+async def host_socket(websocket: WebSocket) -> None:
+    await websocket.accept()
+    await websocket.send_text("socket reached")
+    await websocket.close()
+
+
+async def test_a_host_app_checks_the_host_of_its_graphql_route_only(database_url: str) -> None:
+    # http_protections guards the route at `path`, as every other layer of it does: the host's
+    # own routes answer whatever name the host serves them under.
+    routes = [
+        Route("/", host_home),
+        WebSocketRoute("/socket", host_socket),
+        Route("/api/graphql", host_graphql, methods=["GET", "POST"]),
+        WebSocketRoute("/api/graphql", host_socket),
+    ]
+    settings = make_settings(database_url, engine_enabled=False)
+    app = Starlette(routes=routes, middleware=http_protections(settings, path="/api/graphql"))
+    async with live_server(settings, app=app) as server:
+        own = "myapp.example.com"
+        home = await server.client.get("/", headers={"host": own})
+        assert (home.status_code, home.text) == (200, "home")
+        refused = await server.client.post(
+            "/api/graphql", json={"query": "{ __typename }"}, headers={"host": own}
+        )
+        assert refused.status_code == 400
+        assert refused.json()["errors"][0]["message"] == UNKNOWN_HOST
+        local = await server.client.get(
+            "/api/graphql", headers={"host": f"127.0.0.1:{server.port}"}
+        )
+        assert (local.status_code, local.text) == (200, "graphql reached")
+        async with connect(
+            f"ws://{own}/socket",
+            host="127.0.0.1",
+            port=server.port,
+            origin=Origin(f"http://{own}"),
+            proxy=None,
+        ) as ws:
+            assert await ws.recv() == "socket reached"
+        with pytest.raises(InvalidStatus) as handshake_refused:
+            await connect(f"ws://{own}/api/graphql", host="127.0.0.1", port=server.port, proxy=None)
+        assert handshake_refused.value.response.status_code == 400

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from starlette.middleware import Middleware
 
 from laneway.api.graphql.errors import BAD_REQUEST, ForbiddenError, send_error
-from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send
+from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
 from laneway.api.http.websocket_limits import refuse_handshake
 from laneway.config import ANY_HOST, Settings, split_host
 
@@ -127,15 +127,19 @@ def origin_host(origin: str) -> tuple[str, int] | None:
 
 class HostAllowList:
     """Pure ASGI middleware: 400 for a request whose Host is not allowed, 403 for a websocket
-    whose Origin is not; neither reaches the app."""
+    whose Origin is not; neither reaches the app. `path`: only the requests and websockets of
+    that route are looked at (a host's other routes are its own); None: every one."""
 
-    def __init__(self, app: ASGIApp, *, hosts: AllowedHosts) -> None:
+    def __init__(self, app: ASGIApp, *, hosts: AllowedHosts, path: str | None = None) -> None:
         self.app = app
         self.hosts = hosts
+        self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind not in ("http", "websocket"):
+        if kind not in ("http", "websocket") or (
+            self.path is not None and route_path(scope).rstrip("/") != self.path
+        ):
             await self.app(scope, receive, send)
             return
         hosts: list[bytes] = []
@@ -178,7 +182,8 @@ def _shown(values: list[bytes]) -> str:
     return ", ".join(value.decode("latin-1")[:100] for value in values)
 
 
-def host_allow_list(settings: Settings) -> list[Middleware]:
-    """The allow-list's place in the stack: none when any host is allowed."""
+def host_allow_list(settings: Settings, *, path: str | None = None) -> list[Middleware]:
+    """The allow-list's place in the stack, for the route at `path` (None: every route);
+    none when any host is allowed."""
     hosts = AllowedHosts.from_settings(settings)
-    return [] if hosts is None else [Middleware(HostAllowList, hosts=hosts)]
+    return [] if hosts is None else [Middleware(HostAllowList, hosts=hosts, path=path)]

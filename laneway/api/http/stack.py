@@ -1,8 +1,9 @@
 """The middleware stack in front of the routes, outermost first, built from Settings.
 
-Laneway's own app puts it in front of its routes; a host that serves its own schema puts it
-in front of its own (`http_protections`, exported by laneway.api), with the path of its
-GraphQL route.
+Laneway's own app puts it in front of its routes, the host allow-list in front of every one;
+a host that serves its own schema puts it in front of its own (`http_protections`, exported
+by laneway.api), with the path of its GraphQL route, and every layer then looks at that route
+only.
 
 Owns the order: RequestIds (request ids, 503) sees every answer, including the 400 of the
 host allow-list (hosts.py) and the 413, 429 and 504 of the ones inside it; RequestLimits
@@ -28,8 +29,15 @@ SECONDS_PER_MINUTE = 60.0
 def http_protections(settings: Settings, *, path: str = "/graphql") -> list[Middleware]:
     """The stack for one app whose GraphQL route (HTTP and websocket) is `path`: request ids,
     the host allow-list, body and token limits, rate limits, websocket limits and the
-    operation deadline, each as `settings` set it (docs/limits.md). For Starlette's
-    `middleware=`; its limiters live as long as the app does."""
+    operation deadline, each as `settings` set it (docs/limits.md), for that route only: the
+    app's other routes pass through. For Starlette's `middleware=`; its limiters live as long
+    as the app does."""
+    return protections(settings, path=path, hosts_on_every_route=False)
+
+
+def protections(settings: Settings, *, path: str, hosts_on_every_route: bool) -> list[Middleware]:
+    """http_protections, with the host allow-list in front of every route when
+    `hosts_on_every_route` (Laneway's own app: its dashboard, /metrics and /healthz too)."""
     path = path.rstrip("/")  # as each layer compares it with the request's
     requests = None
     if settings.rate_limit_per_second > 0:
@@ -40,7 +48,8 @@ def http_protections(settings: Settings, *, path: str = "/graphql") -> list[Midd
         handshakes = RateLimiter(per_minute / SECONDS_PER_MINUTE, per_minute)
     stack = [
         Middleware(RequestIds, path=path),
-        *host_allow_list(settings),  # before anything else runs
+        # Before anything else runs: on every route, or on the GraphQL route only.
+        *host_allow_list(settings, path=None if hosts_on_every_route else path),
         Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS, path=path),
     ]
     if requests is not None:
