@@ -64,9 +64,6 @@ async def test_a_sweep_deletes_only_instances_that_ended_before_the_retention_pe
     await _age(store, recent.instance_id, 6)
     events_of_old = (await _counts(store, old.instance_id))[1]
     assert events_of_old > 0
-    # Retention waits for the queue history roll-up to count an instance's events.
-    assert await store.prune_finished(7 * DAY) == 0
-    await store.roll_up_queue_history()
     assert await store.prune_finished(7 * DAY) == 1
     # The events wait for their partition: no row of the log is deleted one by one.
     assert await _counts(store, old.instance_id) == (0, events_of_old)
@@ -166,7 +163,6 @@ async def test_a_sweep_frees_the_keys_bound_to_an_instance_it_deletes(store: Sto
     assert (bound.created, bound.instance_id) == (False, holder.instance_id)
     assert await engine.tick() == 1
     await _age(store, holder.instance_id, 8)
-    await store.roll_up_queue_history()
     assert await store.prune_finished(7 * DAY) == 1
     async with store.connection() as conn:
         assert await conn.fetchval("SELECT count(*) FROM laneway.idempotency_aliases") == 0

@@ -30,13 +30,6 @@ SELECT laneway.add_event_partition(d.day, d.day + interval '1 day')
  WHERE NOT EXISTS (SELECT 1 FROM laneway.event_partitions() AS p WHERE p.lower = d.day)
 """
 
-# As if the queue history roll-up had counted every event so far: retention waits for it
-# (queries.PRUNE_FINISHED), and it counts no event of the current minute.
-ALL_ROLLED_UP = """
-UPDATE laneway.queue_history_progress
-   SET last_event_id = (SELECT max(event_id) FROM laneway.events)
-"""
-
 WHERE_EVENTS_ARE = """
 SELECT event_id, tableoid::regclass::text AS partition
   FROM laneway.events
@@ -214,7 +207,6 @@ async def test_retention_drops_a_partition_of_finished_instances_and_keeps_one_a
     live_ids = [r["event_id"] for r in await admin.fetch(WHERE_EVENTS_ARE, live.instance_id)]
     await _move(admin, live_ids, -9)  # enqueued nine days ago, still waiting
 
-    await store.roll_up_queue_history()  # retention waits for it to count the events
     assert await store.prune_finished(7 * DAY) == 3
     assert await store.retire_event_partitions() == [ten_days_ago.name]
     names = [p.name for p in await store.event_partitions()]
@@ -231,7 +223,6 @@ async def test_retention_drops_a_partition_of_finished_instances_and_keeps_one_a
 
     await engine.cancel(live.instance_id)
     await _finished_days_ago(admin, live.instance_id, 8)
-    await admin.execute(ALL_ROLLED_UP)  # its cancelled event is of this minute
     assert await store.prune_finished(7 * DAY) == 1
     assert await store.retire_event_partitions() == [nine_days_ago.name]
     assert (

@@ -16,6 +16,10 @@ _NOT_AUTOMATIC_RETRIES = (
     "'released: its runner lost the database')"
 )
 
+# How far back a roll-up counts: older events it reads are passed over uncounted (and
+# retention does not wait for them: queries.PRUNE_FINISHED).
+ROLL_UP_LOOKBACK = "interval '1 day'"
+
 # $1 most events read per roll-up, $2 seconds of history kept
 # One statement, one transaction: the progress row is locked (another roll-up in flight holds
 # it: this one does nothing), the events after its mark are read in id order, and those up to
@@ -60,7 +64,7 @@ counted AS (
       JOIN upto AS u ON c.event_id <= u.event_id
       JOIN laneway.instances AS i ON i.instance_id = c.instance_id
       CROSS JOIN bounds AS b
-     WHERE c.at >= b.open_minute - interval '1 day'
+     WHERE c.at >= b.open_minute - {ROLL_UP_LOOKBACK}
        AND c.type IN ('started', 'completed', 'failed', 'retrying')
      GROUP BY i.queue, date_trunc('minute', c.at)
 ),

@@ -4,6 +4,7 @@ commit, retention and the entity locks of instances that ended.
 See laneway/store/queries/__init__.py for how statements are written.
 """
 
+from laneway.store.queries.history_rollup import ROLL_UP_LOOKBACK
 from laneway.store.queries.instances import INSTANCE_COLUMNS
 from laneway.store.queries.schedules import next_schedule_in
 from laneway.store.queries.waits import NEXT_WAKE_IN
@@ -290,27 +291,27 @@ SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.sta
 # their day's partition, detached and dropped whole once no instance that still exists has
 # events in it (queries.RETIRE_EVENT_PARTITION); only those in the default partition (appended
 # while no partition covered their time) are deleted here, row by row.
-# An instance waits until the queue history roll-up's mark (laneway.queue_history_progress)
-# is past every event of it: the roll-up reads each event's queue from its instance, and
-# would pass over the events of one deleted before it (queries.ROLL_UP_QUEUE_HISTORY). A
-# mark read here was committed by a roll-up that counted every event up to it, whichever
-# process ran it. The instances with events past the mark are read once, from the few newest
-# events (the mark trails the log by about a minute): each partition's primary key is walked
-# from the mark, not probed per candidate.
-PRUNE_FINISHED = """
-WITH not_rolled_up AS MATERIALIZED (
-    SELECT DISTINCT e.instance_id
-      FROM laneway.events AS e
-     WHERE e.event_id > (SELECT p.last_event_id
-                           FROM laneway.queue_history_progress AS p
-                          WHERE p.id)
-),
-doomed AS (
+# An instance that ended within the roll-up's lookback waits until the queue history
+# roll-up's mark (laneway.queue_history_progress) is past every event of it: the roll-up
+# reads each event's queue from its instance, and would pass over the events of one deleted
+# before it (queries.ROLL_UP_QUEUE_HISTORY). A mark read here was committed by a roll-up that
+# counted every event up to it, whichever process ran it. One that ended before the lookback
+# is not probed (the roll-up passes its events over anyway): with a retention of a day or
+# more, as by default, no candidate is, and a sweep costs what it did; with a shorter one,
+# each candidate of the last day is one probe of the per-instance event index.
+PRUNE_FINISHED = f"""
+WITH doomed AS (
     SELECT i.instance_id
       FROM laneway.instances AS i
      WHERE i.status IN ('completed', 'failed', 'cancelled')
        AND i.finished_at < now() - $1::double precision * interval '1 second'
-       AND NOT EXISTS (SELECT 1 FROM not_rolled_up AS n WHERE n.instance_id = i.instance_id)
+       AND NOT (i.finished_at >= now() - {ROLL_UP_LOOKBACK}
+                AND EXISTS (SELECT 1
+                              FROM laneway.events AS e
+                             WHERE e.instance_id = i.instance_id
+                               AND e.event_id > (SELECT p.last_event_id
+                                                   FROM laneway.queue_history_progress AS p
+                                                  WHERE p.id)))
      ORDER BY i.finished_at
      LIMIT $2
        FOR UPDATE OF i SKIP LOCKED
