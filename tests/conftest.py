@@ -7,6 +7,7 @@ connections.
 """
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +18,18 @@ import pytest
 from laneway.store import Store, open_store
 from laneway.store.databases import create_database, drop_database, throwaway_server
 from laneway.store.pool import connect
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """The root logger as each test found it: `laneway.cli.main` run in-process sets up the
+    command's logging (a one-shot command's shows only ERROR), which would hide the WARNING
+    records that later tests of the same worker look for."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def _worker() -> str:

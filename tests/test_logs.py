@@ -30,28 +30,16 @@ def test_text_formatter_appends_extra_fields() -> None:
 
 
 def test_configure_logging_uses_json_off_a_terminal() -> None:
-    stream = io.StringIO()
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    try:
-        configure_logging(stream=stream)
-        logging.getLogger("app.test").info("hello", extra={"k": 1})
-        assert json.loads(stream.getvalue())["k"] == 1
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
+    stream = io.StringIO()  # the root logger is restored after each test (tests/conftest.py)
+    configure_logging(stream=stream)
+    logging.getLogger("app.test").info("hello", extra={"k": 1})
+    assert json.loads(stream.getvalue())["k"] == 1
 
 
 def test_command_logging_says_errors_as_laneway_lines_and_nothing_below() -> None:
     stream = io.StringIO()
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    try:
-        configure_command_logging(stream=stream)
-        library = logging.getLogger("laneway.events.backend")
-        library.warning("listener connection lost")
-        library.error("event hub task crashed", extra={"task": "a\nb"})
-        assert stream.getvalue() == "laneway: event hub task crashed  task=a\\nb\n"
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
+    configure_command_logging(stream=stream)
+    library = logging.getLogger("laneway.events.backend")
+    library.warning("listener connection lost")
+    library.error("event hub task crashed", extra={"task": "a\nb"})
+    assert stream.getvalue() == "laneway: event hub task crashed  task=a\\nb\n"
