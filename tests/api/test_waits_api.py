@@ -52,11 +52,16 @@ async def instance(server: LiveServer, instance_id: str) -> dict[str, Any]:
 
 
 async def until_status(server: LiveServer, instance_id: str, status: str) -> dict[str, Any]:
+    """The instance as the read that found it in `status` gave it (a second read could find
+    it moved on: a nap's sleep ends while the test looks)."""
+    seen: dict[str, Any] = {}
+
     async def reached() -> bool:
-        return bool((await instance(server, instance_id))["status"] == status)
+        seen.update(await instance(server, instance_id))
+        return bool(seen["status"] == status)
 
     await wait_until(reached)
-    return await instance(server, instance_id)
+    return seen
 
 
 def codes_of(body: dict[str, Any]) -> list[str]:
@@ -64,14 +69,14 @@ def codes_of(body: dict[str, Any]) -> list[str]:
 
 
 async def test_nap_sleeps_durably_then_completes(server: LiveServer) -> None:
-    instance_id = await enqueue(server, "nap", {"seconds": 0.3})
+    instance_id = await enqueue(server, "nap", {"seconds": 1.0})  # asleep while it is read
     asleep = await until_status(server, instance_id, "waiting")
     assert asleep["waitingReason"]["code"] == "SLEEPING"
     assert asleep["waitingReason"]["until"] is not None
     counts = {q["name"]: q["counts"] for q in (await server.graphql(COUNTS))["data"]["queues"]}
     assert counts["nap"]["waiting"] == 1
     done = await until_status(server, instance_id, "completed")
-    assert done["result"] == {"slept": 0.3}
+    assert done["result"] == {"slept": 1.0}
     assert done["waitingReason"] is None
 
 
