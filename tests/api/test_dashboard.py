@@ -637,6 +637,34 @@ async def test_an_address_that_changes_the_filters_shows_their_rows(
         assert dashboard.problems == []
 
 
+async def test_an_address_with_an_unknown_status_shows_any_status_and_its_rows(
+    server: LiveServer, browser: Browser
+) -> None:
+    # The status was sent as is: the server refused it, the select said "Any status" and the
+    # rows of the previous filters stayed listed (none at all when the page was opened there).
+    hello = await enqueue_hello(server, "filtered")
+    body = await server.graphql(
+        'mutation { enqueueWorkflow(name: "countdown", params: {n: 1, delayMs: 0}) { instanceID } }'
+    )
+    countdown = body["data"]["enqueueWorkflow"]["instanceID"]
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        await page.evaluate("() => { location.hash = '#name=hello'; }")
+        await expect(dashboard.row(hello)).to_have_attribute("data-status", "completed")
+        await page.evaluate("() => { location.hash = '#name=countdown&status=bogus'; }")
+        await expect(page.get_by_test_id("filter-name")).to_have_value("countdown")
+        await expect(page.get_by_test_id("filter-status")).to_have_value("")
+        await expect(dashboard.row(countdown)).to_have_attribute("data-status", "completed")
+        await expect(dashboard.row(hello)).to_have_count(0)
+        await expect(page.get_by_test_id("notice")).to_have_text("")
+        await page.reload()  # opened at that address
+        await expect(page.get_by_test_id("filter-status")).to_have_value("")
+        await expect(dashboard.row(countdown)).to_have_attribute("data-status", "completed")
+        await expect(dashboard.row(hello)).to_have_count(0)
+        await expect(page.get_by_test_id("notice")).to_have_text("")
+        assert dashboard.problems == []
+
+
 async def test_an_address_with_no_instance_id_says_no_instance_has_it(
     server: LiveServer, browser: Browser
 ) -> None:

@@ -26,9 +26,10 @@ pytestmark = pytest.mark.skipif(
 CONFIGURE = """mutation ($name: String!) {
   configureQueue(name: $name, concurrency: 2) { name }
 }"""
-BY_STATUS = """query ($status: String) {
-  workflowInstancesConnection(status: $status, first: 50) { pageInfo { hasNextPage } }
+BY_NAME = """query ($name: String) {
+  workflowInstancesConnection(name: $name, first: 50) { pageInfo { hasNextPage } }
 }"""
+TOO_LONG_NAME = "x" * 65  # names are at most 64 characters
 QUEUES_PAUSED = "{ queues { name paused } }"
 EMPTY_HOUR = "last 60 min: 0 completed, 0 failed"
 HISTORY_DOWN = "History is resting."
@@ -79,9 +80,10 @@ async def test_a_history_that_cannot_be_read_leaves_the_lists_error_in_the_notic
     server: LiveServer, browser: Browser
 ) -> None:
     # The history's error went to the notice the instance list uses: it replaced the list's
-    # own error (here an unknown status in the address) at each history refresh.
-    body = await server.graphql(BY_STATUS, status="bogus")
+    # own error (here a name in the address longer than a name can be) at each history refresh.
+    body = await server.graphql(BY_NAME, name=TOO_LONG_NAME)
     list_error = body["errors"][0]["message"]
+    assert "64" in list_error
 
     async def history_down(route: Route) -> None:
         if "queueHistory" in (route.request.post_data or ""):
@@ -94,7 +96,7 @@ async def test_a_history_that_cannot_be_read_leaves_the_lists_error_in_the_notic
         card = page.locator('[data-testid="queue-card"][data-queue="hello"]')
         await expect(card.get_by_test_id("queue-history-summary")).to_have_text(EMPTY_HOUR)
         await page.route("**/graphql", history_down)
-        await page.evaluate("() => { location.hash = '#status=bogus'; }")
+        await page.evaluate("name => { location.hash = '#name=' + name; }", TOO_LONG_NAME)
         notice = page.get_by_test_id("notice")
         await expect(notice).to_have_text(list_error)
         async with page.expect_response(
