@@ -48,6 +48,22 @@ class EventType(StrEnum):
     CANCELLED = "cancelled"
 
 
+def in_authors_order(schema: JSONValue, order: JSONValue) -> JSONValue:
+    """A checkpoint's input schema with its properties in the order its author wrote them.
+
+    `order` is the wait's `input_schema_order`: the names of the properties, which jsonb
+    stores sorted by length. Waits written before 0.3.6 have none: the schema as stored.
+    """
+    if not isinstance(schema, dict) or not isinstance(order, list):
+        return schema
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return schema
+    ordered = {name: properties[name] for name in order if name in properties}
+    ordered.update(properties)  # names the order does not hold keep their place after it
+    return {**schema, "properties": ordered}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceRecord:
     """One instance as stored; `state` and `next_action` are internal, never exposed by the API."""
@@ -101,7 +117,7 @@ class InstanceRecord:
         """The JSON Schema a resume's input must match, while paused at a checkpoint with one."""
         if self.status != Status.PAUSED or not self.wait:
             return None
-        return self.wait.get("input_schema")
+        return in_authors_order(self.wait.get("input_schema"), self.wait.get("input_schema_order"))
 
     @property
     def is_terminal(self) -> bool:

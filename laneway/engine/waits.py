@@ -309,6 +309,20 @@ def check_max_input_bytes(value: int | None, where: str) -> None:
         raise InvalidInputError(f"{where}: max_input_bytes must be an int >= 0, or None")
 
 
+def property_order(input_schema: JSONValue) -> dict[str, JSONValue]:
+    """The author's order of the schema's properties, kept beside it in the wait.
+
+    jsonb orders an object's keys by length, and the dashboard's form lists them in the order
+    it gets them. The schema itself stays an object, as 0.3.5 reads it (and ignores this key).
+    """
+    if not isinstance(input_schema, dict):
+        return {}
+    properties = input_schema.get("properties")
+    if not isinstance(properties, dict) or len(properties) < 2:
+        return {}
+    return {"input_schema_order": list(properties)}
+
+
 def checkpoint_wait(
     input_schema: JSONValue,
     timeout_seconds: float | None,
@@ -326,6 +340,7 @@ def checkpoint_wait(
     return {
         "kind": "checkpoint",
         "input_schema": input_schema,
+        **property_order(input_schema),
         **bound,
         "seconds": None if timeout_seconds is None else float(timeout_seconds),
         "expiry": None

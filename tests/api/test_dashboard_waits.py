@@ -106,6 +106,23 @@ async def test_review_input_is_checked_inline_then_resumes_the_instance(
         assert dashboard.problems == []
 
 
+async def test_the_review_forms_fields_follow_the_schemas_order(
+    server: LiveServer, browser: Browser
+) -> None:
+    # The schema came back from its jsonb column with the shorter names first: comment was
+    # listed above decision.
+    instance_id, _ = await enqueue(server, "review", {})
+    async with open_dashboard(browser, server) as dashboard:
+        page = dashboard.page
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "paused")
+        await dashboard.open_instance(instance_id)
+        fields = page.locator('#resume-input-fields [data-testid^="input-field-"]')
+        await expect(fields).to_have_count(2)
+        names = await fields.evaluate_all("controls => controls.map((c) => c.name)")
+        assert names == ["decision", "comment"]  # REVIEW_INPUT_SCHEMA's order
+        assert dashboard.problems == []
+
+
 async def test_review_resumed_without_a_comment_leaves_it_out(
     server: LiveServer, browser: Browser
 ) -> None:

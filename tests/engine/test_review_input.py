@@ -1,5 +1,6 @@
 """Review decisions: a checkpoint's input schema, the input reaching the workflow, expiry."""
 
+import asyncpg
 import pytest
 
 from app.examples import REVIEW_INPUT_SCHEMA
@@ -56,6 +57,49 @@ async def test_valid_input_becomes_the_next_actions_params(store: Store) -> None
     done = await engine.get(enqueued.instance_id)
     assert done is not None
     assert done.result == {"params": {"decision": "approve", "comment": "ok"}}
+
+
+ORDERED_SCHEMA = {
+    "type": "object",
+    "required": ["decision"],
+    "properties": {
+        "decision": {"enum": ["approve", "reject"]},
+        "comment": {"type": "string"},
+        "score": {"type": "integer"},
+    },
+}
+
+
+async def test_the_schemas_properties_keep_their_authors_order(
+    store: Store, admin: asyncpg.Connection
+) -> None:
+    # jsonb orders an object's keys by length: checkpointInputSchema, and the dashboard's form
+    # built from it, listed score, comment, decision.
+    engine = make_engine(store, _decider("ordered", input_schema=ORDERED_SCHEMA))
+    enqueued = await engine.enqueue("ordered")
+    await engine.tick()
+    paused = await engine.get(enqueued.instance_id)
+    assert paused is not None
+    assert list(paused.checkpoint_input_schema["properties"]) == ["decision", "comment", "score"]
+    assert paused.checkpoint_input_schema == ORDERED_SCHEMA
+    # The schema stays an object in the wait, where the processes of 0.3.5 read it.
+    stored = await admin.fetchval(
+        "SELECT wait -> 'input_schema' FROM laneway.instances WHERE instance_id = $1",
+        enqueued.instance_id,
+    )
+    assert stored == ORDERED_SCHEMA
+    # A wait written by 0.3.5 has no order: its schema reads as stored, and still checks.
+    await admin.execute(
+        "UPDATE laneway.instances SET wait = wait - 'input_schema_order' WHERE instance_id = $1",
+        enqueued.instance_id,
+    )
+    older = await engine.get(enqueued.instance_id)
+    assert older is not None
+    assert older.checkpoint_input_schema == ORDERED_SCHEMA
+    with pytest.raises(InputRejectedError):
+        await engine.resume(enqueued.instance_id, {"decision": "approve", "score": "high"})
+    resumed = await engine.resume(enqueued.instance_id, {"decision": "approve", "score": 3})
+    assert resumed.status == Status.PENDING
 
 
 @pytest.mark.parametrize(
