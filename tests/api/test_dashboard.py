@@ -383,6 +383,33 @@ async def test_page_resubscribes_after_its_event_id_when_the_server_drops_the_so
             await expect(dashboard.row(live)).to_have_attribute("data-status", "completed")
 
 
+async def test_a_server_back_with_other_tokens_is_no_longer_said_to_be_unreachable(
+    database_url: str, browser: Browser
+) -> None:
+    # The notice of a load that failed while the server was down stayed once it was back and
+    # refused the page's token: only a load that succeeded cleared it, and the loads waited on
+    # the token dialog.
+    old = make_settings(database_url, api_tokens=("tok-new-456",))
+    async with AsyncExitStack() as pages:
+        async with live_server(old) as first:
+            port = first.port
+            dashboard = await pages.enter_async_context(
+                open_dashboard(browser, first, token="tok-new-456")
+            )
+        page = dashboard.page
+        notice = page.get_by_test_id("notice")
+        await expect(notice).to_have_text("The server cannot be reached.")
+        new = make_settings(database_url, api_tokens=("tok-good-123",))
+        async with live_server(new, port=port):
+            await expect(page.get_by_test_id("token-dialog")).to_be_visible()
+            await expect(page.get_by_test_id("token-reason")).to_contain_text("refused")
+            await expect(notice).to_be_hidden()
+            await page.get_by_test_id("token-input").fill("tok-good-123")
+            await page.get_by_test_id("token-submit").click()
+            await expect(dashboard.connection).to_have_attribute("data-state", "connected")
+            await expect(notice).to_be_hidden()
+
+
 async def test_token_protected_server_makes_the_page_ask_for_a_token(
     database_url: str, browser: Browser
 ) -> None:
