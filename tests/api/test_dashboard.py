@@ -641,17 +641,22 @@ async def test_rows_and_the_instance_page_say_why_an_instance_waits_until_it_sta
         assert dashboard.problems == []
 
 
+async def _hello_and_countdown(server: LiveServer) -> tuple[str, str]:
+    """A `hello` and a `countdown` instance, enqueued over GraphQL: two workflows to filter."""
+    hello = await enqueue_hello(server, "filtered")
+    body = await server.graphql(
+        'mutation { enqueueWorkflow(name: "countdown", params: {n: 1, delayMs: 0}) { instanceID } }'
+    )
+    return hello, body["data"]["enqueueWorkflow"]["instanceID"]
+
+
 async def test_an_address_that_changes_the_filters_shows_their_rows(
     server: LiveServer, browser: Browser
 ) -> None:
     # One hash navigation fires hashchange and popstate: the second used to replace the
     # filters with an equal object, and the first's answer was dropped as stale, so the rows
     # of the previous filters stayed under the new ones (until some event came).
-    hello = await enqueue_hello(server, "filtered")
-    body = await server.graphql(
-        'mutation { enqueueWorkflow(name: "countdown", params: {n: 1, delayMs: 0}) { instanceID } }'
-    )
-    countdown = body["data"]["enqueueWorkflow"]["instanceID"]
+    hello, countdown = await _hello_and_countdown(server)
     async with open_dashboard(browser, server) as dashboard:
         page = dashboard.page
         for instance_id in (hello, countdown):
@@ -669,11 +674,7 @@ async def test_an_address_with_an_unknown_status_shows_any_status_and_its_rows(
 ) -> None:
     # The status was sent as is: the server refused it, the select said "Any status" and the
     # rows of the previous filters stayed listed (none at all when the page was opened there).
-    hello = await enqueue_hello(server, "filtered")
-    body = await server.graphql(
-        'mutation { enqueueWorkflow(name: "countdown", params: {n: 1, delayMs: 0}) { instanceID } }'
-    )
-    countdown = body["data"]["enqueueWorkflow"]["instanceID"]
+    hello, countdown = await _hello_and_countdown(server)
     async with open_dashboard(browser, server) as dashboard:
         page = dashboard.page
         await page.evaluate("() => { location.hash = '#name=hello'; }")

@@ -7,13 +7,15 @@ given one from the page. Waits are Playwright expectations or GraphQL polls with
 
 import json
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, Route, expect
 
 from tests.api.conftest import CHROMIUM, LiveServer
-from tests.api.test_dashboard import TIMEOUT_MS, open_dashboard, waiting_message
+from tests.api.test_dashboard import TIMEOUT_MS, Dashboard, open_dashboard, waiting_message
 from tests.api.test_waits_api import instance, until_status
 
 expect.set_options(timeout=TIMEOUT_MS)
@@ -34,6 +36,17 @@ async def enqueue(server: LiveServer, name: str, params: dict[str, Any]) -> tupl
     return enqueued["instanceID"], enqueued["instance"]["queue"]
 
 
+@asynccontextmanager
+async def review_open(server: LiveServer, browser: Browser) -> AsyncIterator[tuple[Dashboard, str]]:
+    """A `review` instance, paused at its checkpoint, open on the dashboard; and its id."""
+    instance_id, _ = await enqueue(server, "review", {})
+    async with open_dashboard(browser, server) as dashboard:
+        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "paused")
+        await dashboard.open_instance(instance_id)
+        await expect(dashboard.panel).to_have_attribute("data-status", "paused")
+        yield dashboard, instance_id
+
+
 async def tag_of(page: Page, testid: str) -> str:
     tag: str = await page.get_by_test_id(testid).evaluate("e => e.tagName.toLowerCase()")
     return tag
@@ -42,12 +55,8 @@ async def tag_of(page: Page, testid: str) -> str:
 async def test_review_input_is_checked_inline_then_resumes_the_instance(
     server: LiveServer, browser: Browser
 ) -> None:
-    instance_id, _ = await enqueue(server, "review", {})
-    async with open_dashboard(browser, server) as dashboard:
+    async with review_open(server, browser) as (dashboard, instance_id):
         page = dashboard.page
-        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "paused")
-        await dashboard.open_instance(instance_id)
-        await expect(dashboard.panel).to_have_attribute("data-status", "paused")
         form = page.get_by_test_id("resume-input-form")
         await expect(form).to_be_visible()
         await expect(page.get_by_test_id("action-resume")).to_be_hidden()
@@ -111,12 +120,8 @@ async def test_the_review_forms_fields_follow_the_schemas_order(
 ) -> None:
     # The schema came back from its jsonb column with the shorter names first: comment was
     # listed above decision.
-    instance_id, _ = await enqueue(server, "review", {})
-    async with open_dashboard(browser, server) as dashboard:
-        page = dashboard.page
-        await expect(dashboard.row(instance_id)).to_have_attribute("data-status", "paused")
-        await dashboard.open_instance(instance_id)
-        fields = page.locator('#resume-input-fields [data-testid^="input-field-"]')
+    async with review_open(server, browser) as (dashboard, _):
+        fields = dashboard.page.locator('#resume-input-fields [data-testid^="input-field-"]')
         await expect(fields).to_have_count(2)
         names = await fields.evaluate_all("controls => controls.map((c) => c.name)")
         assert names == ["decision", "comment"]  # REVIEW_INPUT_SCHEMA's order
