@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
+from laneway.engine import Engine
 from laneway.errors import InvalidInputError, NotFoundError
 from laneway.model import Status
 from laneway.store import Store, open_store
@@ -172,18 +173,26 @@ async def test_a_skipped_schedule_fires_once_its_rule_changes_and_can_be_disable
     assert await _fire_keys(store) == [f"schedule:g1:{stamp}Z"]
 
 
+async def _minutely_missed_since(store: Store, engine: Engine, ago: str) -> datetime:
+    """Schedule `minutely` (noop, every minute), due since the minute `ago` (an SQL interval)
+    before this one: its first missed occurrence."""
+    await engine.create_schedule("minutely", "noop", every="1m")
+    async with store.connection() as conn:
+        first_missed: datetime = await conn.fetchval(
+            "UPDATE laneway.schedules SET next_run_at = date_trunc('minute', now())"
+            " - $1::text::interval RETURNING next_run_at",
+            ago,
+        )
+    return first_missed
+
+
 async def test_occurrences_missed_while_no_engine_ran_collapse_into_one_catch_up_fire(
     store: Store,
 ) -> None:
     # As guarantees.md says: one fire, keyed by the first missed occurrence, then on from the
     # next occurrence after now (not the sixty missed ones, nor none of them).
     engine = make_engine(store, noop)
-    await engine.create_schedule("minutely", "noop", every="1m")
-    async with store.connection() as conn:  # every engine was down for an hour
-        first_missed = await conn.fetchval(
-            "UPDATE laneway.schedules SET next_run_at = date_trunc('minute', now())"
-            " - interval '1 hour' RETURNING next_run_at"
-        )
+    first_missed = await _minutely_missed_since(store, engine, "1 hour")  # every engine was down
     await engine.claim_loop.maintain()
     await engine.claim_loop.maintain()
     stamp = first_missed.astimezone(UTC).replace(tzinfo=None).isoformat()
@@ -199,12 +208,7 @@ async def test_a_process_frozen_while_firing_holds_the_schedule_until_its_sessio
     # PostgreSQL ends that session (idle_in_transaction_session_timeout); the occurrences due
     # meanwhile then collapse into one fire, keyed by the first of them.
     engine = make_engine(store, noop)
-    await engine.create_schedule("minutely", "noop", every="1m")
-    async with store.connection() as conn:
-        first_missed = await conn.fetchval(
-            "UPDATE laneway.schedules SET next_run_at = date_trunc('minute', now())"
-            " - interval '3 minutes' RETURNING next_run_at"
-        )
+    first_missed = await _minutely_missed_since(store, engine, "3 minutes")
     frozen = await asyncpg.connect(
         database_url, server_settings={"idle_in_transaction_session_timeout": "300"}
     )

@@ -10,9 +10,9 @@ from uuid import UUID
 import asyncpg
 import pytest
 
-from laneway.engine import Done, HandlerContext, Workflow
+from laneway.engine import Done, Engine, HandlerContext, Workflow
 from laneway.errors import DatabaseNewerError
-from laneway.model import Status, WorkerRecord
+from laneway.model import Status, WaitingReason, WorkerRecord
 from laneway.store import Store, open_store
 from tests.engine.helpers import eventually, make_engine
 from tests.workflows import noop, two_steps
@@ -97,6 +97,31 @@ async def _run_here(store: Store, owner_id: str, instance_id: UUID) -> None:
             owner_id,
             instance_id,
         )
+
+
+async def _behind_a_live_run(
+    store: Store, engine: Engine, *, queue: str | None = None, concurrency_key: str | None = None
+) -> WaitingReason:
+    """The reason of an instance waiting behind one that `engine`'s live process runs, both
+    enqueued to noop in `queue` with `concurrency_key`."""
+    own = await engine.enqueue("noop", queue=queue, concurrency_key=concurrency_key)
+    await _run_here(store, engine.owner_id, own.instance_id)
+    behind = await engine.enqueue("noop", queue=queue, concurrency_key=concurrency_key)
+    reason = await engine.waiting_reason(behind.instance_id)
+    assert reason is not None
+    return reason
+
+
+async def _key_run_of_a_lost_process(store: Store, engine: Engine) -> tuple[UUID, UUID]:
+    """Queue noop (key concurrency 1), which `engine`'s live process runs: the only run of its
+    key Z, held by a process with no registry row (not live), and an instance of Z behind it."""
+    await engine.configure_queue("noop", concurrency=6, key_concurrency=1)
+    await engine.claim_loop.presence.beat()  # a live process runs noop
+    held = await engine.enqueue("noop", concurrency_key="Z")
+    [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)  # no row: not live
+    assert claimed.instance_id == held.instance_id
+    waiting = await engine.enqueue("noop", concurrency_key="Z")
+    return held.instance_id, waiting.instance_id
 
 
 async def _ghost(admin: asyncpg.Connection, owner_id: str, seconds_ago: float) -> None:
@@ -197,12 +222,8 @@ async def test_a_queue_full_of_a_lost_workers_runs_says_when_their_leases_expire
     assert "a process that stopped" in reason.message
 
     # A live process's run is not one of them: no time is known then.
-    own = await engine.enqueue("noop", queue="own")
     await engine.configure_queue("own", concurrency=1)
-    await _run_here(store, engine.owner_id, own.instance_id)
-    behind = await engine.enqueue("noop", queue="own")
-    live = await engine.waiting_reason(behind.instance_id)
-    assert live is not None
+    live = await _behind_a_live_run(store, engine, queue="own")
     assert (live.code, live.until) == ("QUEUE_FULL", None)
     assert live.message == "queue 'own' is full: 1 of 1 running"
 
@@ -264,20 +285,15 @@ async def test_a_full_key_says_which_of_its_runs_a_lost_process_holds_and_until_
     # KEY_FULL said "key 'Z' of queue 'noop' is full: 1 of 1 running" with no `until` for a
     # whole lease, where a full queue said whose runs they were and when their leases expire.
     engine = make_engine(store, noop)
-    await engine.configure_queue("noop", concurrency=6, key_concurrency=1)
-    await engine.claim_loop.presence.beat()  # a live process runs noop
-    held = await engine.enqueue("noop", concurrency_key="Z")
-    [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)  # no row: not live
-    assert claimed.instance_id == held.instance_id
-    waiting = await engine.enqueue("noop", concurrency_key="Z")
+    held, waiting = await _key_run_of_a_lost_process(store, engine)
     # A lost run of another key of the queue is not one of the key's.
     other = await engine.enqueue("noop", concurrency_key="Y")
     [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)
     assert claimed.instance_id == other.instance_id
-    lease = await engine.get(held.instance_id)
+    lease = await engine.get(held)
     assert lease is not None
     assert lease.lease_expires_at is not None
-    reason = await engine.waiting_reason(waiting.instance_id)
+    reason = await engine.waiting_reason(waiting)
     assert reason is not None
     assert reason.code == "KEY_FULL"
     assert reason.until == lease.lease_expires_at
@@ -288,11 +304,7 @@ async def test_a_full_key_says_which_of_its_runs_a_lost_process_holds_and_until_
     )
 
     # A live process's run is not one of them: no time is known then.
-    own = await engine.enqueue("noop", concurrency_key="W")
-    await _run_here(store, engine.owner_id, own.instance_id)
-    behind = await engine.enqueue("noop", concurrency_key="W")
-    live = await engine.waiting_reason(behind.instance_id)
-    assert live is not None
+    live = await _behind_a_live_run(store, engine, concurrency_key="W")
     assert (live.code, live.until) == ("KEY_FULL", None)
     assert live.message == "key 'W' of queue 'noop' is full: 1 of 1 running"
 
@@ -304,23 +316,18 @@ async def test_a_lost_run_whose_lease_expired_is_being_recovered_and_until_is_no
     # a claim loop's poll recovered the run, the full queue (or key) still said "the first of
     # their leases expires at" a time gone by, and `until` was in the past.
     engine = make_engine(store, noop)
-    await engine.configure_queue("noop", concurrency=6, key_concurrency=1)
-    await engine.claim_loop.presence.beat()  # a live process runs noop
-    held = await engine.enqueue("noop", concurrency_key="Z")
-    [claimed] = await store.claim("gone-owner", ["noop@1"], 1, 30.0)  # no row: not live
-    assert claimed.instance_id == held.instance_id
-    waiting = await engine.enqueue("noop", concurrency_key="Z")
+    held, waiting = await _key_run_of_a_lost_process(store, engine)
     await admin.execute(
         "UPDATE laneway.instances SET lease_expires_at = now() - interval '5 seconds'"
         " WHERE instance_id = $1",
-        held.instance_id,
+        held,
     )
-    expired = await engine.get(held.instance_id)
+    expired = await engine.get(held)
     assert expired is not None
     assert expired.lease_expires_at is not None
     at = expired.lease_expires_at.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
     before = await admin.fetchval("SELECT now()")
-    reason = await engine.waiting_reason(waiting.instance_id)
+    reason = await engine.waiting_reason(waiting)
     assert reason is not None
     assert reason.code == "KEY_FULL"
     assert reason.until is not None

@@ -186,7 +186,7 @@ SELECT i.instance_id, i.name, i.version, i.queue, i.concurrency_key, i.checkpoin
              WHERE i.name || '@' || i.version = ANY(l.versions)) AS s) AS fit
  CROSS JOIN LATERAL (
     SELECT CASE WHEN wake.overdue AND wake.ends IS NOT NULL
-                 AND NOT EXISTS (SELECT 1 FROM laneway.workers AS w WHERE {LIVE})
+                 AND NOT EXISTS (SELECT 1 FROM live)  -- read for `fit` anyway
                 THEN 'NO_WORKER'
                 WHEN wake.due_at IS NULL AND i.status = 'paused' THEN 'AWAITING_REVIEW'
                 WHEN wake.due_at IS NULL AND i.wait_signal IS NULL THEN 'SLEEPING'
