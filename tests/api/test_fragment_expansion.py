@@ -1,4 +1,5 @@
-"""A document whose fragments expand past a limit is refused without expanding them
+"""A document whose fragments expand past a limit is refused without expanding them, and one
+whose fields of one response name take too long to compare is refused within a budget
 (laneway/api/graphql/fragment_expansion.py).
 
 Found by an outside audit: Strawberry's depth and alias limiters expand a fragment spread
@@ -12,7 +13,12 @@ from collections.abc import AsyncIterator
 import pytest
 from graphql import parse
 
-from laneway.api.graphql.fragment_expansion import MAX_EXPANDED_FIELDS, expanded_fields
+from laneway.api.graphql.documents import MAX_DOCUMENT_CHARS
+from laneway.api.graphql.fragment_expansion import (
+    MAX_EXPANDED_FIELDS,
+    MAX_MERGE_WORK,
+    expanded_fields,
+)
 from tests.api.conftest import LiveServer, live_server, make_settings
 
 
@@ -56,3 +62,42 @@ async def test_a_doubling_chain_of_fragments_is_refused_at_once(server: LiveServ
     # Within the limit, the same shape is answered as before.
     small = await server.graphql(doubling(5))
     assert small == {"data": {"__typename": "Query"}}
+
+
+MERGE_REFUSAL = (
+    "The document takes too much work to validate: its fields that share a response name need"
+    f" over {MAX_MERGE_WORK:,} comparisons to check that they can be merged. Select each field"
+    " once in a selection set, and spread each fragment once."
+)
+
+
+@pytest.mark.parametrize("copies", [300, 1900])
+async def test_many_copies_of_one_field_are_refused_within_the_merge_budget(
+    server: LiveServer, copies: int
+) -> None:
+    """Found by an outside audit: ~1,900 copies of one field, each document made new by a
+    comment, cost graphql-core's merge check a fifth of a second each, within the rate limit.
+    300 copies (a cached document) were valid before and took its budget ~90,000 comparisons.
+    """
+    fields = " ".join(["instanceID"] * copies)
+    document = f"# a new text\n{{ workflowInstances(limit: 1) {{ {fields} }} }}"
+    assert (len(document) <= MAX_DOCUMENT_CHARS) == (copies == 300)  # both of Strawberry's paths
+    body = await server.graphql(document)
+    assert body.get("data") is None
+    assert body["errors"] == [
+        {"message": MERGE_REFUSAL, "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}
+    ]
+
+
+async def test_fragments_that_repeat_fields_stay_within_the_merge_budget(
+    server: LiveServer,
+) -> None:
+    # 40 fragments spread in one selection, each selecting the same fields: ~17,000 of it.
+    fragments = " ".join(
+        f"fragment F{i} on WorkflowInstanceStatus {{ instanceID status name"
+        " events(limit: 2) { eventID type } }"
+        for i in range(40)
+    )
+    spreads = " ".join(f"...F{i}" for i in range(40))
+    body = await server.graphql(f"{{ workflowInstances(limit: 2) {{ {spreads} }} }} {fragments}")
+    assert body == {"data": {"workflowInstances": []}}

@@ -14,7 +14,7 @@ decide what the limits are (schema.py).
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from graphql import (
@@ -35,6 +35,7 @@ MAX_DOCUMENT_CHARS = 8 * 1024
 MAX_VERDICTS = 8  # (schema, rules) pairs remembered per document
 
 Rules = tuple[type[ASTValidationRule], ...]
+_SPECIFIED = tuple(specified_rules)  # and what replaces one of them (DocumentCache)
 
 
 @dataclass(slots=True, eq=False)
@@ -173,27 +174,38 @@ class DocumentCache(SchemaExtension):
 
     Sets the token limit (`max_tokens`, or a lower one another extension set) and adds
     `rules` (the depth and alias limits) to the operation's validation rules, as
-    MaxTokensLimiter and AddValidationRules would, then parses and validates, all in one
-    hook: every extension's `on_operation` has run by then, so the rules are final, and a
-    verdict set here is what Strawberry and the extensions after this one see as the
-    validation's (Strawberry validates only when none is set). Pass the rule classes
-    themselves, built once: a verdict is keyed by them. A syntax error is left to
+    MaxTokensLimiter and AddValidationRules would, with each rule that is a key of
+    `replacing` replaced by its value (a specified rule by a bounded one), then parses and
+    validates, all in one hook: every extension's `on_operation` has run by then, so the
+    rules are final, and a verdict set here is what Strawberry and the extensions after this
+    one see as the validation's (Strawberry validates only when none is set). Pass the rule
+    classes themselves, built once: a verdict is keyed by them. A syntax error is left to
     Strawberry's own parse, which reports it as it always has (it costs at most `max_tokens`
     tokens), and so is a document longer than MAX_DOCUMENT_CHARS. A document someone else
     already set is not touched.
     """
 
-    def __init__(self, *, max_tokens: int | None = None, rules: Rules = ()) -> None:
+    def __init__(
+        self,
+        *,
+        max_tokens: int | None = None,
+        rules: Rules = (),
+        replacing: Mapping[type[ASTValidationRule], type[ASTValidationRule]] | None = None,
+    ) -> None:
         self.max_tokens = max_tokens
         self.rules = rules
+        self.replacing = replacing or {}
 
     def on_parse(self) -> Iterator[None]:
         context = self.execution_context
         options = context.parse_options
         if self.max_tokens is not None:
             options["max_tokens"] = min(options.get("max_tokens", self.max_tokens), self.max_tokens)
-        if self.rules:
-            context.validation_rules = (*context.validation_rules, *self.rules)
+        if self.rules or self.replacing:
+            context.validation_rules = (
+                *(self.replacing.get(rule, rule) for rule in context.validation_rules),
+                *self.rules,
+            )
         query = context.query
         # A document too long to cache is left to Strawberry whole, parsed once as before.
         if context.graphql_document is None and query and len(query) <= MAX_DOCUMENT_CHARS:
@@ -221,7 +233,7 @@ def verdict(entry: Parsed, schema: GraphQLSchema, rules: Rules) -> list[GraphQLE
             # limiter looks up every fragment spread as it starts, and fails on an unknown
             # one with a KeyError. The specified rules' verdict names what is wrong.
             errors = validate_document(
-                schema, entry.document, tuple(r for r in rules if r in specified_rules)
+                schema, entry.document, tuple(r for r in rules if issubclass(r, _SPECIFIED))
             )
             if not errors:
                 raise

@@ -18,7 +18,7 @@ from typing import cast
 import strawberry
 from graphql import ExecutionResult as GraphQLExecutionResult
 from graphql import GraphQLError
-from graphql.validation import ASTValidationRule
+from graphql.validation import ASTValidationRule, OverlappingFieldsCanBeMergedRule
 from strawberry.extensions import (
     DisableIntrospection,
     MaskErrors,
@@ -43,7 +43,11 @@ from laneway.api.graphql.errors import (
     is_expected,
 )
 from laneway.api.graphql.execution import LanewayExecutor
-from laneway.api.graphql.fragment_expansion import FragmentExpansionLimit, guarded
+from laneway.api.graphql.fragment_expansion import (
+    BoundedFieldMerging,
+    FragmentExpansionLimit,
+    guarded,
+)
 from laneway.api.graphql.hooks import LeanExtensionsRunner
 from laneway.api.graphql.input_guard import InputGuard
 from laneway.api.graphql.json_literal import json_literal
@@ -178,14 +182,18 @@ Extension = Callable[[], SchemaExtension] | type[SchemaExtension]
 
 
 def schema_extensions() -> list[Extension]:
-    """The protection of Laneway's schema, for a host's schema too: depth, alias and token
-    limits, the argument guard (input_guard.py), the result-size cap (result_size.py), error
-    codes (SERVICE_UNAVAILABLE, request ids) and masking of unexpected errors, the refusal of
-    every operation once a newer release migrated the database (ErrorCodes); and
-    OpenTelemetry spans when the otel extra is installed (laneway/engine/tracing.py), made
-    for the operations whose settings trace."""
+    """The protection of Laneway's schema, for a host's schema too: depth, alias, token and
+    field-merging limits (fragment_expansion.py), the argument guard (input_guard.py), the
+    result-size cap (result_size.py), error codes (SERVICE_UNAVAILABLE, request ids) and
+    masking of unexpected errors, the refusal of every operation once a newer release
+    migrated the database (ErrorCodes); and OpenTelemetry spans when the otel extra is
+    installed (laneway/engine/tracing.py), made for the operations whose settings trace."""
     extensions: list[Extension] = [
-        lambda: DocumentCache(max_tokens=MAX_TOKENS, rules=LIMIT_RULES),
+        lambda: DocumentCache(
+            max_tokens=MAX_TOKENS,
+            rules=LIMIT_RULES,
+            replacing={OverlappingFieldsCanBeMergedRule: BoundedFieldMerging},
+        ),
         InputGuard,
         ResultSizeGuard,
         ErrorCodes,
