@@ -40,6 +40,7 @@ from strawberry.schema import Schema
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import Operation
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     CompleteMessage,
+    ConnectionInitMessage,
     Message,
     SubscribeMessage,
 )
@@ -255,6 +256,13 @@ class LanewayTransportWSHandler(RequestErrorsAsErrors):
             await self.handle_invalid_message("Failed to parse message")
             return
         await super().handle_message(message)
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        """Strawberry's, but a null payload, which graphql-transport-ws allows, is taken as
+        none (Strawberry's closed the socket with 4400)."""
+        if message.get("payload", {}) is None:
+            message = {"type": "connection_init"}
+        await super().handle_connection_init(message)
 
     async def handle_complete(self, message: CompleteMessage) -> None:
         """Strawberry's, but a `complete` whose `id` is not a non-empty string closes the socket

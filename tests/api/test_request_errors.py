@@ -115,6 +115,24 @@ async def acked(server: LiveServer) -> ClientConnection:
     return ws
 
 
+@pytest.mark.parametrize("payload", [{}, None, "absent"])
+async def test_connection_init_takes_an_object_null_or_no_payload(
+    closed_server: LiveServer, payload: object
+) -> None:
+    """graphql-transport-ws allows `payload?: Record<string, unknown> | null`: a client whose
+    connectionParams gave null was closed with 4400 (an outside audit)."""
+    init: dict[str, object] = {"type": "connection_init"}
+    if payload != "absent":
+        init["payload"] = payload
+    async with connect(closed_server.ws_url, subprotocols=[PROTOCOL]) as ws:
+        await ws.send(json.dumps(init))
+        assert json.loads(await ws.recv()) == {"type": "connection_ack"}
+        query = {"query": "{ __typename }"}
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": query}))
+        answer = json.loads(await ws.recv())
+        assert answer == {"id": "1", "type": "next", "payload": {"data": {"__typename": "Query"}}}
+
+
 @pytest.mark.parametrize("accept", ["application/json", "application/graphql-response+json"])
 async def test_request_errors_carry_a_code_over_http(
     closed_server: LiveServer, accept: str
