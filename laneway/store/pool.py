@@ -30,7 +30,12 @@ DATABASE_GONE: tuple[type[BaseException], ...] = (
     # A session the server ended in mid-statement can surface as a protocol-state error
     # ("cannot switch to state 12") instead of a closed connection: gone all the same.
     asyncpg.InternalClientError,
+    # A session opened read-only (a standby after a failover, default_transaction_read_only
+    # for a while): the pool closes it (READ_ONLY), and the next one finds the database as it
+    # is then.
+    asyncpg.ReadOnlySQLTransactionError,
 )
+READ_ONLY = asyncpg.ReadOnlySQLTransactionError
 
 logger = logging.getLogger(__name__)
 
@@ -260,11 +265,14 @@ class ConnectionPool:
             raise asyncpg.InterfaceError("the connection pool is closed")
         return conn
 
-    def _give_back(self, conn: asyncpg.Connection, *, at_rest: bool) -> None:
+    def _give_back(self, conn: asyncpg.Connection, *, at_rest: bool, reusable: bool = True) -> None:
         self._lent.discard(conn)
         if self._closed or conn.is_closed():
             conn.terminate()  # also asyncpg's cleanup of a connection lost under it
             self._free_slot()
+            return
+        if not reusable:
+            self._start_settling(conn, check=False)  # closed, its slot freed once it is
             return
         if not at_rest or conn.is_in_transaction():
             settle = self._start_settling(conn, check=True)
@@ -448,7 +456,9 @@ class Loan:
         conn, self._conn = self._conn, None
         if conn is not None:
             at_rest = exc_type is None or issubclass(exc_type, asyncpg.PostgresError)
-            self._pool._give_back(conn, at_rest=at_rest)
+            # A read-only session stays read-only after the database takes writes again.
+            reusable = exc_type is None or not issubclass(exc_type, READ_ONLY)
+            self._pool._give_back(conn, at_rest=at_rest, reusable=reusable)
 
 
 async def create_pool(

@@ -49,6 +49,7 @@ QUERIES = [
         asyncpg.TooManyConnectionsError("sorry, too many clients already"),
         asyncpg.LockNotAvailableError("canceling statement due to lock timeout"),
         asyncpg.QueryCanceledError("canceling statement due to statement timeout"),
+        asyncpg.ReadOnlySQLTransactionError("cannot execute INSERT in a read-only transaction"),
         asyncpg.InterfaceError("connection is closed"),
         asyncpg.InterfaceError("pool is closing"),
         asyncpg.InternalClientError(

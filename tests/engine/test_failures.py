@@ -841,3 +841,32 @@ async def test_a_plain_def_operation_handler_fails_its_operation_at_once(
     assert failure.traceback is None  # no code of the user's raised: no engine frames either
     rows = {r.type: (r.status, r.attempts) for r in await engine.operations(enqueued.instance_id)}
     assert rows["plain"] == ("failed", 1)
+
+
+async def test_a_write_refused_as_read_only_hands_the_instance_back_without_using_an_attempt(
+    store: Store,
+) -> None:
+    # A standby after a failover, or a database set read-only for a while, answers every
+    # write with read_only_sql_transaction (a trigger stands for it here). That is the
+    # database being unavailable, not the write's fault: the instance is handed back, as
+    # after a lost connection, instead of failing its attempt with StepWriteRefusedError.
+    async with store.connection() as conn:
+        await conn.execute(
+            """
+            CREATE FUNCTION read_only() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              RAISE EXCEPTION 'cannot execute UPDATE in a read-only transaction'
+                USING ERRCODE = 'read_only_sql_transaction';
+            END
+            $$;
+            CREATE TRIGGER read_only BEFORE UPDATE ON laneway.instances FOR EACH ROW
+              WHEN (NEW.status = 'completed') EXECUTE FUNCTION read_only();
+            """
+        )
+    engine = make_engine(store, Workflow("standby", handlers={"a": _done}, initial="a"))
+    enqueued = await engine.enqueue("standby")
+    await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.last_error) == (Status.PENDING, None)  # handed back
+    assert (await store.failures([enqueued.instance_id], 10))[enqueued.instance_id] == []

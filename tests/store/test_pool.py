@@ -88,6 +88,27 @@ async def not_sleeping(admin: asyncpg.Connection, pid: int) -> bool:
     return query is None or "pg_sleep" not in query
 
 
+async def test_a_session_refused_as_read_only_is_closed_so_the_next_one_can_write(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    """Found by an outside audit: after a while of default_transaction_read_only (or a
+    failover that landed on a standby), the sessions opened meanwhile stayed read-only for
+    good, and every write of the process failed until it was restarted."""
+    database = await admin.fetchval("SELECT current_database()")
+    await admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+    pool = await create_pool(database_url, size=1)  # its session begins read-only
+    try:
+        with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+            async with pool.acquire() as conn:
+                await conn.execute("CREATE TABLE written (x int)")
+        await admin.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+        async with pool.acquire() as conn:
+            await conn.execute("CREATE TABLE written (x int)")
+        assert pool.size == 1
+    finally:
+        await pool.close()
+
+
 async def test_a_transaction_left_open_is_not_lent_again(pool: ConnectionPool) -> None:
     async with pool.acquire() as conn:
         pid = await conn.fetchval("SELECT pg_backend_pid()")

@@ -93,6 +93,7 @@ _UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.InsufficientResourcesError,
     asyncpg.LockNotAvailableError,
     asyncpg.QueryCanceledError,
+    asyncpg.ReadOnlySQLTransactionError,  # a standby, or a database set read-only for a while
 )
 _CLOSED_MESSAGES = ("connection is closed", "pool is closing", "pool is closed")
 _SUGGESTION = re.compile(r"\s*Did you mean .*$", re.DOTALL)
