@@ -21,7 +21,7 @@ from laneway.engine.committer import Committer
 from laneway.engine.doorbells import Doorbells
 from laneway.engine.due_work import DueWork, SchedulePlanner, TerminalCallback
 from laneway.engine.observer import EngineObserver
-from laneway.engine.presence import Presence
+from laneway.engine.presence import LEASE_LOST, Presence
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import Run, run_instance
 from laneway.engine.runner_tools import ChildSpawner, RunnerTools
@@ -195,7 +195,9 @@ class ClaimLoop(DueWork):
             # handler's cleanup short. (A stop for another reason, a lost lease or a shutdown
             # past its grace, still cancels a handler that swallowed the first.)
             return True
-        logger.info("stopping run", extra={"instance_id": str(instance_id), "reason": reason})
+        # A lost lease means another process runs the step again: a WARNING, as a fenced write.
+        log = logger.warning if reason == LEASE_LOST else logger.info
+        log("stopping run", extra={"instance_id": str(instance_id), "reason": reason})
         run.cancelled.set()
         if run.task is not None:
             run.task.cancel()

@@ -23,6 +23,7 @@ from laneway.errors import DatabaseNewerError, described
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
+LEASE_LOST = "lease lost"  # the reason a run is stopped when its lease is gone
 
 UNREGISTER_TIMEOUT_SECONDS = 2.0  # longest a stopping engine waits to remove its workers row
 HAND_BACK_BATCH_SECONDS = 0.2
@@ -124,7 +125,7 @@ class Presence:
             # A run that settled while the renewal was in flight gave its lease up itself; one
             # whose write is in flight learns from the write whether it still held it.
             if instance_id not in held and run is not None and not (run.settled or run.writing):
-                self._stop_run(instance_id, "lease lost")
+                self._stop_run(instance_id, LEASE_LOST)
 
     def leases(self) -> dict[UUID, int]:
         """The lease epoch of every instance running here."""

@@ -147,7 +147,8 @@ async def run_instance(
         try:
             write, transition = await _written(committer, write, workflow)
         except LeaseLostError:
-            logger.info(
+            # Another process holds the instance now and runs this step again: worth seeing.
+            logger.warning(
                 "write fenced out", extra={"instance_id": str(record.instance_id), "action": action}
             )
             return None

@@ -256,10 +256,11 @@ async def test_retry_starts_when_its_backoff_ends_not_at_the_next_poll(store: St
 
 
 async def test_a_second_claim_by_the_same_owner_fences_the_first(
-    store: Store, database_url: str
+    store: Store, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Two claims of one instance under one owner id (a restarted worker reusing its id, or a
-    # stalled run in the same process): only the later claim's writes may land.
+    # stalled run in the same process): only the later claim's writes may land. The fenced
+    # write is a WARNING: its step has run twice, which an operator should see.
     first_gate, first_entered = asyncio.Event(), asyncio.Event()
     first = make_engine(store, _blocking("first", first_gate, first_entered), owner_id="same")
     enqueued = await first.enqueue("fenced")
@@ -282,6 +283,8 @@ async def test_a_second_claim_by_the_same_owner_fences_the_first(
         assert held is not None
         assert held.status == Status.RUNNING  # the first claim's completion was fenced out
         assert held.lease_epoch == 2
+        [fenced] = [r for r in caplog.records if r.getMessage() == "write fenced out"]
+        assert fenced.levelname == "WARNING"
         second_gate.set()
         await asyncio.wait_for(second_tick, timeout=10)
     done = await first.get(enqueued.instance_id)
@@ -510,6 +513,27 @@ async def _tick_of_one_hooked(
     engine = make_engine(store, workflow, owner_id="renewer")
     await engine.enqueue("hooked")
     return engine, asyncio.create_task(engine.tick())
+
+
+async def test_a_renewal_that_finds_the_lease_gone_stops_the_run_with_a_warning(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another process holds the instance now (its epoch moved on) and runs the step again:
+    # the run here is stopped, and an operator should see that, as a fenced write.
+    gate, entered = asyncio.Event(), asyncio.Event()
+    engine = make_engine(store, _blocking("first", gate, entered))
+    await engine.enqueue("fenced")
+    tick = asyncio.create_task(engine.tick())
+    await asyncio.wait_for(entered.wait(), timeout=10)
+    [run] = engine.claim_loop._runs.values()
+    async with store.connection() as conn:
+        await conn.execute("UPDATE laneway.instances SET lease_epoch = lease_epoch + 1")
+    await engine.claim_loop.presence.renew()
+    assert run.cancelled.is_set()
+    [stopped] = [r for r in caplog.records if r.getMessage() == "stopping run"]
+    assert (stopped.levelname, getattr(stopped, "reason", None)) == ("WARNING", "lease lost")
+    gate.set()
+    await asyncio.wait_for(tick, timeout=10)
 
 
 async def test_a_renewal_that_misses_a_run_which_just_ended_does_not_stop_it(
