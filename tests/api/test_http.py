@@ -409,6 +409,9 @@ async def test_a_get_must_name_its_operation_as_a_post_must(server: LiveServer) 
     for params, message in (
         ({"query": two}, "Must provide operation name if query contains multiple operations."),
         ({"query": two, "operationName": "C"}, 'Unknown operation named "C".'),
+        # Only a fragment: no operation (Strawberry's words were "Can't get GraphQL
+        # operation type", an outside audit found).
+        ({"query": "fragment F on Query { __typename }"}, "Must provide an operation."),
     ):
         for response in (
             await server.client.get("/graphql", params=params),

@@ -124,8 +124,8 @@ def operation_refusal(query: str, operation_name: str | None, max_tokens: int) -
     """Why `query` has no operation to run under `operation_name` (GraphQL's GetOperation: a
     request error), or None: it has one, or it does not parse (its syntax error is reported
     where it is parsed). Strawberry would run the first of several unnamed operations."""
-    if operation_name is None and query.count("{") < 2:
-        return None  # one selection set at most: one operation, or none to name
+    if operation_name is None and query.count("{") < 2 and "fragment" not in query:
+        return None  # one selection set at most, not a fragment's: one operation, or none
     document = parsed(query, max_tokens)
     if isinstance(document, GraphQLError):
         return None
