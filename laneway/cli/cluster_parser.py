@@ -156,7 +156,9 @@ def add_cluster_commands(commands: Subcommands) -> None:
     when.add_argument("--every", metavar="INTERVAL", help="fire every INTERVAL (30s, 5m, 1h)")
     when.add_argument("--cron", metavar="EXPR", help="fire on the cron expression EXPR")
     p.add_argument(
-        "--timezone", metavar="TZ", help="the cron's timezone (default: UTC; --every: UTC only)"
+        "--timezone",
+        metavar="TZ",
+        help="the cron's IANA timezone (default: UTC; --every: UTC only)",
     )
     p.add_argument(
         "--params",

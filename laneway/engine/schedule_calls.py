@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.payloads import encode_json
-from laneway.engine.schedules import parse_recurrence
+from laneway.engine.schedules import UTC_ZONES, check_zone_name, parse_recurrence
 from laneway.errors import InvalidInputError, NotFoundError
 from laneway.model import JSONValue, ScheduleRecord
 from laneway.store import Store
@@ -45,8 +45,8 @@ class ScheduleCalls:
         changed timing fires next at its first occurrence from now.
 
         An interval fires on its grid counted from the Unix epoch in UTC (`1d` at 00:00 UTC,
-        `7d` on Thursdays), so it takes no timezone but UTC; a cron expression is read in
-        `timezone`.
+        `7d` on Thursdays), so it takes no timezone but UTC (a name of UTC, such as `Etc/UTC`,
+        is stored as `UTC`); a cron expression is read in `timezone`, an IANA zone name.
 
         Raises:
             InvalidInputError: unknown workflow, bad name, interval, cron or timezone, or an
@@ -55,12 +55,13 @@ class ScheduleCalls:
         check_name(name, "schedule name")
         workflow = self._workflow(workflow_name)
         recurrence = parse_recurrence(every=every, cron=cron, timezone=timezone)
-        if every is not None and recurrence.timezone != "UTC":
-            # Refused only here: a schedule stored so by a release before still fires, in UTC.
+        # Refused here, not in parse_recurrence: one stored so by a release before still fires.
+        check_zone_name(timezone)
+        if every is not None and timezone not in UTC_ZONES:
             raise InvalidInputError(
                 f"an interval is counted from the Unix epoch in UTC (every 1d fires at 00:00"
-                f" UTC), so it takes no timezone but UTC, not {recurrence.timezone!r}; to fire"
-                " at a local time, give a cron expression in that timezone"
+                f" UTC), so it takes no timezone but UTC, not {timezone!r}; to fire at a local"
+                " time, give a cron expression in that timezone"
             )
         params_json = encode_json(workflow.validate_params(params), what="params")
         now = await self.store.now()
@@ -71,7 +72,7 @@ class ScheduleCalls:
             params_json=params_json,
             every=every.strip() if every else None,
             cron=cron.strip() if cron else None,
-            timezone=recurrence.timezone,
+            timezone=recurrence.timezone if every is None else "UTC",
             next_run_at=next_run_at,
         )
         if record.enabled:

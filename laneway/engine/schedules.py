@@ -8,8 +8,9 @@ cron in SQL.
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
@@ -31,6 +32,17 @@ CRON_ALIASES: Final[dict[str, str]] = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+
+# The names of tzdata's zones whose offset is 0 at every instant (Etc/UTC, Etc/GMT and their
+# links): an interval, counted in UTC, takes any of them as UTC.
+UTC_ZONES: Final = frozenset(
+    {"UTC", "Etc/UTC", "UCT", "Etc/UCT", "Universal", "Etc/Universal", "Zulu", "Etc/Zulu"}
+    | {"GMT", "Etc/GMT", "GMT0", "Etc/GMT0", "GMT+0", "Etc/GMT+0", "GMT-0", "Etc/GMT-0"}
+    | {"Greenwich", "Etc/Greenwich"}
+)
+# Names a tz database lists that mean no one zone: the host's own zone (a link to
+# /etc/localtime), and tzdata's placeholder for "the zone is not set".
+_NOT_ZONES: Final = frozenset({"localtime", "Factory"})
 
 _ONE_SECOND: Final = timedelta(seconds=1)
 _ONE_DAY: Final = timedelta(days=1)
@@ -135,7 +147,8 @@ def parse_recurrence(*, every: str | None, cron: str | None, timezone: str = "UT
 
     Raises:
         InvalidInputError: not exactly one of `every` and `cron` is given, either is
-            invalid, or `timezone` is not an IANA zone name.
+            invalid, or `timezone` is no zone this process can load (a new schedule's must
+            also pass check_zone_name).
     """
     if (every is None) == (cron is None):
         raise InvalidInputError("give exactly one of every or cron")
@@ -143,6 +156,21 @@ def parse_recurrence(*, every: str | None, cron: str | None, timezone: str = "UT
     if every is not None:
         return Recurrence(every=parse_every(every), cron=None, timezone=timezone)
     return Recurrence(every=None, cron=_parse_cron(cron or ""), timezone=timezone)
+
+
+def check_zone_name(timezone: str) -> None:
+    """Refuse a timezone that a new schedule may not name: one not an IANA zone name.
+
+    ZoneInfo (so parse_recurrence) also opens `localtime`, `posixrules`, `Factory` and the
+    `posix/...` and `right/...` copies, whose meaning depends on the host (`right/` counts
+    leap seconds). A schedule that a release before stored with such a name still loads and
+    fires: only a create or a replace calls this.
+
+    Raises:
+        InvalidInputError: `timezone` is not a zone of this tz database, or is one of those.
+    """
+    if timezone not in _iana_zone_names():
+        raise _invalid_zone(timezone)
 
 
 def fire_key(schedule_name: str, fire_at: datetime) -> str:
@@ -166,10 +194,20 @@ def _load_zone(timezone: str) -> ZoneInfo:
     try:
         return ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError, OSError) as error:
-        raise InvalidInputError(
-            f"invalid timezone {_quote(timezone)}: expected an IANA name such as "
-            "'UTC' or 'America/New_York'"
-        ) from error
+        raise _invalid_zone(timezone) from error
+
+
+def _invalid_zone(timezone: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"invalid timezone {_quote(timezone)}: expected an IANA name such as "
+        "'UTC' or 'America/New_York'"
+    )
+
+
+@cache
+def _iana_zone_names() -> frozenset[str]:
+    """The zone names of the tz database, read from disk once, when first asked."""
+    return frozenset(available_timezones()) - _NOT_ZONES
 
 
 def _parse_cron(text: str) -> str:

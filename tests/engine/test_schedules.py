@@ -15,7 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from laneway.engine.schedules import Recurrence, fire_key, parse_every, parse_recurrence
+from laneway.engine.schedules import (
+    UTC_ZONES,
+    Recurrence,
+    check_zone_name,
+    fire_key,
+    parse_every,
+    parse_recurrence,
+)
 from laneway.errors import InvalidInputError
 
 NEW_YORK = "America/New_York"
@@ -442,6 +449,40 @@ def test_parse_recurrence_raises_when_timezone_is_unknown(zone: str) -> None:
 
     with pytest.raises(InvalidInputError, match="invalid timezone"):
         parse_recurrence(every="5m", cron=None, timezone=zone)
+
+
+@pytest.mark.parametrize(
+    "zone",
+    ["localtime", "posixrules", "Factory", "right/UTC", "posix/Europe/Berlin", "Mars/Olympus"],
+)
+def test_check_zone_name_raises_when_name_is_not_an_iana_zone(zone: str) -> None:
+    # An outside audit: these opened with ZoneInfo (most of them), so a new schedule took them,
+    # and what `localtime` and `posixrules` mean is the host's.
+    with pytest.raises(InvalidInputError, match=f"invalid timezone '{zone}': expected an IANA"):
+        check_zone_name(zone)
+
+
+def test_parse_recurrence_still_reads_a_zone_a_release_before_stored() -> None:
+    recurrence = parse_recurrence(every=None, cron="0 9 * * *", timezone="Factory")
+
+    assert recurrence.next_fire_after(utc(2026, 1, 1)) == utc(2026, 1, 1, 9)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Etc/UTC", "GMT", NEW_YORK, "US/Eastern", CHATHAM])
+def test_check_zone_name_accepts_iana_zones_and_their_links(zone: str) -> None:
+    check_zone_name(zone)
+
+
+@pytest.mark.parametrize("zone", sorted(UTC_ZONES))
+def test_utc_zones_are_iana_zones_with_offset_zero_at_every_instant(zone: str) -> None:
+    check_zone_name(zone)
+    offsets = {
+        datetime(year, month, 1, tzinfo=UTC).astimezone(ZoneInfo(zone)).utcoffset()
+        for year in range(1800, 2200)
+        for month in (1, 4, 7, 10)
+    }
+
+    assert offsets == {timedelta(0)}
 
 
 # --- fire keys ------------------------------------------------------------------------------

@@ -330,6 +330,10 @@ async def test_cron_schedule_stores_its_timezone_and_next_fire(store: Store) -> 
         (None, "61 * * * *", "UTC", "61"),
         (None, "* * *", "UTC", "cron"),
         (None, "0 * * * *", "Mars/Olympus", "Mars/Olympus"),
+        (None, "0 9 * * *", "localtime", "invalid timezone 'localtime'"),
+        (None, "0 9 * * *", "Factory", "invalid timezone 'Factory'"),
+        (None, "0 9 * * *", "posix/Europe/Berlin", "invalid timezone 'posix/Europe/Berlin'"),
+        ("1d", None, "localtime", "invalid timezone 'localtime'"),
         ("1d", None, "Europe/Berlin", "counted from the Unix epoch in UTC"),
         ("5m", "0 * * * *", "UTC", "exactly one"),
         (None, None, "UTC", "exactly one"),
@@ -363,6 +367,33 @@ async def test_an_interval_is_counted_in_utc_and_one_stored_with_a_timezone_stil
     assert await _fire_keys(store) == [f"schedule:daily:{stamp}Z"]
     await engine.set_schedule_enabled("daily", False)
     assert (await engine.set_schedule_enabled("daily", True)).enabled
+
+
+async def test_an_interval_takes_a_name_of_utc_as_utc(store: Store) -> None:
+    engine = make_engine(store, noop)
+    for zone in ("Etc/UTC", "Zulu", "Etc/GMT"):
+        daily = await engine.create_schedule("daily", "noop", every="1d", timezone=zone)
+        assert daily.timezone == "UTC"
+        assert daily.next_run_at.astimezone(UTC).time() == datetime.min.time()
+    # A cron expression keeps the name given: it is read in that zone.
+    nightly = await engine.create_schedule("nightly", "noop", cron="0 3 * * *", timezone="Zulu")
+    assert nightly.timezone == "Zulu"
+
+
+async def test_a_schedule_stored_with_a_zone_now_refused_still_fires(store: Store) -> None:
+    # Names a release before took (Factory, localtime) are refused on create; not on fire.
+    engine = make_engine(store, noop)
+    await engine.create_schedule("g1", "noop", cron="* * * * *")
+    async with store.connection() as conn:
+        due = await conn.fetchval(
+            "UPDATE laneway.schedules SET timezone = 'Factory',"
+            " next_run_at = date_trunc('minute', now()) - interval '1 minute' RETURNING next_run_at"
+        )
+    await engine.claim_loop.maintain()
+    stamp = due.astimezone(UTC).replace(tzinfo=None).isoformat()
+    assert await _fire_keys(store) == [f"schedule:g1:{stamp}Z"]
+    await engine.set_schedule_enabled("g1", False)
+    assert (await engine.set_schedule_enabled("g1", True)).enabled
 
 
 async def test_schedule_for_unknown_workflow_or_name_is_rejected(store: Store) -> None:
