@@ -435,7 +435,7 @@ async def test_serve_block_serves_the_workflows(
     (line,) = commands_of(shell_block("laneway serve"))
     port = str(free_port())
     argv = readme_command(line, **{"8000": port})
-    env = user_environment(database_url, LANEWAY_WORKFLOWS="workflows", PYTHONPATH=".")
+    env = user_environment(database_url, LANEWAY_WORKFLOWS="workflows")
     async with background(argv, cwd=project, env=env, log=tmp_path / "serve.log"):
         base = f"http://127.0.0.1:{port}"
         await eventually(lambda: answers(f"{base}/healthz"), bool, 60)
