@@ -136,8 +136,9 @@ def add_cluster_commands(commands: Subcommands) -> None:
     p = add(
         "create-schedule",
         "create (or replace) schedule NAME, which enqueues WORKFLOW at every fire, and print it",
-        "Give --every (an interval: 30s, 5m, 1h, 1d, counted from the Unix epoch in UTC: 1d"
-        " fires at 00:00 UTC) or --cron (five fields, in --timezone)."
+        "Give --every (an interval: 30s, 5m, 1h30m, 1d, in all whole seconds from 1s to 366d,"
+        " counted from the Unix epoch in UTC: 1d fires at 00:00 UTC) or --cron (five fields, or"
+        " @hourly, @daily, @weekly, @monthly, @yearly; in --timezone)."
         " The params are checked by the workflow's validator now, as an enqueue's are."
         " Replacing a schedule leaves it enabled or disabled as it was, and one with the same"
         " timing (--every, or --cron and --timezone) keeps its next fire (a catch-up too).",
@@ -153,8 +154,17 @@ def add_cluster_commands(commands: Subcommands) -> None:
     p.add_argument("name", metavar="NAME", help="the schedule's name")
     p.add_argument("workflow", metavar="WORKFLOW", help="the workflow it enqueues")
     when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--every", metavar="INTERVAL", help="fire every INTERVAL (30s, 5m, 1h)")
-    when.add_argument("--cron", metavar="EXPR", help="fire on the cron expression EXPR")
+    when.add_argument(
+        "--every",
+        metavar="INTERVAL",
+        help="fire every INTERVAL (30s, 5m, 1h30m; units d h m s ms; whole seconds, 1s to 366d)",
+    )
+    when.add_argument(
+        "--cron",
+        metavar="EXPR",
+        help="fire on the cron expression EXPR (five fields, or @hourly, @daily, @weekly,"
+        " @monthly, @yearly)",
+    )
     p.add_argument(
         "--timezone",
         metavar="TZ",

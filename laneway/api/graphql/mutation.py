@@ -86,10 +86,12 @@ async def resolve_retry_workflow(
 
 CREATE_SCHEDULE = (
     "Create a schedule, or replace the one of that name. It fires every interval (every: 30s,"
-    " 5m, 1h30m, 1d), counted from the Unix epoch in UTC (1d fires at 00:00 UTC, 7d on"
-    " Thursdays), so an interval takes no timezone but UTC (BAD_USER_INPUT); or on a cron"
-    " expression read in timezone (default UTC). A new schedule is enabled; replacing"
-    " one never changes whether it is enabled (setScheduleEnabled does). A replacement with the"
+    " 5m, 1h30m, 1d; units d, h, m, s, ms, in all whole seconds from 1s to 366d), counted from"
+    " the Unix epoch in UTC (1d fires at 00:00 UTC, 7d on Thursdays), so an interval takes no"
+    " timezone but UTC (BAD_USER_INPUT); or on a cron expression (five fields, or @hourly,"
+    " @daily, @weekly, @monthly, @yearly) read in timezone (default UTC). A new schedule is"
+    " enabled; replacing one never changes whether it is enabled (setScheduleEnabled does). A"
+    " replacement with the"
     " same timing (the same every, or the same cron and timezone) keeps its next fire, so a"
     " catch-up fire due after downtime still happens; another timing fires next at its first"
     " occurrence from now. A fire does not wait for the previous fire's instance to end (no"
