@@ -68,8 +68,10 @@ class Recurrence:
 
     DST policy for cron, as Debian cron (and cronsim) has it. A fixed-time expression, whose
     minute and hour fields both do not start with `*` (`30 2 * * *`, `0 9-17 * * 1-5`),
-    follows the wall clock: a local time that does not exist fires once, at the first
-    instant after the gap, and a local time that happens twice fires once, the first time.
+    follows the wall clock: the local times that do not exist fire once in all, at the first
+    instant after the gap (with a time at that instant the expression also has: `0,30 2 * * *`
+    and `0 2,3 * * *` fire once at 03:00 when 02:00-03:00 is skipped), and a local time that
+    happens twice fires once, the first time.
     Any other expression (`0 * * * *`, `*/15 * * * *`, `0 */6 * * *`) fires at every instant
     whose local time matches: a nonexistent local time never fires, and a repeated one fires
     at each of its two UTC instants.

@@ -66,6 +66,16 @@ def local(instant: datetime, zone: str) -> datetime:
 # --- cron across DST: goldens -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("expression", ["0,30 2 * * *", "0 2,3 * * *"])
+def test_cron_fires_once_at_gap_end_when_several_wall_times_fall_in_one_gap(
+    expression: str,
+) -> None:
+    fires = fires_after(cron_in(BERLIN, expression), utc(2026, 3, 28, 3), 2)
+
+    assert fires[0] == utc(2026, 3, 29, 1)  # 03:00 CEST: 02:00 and 02:30 (or 03:00), once
+    assert local(fires[1], BERLIN).date() == date(2026, 3, 30)
+
+
 def test_cron_fires_once_at_first_valid_time_when_wall_time_falls_in_spring_gap() -> None:
     nightly = cron_in(NEW_YORK, "30 2 * * *")
 
