@@ -135,7 +135,9 @@ def _flag(environ: Mapping[str, str], key: str, default: bool) -> bool:
     try:
         return flag_value(raw, default)
     except ValueError:
-        raise InvalidInputError(f"{key} must be 0 or 1, not {raw!r}") from None
+        raise InvalidInputError(
+            f"{key} must be on (1, true, yes, on) or off (0, false, no, off), not {raw!r}"
+        ) from None
 
 
 def _number(

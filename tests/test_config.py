@@ -65,6 +65,14 @@ def test_a_number_out_of_its_range_names_the_range(key: str, raw: str, says: str
         Settings.from_env({key: raw})
 
 
+@pytest.mark.parametrize("key", ["LANEWAY_ENGINE", "LANEWAY_OPEN_READS", "LANEWAY_GC_FREEZE"])
+def test_an_on_off_word_that_is_not_one_names_the_words_taken(key: str) -> None:
+    # An outside audit: it said "must be 0 or 1", though true/yes/on and false/no/off are taken.
+    words = r"on \(1, true, yes, on\) or off \(0, false, no, off\), not '2'$"
+    with pytest.raises(InvalidInputError, match=f"^{key} must be {words}"):
+        Settings.from_env({key: "2"})
+
+
 @pytest.mark.parametrize(
     "key", ["PORT", "LANEWAY_WORKER_CONCURRENCY", "LANEWAY_POOL_SIZE", "LANEWAY_METRICS_PORT"]
 )
