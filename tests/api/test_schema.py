@@ -11,6 +11,7 @@ from uuid import UUID
 
 import asyncpg
 import pytest
+from graphql import build_schema
 
 from laneway.api.graphql.context import laneway_context
 from laneway.api.graphql.errors import ERROR_CODES
@@ -373,6 +374,11 @@ async def test_schedules_are_created_listed_toggled_and_deleted(run: Execute) ->
     delete = "mutation ($name: String!) { deleteSchedule(name: $name) }"
     assert (await run(delete, name="greet")).data == {"deleteSchedule": True}
     assert (await run(delete, name="greet")).data == {"deleteSchedule": False}
+    # An outside audit: false, where setScheduleEnabled gives NOT_FOUND, was said nowhere.
+    described = build_schema(schema.as_str()).mutation_type
+    assert described is not None
+    said = described.fields["deleteSchedule"].description or ""
+    assert "false when no schedule had that name" in said
 
 
 async def test_unexpected_errors_are_masked_and_logged_once(

@@ -127,6 +127,12 @@ async def resolve_set_schedule_enabled(info: Info[Any, Any], name: str, enabled:
     return Schedule.from_record(record)
 
 
+DELETE_SCHEDULE = (
+    "Delete the schedule of that name: true when it was deleted, false when no schedule had"
+    " that name (not NOT_FOUND, as setScheduleEnabled gives), so a second delete is harmless."
+)
+
+
 async def resolve_delete_schedule(info: Info[Any, Any], name: str) -> bool:
     """Delete a schedule; false when there was none by that name."""
     return await laneway_of(info.context).services.engine.delete_schedule(name)
@@ -196,7 +202,7 @@ class LanewayMutation:
         resolve_create_schedule, description=CREATE_SCHEDULE
     )
     set_schedule_enabled: Schedule = fields.mutation(resolve_set_schedule_enabled)
-    delete_schedule: bool = fields.mutation(resolve_delete_schedule)
+    delete_schedule: bool = fields.mutation(resolve_delete_schedule, description=DELETE_SCHEDULE)
     configure_queue: QueueStats = fields.mutation(resolve_configure_queue)
     pause_queue: QueueStats = fields.mutation(resolve_pause_queue)
     resume_queue: QueueStats = fields.mutation(resolve_resume_queue)
