@@ -71,6 +71,29 @@ async def test_new_code_given_by_option_replaces_the_modules_running_now(
     assert (finding["reason"], finding["sampleIDs"]) == ("VERSION_GONE", [str(stranded)])
 
 
+@pytest.mark.parametrize(
+    ("width", "left_out"), [(50, "workflow, version, reason, detail"), (80, "version, detail")]
+)
+def test_preflight_keeps_the_count_when_columns_are_left_out(width: int, left_out: str) -> None:
+    # An outside audit: at 80 columns the count, the number a deploy gate is about, was left
+    # out second, after the detail.
+    finding: JSONObject = {
+        "name": "deploy_demo",
+        "version": "1",
+        "reason": "VERSION_GONE",
+        "detail": "version '1' is not in the new code (it has '2')",
+        "count": 1234,
+        "sampleIDs": [str(uuid.uuid4()) for _ in range(3)],
+    }
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, highlight=False).print(findings_table([finding]))
+    shown = buffer.getvalue()
+    header, row = (line.split() for line in shown.splitlines()[2:5:2])
+    assert "count" in header, shown
+    assert "1234" in row, shown
+    assert f"Left out to fit {width} columns: {left_out}" in " ".join(shown.split()), shown
+
+
 @pytest.mark.parametrize("width", [40, 42, 50, 60, 80, 120])
 def test_preflight_never_folds_a_sample_id_whatever_the_width(width: int) -> None:
     ids = [str(uuid.uuid4()) for _ in range(3)]

@@ -56,13 +56,13 @@ def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObj
 
 def findings_table(findings: list[JSONObject]) -> Listing:
     # The sample ids are the one column never left out (a folded id cannot be copied); the
-    # workflow and the reason go last of the others, the detail first.
+    # count, the number a deploy gate is about, goes last of the others, the detail first.
     columns = [
-        Column("workflow", drop=1),
-        Column("version", drop=3),
-        Column("reason", drop=2),
+        Column("workflow", drop=2),
+        Column("version", drop=4),
+        Column("reason", drop=3),
         Column("detail", drop=5),
-        Column("count", drop=4, numeric=True),
+        Column("count", drop=1, numeric=True),
         Column("some of them", whole=True),
     ]
     rows = [
