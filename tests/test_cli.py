@@ -128,6 +128,15 @@ async def test_bad_input_exits_2_and_unknown_instance_exits_1(database_url: str)
     assert "unknown workflow 'nope'" in err
     assert "LANEWAY_WORKFLOWS=app.examples" in err  # where the database mode looked
     assert "--url" in err  # and how to reach a server's workflows instead
+    assert "add the module that defines it to LANEWAY_WORKFLOWS" in err
+    # An outside audit: with none named, it suggested only --url.
+    no_workflows = environment(database_url, LANEWAY_WORKFLOWS="")
+    code, _, err = await laneway(
+        "create-schedule", "tzl", "ingest", "--every", "1h", env=no_workflows
+    )
+    assert code == 2
+    assert "LANEWAY_WORKFLOWS (not set) are known here, which registers: none" in err
+    assert "set LANEWAY_WORKFLOWS to the module that defines it; to go through" in err
     code, _, err = await laneway("status", "00000000-0000-7000-8000-000000000000", env=env)
     assert code == 1
     assert "no instance" in err

@@ -80,10 +80,16 @@ class LocalClient:
         modules = ",".join(self._services.settings.workflow_modules)
         known = ", ".join(registry.names()) or "none"
         source = f"LANEWAY_WORKFLOWS={modules}" if modules else "LANEWAY_WORKFLOWS (not set)"
+        hint = (
+            "add the module that defines it to LANEWAY_WORKFLOWS"
+            if modules
+            else "set LANEWAY_WORKFLOWS to the module that defines it"
+        )
         raise CommandError(
             f"unknown workflow {name!r}: without --url, only the workflows of {source} are"
-            f" known here, which registers: {known}. To go through a running server and its"
-            " workflows, add --url (for example --url http://127.0.0.1:8000)",
+            f" known here, which registers: {known}. To use it here, {hint}; to go through a"
+            " running server and its workflows, add --url (for example --url"
+            " http://127.0.0.1:8000)",
             EXIT_USAGE,
         )
 
