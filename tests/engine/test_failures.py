@@ -299,6 +299,23 @@ async def _done(ctx: HandlerContext, params: JSONValue) -> Done:
     return Done()
 
 
+async def _refuse_completions(
+    store: Store, errcode: str, message: str, condition: str = "true"
+) -> None:
+    """The database refuses to mark an instance completed where `condition` holds, with
+    `errcode` and `message` (a trigger standing for any refusal of its own)."""
+    async with store.connection() as conn:
+        await conn.execute(
+            f"""
+            CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = '{errcode}'; END
+            $$;
+            CREATE TRIGGER refuse BEFORE UPDATE ON laneway.instances FOR EACH ROW
+              WHEN (NEW.status = 'completed' AND {condition}) EXECUTE FUNCTION refuse();
+            """
+        )
+
+
 async def test_a_write_the_database_refuses_fails_its_own_attempt_and_no_other(
     store: Store,
 ) -> None:
@@ -306,17 +323,9 @@ async def test_a_write_the_database_refuses_fails_its_own_attempt_and_no_other(
     # constraint it will not take). Its batch-mates are written again apart and complete; the
     # refused one fails its attempt at once, with the database's reason, instead of crashing
     # its runner and holding its slot until its lease runs out.
-    async with store.connection() as conn:
-        await conn.execute(
-            """
-            CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'check_violation'; END
-            $$;
-            CREATE TRIGGER refuse BEFORE UPDATE ON laneway.instances FOR EACH ROW
-              WHEN (NEW.status = 'completed' AND NEW.params ->> 'refuse' = 'yes')
-              EXECUTE FUNCTION refuse();
-            """
-        )
+    await _refuse_completions(
+        store, "check_violation", "refused by the test", "NEW.params ->> 'refuse' = 'yes'"
+    )
     batches: list[set[UUID]] = []
     commit = store.commit_runner_batch
 
@@ -850,19 +859,9 @@ async def test_a_write_refused_as_read_only_hands_the_instance_back_without_usin
     # write with read_only_sql_transaction (a trigger stands for it here). That is the
     # database being unavailable, not the write's fault: the instance is handed back, as
     # after a lost connection, instead of failing its attempt with StepWriteRefusedError.
-    async with store.connection() as conn:
-        await conn.execute(
-            """
-            CREATE FUNCTION read_only() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-              RAISE EXCEPTION 'cannot execute UPDATE in a read-only transaction'
-                USING ERRCODE = 'read_only_sql_transaction';
-            END
-            $$;
-            CREATE TRIGGER read_only BEFORE UPDATE ON laneway.instances FOR EACH ROW
-              WHEN (NEW.status = 'completed') EXECUTE FUNCTION read_only();
-            """
-        )
+    await _refuse_completions(
+        store, "read_only_sql_transaction", "cannot execute UPDATE in a read-only transaction"
+    )
     engine = make_engine(store, Workflow("standby", handlers={"a": _done}, initial="a"))
     enqueued = await engine.enqueue("standby")
     await engine.tick()

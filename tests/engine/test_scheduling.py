@@ -143,16 +143,25 @@ async def test_a_schedule_this_process_cannot_plan_holds_up_neither_the_others_n
     assert "invalid timezone 'Mars/Olympus'" in logged.__dict__["error"]
 
 
+async def _every_minute_stored_in(store: Store, engine: Engine, zone: str) -> datetime:
+    """Schedule g1 every minute, as stored with `zone` (which a create may refuse) by a
+    release before, due a minute ago: its due time."""
+    await engine.create_schedule("g1", "noop", cron="* * * * *")
+    async with store.connection() as conn:
+        due: datetime = await conn.fetchval(
+            "UPDATE laneway.schedules SET timezone = $1,"
+            " next_run_at = date_trunc('minute', now()) - interval '1 minute'"
+            " RETURNING next_run_at",
+            zone,
+        )
+    return due
+
+
 async def test_a_skipped_schedule_fires_once_its_rule_changes_and_can_be_disabled_meanwhile(
     store: Store,
 ) -> None:
     engine = make_engine(store, noop)
-    await engine.create_schedule("g1", "noop", cron="* * * * *")
-    async with store.connection() as conn:
-        due = await conn.fetchval(
-            "UPDATE laneway.schedules SET timezone = 'Mars/Olympus',"
-            " next_run_at = date_trunc('minute', now()) - interval '1 minute' RETURNING next_run_at"
-        )
+    due = await _every_minute_stored_in(store, engine, "Mars/Olympus")
     await engine.claim_loop.maintain()
     assert await _fire_keys(store) == []
     skipped = await store.get_schedule("g1")
@@ -383,12 +392,7 @@ async def test_an_interval_takes_a_name_of_utc_as_utc(store: Store) -> None:
 async def test_a_schedule_stored_with_a_zone_now_refused_still_fires(store: Store) -> None:
     # Names a release before took (Factory, localtime) are refused on create; not on fire.
     engine = make_engine(store, noop)
-    await engine.create_schedule("g1", "noop", cron="* * * * *")
-    async with store.connection() as conn:
-        due = await conn.fetchval(
-            "UPDATE laneway.schedules SET timezone = 'Factory',"
-            " next_run_at = date_trunc('minute', now()) - interval '1 minute' RETURNING next_run_at"
-        )
+    due = await _every_minute_stored_in(store, engine, "Factory")
     await engine.claim_loop.maintain()
     stamp = due.astimezone(UTC).replace(tzinfo=None).isoformat()
     assert await _fire_keys(store) == [f"schedule:g1:{stamp}Z"]
