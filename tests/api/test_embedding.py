@@ -125,12 +125,15 @@ def test_a_host_schema_with_default_config_has_the_contracts_names() -> None:
         if name.startswith("__") or not isinstance(kind, GraphQLObjectType):
             continue
         expected = print_type(kind)
-        if name == "Query":
-            expected = expected.replace("\n}", "\n  hello: String!\n}")
+        if name == "Query":  # the host's own type: its fields are Laneway's, and its `hello`
+            kind.description = None
+            expected = print_type(kind).replace("\n}", "\n  hello: String!\n}")
         assert print_type(hosted[name]) == expected
         compared += 1
     assert compared >= 12
-    assert "cancelWorkflow(instanceID: ID!)" in print_type(hosted["Mutation"])
+    mutation = hosted["Mutation"]
+    assert isinstance(mutation, GraphQLObjectType)
+    assert list(mutation.fields["cancelWorkflow"].args) == ["instanceID"]
 
 
 async def test_host_serves_its_own_field_and_laneways_from_one_endpoint(

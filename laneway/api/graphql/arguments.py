@@ -23,10 +23,43 @@ T = TypeVar("T")
 MAX_EVENT_ID = 2**63 - 1  # a PostgreSQL bigint
 MAX_EVENT_ID_DIGITS = len(str(MAX_EVENT_ID))
 
-InstanceID = Annotated[strawberry.ID, strawberry.argument(name="instanceID")]
-OptionalInstanceID = Annotated[strawberry.ID | None, strawberry.argument(name="instanceID")]
-AfterEventID = Annotated[strawberry.ID | None, strawberry.argument(name="afterEventID")]
-EntityID = Annotated[str, strawberry.argument(name="entityID")]
+InstanceID = Annotated[
+    strawberry.ID,
+    strawberry.argument(
+        name="instanceID", description="The instance's id, a UUID (BAD_USER_INPUT otherwise)."
+    ),
+]
+OptionalInstanceID = Annotated[
+    strawberry.ID | None,
+    strawberry.argument(
+        name="instanceID",
+        description="Only the events of this instance, by its id (a UUID, BAD_USER_INPUT "
+        "otherwise); left out: the events of every instance.",
+    ),
+]
+EntityID = Annotated[str, strawberry.argument(name="entityID", description="The entity's id.")]
+
+# The filters workflowInstances and workflowInstancesConnection share.
+NameFilter = Annotated[
+    str | None, strawberry.argument(description="Only instances of the workflow of this name.")
+]
+QueueFilter = Annotated[
+    str | None, strawberry.argument(description="Only instances in the queue of this name.")
+]
+StatusFilter = Annotated[
+    str | None,
+    strawberry.argument(
+        description="Only instances in this status: pending, running, paused, waiting, "
+        "completed, failed or cancelled (BAD_USER_INPUT otherwise)."
+    ),
+]
+StatusesFilter = Annotated[
+    list[str] | None,
+    strawberry.argument(
+        description="Only instances in one of these statuses (BAD_USER_INPUT for an unknown "
+        "one); given with status, an instance must match both."
+    ),
+]
 
 
 def given(value: T | None) -> T | None:

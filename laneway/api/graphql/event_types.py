@@ -13,20 +13,41 @@ from laneway.api.graphql.scalars import millis
 from laneway.model import EventRecord
 
 
-@strawberry.type
+@strawberry.type(description="One lifecycle event of an instance, as recorded in commit order.")
 class WorkflowEvent:
-    """One lifecycle event of an instance."""
-
-    event_id: strawberry.ID = strawberry.field(name="eventID")
-    type: str
-    instance_id: strawberry.ID = strawberry.field(name="instanceID")
-    name: str
-    status: str
-    at: float
-    attempt: int | None
-    error: str | None
-    stage: str | None
-    checkpoint: str | None
+    event_id: strawberry.ID = strawberry.field(
+        name="eventID",
+        description=(
+            "The event's id: a decimal string, increasing in commit order; pass it as "
+            "afterEventID to read or stream the events after it."
+        ),
+    )
+    type: str = strawberry.field(
+        description=(
+            "What happened: enqueued, started, checkpoint, retrying, paused, resumed, waiting, "
+            "signalled, completed, failed or cancelled."
+        )
+    )
+    instance_id: strawberry.ID = strawberry.field(
+        name="instanceID", description="The id of the instance it happened to."
+    )
+    name: str = strawberry.field(description="The name of the instance's workflow.")
+    status: str = strawberry.field(description="The instance's status as of this event.")
+    at: float = strawberry.field(
+        description="When it happened, in milliseconds since the Unix epoch."
+    )
+    attempt: int | None = strawberry.field(
+        description="The attempt number, on an event about an attempt; null on others."
+    )
+    error: str | None = strawberry.field(
+        description="The error message, on an event about an error; null on others."
+    )
+    stage: str | None = strawberry.field(
+        description="The template stage, on an event that names one; null on others."
+    )
+    checkpoint: str | None = strawberry.field(
+        description=("The checkpoint's label, on an event that names one; null on others.")
+    )
     signal: str | None = strawberry.field(
         description="The signal's name, for waiting and signalled events (never its payload)."
     )

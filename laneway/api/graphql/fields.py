@@ -54,10 +54,16 @@ class Completion(FieldExtension):
         return result
 
 
-def query(resolver: Callable[..., Any], *, name: str | None = None) -> Any:
+def query(
+    resolver: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> Any:
     """A query field: readers only."""
     return strawberry.field(
-        resolver=resolver, name=name, permission_classes=[CanRead], extensions=[CodedErrors()]
+        resolver=resolver,
+        name=name,
+        description=description,
+        permission_classes=[CanRead],
+        extensions=[CodedErrors()],
     )
 
 
@@ -75,8 +81,14 @@ def mutation(
     )
 
 
-def subscription(resolver: Callable[..., Any], *, name: str | None = None) -> Any:
+def subscription(
+    resolver: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> Any:
     """A subscription field: readers only."""
     return strawberry.subscription(
-        resolver=resolver, name=name, permission_classes=[CanRead], extensions=[CodedErrors()]
+        resolver=resolver,
+        name=name,
+        description=description,
+        permission_classes=[CanRead],
+        extensions=[CodedErrors()],
     )

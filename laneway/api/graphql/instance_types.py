@@ -9,7 +9,7 @@ schema shows them as schema.graphql does under Strawberry's default name convert
 """
 
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Annotated, Any, Self
 from uuid import UUID
 
 import strawberry
@@ -37,10 +37,12 @@ from laneway.model import (
 )
 
 
-@strawberry.type
+@strawberry.type(
+    description=(
+        "Why an instance is not running yet, decided by the same predicates the claim uses."
+    )
+)
 class WaitingReason:
-    """Why an instance is not running: decided by the claim's own predicates."""
-
     code: str = strawberry.field(
         description=(
             "READY (claimable now), DELAYED (delayMs or a schedule's time ahead), "
@@ -67,18 +69,26 @@ class WaitingReason:
         )
 
 
-@strawberry.type
+@strawberry.type(description="The recorded outcome of one operation of a template instance.")
 class WorkflowOperation:
-    """The recorded outcome of one operation of a template instance."""
-
-    operation_id: strawberry.ID = strawberry.field(name="operationID")
-    stage: str
-    type: str
-    status: str
-    attempts: int
-    error: str | None
-    started_at: float | None
-    finished_at: float | None
+    operation_id: strawberry.ID = strawberry.field(
+        name="operationID", description="The operation's id."
+    )
+    stage: str = strawberry.field(description="The stage the operation belongs to.")
+    type: str = strawberry.field(description="The operation's type, as the template names it.")
+    status: str = strawberry.field(description="Its recorded outcome, such as completed or failed.")
+    attempts: int = strawberry.field(description="How many attempts it took.")
+    error: str | None = strawberry.field(description="Its error when it failed; null otherwise.")
+    started_at: float | None = strawberry.field(
+        description=(
+            "When it started, in milliseconds since the Unix epoch; null when not recorded."
+        )
+    )
+    finished_at: float | None = strawberry.field(
+        description=(
+            "When it finished, in milliseconds since the Unix epoch; null while unfinished."
+        )
+    )
 
     @classmethod
     def from_record(cls, record: OperationRecord) -> Self:
@@ -94,18 +104,30 @@ class WorkflowOperation:
         )
 
 
-@strawberry.type
+@strawberry.type(
+    description=(
+        "One failed attempt of an instance: its exception's type and message, a bounded "
+        "traceback, and where a template was."
+    )
+)
 class AttemptFailure:
-    """One failed attempt: its exception's type and message, a bounded traceback (the user's
-    frames; none for a lost worker or a wait's timeout), and where a template was."""
-
-    attempt: int
-    at: float
-    type: str
-    message: str
-    traceback: str | None
-    stage: str | None
-    operation: str | None
+    attempt: int = strawberry.field(description="The number of the attempt that failed.")
+    at: float = strawberry.field(
+        description="When it failed, in milliseconds since the Unix epoch."
+    )
+    type: str = strawberry.field(description="The exception's type name.")
+    message: str = strawberry.field(description="The exception's message.")
+    traceback: str | None = strawberry.field(
+        description=(
+            "A bounded traceback of the user's frames; null for a lost worker or a wait's timeout."
+        )
+    )
+    stage: str | None = strawberry.field(
+        description="The template stage it failed in; null for a handler workflow."
+    )
+    operation: str | None = strawberry.field(
+        description="The template operation it failed in; null when none."
+    )
 
     @classmethod
     def from_record(cls, record: FailureRecord) -> Self:
@@ -120,28 +142,74 @@ class AttemptFailure:
         )
 
 
-@strawberry.type
+@strawberry.type(
+    description=("One instance of a workflow: where it is, how it went, what it returned.")
+)
 class WorkflowInstanceStatus:
-    """One instance: where it is, how it went, what it returned."""
-
-    instance_id: strawberry.ID = strawberry.field(name="instanceID")
-    name: str
-    queue: str
-    status: str
-    attempts: int
-    last_error: str | None
-    created_at: float
-    updated_at: float
-    priority: int
-    run_after: float
-    params: JSON | None
-    result: JSON | None
-    parent_id: strawberry.ID | None = strawberry.field(name="parentID")
-    stage: str | None
-    checkpoint: str | None
-    progress: float | None
-    message: str | None
-    concurrency_key: str | None
+    instance_id: strawberry.ID = strawberry.field(
+        name="instanceID", description="The instance's id (a UUID)."
+    )
+    name: str = strawberry.field(description="The name of the workflow it runs.")
+    queue: str = strawberry.field(description="The queue it runs in.")
+    status: str = strawberry.field(
+        description=(
+            "One of pending, running, paused, waiting (sleeping or waiting for a signal), "
+            "completed, failed or cancelled."
+        )
+    )
+    attempts: int = strawberry.field(
+        description=(
+            "How many attempts it has made, over all its steps (the count never goes back)."
+        )
+    )
+    last_error: str | None = strawberry.field(
+        description="The last error recorded for it; null when there is none."
+    )
+    created_at: float = strawberry.field(
+        description="When it was enqueued, in milliseconds since the Unix epoch."
+    )
+    updated_at: float = strawberry.field(
+        description="When it last changed, in milliseconds since the Unix epoch."
+    )
+    priority: int = strawberry.field(
+        description=(
+            "Its priority: a due instance of higher priority is claimed first in its queue "
+            "(default 0)."
+        )
+    )
+    run_after: float = strawberry.field(
+        description=("The earliest time it may be claimed, in milliseconds since the Unix epoch.")
+    )
+    params: JSON | None = strawberry.field(description="The params it was enqueued with.")
+    result: JSON | None = strawberry.field(
+        description="What it returned once completed; null until then."
+    )
+    parent_id: strawberry.ID | None = strawberry.field(
+        name="parentID",
+        description=(
+            "The instance that started it; null when it was not started by another instance."
+        ),
+    )
+    stage: str | None = strawberry.field(
+        description=(
+            "The stage it is at, as its template or handler last reported; null when none."
+        )
+    )
+    checkpoint: str | None = strawberry.field(
+        description="The checkpoint it last reached or is paused at; null when none."
+    )
+    progress: float | None = strawberry.field(
+        description=("The progress its handler last reported, from 0 to 1; null when none.")
+    )
+    message: str | None = strawberry.field(
+        description="The status line its handler last reported; null when none."
+    )
+    concurrency_key: str | None = strawberry.field(
+        description=(
+            "The concurrency key it was enqueued with: its queue's keyConcurrency and "
+            "keyRatePerMinute apply per key. Null when none."
+        )
+    )
     version: str | None = strawberry.field(description="The version of its workflow it runs on.")
     checkpoint_input_schema: JSON | None = strawberry.field(
         description=(
@@ -184,7 +252,13 @@ class WorkflowInstanceStatus:
             reason_read=reasons is not None,
         )
 
-    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        extensions=[CodedErrors()],
+        description=(
+            "Why it is not running yet, while pending, paused or waiting; null while running, "
+            "once it has ended, or when it moved on before the reason was read."
+        ),
+    )
     async def waiting_reason(self, info: Info[Any, Any]) -> WaitingReason | None:
         """Why it is not running yet: null while running and once terminal."""
         if self.status not in WAITING_STATUSES:
@@ -194,20 +268,48 @@ class WorkflowInstanceStatus:
             found = await laneway_of(info.context).waiting_reasons.load(self.uuid)
         return WaitingReason.from_record(found) if found is not None else None
 
-    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
-    async def failures(self, info: Info[Any, Any], limit: int | None = 10) -> list[AttemptFailure]:
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        extensions=[CodedErrors()], description="Its failed attempts, newest first."
+    )
+    async def failures(
+        self,
+        info: Info[Any, Any],
+        limit: Annotated[
+            int | None,
+            strawberry.argument(
+                description="How many of the newest to return, 1 to 500 (null: 10); "
+                "BAD_USER_INPUT outside that range."
+            ),
+        ] = 10,
+    ) -> list[AttemptFailure]:
         """Its failed attempts, newest first (`limit` keeps the newest)."""
         records = await laneway_of(info.context).failures.load((self.uuid, check_limit(limit, 10)))
         return [AttemptFailure.from_record(record) for record in records]
 
-    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        extensions=[CodedErrors()],
+        description="The recorded operations of a template instance; empty for a handler workflow.",
+    )
     async def operations(self, info: Info[Any, Any]) -> list[WorkflowOperation]:
         """The recorded operations of a template instance; handler workflows have none."""
         records = await laneway_of(info.context).operations.load(self.uuid)
         return [WorkflowOperation.from_record(record) for record in records]
 
-    @strawberry.field(extensions=[CodedErrors()])  # type: ignore[untyped-decorator]
-    async def events(self, info: Info[Any, Any], limit: int | None = 100) -> list[WorkflowEvent]:
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        extensions=[CodedErrors()],
+        description="Its newest `limit` lifecycle events, oldest first.",
+    )
+    async def events(
+        self,
+        info: Info[Any, Any],
+        limit: Annotated[
+            int | None,
+            strawberry.argument(
+                description="How many of the newest events to return, 1 to 500 (null: 100); "
+                "BAD_USER_INPUT outside that range."
+            ),
+        ] = 100,
+    ) -> list[WorkflowEvent]:
         """The newest `limit` events of this instance, oldest first."""
         records = await laneway_of(info.context).services.store.latest_instance_events(
             self.uuid, check_limit(limit, 100)
@@ -215,15 +317,22 @@ class WorkflowInstanceStatus:
         return [WorkflowEvent.from_record(record) for record in records]
 
 
-@strawberry.type
+@strawberry.type(description="The instance an enqueue names, and whether this call created it.")
 class EnqueueResult:
-    """The instance an enqueue names, and whether this call created it."""
-
-    instance_id: strawberry.ID = strawberry.field(name="instanceID")
-    created: bool
+    instance_id: strawberry.ID = strawberry.field(
+        name="instanceID", description="The instance's id."
+    )
+    created: bool = strawberry.field(
+        description=(
+            "True when this call created it; false when its idempotency or singleton key named "
+            "an instance that already existed."
+        )
+    )
     record: strawberry.Private[InstanceRecord]
 
-    @strawberry.field
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        description="The instance, as this call left it or found it."
+    )
     def instance(self) -> WorkflowInstanceStatus:
         # Built when selected: a batch of 1,000 that asks only for ids builds none.
         return WorkflowInstanceStatus.from_record(self.record)
@@ -237,14 +346,24 @@ class EnqueueResult:
         )
 
 
-@strawberry.type
+@strawberry.type(description="A signal sent to an instance, and the instance after it.")
 class SignalResult:
-    """A signal sent to an instance: its id, whether this call sent it (false: its idempotency
-    key named an earlier signal, whose id this is), and the instance after it."""
-
-    signal_id: strawberry.ID = strawberry.field(name="signalID")
-    accepted: bool
-    instance: WorkflowInstanceStatus
+    signal_id: strawberry.ID = strawberry.field(
+        name="signalID",
+        description=(
+            "The signal's id; when accepted is false, the id of the earlier signal its "
+            "idempotency key named."
+        ),
+    )
+    accepted: bool = strawberry.field(
+        description=(
+            "True when this call sent the signal; false when its idempotencyKey repeated an "
+            "earlier signal's."
+        )
+    )
+    instance: WorkflowInstanceStatus = strawberry.field(
+        description="The instance after the signal."
+    )
 
     @classmethod
     def from_record(cls, record: SignalRecord) -> Self:

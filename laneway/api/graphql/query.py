@@ -6,7 +6,7 @@ store per field. Every field needs read access (permissions.CanRead); arguments 
 arguments.py.
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.types import Info
@@ -14,10 +14,13 @@ from strawberry.types.unset import UNSET
 
 from laneway.api.graphql import fields
 from laneway.api.graphql.arguments import (
-    AfterEventID,
     EntityID,
     InstanceID,
+    NameFilter,
     OptionalInstanceID,
+    QueueFilter,
+    StatusesFilter,
+    StatusFilter,
     check_limit,
     given,
     parse_event_id,
@@ -59,12 +62,23 @@ async def resolve_workflow_instance(
 
 async def resolve_workflow_instances(
     info: Info[Any, Any],
-    name: str | None = UNSET,
-    queue: str | None = UNSET,
-    status: str | None = UNSET,
-    statuses: list[str] | None = UNSET,
-    limit: int | None = 50,
-    offset: int | None = 0,
+    name: NameFilter = UNSET,
+    queue: QueueFilter = UNSET,
+    status: StatusFilter = UNSET,
+    statuses: StatusesFilter = UNSET,
+    limit: Annotated[
+        int | None,
+        strawberry.argument(
+            description="How many to return, 1 to 500 (null: 50); BAD_USER_INPUT outside that "
+            "range."
+        ),
+    ] = 50,
+    offset: Annotated[
+        int | None,
+        strawberry.argument(
+            description="How many to skip first (null: 0); BAD_USER_INPUT when negative."
+        ),
+    ] = 0,
 ) -> list[WorkflowInstanceStatus]:
     """Instances newest first, filtered by workflow name, queue and status."""
     where = InstanceFilter(
@@ -87,8 +101,21 @@ async def resolve_workflow_instances(
 async def resolve_workflow_event_history(
     info: Info[Any, Any],
     instance_id: OptionalInstanceID = UNSET,
-    after_event_id: AfterEventID = UNSET,
-    limit: int | None = 100,
+    after_event_id: Annotated[
+        strawberry.ID | None,
+        strawberry.argument(
+            name="afterEventID",
+            description="Only events after this one, by its eventID (a decimal string, "
+            "BAD_USER_INPUT otherwise); left out: from the oldest event kept.",
+        ),
+    ] = UNSET,
+    limit: Annotated[
+        int | None,
+        strawberry.argument(
+            description="At most this many events, 1 to 500 (null: 100); BAD_USER_INPUT outside "
+            "that range."
+        ),
+    ] = 100,
 ) -> list[WorkflowEvent]:
     """Events in commit order after `afterEventID`, of one instance or of all."""
     instance, after = given(instance_id), given(after_event_id)
@@ -118,7 +145,15 @@ async def resolve_queues(info: Info[Any, Any]) -> list[QueueStats]:
 
 
 async def resolve_queue_history(
-    info: Info[Any, Any], name: str, minutes: int | None = 60
+    info: Info[Any, Any],
+    name: Annotated[str, strawberry.argument(description="The queue's name.")],
+    minutes: Annotated[
+        int | None,
+        strawberry.argument(
+            description="How many closed minutes, 1 to 1440 (null: 60); BAD_USER_INPUT outside "
+            "that range."
+        ),
+    ] = 60,
 ) -> list[QueueSample]:
     """A queue's last `minutes` closed minutes (1..1440, null: 60), oldest first, one per
     minute, zeros where idle."""
@@ -141,7 +176,7 @@ async def resolve_workers(info: Info[Any, Any]) -> list[Worker]:
 
 async def resolve_entity_lock(
     info: Info[Any, Any],
-    entity_type: str,
+    entity_type: Annotated[str, strawberry.argument(description="The kind of entity.")],
     entity_id: EntityID,
 ) -> EntityLock | None:
     """Who holds an entity lock right now; null when nobody does (or it expired)."""
@@ -149,20 +184,61 @@ async def resolve_entity_lock(
     return EntityLock.from_record(record) if record else None
 
 
-@strawberry.type(name="Query")
+@strawberry.type(
+    name="Query",
+    description="Laneway's queries: instances, events, workflows, queues, schedules, locks and "
+    "workers. Each needs read access.",
+)
 class LanewayQuery:
     """Laneway's queries; a host's Query inherits them next to its own fields."""
 
-    workflow_instance: WorkflowInstanceStatus | None = fields.query(resolve_workflow_instance)
-    workflow_instances: list[WorkflowInstanceStatus] = fields.query(resolve_workflow_instances)
-    workflow_instances_connection: WorkflowInstanceConnection = fields.query(
-        resolve_workflow_instances_connection
+    workflow_instance: WorkflowInstanceStatus | None = fields.query(
+        resolve_workflow_instance,
+        description="One instance by its id; null when there is none.",
     )
-    workflow_event_history: list[WorkflowEvent] = fields.query(resolve_workflow_event_history)
-    workflows: list[WorkflowDefinitionInfo] = fields.query(resolve_workflows)
-    queues: list[QueueStats] = fields.query(resolve_queues)
-    queue_history: list[QueueSample] = fields.query(resolve_queue_history)
-    schedules: list[Schedule] = fields.query(resolve_schedules)
-    entity_lock: EntityLock | None = fields.query(resolve_entity_lock)
-    workers: list[Worker] = fields.query(resolve_workers)
-    deploy_preflight: list[PreflightFinding] = fields.query(resolve_deploy_preflight)
+    workflow_instances: list[WorkflowInstanceStatus] = fields.query(
+        resolve_workflow_instances,
+        description="Instances newest first, filtered by workflow name, queue and status, a "
+        "page by limit and offset (workflowInstancesConnection pages without an offset's cost).",
+    )
+    workflow_instances_connection: WorkflowInstanceConnection = fields.query(
+        resolve_workflow_instances_connection,
+        description="Instances newest first (creation time, then id), a page at a time after a "
+        "cursor, filtered as workflowInstances is and by concurrency key and version. Any page "
+        "costs the same as the first.",
+    )
+    workflow_event_history: list[WorkflowEvent] = fields.query(
+        resolve_workflow_event_history,
+        description="Events in commit order after afterEventID, of one instance or of all: to "
+        "read on, pass the last eventID as afterEventID.",
+    )
+    workflows: list[WorkflowDefinitionInfo] = fields.query(
+        resolve_workflows,
+        description="The workflows registered in this process, each by its newest version, "
+        "with the list of its versions.",
+    )
+    queues: list[QueueStats] = fields.query(
+        resolve_queues,
+        description="Every queue, with its caps, whether it is paused, and its instance counts "
+        "per status.",
+    )
+    queue_history: list[QueueSample] = fields.query(
+        resolve_queue_history,
+        description="A queue's last `minutes` closed minutes, oldest first, one sample per "
+        "minute (zeros where it was idle).",
+    )
+    schedules: list[Schedule] = fields.query(resolve_schedules, description="Every schedule.")
+    entity_lock: EntityLock | None = fields.query(
+        resolve_entity_lock,
+        description="Who holds an entity's lock now; null when nobody does (or the lock expired).",
+    )
+    workers: list[Worker] = fields.query(
+        resolve_workers,
+        description="Every live process that runs an engine, with what it runs and when it was "
+        "last seen.",
+    )
+    deploy_preflight: list[PreflightFinding] = fields.query(
+        resolve_deploy_preflight,
+        description="What the code described by `workflows` could not run of the instances in "
+        "flight, per workflow version and reason; empty when deploying it strands nothing.",
+    )

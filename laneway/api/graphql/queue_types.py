@@ -16,26 +16,32 @@ from laneway.model import (
 )
 
 
-@strawberry.type
+@strawberry.type(description="How many instances of a queue are in each status.")
 class StatusCounts:
-    """How many instances of a queue are in each status."""
+    pending: int = strawberry.field(description="Instances waiting to be claimed.")
+    running: int = strawberry.field(description="Instances running now.")
+    paused: int = strawberry.field(
+        description="Instances paused at a checkpoint, awaiting resumeWorkflow."
+    )
+    waiting: int = strawberry.field(description="Instances sleeping or waiting for a signal.")
+    completed: int = strawberry.field(description="Instances that completed.")
+    failed: int = strawberry.field(description="Instances that failed.")
+    cancelled: int = strawberry.field(description="Instances that were cancelled.")
 
-    pending: int
-    running: int
-    paused: int
-    waiting: int
-    completed: int
-    failed: int
-    cancelled: int
 
-
-@strawberry.type
+@strawberry.type(
+    description=(
+        "A queue: its caps, whether it is paused, and how many of its instances are in each status."
+    )
+)
 class QueueStats:
-    """A queue's caps, whether it is paused, and its instances per status."""
-
-    name: str
-    concurrency: int
-    rate_per_minute: float | None
+    name: str = strawberry.field(description="The queue's name.")
+    concurrency: int = strawberry.field(
+        description="At most this many of its instances run at once."
+    )
+    rate_per_minute: float | None = strawberry.field(
+        description=("At most this many of its instances start per minute; null: no rate cap.")
+    )
     key_concurrency: int | None = strawberry.field(
         description="At most this many running per concurrency key (null: no cap per key)."
     )
@@ -48,7 +54,7 @@ class QueueStats:
             "running finish; pending ones wait, waitingReason QUEUE_PAUSED)."
         )
     )
-    counts: StatusCounts
+    counts: StatusCounts = strawberry.field(description="Its instances per status.")
     settings_source: str = strawberry.field(
         description=(
             'Where concurrency and ratePerMinute came from: "default" (nobody set them), '
@@ -82,17 +88,22 @@ class QueueStats:
         )
 
 
-@strawberry.type
+@strawberry.type(description="One closed minute of a queue's history.")
 class QueueSample:
-    """One minute of a queue's history; `at` is the start of the minute, `pending` the depth
-    as the minute closed, `retried` the failed attempts scheduled for an automatic retry."""
-
-    at: float
-    started: int
-    completed: int
-    failed: int
-    retried: int
-    pending: int
+    at: float = strawberry.field(
+        description="The start of the minute, in milliseconds since the Unix epoch."
+    )
+    started: int = strawberry.field(description="Started events of its instances in the minute.")
+    completed: int = strawberry.field(description="Its instances that completed in the minute.")
+    failed: int = strawberry.field(description="Its instances that failed in the minute.")
+    retried: int = strawberry.field(
+        description="Failed attempts scheduled for an automatic retry in the minute."
+    )
+    pending: int = strawberry.field(
+        description=(
+            "Its pending instances, sampled as the minute closed (0 when no sample was taken)."
+        )
+    )
 
     @classmethod
     def from_record(cls, record: QueueSampleRecord) -> Self:

@@ -7,7 +7,7 @@ with `afterEventID` sees no gap and no duplicate.
 """
 
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.types import Info
@@ -15,7 +15,6 @@ from strawberry.types.unset import UNSET
 
 from laneway.api.graphql import fields
 from laneway.api.graphql.arguments import (
-    AfterEventID,
     OptionalInstanceID,
     given,
     parse_event_id,
@@ -29,8 +28,21 @@ from laneway.events import EventSelection
 async def resolve_workflow_events(
     info: Info[Any, Any],
     instance_id: OptionalInstanceID = UNSET,
-    name: str | None = UNSET,
-    after_event_id: AfterEventID = UNSET,
+    name: Annotated[
+        str | None,
+        strawberry.argument(
+            description="Only the events of instances of the workflow of this name."
+        ),
+    ] = UNSET,
+    after_event_id: Annotated[
+        strawberry.ID | None,
+        strawberry.argument(
+            name="afterEventID",
+            description='First replay the events after this one, by its eventID ("0": every '
+            "event kept); left out: the stream starts now. BAD_USER_INPUT for anything but a "
+            "decimal event id.",
+        ),
+    ] = UNSET,
 ) -> AsyncGenerator[WorkflowEvent, None]:
     """Events as they happen. `afterEventID` first replays the events after that one
     (`"0"`: every retained event); without it, the stream starts now."""
@@ -46,10 +58,15 @@ async def resolve_workflow_events(
             yield WorkflowEvent.from_record(event)
 
 
-@strawberry.type(name="Subscription")
+@strawberry.type(
+    name="Subscription",
+    description="Laneway's event stream (graphql-transport-ws). It needs read access.",
+)
 class LanewaySubscription:
     """Laneway's `workflowEvents`; a host's Subscription inherits it (or is this type)."""
 
     workflow_events: AsyncGenerator[WorkflowEvent, None] = fields.subscription(
-        resolve_workflow_events
+        resolve_workflow_events,
+        description="Lifecycle events as they commit, without loss: resuming with afterEventID "
+        "replays what followed that event, with no gap and no duplicate before the live ones.",
     )
