@@ -25,18 +25,48 @@ from laneway.model import InstanceFilter as FilterModel
 MAX_TIME_MS = 253_402_300_799_999.0
 
 
-@strawberry.input(name="InstanceFilter")
+@strawberry.input(
+    name="InstanceFilter",
+    description="Which instances a bulk action looks at; a field left out (or null) matches any.",
+)
 class InstanceFilterInput:
-    """Which instances a bulk action looks at; a field left out (or null) matches any. The
-    created window is exclusive at both ends, in milliseconds since the Unix epoch."""
-
-    name: str | None = strawberry.UNSET
-    queue: str | None = strawberry.UNSET
-    statuses: list[str] | None = strawberry.UNSET
-    concurrency_key: str | None = strawberry.field(default=strawberry.UNSET, name="concurrencyKey")
-    version: str | None = strawberry.UNSET
-    created_after: float | None = strawberry.field(default=strawberry.UNSET, name="createdAfter")
-    created_before: float | None = strawberry.field(default=strawberry.UNSET, name="createdBefore")
+    name: str | None = strawberry.field(
+        default=strawberry.UNSET, description="Only instances of the workflow of this name."
+    )
+    queue: str | None = strawberry.field(
+        default=strawberry.UNSET, description="Only instances in the queue of this name."
+    )
+    statuses: list[str] | None = strawberry.field(
+        default=strawberry.UNSET,
+        description=(
+            "Only instances in one of these statuses (BAD_USER_INPUT for an unknown one)."
+        ),
+    )
+    concurrency_key: str | None = strawberry.field(
+        default=strawberry.UNSET,
+        name="concurrencyKey",
+        description="Only instances enqueued with this concurrency key.",
+    )
+    version: str | None = strawberry.field(
+        default=strawberry.UNSET,
+        description="Only instances running on this version of their workflow.",
+    )
+    created_after: float | None = strawberry.field(
+        default=strawberry.UNSET,
+        name="createdAfter",
+        description=(
+            "Only instances created after this time (exclusive), in milliseconds since the Unix"
+            " epoch, 0 to the end of year 9999 (BAD_USER_INPUT otherwise)."
+        ),
+    )
+    created_before: float | None = strawberry.field(
+        default=strawberry.UNSET,
+        name="createdBefore",
+        description=(
+            "Only instances created before this time (exclusive), in milliseconds since the "
+            "Unix epoch, 0 to the end of year 9999 (BAD_USER_INPUT otherwise)."
+        ),
+    )
 
     def to_model(self) -> FilterModel:
         """The engine's filter.
@@ -70,15 +100,17 @@ def parse_time_ms(value: float | None, what: str) -> datetime | None:
     return datetime.fromtimestamp(value / 1000.0, tz=UTC)
 
 
-@strawberry.type
+@strawberry.type(description="What a bulk action did, or on a dry run would do.")
 class BulkResult:
-    """What a bulk action did: `matched` counts the instances the filter selects that the
-    action applies to, `changed` those this call changed (0 on a dry run), `sampleIDs` up to
-    100 of the matched, newest first."""
-
-    matched: int
-    changed: int
-    sample_ids: list[strawberry.ID] = strawberry.field(name="sampleIDs")
+    matched: int = strawberry.field(
+        description="How many instances the filter selects that the action applies to."
+    )
+    changed: int = strawberry.field(
+        description="How many of them this call changed (0 on a dry run)."
+    )
+    sample_ids: list[strawberry.ID] = strawberry.field(
+        name="sampleIDs", description="Up to 100 ids of the matched instances, newest first."
+    )
 
     @classmethod
     def from_record(cls, record: BulkRecord) -> "BulkResult":
@@ -93,8 +125,18 @@ BulkCall = Callable[..., Awaitable[BulkRecord]]
 
 
 # Explicit argument names: the contract's, under any name converter of a host's schema.
-Filter = Annotated[InstanceFilterInput, strawberry.argument(name="filter")]
-DryRun = Annotated[bool | None, strawberry.argument(name="dryRun")]
+Filter = Annotated[
+    InstanceFilterInput,
+    strawberry.argument(name="filter", description="Which instances the action looks at."),
+]
+DryRun = Annotated[
+    bool | None,
+    strawberry.argument(
+        name="dryRun",
+        description="True: count and sample what it would change, and change nothing "
+        "(null: false).",
+    ),
+]
 
 
 async def _run(

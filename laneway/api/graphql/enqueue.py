@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import strawberry
 from strawberry.schema.name_converter import NameConverter
 from strawberry.types import Info
-from strawberry.types.arguments import InputContext
+from strawberry.types.arguments import InputContext, StrawberryArgumentAnnotation
 from strawberry.types.base import StrawberryObjectDefinition, get_object_definition
 from strawberry.types.unset import UNSET
 
@@ -28,20 +28,53 @@ from laneway.errors import InvalidInputError
 
 MAX_BATCH = 1000  # requests per enqueueWorkflows call
 
+# What each argument of enqueueWorkflow, and each field of EnqueueInput, means.
+DESCRIBED = {
+    "name": "The name of the workflow to run (BAD_USER_INPUT when none is registered).",
+    "params": "Its params, as JSON; BAD_USER_INPUT when the workflow refuses them or they are "
+    "too large.",
+    "queue": "The queue to run it in (left out or null: the workflow's own queue).",
+    "priority": "From -1,000,000 to 1,000,000 (left out or null: 0): a due instance of higher "
+    "priority is claimed first in its queue.",
+    "delay_ms": "How long to hold it back before it may run, in milliseconds on the database "
+    "clock, 0 to 366 days (left out or null: 0).",
+    "idempotency_key": "A key of 1 to 255 characters: a later enqueue with the same key returns "
+    "the instance this one created (created false) instead of creating another.",
+    "singleton_key": "A key of 1 to 255 characters: at most one instance per workflow and key is "
+    "not yet terminal; an enqueue while one is returns it (created false).",
+    "concurrency_key": "A key of 1 to 255 characters (a tenant, say): its queue's keyConcurrency "
+    "and keyRatePerMinute apply per key, and keys take turns for the queue's slots.",
+    "version": "The version of the workflow to run on (left out or null: the newest this server "
+    "has); BAD_USER_INPUT when this server has no such version.",
+}
 
-@strawberry.input(name="EnqueueInput")
+
+def described(name: str) -> StrawberryArgumentAnnotation:
+    """An enqueueWorkflow argument's declaration, with its description."""
+    return strawberry.argument(description=DESCRIBED[name])
+
+
+@strawberry.input(
+    name="EnqueueInput", description="One instance to enqueue, as enqueueWorkflow's arguments."
+)
 class EnqueueInput:
-    """One instance to enqueue: the arguments of enqueueWorkflow."""
-
-    name: str
-    params: JSON | None = UNSET
-    queue: str | None = UNSET
-    priority: int | None = UNSET
-    delay_ms: float | None = strawberry.field(default=UNSET, name="delayMs")
-    idempotency_key: str | None = strawberry.field(default=UNSET, name="idempotencyKey")
-    singleton_key: str | None = strawberry.field(default=UNSET, name="singletonKey")
-    concurrency_key: str | None = strawberry.field(default=UNSET, name="concurrencyKey")
-    version: str | None = UNSET
+    name: str = strawberry.field(description=DESCRIBED["name"])
+    params: JSON | None = strawberry.field(default=UNSET, description=DESCRIBED["params"])
+    queue: str | None = strawberry.field(default=UNSET, description=DESCRIBED["queue"])
+    priority: int | None = strawberry.field(default=UNSET, description=DESCRIBED["priority"])
+    delay_ms: float | None = strawberry.field(
+        default=UNSET, name="delayMs", description=DESCRIBED["delay_ms"]
+    )
+    idempotency_key: str | None = strawberry.field(
+        default=UNSET, name="idempotencyKey", description=DESCRIBED["idempotency_key"]
+    )
+    singleton_key: str | None = strawberry.field(
+        default=UNSET, name="singletonKey", description=DESCRIBED["singleton_key"]
+    )
+    concurrency_key: str | None = strawberry.field(
+        default=UNSET, name="concurrencyKey", description=DESCRIBED["concurrency_key"]
+    )
+    version: str | None = strawberry.field(default=UNSET, description=DESCRIBED["version"])
 
 
 def _python_names(definition: StrawberryObjectDefinition) -> dict[str, str]:
@@ -96,15 +129,15 @@ def enqueue_request(
 
 async def resolve_enqueue_workflow(
     info: Info[Any, Any],
-    name: str,
-    params: JSON | None = UNSET,
-    queue: str | None = UNSET,
-    priority: int | None = UNSET,
-    delay_ms: float | None = UNSET,
-    idempotency_key: str | None = UNSET,
-    singleton_key: str | None = UNSET,
-    concurrency_key: str | None = UNSET,
-    version: str | None = UNSET,
+    name: Annotated[str, described("name")],
+    params: Annotated[JSON | None, described("params")] = UNSET,
+    queue: Annotated[str | None, described("queue")] = UNSET,
+    priority: Annotated[int | None, described("priority")] = UNSET,
+    delay_ms: Annotated[float | None, described("delay_ms")] = UNSET,
+    idempotency_key: Annotated[str | None, described("idempotency_key")] = UNSET,
+    singleton_key: Annotated[str | None, described("singleton_key")] = UNSET,
+    concurrency_key: Annotated[str | None, described("concurrency_key")] = UNSET,
+    version: Annotated[str | None, described("version")] = UNSET,
 ) -> EnqueueResult:
     """Create an instance, or return the one its idempotency or singleton key names. A
     concurrencyKey puts it under its queue's caps per key (keyConcurrency, keyRatePerMinute).
@@ -136,7 +169,13 @@ async def resolve_enqueue_workflow(
 
 async def resolve_enqueue_workflows(
     info: Info[Any, Any],
-    requests: Annotated[list[EnqueueRequest], strawberry.argument(graphql_type=list[EnqueueInput])],
+    requests: Annotated[
+        list[EnqueueRequest],
+        strawberry.argument(
+            graphql_type=list[EnqueueInput],
+            description="The instances to enqueue, at most 1000 (BAD_USER_INPUT beyond).",
+        ),
+    ],
 ) -> list[EnqueueResult]:
     """Enqueue up to 1000 instances at once, each as enqueueWorkflow would, in one
     transaction: one refused request refuses the call (its index named) with nothing

@@ -46,7 +46,7 @@ class WorkflowEvent:
         description="The template stage, on an event that names one; null on others."
     )
     checkpoint: str | None = strawberry.field(
-        description=("The checkpoint's label, on an event that names one; null on others.")
+        description="The checkpoint's label, on an event that names one; null on others."
     )
     signal: str | None = strawberry.field(
         description="The signal's name, for waiting and signalled events (never its payload)."

@@ -143,7 +143,7 @@ class AttemptFailure:
 
 
 @strawberry.type(
-    description=("One instance of a workflow: where it is, how it went, what it returned.")
+    description="One instance of a workflow: where it is, how it went, what it returned."
 )
 class WorkflowInstanceStatus:
     instance_id: strawberry.ID = strawberry.field(
@@ -178,7 +178,7 @@ class WorkflowInstanceStatus:
         )
     )
     run_after: float = strawberry.field(
-        description=("The earliest time it may be claimed, in milliseconds since the Unix epoch.")
+        description="The earliest time it may be claimed, in milliseconds since the Unix epoch."
     )
     params: JSON | None = strawberry.field(description="The params it was enqueued with.")
     result: JSON | None = strawberry.field(
@@ -199,7 +199,7 @@ class WorkflowInstanceStatus:
         description="The checkpoint it last reached or is paused at; null when none."
     )
     progress: float | None = strawberry.field(
-        description=("The progress its handler last reported, from 0 to 1; null when none.")
+        description="The progress its handler last reported, from 0 to 1; null when none."
     )
     message: str | None = strawberry.field(
         description="The status line its handler last reported; null when none."

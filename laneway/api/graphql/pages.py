@@ -7,14 +7,21 @@ list's own WorkflowInstanceStatus, read as a summary.
 """
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import strawberry
 from strawberry.types import Info
 from strawberry.types.unset import UNSET
 
-from laneway.api.graphql.arguments import given, status_filter
+from laneway.api.graphql.arguments import (
+    NameFilter,
+    QueueFilter,
+    StatusesFilter,
+    StatusFilter,
+    given,
+    status_filter,
+)
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.types import WorkflowInstanceStatus
 from laneway.api.graphql.waiting_reasons import read_with_reasons
@@ -23,31 +30,35 @@ from laneway.model import InstanceFilter, InstancePage, WaitingReason
 DEFAULT_FIRST = 50
 
 
-@strawberry.type
+@strawberry.type(
+    description="Where a page of workflowInstancesConnection ends, and whether another follows."
+)
 class PageInfo:
-    """Where a page ends, and whether another follows."""
-
-    has_next_page: bool
+    has_next_page: bool = strawberry.field(description="Whether more instances follow this page.")
     end_cursor: str | None = strawberry.field(
         description="The last edge's cursor, to pass as `after` for the next page; null when "
         "the page is empty."
     )
 
 
-@strawberry.type
+@strawberry.type(description="One instance of a page, with the cursor of its place in the order.")
 class WorkflowInstanceEdge:
-    """One instance of a page, with the cursor of its place in the order."""
+    cursor: str = strawberry.field(
+        description="An opaque cursor: pass it as `after` to read the instances after this one."
+    )
+    node: WorkflowInstanceStatus = strawberry.field(description="The instance.")
 
-    cursor: str
-    node: WorkflowInstanceStatus
 
-
-@strawberry.type
+@strawberry.type(
+    description="A page of instances, newest first (creation time, then id, descending)."
+)
 class WorkflowInstanceConnection:
-    """A page of instances, newest first (creation time, then id, descending)."""
-
-    edges: list[WorkflowInstanceEdge]
-    page_info: PageInfo
+    edges: list[WorkflowInstanceEdge] = strawberry.field(
+        description="The page's instances, in order."
+    )
+    page_info: PageInfo = strawberry.field(
+        description="Where the page ends, and whether another follows."
+    )
 
     @classmethod
     def from_page(
@@ -67,14 +78,34 @@ class WorkflowInstanceConnection:
 
 async def resolve_workflow_instances_connection(
     info: Info[Any, Any],
-    first: int | None = DEFAULT_FIRST,
-    after: str | None = UNSET,
-    name: str | None = UNSET,
-    queue: str | None = UNSET,
-    status: str | None = UNSET,
-    statuses: list[str] | None = UNSET,
-    concurrency_key: str | None = UNSET,
-    version: str | None = UNSET,
+    first: Annotated[
+        int | None,
+        strawberry.argument(
+            description="How many instances in the page, 1 to 500 (null: 50); BAD_USER_INPUT "
+            "outside that range."
+        ),
+    ] = DEFAULT_FIRST,
+    after: Annotated[
+        str | None,
+        strawberry.argument(
+            description="The endCursor of the page before (left out: the first page); "
+            "BAD_USER_INPUT for a string that is not a cursor of this connection."
+        ),
+    ] = UNSET,
+    name: NameFilter = UNSET,
+    queue: QueueFilter = UNSET,
+    status: StatusFilter = UNSET,
+    statuses: StatusesFilter = UNSET,
+    concurrency_key: Annotated[
+        str | None,
+        strawberry.argument(description="Only instances enqueued with this concurrency key."),
+    ] = UNSET,
+    version: Annotated[
+        str | None,
+        strawberry.argument(
+            description="Only instances running on this version of their workflow."
+        ),
+    ] = UNSET,
 ) -> WorkflowInstanceConnection:
     """Instances newest first, `first` (1..500) after the cursor `after`, filtered as
     workflowInstances is, and by concurrency key and workflow version. Any page costs the same

@@ -40,7 +40,7 @@ class QueueStats:
         description="At most this many of its instances run at once."
     )
     rate_per_minute: float | None = strawberry.field(
-        description=("At most this many of its instances start per minute; null: no rate cap.")
+        description="At most this many of its instances start per minute; null: no rate cap."
     )
     key_concurrency: int | None = strawberry.field(
         description="At most this many running per concurrency key (null: no cap per key)."

@@ -207,13 +207,16 @@ def schema_extensions() -> list[Extension]:
 
 def schema_config() -> StrawberryConfig:
     """Laneway's schema configuration: no "Did you mean …?" field suggestions (a schema
-    hint), and the JSON scalar without Strawberry's description, as schema.graphql has it,
-    whose literals read their variables as json_literal.py says."""
+    hint), and the JSON scalar with Laneway's own short description in place of Strawberry's
+    (which cites a specification's URL), whose literals read their variables as
+    json_literal.py says."""
     return StrawberryConfig(
         disable_field_suggestions=True,
         scalar_map={
             JSON: strawberry.scalar(
                 name="JSON",
+                description="Any JSON value: an object, an array, a string, a number, a "
+                "boolean or null.",
                 serialize=lambda value: value,
                 parse_value=lambda value: value,
                 parse_literal=json_literal,  # a variable not provided stands for nothing

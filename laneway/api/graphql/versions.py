@@ -5,7 +5,7 @@ Owns those types and the deployPreflight resolver; the check itself is the engin
 (laneway/engine/preflight.py).
 """
 
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 import strawberry
 from strawberry import UNSET
@@ -17,37 +17,50 @@ from laneway.engine.preflight import PreflightFinding as Finding
 from laneway.engine.preflight import WorkflowSpec
 
 
-@strawberry.type
+@strawberry.type(description="One version of one workflow, as a process registered it.")
 class WorkflowVersion:
-    """One version of one workflow, as a process registered it."""
-
-    name: str
-    version: str
+    name: str = strawberry.field(description="The workflow's name.")
+    version: str = strawberry.field(description="The version.")
 
 
-@strawberry.input
+@strawberry.input(description="One workflow version of the code about to be deployed.")
 class WorkflowSpecInput:
-    """One workflow version of the code about to be deployed: its action names (a handler
-    map's handlers; a template's are its stages) and, for a template, its stages."""
+    name: str = strawberry.field(description="The workflow's name.")
+    version: str = strawberry.field(description="The version the code registers.")
+    actions: list[str] = strawberry.field(
+        description=(
+            "Its action names: a handler map's handlers; a template's stages. At most 1000."
+        )
+    )
+    # not `= null` in the SDL: the contract (#21) has none
+    stages: list[str] | None = strawberry.field(
+        default=UNSET, description="A template's stages, at most 1000; left out for a handler map."
+    )
 
-    name: str
-    version: str
-    actions: list[str]
-    stages: list[str] | None = UNSET  # not `= null` in the SDL: the contract (#21) has none
 
-
-@strawberry.type
+@strawberry.type(
+    description=(
+        "Instances in flight of one workflow version that the new code could not run, for one "
+        "reason."
+    )
+)
 class PreflightFinding:
-    """Instances in flight that the new code could not run. `reason`: VERSION_GONE (no spec
-    has their version), ACTION_MISSING (their next action is not in the spec's actions) or
-    STAGE_MISSING (a template's next stage is not in its stages); `detail` says which."""
-
-    name: str
-    version: str
-    reason: str
-    detail: str
-    count: int
-    sample_ids: list[strawberry.ID] = strawberry.field(name="sampleIDs")
+    name: str = strawberry.field(description="The workflow's name.")
+    version: str = strawberry.field(description="The version the instances run on.")
+    reason: str = strawberry.field(
+        description=(
+            "VERSION_GONE (no spec has their version), ACTION_MISSING (their next action is not"
+            " in the spec's actions) or STAGE_MISSING (a template's next stage is not in its "
+            "stages)."
+        )
+    )
+    detail: str = strawberry.field(
+        description="Which version, action or stage is missing, in words."
+    )
+    count: int = strawberry.field(description="How many instances in flight this finding covers.")
+    sample_ids: list[strawberry.ID] = strawberry.field(
+        name="sampleIDs", description="Up to ten of their ids, newest first."
+    )
 
     @classmethod
     def from_finding(cls, finding: Finding) -> Self:
@@ -62,7 +75,14 @@ class PreflightFinding:
 
 
 async def resolve_deploy_preflight(
-    info: Info[Any, Any], workflows: list[WorkflowSpecInput]
+    info: Info[Any, Any],
+    workflows: Annotated[
+        list[WorkflowSpecInput],
+        strawberry.argument(
+            description="Every workflow version the code about to be deployed registers, at "
+            "most 1000 (BAD_USER_INPUT beyond)."
+        ),
+    ],
 ) -> list[PreflightFinding]:
     """What the code described by `workflows` could not run of the instances in flight, per
     workflow version and reason, with counts and up to ten of the newest ids each; empty when

@@ -61,7 +61,7 @@ class EntityLock:
         )
     )
     expires_at: float = strawberry.field(
-        description=("When the lock expires unless renewed, in milliseconds since the Unix epoch.")
+        description="When the lock expires unless renewed, in milliseconds since the Unix epoch."
     )
 
     @classmethod
@@ -136,7 +136,7 @@ class Schedule:
         )
     )
     cron: str | None = strawberry.field(
-        description=("Its cron expression, read in timezone; null for an interval schedule.")
+        description="Its cron expression, read in timezone; null for an interval schedule."
     )
     timezone: str = strawberry.field(
         description="The timezone its cron expression is read in (UTC for an interval)."
