@@ -13,12 +13,12 @@ from laneway.api.graphql.scalars import millis
 from laneway.model import EventRecord
 
 
-@strawberry.type(description="One lifecycle event of an instance, as recorded in commit order.")
+@strawberry.type(description="One lifecycle event of an instance.")
 class WorkflowEvent:
     event_id: strawberry.ID = strawberry.field(
         name="eventID",
         description=(
-            "The event's id: a decimal string, increasing in commit order; pass it as "
+            "The event's id, a decimal string: pass it as "
             "afterEventID to read or stream the events after it."
         ),
     )
