@@ -113,12 +113,11 @@ CREATE_SCHEDULE = (
     " timezone but UTC (BAD_USER_INPUT); or on a cron expression (five fields, or @hourly,"
     " @daily, @weekly, @monthly, @yearly) read in timezone (default UTC). A new schedule is"
     " enabled; replacing one never changes whether it is enabled (setScheduleEnabled does). A"
-    " replacement with the"
-    " same timing (the same every, or the same cron and timezone) keeps its next fire, so a"
-    " catch-up fire due after downtime still happens; another timing fires next at its first"
-    " occurrence from now. A fire does not wait for the previous fire's instance to end (no"
-    " overlap policy; fires carry no singleton or concurrency key): for one at a time, give the"
-    " workflow a queue of concurrency 1 (configureQueue)."
+    " replacement with the same timing (the same every, or the same cron and timezone) keeps"
+    " its next fire, so a catch-up fire due after downtime still happens; another timing fires"
+    " next at its first occurrence from now. A fire does not wait for the previous fire's"
+    " instance to end (no overlap policy; fires carry no singleton or concurrency key): for one"
+    " at a time, give the workflow a queue of concurrency 1 (configureQueue)."
 )
 
 
@@ -185,7 +184,10 @@ DELETE_SCHEDULE = (
 )
 
 
-async def resolve_delete_schedule(info: Info[Any, Any], name: str) -> bool:
+async def resolve_delete_schedule(
+    info: Info[Any, Any],
+    name: Annotated[str, strawberry.argument(description="The schedule's name.")],
+) -> bool:
     """Delete a schedule; false when there was none by that name."""
     return await laneway_of(info.context).services.engine.delete_schedule(name)
 
