@@ -341,3 +341,20 @@ async def test_a_request_that_is_not_http_is_answered_400_in_json_with_a_code(
         "extensions": {"code": "BAD_REQUEST"},
     }
     assert (await short.client.get("/healthz")).status_code == 200
+
+
+async def test_a_body_refused_413_for_its_length_closes_the_connection(database_url: str) -> None:
+    """The server will not read a body it refused for its Content-Length: it says so with
+    `Connection: close` and closes at once, rather than wait for that body until its body
+    timeout (30 s here) while the client waits for the connection."""
+    settings = make_settings(database_url, engine_enabled=False, operation_timeout_seconds=30.0)
+    async with live_server(settings) as server, raw_socket(server) as (reader, writer):
+        writer.write(
+            request_head(server, "POST", "/graphql")
+            + b"Content-Type: application/json\r\nContent-Length: 2000000\r\n\r\n"
+        )
+        await writer.drain()
+        response = parse_response(await read_until_closed(reader, MARGIN))
+    assert response.status == 413
+    assert response.headers["connection"] == "close"
+    assert json.loads(response.body)["errors"][0]["extensions"]["code"] == "BAD_REQUEST"

@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1024 * 1024
 TOO_LARGE = "Request body too large."
 DECODED_BODY = "laneway.decoded_body"
+# A 413 leaves the rest of the body unread: the connection closes with it, or the server would
+# wait for that body (until its body timeout) before it could read the next request.
+CLOSE = ((b"connection", b"close"),)
 _JSON_KINDS = ((str, "a string"), (bool, "a boolean"), ((int, float), "a number"))
 
 
@@ -124,9 +127,8 @@ class RequestLimits:
             return
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
-            await send_error(
-                send, 413, TOO_LARGE, BAD_REQUEST, media_type=answered_media_type(scope)
-            )
+            media_type = answered_media_type(scope)
+            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, CLOSE, media_type)
             return
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -140,9 +142,8 @@ class RequestLimits:
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except BodyTooLargeError:
-            await send_error(
-                send, 413, TOO_LARGE, BAD_REQUEST, media_type=answered_media_type(scope)
-            )
+            media_type = answered_media_type(scope)
+            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, CLOSE, media_type)
             return
         try:
             decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
