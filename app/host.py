@@ -6,7 +6,9 @@ The host keeps its own Starlette app, its own Strawberry schema and its own cont
   `workflowEvents` (LanewayQuery, LanewayMutation, LanewaySubscription), over HTTP and its own
   websocket route. Its context, HostContext, carries Laneway's part as `laneway`
   (`laneway_context`), and HostPermission, not Laneway's bearer tokens, decides who may
-  write: the user named by the `X-User` header "admin";
+  write: the user named by the `X-User` header "admin". That header stands in for the
+  host's real authentication (its session, a verified JWT) so the example stays short: any
+  client can send `X-User: admin`, so a real host must never trust it as it comes;
 - /laneway is the whole Laneway app (dashboard, /laneway/graphql, /laneway/healthz), with its
   own bearer tokens.
 
@@ -51,6 +53,10 @@ from laneway.api import (
 )
 
 LANEWAY_PREFIX = "/laneway"
+# A stand-in for the host's real authentication, never to be trusted as is: any client can
+# send this header with any name, "admin" too. A real host takes its user from what it has
+# verified itself (its session cookie, a JWT whose signature it checked), never from a header
+# the client chose (unless a proxy of its own sets it and strips the client's).
 USER_HEADER = "x-user"
 ADMIN = "admin"
 
@@ -83,7 +89,11 @@ schema = LanewaySchema(
 
 
 class HostPermission:
-    """The host's rule: everyone may read; only its admin may write."""
+    """The host's rule: everyone may read; only its admin may write.
+
+    Only as sound as the user in the context: here `X-User`, which the client sends (see
+    USER_HEADER); a real host decides with a user it authenticated.
+    """
 
     async def may_read(self, caller: Caller) -> Decision:
         return Decision.ALLOW
@@ -96,6 +106,7 @@ class HostPermission:
 
 
 def user_of(connection: HTTPConnection) -> str:
+    """The caller's name as the client claims it (the example's stand-in for a session)."""
     return connection.headers.get(USER_HEADER) or "guest"
 
 
