@@ -225,6 +225,9 @@ def token_flaw(token: str) -> str | None:
     return None
 
 
+# Shorter tokens can be guessed: `serve` on a public address refuses them (check_bind).
+MIN_TOKEN_LENGTH = 16
+
 TOKEN_RULE = (
     "must hold only visible ASCII characters, as a bearer token does (letters, digits and"
     " punctuation, without spaces or line breaks)"
@@ -423,14 +426,29 @@ class Settings:
             tracing=_flag(environ, "LANEWAY_TRACING", True),
         )
 
+    def short_tokens(self) -> tuple[int, ...]:
+        """The places (from 1) of the LANEWAY_API_TOKENS shorter than MIN_TOKEN_LENGTH."""
+        return tuple(n for n, t in enumerate(self.api_tokens, 1) if len(t) < MIN_TOKEN_LENGTH)
+
     def check_bind(self, host: str) -> None:
-        """Refuse to serve on a non-loopback address with no token unless explicitly allowed.
+        """Refuse to serve on a non-loopback address with no token, or with a token shorter
+        than MIN_TOKEN_LENGTH, unless explicitly allowed.
 
         Raises:
-            InvalidInputError: the bind would expose an unauthenticated API.
+            InvalidInputError: the bind would expose an unauthenticated API, or one whose
+                token can be guessed (names the token's place, never its text).
         """
-        if not self.api_tokens and not self.allow_insecure and not is_loopback(host):
+        if self.allow_insecure or is_loopback(host):
+            return
+        if not self.api_tokens:
             raise InvalidInputError(
                 f"refusing to serve on {host} without LANEWAY_API_TOKENS; "
                 "set LANEWAY_ALLOW_INSECURE=1 to allow it"
+            )
+        if short := self.short_tokens():
+            places = ", ".join(str(n) for n in short)
+            raise InvalidInputError(
+                f"refusing to serve on {host}: LANEWAY_API_TOKENS token {places} is shorter"
+                f" than {MIN_TOKEN_LENGTH} characters, which can be guessed; use long random"
+                " tokens (openssl rand -hex 32), or set LANEWAY_ALLOW_INSECURE=1 to allow it"
             )

@@ -153,6 +153,20 @@ async def test_serve_refuses_a_public_address_without_tokens() -> None:
     assert "LANEWAY_ALLOW_INSECURE" in err
 
 
+@pytest.mark.parametrize("tokens", ["''", "Q7", "long-enough-token-1,fifteen-chars-x"])
+async def test_serve_refuses_a_public_address_with_a_short_token(tokens: str) -> None:
+    """An outside audit: a 2-character token (or `''`, quotes and all, from an env file) was
+    taken, and `serve --host 0.0.0.0` started with it."""
+    env = environment("postgresql://127.0.0.1:1/none", LANEWAY_API_TOKENS=tokens)
+    code, _, err = await laneway("serve", "--host", "0.0.0.0", "--port", "0", env=env)
+    assert code == 2
+    place = "2" if "," in tokens else "1"
+    assert f"refusing to serve on 0.0.0.0: LANEWAY_API_TOKENS token {place} is shorter" in err
+    assert "LANEWAY_ALLOW_INSECURE" in err
+    for token in tokens.split(","):
+        assert token not in err
+
+
 async def test_bad_settings_exit_2() -> None:
     code, _, err = await laneway("export-schema", env=environment(None, PORT="99999"))
     assert code == 2

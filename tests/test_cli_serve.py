@@ -31,13 +31,14 @@ def is_ok(response: httpx.Response) -> bool:
 
 @asynccontextmanager
 async def serving(
-    database_url: str, *args: str
+    database_url: str, *args: str, seen: list[dict[str, object]] | None = None, **env: str
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     """`laneway serve ARGS --port 0` once /healthz answers, with the URL it logged; killed if
-    the test leaves it running."""
+    the test leaves it running. `seen` gets the records logged before "listening"; `env` adds
+    to the environment."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "laneway", "serve", "--port", "0", *args,
-        cwd=ROOT, env=environment(database_url, LANEWAY_ENGINE="0"),
+        cwd=ROOT, env=environment(database_url, LANEWAY_ENGINE="0", **env),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert process.stderr is not None
@@ -47,6 +48,8 @@ async def serving(
                 line = await process.stderr.readline()
                 assert line, "serve ended before it listened"
                 record = json.loads(line)
+                if seen is not None:
+                    seen.append(record)
                 if record["message"] == "listening":
                     url = str(record["url"])
                     break
@@ -125,3 +128,29 @@ async def test_serve_keeps_a_websockets_query_string_out_of_its_log(database_url
             _, err = await process.communicate()
     assert b"SECRET-IN-QUERY" not in err
     assert b'WebSocket /graphql?\\u2026\\" [accepted]' in err  # the line stays, without it
+
+
+async def test_serve_on_loopback_with_a_short_token_starts_and_warns(database_url: str) -> None:
+    """A public address refuses a token shorter than 16 characters (tests/test_cli.py);
+    loopback serves with it, and says so once, naming the token's place, never its text."""
+    seen: list[dict[str, object]] = []
+    tokens = "long-enough-token-1,Q7"
+    async with serving(
+        database_url, "--host", "127.0.0.1", seen=seen, LANEWAY_API_TOKENS=tokens
+    ) as (process, url):
+        async with httpx.AsyncClient(timeout=30) as client:
+            answer = await client.post(
+                f"{url}/graphql",
+                json={"query": "{ workflows { name } }"},
+                headers={"authorization": "Bearer Q7"},
+            )
+        assert answer.status_code == 200
+        assert "errors" not in answer.json()
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await process.communicate()
+    warnings = [r for r in seen if r["message"] == "short api tokens"]
+    assert len(warnings) == 1
+    assert warnings[0]["tokens"] == [2]
+    assert warnings[0]["min_length"] == 16
+    assert "Q7" not in json.dumps(seen)

@@ -11,6 +11,7 @@ import pytest
 from laneway.api.graphql.schema import export_schema
 from laneway.config import (
     KNOWN_VARIABLES,
+    MIN_TOKEN_LENGTH,
     MISTAKEN_VARIABLES,
     Settings,
     unknown_variable_warning,
@@ -168,6 +169,24 @@ def test_api_tokens_are_taken_trimmed_and_one_no_client_can_send_is_refused_unqu
     )
     with pytest.raises(InvalidInputError, match=r"token 1: its character 4 is a space$"):
         Settings.from_env({"LANEWAY_API_TOKENS": "two words"})
+
+
+def test_a_token_shorter_than_16_characters_is_refused_on_a_public_address_only() -> None:
+    short, long = "x" * (MIN_TOKEN_LENGTH - 1), "y" * MIN_TOKEN_LENGTH
+    assert MIN_TOKEN_LENGTH == 16
+    settings = Settings.from_env({"LANEWAY_API_TOKENS": f"{long},{short}"})
+    assert settings.short_tokens() == (2,)
+    for host in ("0.0.0.0", "10.0.0.5", "::", ""):
+        with pytest.raises(InvalidInputError, match=r"LANEWAY_API_TOKENS token 2 is shorter"):
+            settings.check_bind(host)
+    # On loopback it is served (with a warning from `serve`), and ALLOW_INSECURE says that a
+    # public API may be weakly guarded on purpose, as it says it may be open.
+    for host in ("127.0.0.1", "localhost", "::1"):
+        settings.check_bind(host)
+    Settings.from_env({"LANEWAY_API_TOKENS": short, "LANEWAY_ALLOW_INSECURE": "1"}).check_bind(
+        "0.0.0.0"
+    )
+    Settings.from_env({"LANEWAY_API_TOKENS": long}).check_bind("0.0.0.0")
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -132,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
             **PROCESS_EXITS,
             1: "cannot listen on its address (a port in use), cannot use the database (or a"
             " newer release migrated it), or its app did not start",
-            2: "a refused configuration: a public address without LANEWAY_API_TOKENS, no"
-            " workflows, a module that cannot be imported, a bad option",
+            2: "a refused configuration: a public address without LANEWAY_API_TOKENS (or with"
+            " one shorter than 16 characters), no workflows, a module that cannot be"
+            " imported, a bad option",
         },
     )
     p.add_argument("--host", help="bind address (default: HOST or 127.0.0.1)")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from laneway.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError, database_error
-from laneway.config import Settings
+from laneway.config import MIN_TOKEN_LENGTH, Settings
 from laneway.engine import WorkflowRegistry
 from laneway.engine import check_workflows as check_wiring
 from laneway.engine.registry import error_line, is_missing
@@ -86,6 +86,11 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     settings.check_bind(host)
+    if short := settings.short_tokens():  # allowed on loopback or with ALLOW_INSECURE only
+        logger.warning(
+            "short api tokens",
+            extra={"tokens": list(short), "min_length": MIN_TOKEN_LENGTH, "host": host},
+        )
     # An --app factory chooses its own workflows (app.main adds the examples), so only the
     # modules the environment names are checked for it.
     registry = check_workflows(settings, allow_none=args.allow_no_workflows or bool(args.app))
