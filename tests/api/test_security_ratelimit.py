@@ -16,7 +16,13 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
-from laneway.api.http.rate_limits import RateLimiter, TokenBucket, client_key, root_field_cost
+from laneway.api.http.rate_limits import (
+    NOT_AN_ADDRESS,
+    RateLimiter,
+    TokenBucket,
+    client_key,
+    root_field_cost,
+)
 from laneway.config import Settings
 from laneway.errors import InvalidInputError
 from tests.api.conftest import TOKEN, escaped, live_server, make_settings
@@ -95,6 +101,50 @@ def test_a_client_is_its_valid_token_however_spelled_else_its_address() -> None:
     for wrong in (None, "Bearer guess", TOKEN, 7):
         assert client_key(wrong, tokens, address) == "ip:10.1.2.3"
     assert client_key(f"Bearer {TOKEN}", (), address) == "ip:10.1.2.3"
+
+
+def test_an_address_counts_however_it_is_written_and_any_other_string_as_one() -> None:
+    """What uvicorn sets as the client from a trusted peer's X-Forwarded-For is any string."""
+    spellings = ("::1", "0:0:0:0:0:0:0:1", "0000::0001", "::1%eth0", "::1%zz")
+    assert {client_key(None, (), (s, 0), limit_local=True) for s in spellings} == {"ip:::1"}
+    assert client_key(None, (), ("::ffff:10.1.2.3", 0)) == "ip:10.1.2.3"
+    for garbage in ("zz0", "zz1", "localhost", "unknown", "", "10.1.2.3:x", "01.2.3.4"):
+        assert client_key(None, (), (garbage, 0), limit_local=False) == NOT_AN_ADDRESS
+    assert client_key(None, (), None, limit_local=False) == NOT_AN_ADDRESS
+    assert client_key(None, (), ("127.0.0.1", 0), limit_local=False) is None
+    assert client_key(None, (), ("0:0::1", 0), limit_local=False) is None
+
+
+async def test_forwarded_client_addresses_that_are_not_ip_addresses_share_one_bucket(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From 127.0.0.1, which uvicorn trusts by default, a client's X-Forwarded-For is taken
+    as its address, any string: a new one per request was a new bucket, and no limit held."""
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)  # uvicorn's default, loopback
+    settings = make_settings(
+        database_url,
+        limit_local_clients=True,
+        engine_enabled=False,
+        rate_limit_per_second=0.01,
+        rate_burst=3,
+    )
+    query = {"query": "{ workflows { name } }"}
+    async with live_server(settings) as server:
+
+        async def status(forwarded: str) -> int:
+            headers = {"x-forwarded-for": forwarded}
+            response = await server.client.post("/graphql", json=query, headers=headers)
+            return response.status_code
+
+        invented = [await status(f"zz{n}") for n in range(6)]
+        # An address however spelled is one client too: ::1, 0::1, ::1%a…
+        spelled = [await status(s) for s in ("2001:db8::7", "2001:db8:0::7", "2001:db8::7%a")]
+        spelled.append(await status("2001:0db8::0007%b"))
+        # A real address (a proxy that uvicorn trusts forwarded it) is its own client.
+        other = await status("203.0.113.9")
+    assert invented == [200, 200, 200, 429, 429, 429]
+    assert spelled == [200, 200, 200, 429]
+    assert other == 200
 
 
 def test_full_buckets_are_forgotten_when_there_are_too_many() -> None:

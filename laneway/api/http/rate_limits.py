@@ -10,6 +10,7 @@ websocket_limits.py and spends from the same buckets.
 """
 
 import hashlib
+import ipaddress
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -32,12 +33,14 @@ from laneway.api.graphql.errors import RATE_LIMITED, send_error
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
 from laneway.api.http.body_limits import DECODED_BODY
-from laneway.config import is_loopback
 
 Clock = Callable[[], float]
 
 RATE_LIMITED_MESSAGE = "Too many requests; slow down."
 MAX_CLIENTS = 10_000  # buckets kept before full ones are forgotten
+# The one bucket of every client whose address is not an IP address: uvicorn takes any string
+# a trusted peer forwards (X-Forwarded-For: zz0), so each new string would be a fresh bucket.
+NOT_AN_ADDRESS = "ip:not-an-address"
 
 
 @dataclass(slots=True)
@@ -111,20 +114,33 @@ def client_key(
     *,
     limit_local: bool = True,
 ) -> str | None:
-    """Whom a request counts against: its valid token (hashed), else its IP address.
+    """Whom a request counts against: its valid token (hashed), else its IP address, written
+    one way (so `::1` and `0:0::1`, or `1.2.3.4` and `::ffff:1.2.3.4`, are one client).
+
+    A client whose address is not an IP address counts against NOT_AN_ADDRESS, one bucket
+    for all of them, never as local. Behind a peer that uvicorn trusts (FORWARDED_ALLOW_IPS,
+    127.0.0.1 and ::1 by default) the address is what X-Forwarded-For says (docs/limits.md),
+    and uvicorn takes any string there: the peer's own address is gone by then, so a client
+    that invents a new one each time gains one shared bucket, not a fresh bucket per string.
 
     None (not limited): a client on this machine without a valid token, unless `limit_local`
-    (`make run`, local scripts and tests are not throttled; behind a reverse proxy uvicorn
-    sees the forwarded address, and token holders count per token wherever they are).
+    (`make run`, local scripts and tests are not throttled; token holders count per token
+    wherever they are).
     """
     if tokens and check_bearer(credential, tokens) is Access.GRANTED:
         assert isinstance(credential, str)
         token = credential.strip().partition(" ")[2].strip()  # however "Bearer" is spelled
         return "token:" + hashlib.sha256(token.encode()).hexdigest()[:32]
-    address = client[0] if client else "unknown"
-    if not limit_local and is_loopback(address):
+    try:
+        # Without an IPv6 zone (fe80::1%eth0): any text is a zone, so a new bucket each time.
+        address = ipaddress.ip_address((client[0] if client else "").partition("%")[0])
+    except ValueError:
+        return NOT_AN_ADDRESS
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if not limit_local and address.is_loopback:
         return None
-    return "ip:" + address
+    return f"ip:{address}"
 
 
 def _root_keys(
