@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from laneway.engine import Done, Engine, HandlerContext, Pause, Workflow
@@ -459,11 +460,24 @@ async def test_waiting_reasons_name_the_cap_that_holds_an_instance(store: Store)
     # A second engine for `idle` that polls once a minute, and no enqueue here wakes it: what
     # is enqueued for it stays ready (claimable) while the test reads it.
     sleepy = make_engine(store, idle, owner_id="sleepy", poll_interval_seconds=60)
+    # Its first round claims what is due then: the READY read waits until that round is over
+    # (it is listed as a worker just before it, and a fresh clone's run once enqueued first).
+    first_round = asyncio.Event()
+    claim = sleepy.claim_loop.claim
+
+    async def claim_once_seen(limit: int | None = None) -> Any:
+        try:
+            return await claim(limit)
+        finally:
+            first_round.set()
+
+    sleepy.claim_loop.claim = claim_once_seen  # type: ignore[method-assign]
     try:
         async with engine.running(), sleepy.running():
             await eventually(
                 engine.workers, lambda ws: {w.owner_id for w in ws} == {"reasons", "sleepy"}
             )
+            await asyncio.wait_for(first_round.wait(), timeout=10)
 
             # READY: a live worker, a queue with room, and nothing else in the way.
             ready = await setup.enqueue("idle", concurrency_key="x")
