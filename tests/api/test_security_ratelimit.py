@@ -182,6 +182,11 @@ def test_full_buckets_are_forgotten_when_there_are_too_many() -> None:
             None,
             1,
         ),
+        # A long document costs one token per 2 KiB (parsing and validating it costs the
+        # server in proportion), whether it parses or not.
+        ("{ workflows { " + "name " * 2000 + "} }", None, 4),
+        ("{ workflows { " + "name " * 2000, None, 4),
+        ("#" + "x" * 4095 + "\n{ workflows { name } }", None, 2),
     ],
 )
 def test_a_request_costs_its_root_fields(

@@ -3,8 +3,8 @@
 Owns the buckets and the HTTP side of LANEWAY_RATE_LIMIT / LANEWAY_RATE_BURST. A client is
 its bearer token when the token is valid, else its IP address, so neither guessing tokens nor
 leaving them out buys a fresh bucket. A request costs one token per root field it selects
-(aliases and fragments count, the same response key twice does not), and never more than
-the burst. Over the limit: HTTP 429 with a Retry-After and code RATE_LIMITED, and nothing
+(aliases and fragments count, the same response key twice does not), or one per 2 KiB of its
+document if that is more, and never more than the burst. Over the limit: HTTP 429 with a Retry-After and code RATE_LIMITED, and nothing
 runs. The websocket side (subscribe messages, handshakes, connections per token) is in
 websocket_limits.py and spends from the same buckets.
 """
@@ -38,6 +38,9 @@ Clock = Callable[[], float]
 
 RATE_LIMITED_MESSAGE = "Too many requests; slow down."
 MAX_CLIENTS = 10_000  # buckets kept before full ones are forgotten
+# A request costs a token per this many characters of its document if that is more than its
+# root fields (root_field_cost): Laneway's own clients' documents are under 1 KiB.
+CHARS_PER_TOKEN = 2048
 # The one bucket of every client whose address is not an IP address: uvicorn takes any string
 # a trusted peer forwards (X-Forwarded-For: zz0), so each new string would be a fresh bucket.
 NOT_AN_ADDRESS = "ip:not-an-address"
@@ -161,16 +164,22 @@ def _root_keys(
 
 
 def root_field_cost(query: object, operation_name: object = None) -> int:
-    """How many root fields the operation selects (at least 1): the request's cost.
+    """The request's cost: how many root fields the operation selects, or one per
+    CHARS_PER_TOKEN characters of its document, whichever is more (at least 1).
 
-    A document that does not parse, or names no operation it holds, costs 1; Strawberry
-    rejects it anyway.
+    The size counts because parsing and validating a document costs the server time in
+    proportion to it, whatever it selects: documents of ~1,900 fields under one root field,
+    or that did not even parse, cost ~80 ms each here, and eight connections of one client
+    within its rate limit stalled every other request for seconds (an outside audit). A
+    document that does not parse, or names no operation it holds, costs its size alone;
+    Strawberry rejects it anyway.
     """
     if not isinstance(query, str):
         return 1
+    size = max(1, len(query) // CHARS_PER_TOKEN)
     document = parsed(query, MAX_TOKENS)
     if isinstance(document, GraphQLError):
-        return 1
+        return size
     fragments: dict[str, FragmentDefinitionNode] = {}
     operations: list[OperationDefinitionNode] = []
     for definition in document.definitions:
@@ -184,8 +193,8 @@ def root_field_cost(query: object, operation_name: object = None) -> int:
         if operation_name is None or (o.name is not None and o.name.value == operation_name)
     ]
     if not chosen:
-        return 1
-    return max(1, len(set(_root_keys(chosen[0].selection_set, fragments, set()))))
+        return size
+    return max(size, len(set(_root_keys(chosen[0].selection_set, fragments, set()))))
 
 
 def _http_operation(scope: Scope) -> tuple[object, object]:
