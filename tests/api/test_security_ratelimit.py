@@ -16,6 +16,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
+from laneway.api.graphql.documents import cache_info
 from laneway.api.http.rate_limits import (
     NOT_AN_ADDRESS,
     RateLimiter,
@@ -476,3 +477,36 @@ async def test_tokenless_clients_on_this_machine_are_not_limited_by_default(
     async with live_server(settings) as server, httpx.AsyncClient() as client:
         statuses = [(await client.post(server.http_url, json=query)).status_code for _ in range(5)]
     assert statuses == [200] * 5
+
+
+async def test_a_large_document_costs_its_size_and_over_the_limit_is_not_parsed(
+    database_url: str,
+) -> None:
+    """Found by an outside audit: ~20 KB documents from one client, refused 429 or not, were
+    each parsed (and the admitted ones validated) at ~80 ms apiece, so eight connections within
+    the rate limit stalled every other client for seconds."""
+    settings = make_settings(
+        database_url,
+        limit_local_clients=True,
+        engine_enabled=False,
+        rate_limit_per_second=0.01,
+        rate_burst=20,
+    )
+    fields = " ".join(["instanceID"] * 1900)
+    async with live_server(settings) as server:
+
+        async def send(n: int) -> httpx.Response:
+            document = f"# {n}\n{{ workflowInstances(limit: 1) {{ {fields} }} }}"
+            return await server.client.post("/graphql", json={"query": document})
+
+        # A document that names no operation to run is refused as before (charged first).
+        two = {"query": "query A { __typename } query B { __typename }"}
+        unnamed = await server.client.post("/graphql", json=two)
+        assert unnamed.status_code == 400
+        assert unnamed.json()["errors"][0]["extensions"]["code"] == "OPERATION_RESOLUTION_FAILURE"
+        # 20,9xx characters cost 10 tokens: one passes the 19 left, the second is refused.
+        assert [(await send(n)).status_code for n in range(2)] == [200, 429]
+        parses = cache_info().parses
+        refused = await send(2)
+        assert refused.status_code == 429
+        assert cache_info().parses == parses  # refused before anything parsed it

@@ -106,7 +106,11 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 
 
 class RequestLimits:
-    """Pure ASGI middleware guarding POST bodies on `path`."""
+    """Pure ASGI middleware guarding POST bodies on `path`.
+
+    `check_operations` False leaves request_refusal, which parses the document, to RateLimits,
+    which charges the request first (stack.py): a refusal here would parse for free.
+    """
 
     def __init__(
         self,
@@ -115,11 +119,13 @@ class RequestLimits:
         path: str = "/graphql",
         max_body_bytes: int = MAX_BODY_BYTES,
         max_tokens: int = 2000,
+        check_operations: bool = True,
     ) -> None:
         self.app = app
         self.path = path
         self.max_body_bytes = max_body_bytes
         self.max_tokens = max_tokens
+        self.check_operations = check_operations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or route_path(scope).rstrip("/") != self.path:
@@ -153,7 +159,7 @@ class RequestLimits:
             return
         refusal = not_an_object(decoded)
         refused = None if refusal is None else (refusal, BAD_REQUEST)
-        if refused is None and isinstance(decoded, dict):
+        if refused is None and isinstance(decoded, dict) and self.check_operations:
             refused = request_refusal(decoded, self.max_tokens)
         if refused is not None:
             await send_error(send, 400, *refused, media_type=answered_media_type(scope))

@@ -4,9 +4,10 @@ Owns the buckets and the HTTP side of LANEWAY_RATE_LIMIT / LANEWAY_RATE_BURST. A
 its bearer token when the token is valid, else its IP address, so neither guessing tokens nor
 leaving them out buys a fresh bucket. A request costs one token per root field it selects
 (aliases and fragments count, the same response key twice does not), or one per 2 KiB of its
-document if that is more, and never more than the burst. Over the limit: HTTP 429 with a Retry-After and code RATE_LIMITED, and nothing
-runs. The websocket side (subscribe messages, handshakes, connections per token) is in
-websocket_limits.py and spends from the same buckets.
+document if that is more, and never more than the burst; a bucket that cannot pay for the
+size is refused before the document is parsed. Over the limit: HTTP 429 with a Retry-After
+and code RATE_LIMITED, and nothing runs. The websocket side (subscribe messages, handshakes,
+connections per token) is in websocket_limits.py and spends from the same buckets.
 """
 
 import hashlib
@@ -32,7 +33,8 @@ from laneway.api.graphql.documents import parsed
 from laneway.api.graphql.errors import RATE_LIMITED, send_error
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
-from laneway.api.http.body_limits import DECODED_BODY
+from laneway.api.http.body_limits import DECODED_BODY, request_refusal
+from laneway.api.http.media_type import answered_media_type
 
 Clock = Callable[[], float]
 
@@ -100,6 +102,15 @@ class RateLimiter:
             self._buckets[key] = bucket
         return bucket.take(min(cost, self.burst), now)
 
+    def wait(self, key: str, cost: float = 1.0) -> float:
+        """Seconds until `key`'s bucket holds `cost` (at most the burst), spending nothing."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return 0.0
+        now = self.clock()
+        tokens = min(self.burst, bucket.tokens + (now - bucket.updated_at) * self.rate)
+        return max(0.0, (min(cost, self.burst) - tokens) / self.rate)
+
     def _forget_full(self, now: float) -> None:
         for key in [k for k, b in self._buckets.items() if b.is_full(now)]:
             del self._buckets[key]
@@ -163,6 +174,12 @@ def _root_keys(
                 yield from _root_keys(fragments[name].selection_set, fragments, seen_fragments)
 
 
+def size_cost(query: object) -> int:
+    """What a document costs for its size alone (at least 1), read without parsing it: a
+    client whose bucket cannot pay this is refused before anything parses its document."""
+    return max(1, len(query) // CHARS_PER_TOKEN) if isinstance(query, str) else 1
+
+
 def root_field_cost(query: object, operation_name: object = None) -> int:
     """The request's cost: how many root fields the operation selects, or one per
     CHARS_PER_TOKEN characters of its document, whichever is more (at least 1).
@@ -174,9 +191,9 @@ def root_field_cost(query: object, operation_name: object = None) -> int:
     document that does not parse, or names no operation it holds, costs its size alone;
     Strawberry rejects it anyway.
     """
+    size = size_cost(query)
     if not isinstance(query, str):
-        return 1
-    size = max(1, len(query) // CHARS_PER_TOKEN)
+        return size
     document = parsed(query, MAX_TOKENS)
     if isinstance(document, GraphQLError):
         return size
@@ -230,12 +247,14 @@ class RateLimits:
         tokens: tuple[str, ...],
         limit_local: bool = True,
         path: str = "/graphql",
+        max_tokens: int = MAX_TOKENS,
     ) -> None:
         self.app = app
         self.limiter = limiter
         self.tokens = tokens
         self.limit_local = limit_local
         self.path = path
+        self.max_tokens = max_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -248,13 +267,21 @@ class RateLimits:
         key = client_key(
             _authorization(scope), self.tokens, scope.get("client"), limit_local=self.limit_local
         )
-        if key is None:
-            await self.app(scope, receive, send)
-            return
         query, operation_name = _http_operation(scope)
-        wait = self.limiter.take(key, root_field_cost(query, operation_name))
-        if wait:
-            headers = [(b"retry-after", retry_after(wait).encode())]
-            await send_error(send, 429, RATE_LIMITED_MESSAGE, RATE_LIMITED, headers)
+        if key is not None:
+            # A bucket that cannot pay for the document's size is refused before anything
+            # parses it: refusals that parsed cost the server as much as answers (an audit).
+            wait = self.limiter.wait(key, size_cost(query))
+            if not wait:
+                wait = self.limiter.take(key, root_field_cost(query, operation_name))
+            if wait:
+                headers = [(b"retry-after", retry_after(wait).encode())]
+                await send_error(send, 429, RATE_LIMITED_MESSAGE, RATE_LIMITED, headers)
+                return
+        # RequestLimits left the operation check of a POST body, which parses, to this layer.
+        body = scope.get(DECODED_BODY)
+        refused = request_refusal(body, self.max_tokens) if isinstance(body, dict) else None
+        if refused is not None:
+            await send_error(send, 400, *refused, media_type=answered_media_type(scope))
             return
         await self.app(scope, receive, send)

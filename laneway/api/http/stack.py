@@ -55,7 +55,14 @@ def protections(settings: Settings, *, path: str, hosts_on_every_route: bool) ->
         # Before anything else runs: on every route, or on the GraphQL route only.
         *host_allow_list(settings, path=None if hosts_on_every_route else path),
         Middleware(OneAuthorization, paths=token_paths),
-        Middleware(RequestLimits, max_body_bytes=MAX_BODY_BYTES, max_tokens=MAX_TOKENS, path=path),
+        Middleware(
+            RequestLimits,
+            max_body_bytes=MAX_BODY_BYTES,
+            max_tokens=MAX_TOKENS,
+            path=path,
+            # With rate limits, RateLimits checks the operation, after it charged the request.
+            check_operations=requests is None,
+        ),
     ]
     if requests is not None:
         stack.append(

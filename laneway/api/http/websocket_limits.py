@@ -39,6 +39,7 @@ from laneway.api.http.rate_limits import (
     client_key,
     retry_after,
     root_field_cost,
+    size_cost,
 )
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
 
@@ -288,7 +289,10 @@ class _Connection:
             return True
         query = payload.get("query") if isinstance(payload, dict) else None
         name = payload.get("operationName") if isinstance(payload, dict) else None
-        wait = self.limits.limiter.take(self.key, root_field_cost(query, name))
+        # Refused before its document is parsed when the bucket cannot pay for its size.
+        wait = self.limits.limiter.wait(self.key, size_cost(query))
+        if not wait:
+            wait = self.limits.limiter.take(self.key, root_field_cost(query, name))
         if not wait:
             return True
         text = _rate_limited_frame(operation_id, wait)
