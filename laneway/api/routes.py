@@ -21,6 +21,7 @@ import re
 import secrets
 from pathlib import Path
 
+import asyncpg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -51,8 +52,9 @@ _INLINE = {
 
 async def healthz(request: Request) -> Response:
     """`{"database", "listener", "engine", "schema"}`, each "ok" (or "disabled"); 503 unless
-    all are. The database is "unreachable" when it does not answer, "busy" when it does but
-    every connection of this process is in use; the schema is "newer" once a newer release
+    all are. The database is "unreachable" when it does not answer, "read-only" when it
+    answers but cannot write (a standby, default_transaction_read_only), "busy" when it does
+    but every connection of this process is in use; the schema is "newer" once a newer release
     migrated the database under this process (its API refuses every operation: restart it on
     that release).
 
@@ -69,6 +71,10 @@ async def healthz(request: Request) -> Response:
         if isinstance(exc, PoolBusyError) or services.store.connections_busy:
             logger.warning("health check: every database connection in use")
             database = "busy"
+        elif isinstance(exc, asyncpg.ReadOnlySQLTransactionError):
+            # Every write (enqueue, claim, step) is refused with 503 meanwhile.
+            logger.warning("health check: database read-only")
+            database = "read-only"
         else:
             error = type(exc).__name__
             logger.warning("health check: database unreachable", extra={"error": error})

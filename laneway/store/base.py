@@ -19,6 +19,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import asyncpg
+
 from laneway.errors import DatabaseNewerError
 from laneway.model import EventType, NewEvent, Status, Transition
 from laneway.store import queries
@@ -169,9 +171,12 @@ class StoreBase:
         return self._pool.size - self._pool.idle, self._pool.idle
 
     async def ping(self) -> None:
-        """Raise if the database cannot answer."""
+        """Raise if the database cannot answer, or answers read-only (a standby after a
+        failover, default_transaction_read_only): ReadOnlySQLTransactionError, after which the
+        pool closes that session, so the next ping opens one on the database as it is then."""
         async with self._acquire() as conn:
-            await conn.fetchval(queries.DB_NOW)
+            if await conn.fetchval(queries.READ_ONLY) == "on":
+                raise asyncpg.ReadOnlySQLTransactionError("the database answers read-only")
 
     async def check_schema(self) -> DatabaseNewerError | None:
         """Read the newest migration the database has applied (one statement), for a process

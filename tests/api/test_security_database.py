@@ -249,3 +249,27 @@ async def test_with_every_connection_taken_nothing_answers_500_and_all_recovers(
             return status == "completed"
 
         await wait_until(completed, seconds=20)
+
+
+async def test_healthz_says_read_only_while_the_database_cannot_write(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    """Found by an outside audit: while the database was read-only (a failover that first
+    landed on a standby) every write was answered 503, yet /healthz said the database was ok,
+    so no health check noticed. It says "read-only" (503), and "ok" once it can write again."""
+    database = await admin.fetchval("SELECT current_database()")
+    async with live_server(make_settings(database_url, engine_enabled=False)) as server:
+
+        async def says(status: int, database_state: str) -> bool:
+            response = await server.client.get("/healthz")
+            return (response.status_code, response.json()["database"]) == (status, database_state)
+
+        assert await says(200, "ok")
+        await admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        await wait_until(lambda: says(503, "read-only"))
+        await admin.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+        await wait_until(lambda: says(200, "ok"))

@@ -47,3 +47,5 @@ SELECT max(name)
 # clock
 
 DB_NOW = "SELECT now()"
+# "on" in a session that cannot write: a standby, or default_transaction_read_only.
+READ_ONLY = "SELECT current_setting('transaction_read_only')"
