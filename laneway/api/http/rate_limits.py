@@ -59,15 +59,19 @@ class TokenBucket:
 
     def take(self, cost: float, now: float) -> float:
         """Spend `cost` tokens: 0.0 when admitted, else the seconds until it would be."""
-        self.tokens = min(self.burst, self.tokens + (now - self.updated_at) * self.rate)
+        self.tokens = self.held(now)
         self.updated_at = now
         if self.tokens >= cost:
             self.tokens -= cost
             return 0.0
         return (cost - self.tokens) / self.rate
 
+    def held(self, now: float) -> float:
+        """The tokens it holds at `now`, refilled since it was last spent from."""
+        return min(self.burst, self.tokens + (now - self.updated_at) * self.rate)
+
     def is_full(self, now: float) -> bool:
-        return self.tokens + (now - self.updated_at) * self.rate >= self.burst
+        return self.held(now) >= self.burst
 
 
 class RateLimiter:
@@ -107,9 +111,7 @@ class RateLimiter:
         bucket = self._buckets.get(key)
         if bucket is None:
             return 0.0
-        now = self.clock()
-        tokens = min(self.burst, bucket.tokens + (now - bucket.updated_at) * self.rate)
-        return max(0.0, (min(cost, self.burst) - tokens) / self.rate)
+        return max(0.0, (min(cost, self.burst) - bucket.held(self.clock())) / self.rate)
 
     def _forget_full(self, now: float) -> None:
         for key in [k for k, b in self._buckets.items() if b.is_full(now)]:
