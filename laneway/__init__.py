@@ -54,6 +54,7 @@ from laneway.errors import (
     InvalidInputError,
     LanewayError,
     NotFoundError,
+    OwnerIdInUseError,
 )
 from laneway.model import (
     BulkResult,
@@ -112,6 +113,7 @@ __all__ = [
     "OperationRecord",
     "OperationRegistry",
     "OperationResult",
+    "OwnerIdInUseError",
     "Pause",
     "PermanentFailure",
     "PreflightFinding",

@@ -3,7 +3,8 @@
 LanewayError
 ├── NotFoundError        unknown instance, schedule, queue or workflow
 ├── InvalidInputError    params rejected, bad interval or cron, limit out of range
-│   └── InputRejectedError  a resume's input failed its checkpoint's input schema
+│   ├── InputRejectedError  a resume's input failed its checkpoint's input schema
+│   └── OwnerIdInUseError   an engine's owner id is held by another live process (at start)
 ├── ConflictError        action not allowed in the instance's current status
 ├── BulkStoppedError     a bulk action stopped at its time, part done (run it again)
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
@@ -97,6 +98,28 @@ class InputRejectedError(InvalidInputError):
             "path": self.problems[0][0],
             "problems": [{"path": path, "message": message} for path, message in self.problems],
         }
+
+
+class OwnerIdInUseError(InvalidInputError):
+    """Another live process runs an engine with this owner id (LANEWAY_OWNER_ID).
+
+    Refused at the engine's start, before its first heartbeat: both processes would write one
+    row of the workers registry (listed as one process, counted as one by the waiting
+    reasons, and removed by the first to stop while the other still runs). Their leases would
+    stay safe (they are fenced by their epoch), but nothing else tells them apart. The holder
+    is named by `host`, `pid` and `seen_seconds_ago`, its last heartbeat's age.
+    """
+
+    def __init__(self, owner_id: str, *, host: str, pid: int, seen_seconds_ago: float) -> None:
+        self.owner_id = owner_id
+        self.host = host
+        self.pid = pid
+        self.seen_seconds_ago = seen_seconds_ago
+        super().__init__(
+            f"refusing to start: owner id {owner_id!r} is held by a live process (host {host},"
+            f" pid {pid}, last seen {max(seen_seconds_ago, 0.0):.1f} s ago); give each process"
+            " its own LANEWAY_OWNER_ID, or leave it unset"
+        )
 
 
 class ConflictError(LanewayError):

@@ -19,6 +19,7 @@ import pytest
 import websockets
 from websockets.typing import Subprotocol
 
+from laneway.store import Store
 from tests.engine.helpers import eventually
 from tests.test_cli import ROOT, environment, laneway
 
@@ -113,6 +114,32 @@ async def test_a_badly_wired_template_refuses_serve_as_it_refuses_worker(
     assert code == 2, said
     assert said.splitlines()[-1] == refusal
     assert "Traceback" not in said
+
+
+async def test_worker_and_serve_refuse_an_owner_id_a_live_process_holds(
+    database_url: str, store: Store
+) -> None:
+    # Found by an outside audit: a second worker with a live one's LANEWAY_OWNER_ID started,
+    # and the two shared one workers row.
+    await store.heartbeat_worker(
+        owner_id="pod-0", role="worker", host="other-host", pid=4242, workflows=["hello"],
+        versions=["hello@1"], running=0, concurrency=10, heartbeat_seconds=60.0,
+    )  # fmt: skip
+    env = environment(database_url, LANEWAY_OWNER_ID="pod-0")
+    for command in (["worker"], ["serve", "--port", "0"]):
+        code, _, said = await laneway(*command, env=env)
+        assert code == 2, said
+        refusal = said.splitlines()[-1]
+        assert refusal.startswith(
+            "laneway: refusing to start: owner id 'pod-0' is held by a live process"
+            " (host other-host, pid 4242, last seen "
+        ), refusal
+        assert refusal.endswith(
+            "s ago); give each process its own LANEWAY_OWNER_ID, or leave it unset"
+        ), refusal
+        assert "Traceback" not in said
+    [row] = await store.live_workers()  # the holder's row, left as it was
+    assert (row.owner_id, row.host, row.pid) == ("pod-0", "other-host", 4242)
 
 
 async def test_serve_keeps_a_websockets_query_string_out_of_its_log(database_url: str) -> None:

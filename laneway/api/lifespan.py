@@ -36,6 +36,10 @@ async def running(
     """Open the services for `settings` (with `workflows` registered besides the modules'),
     start the hub, run the engine loop until the block ends; yields the services."""
     async with open_services(settings, workflows=tuple(workflows), role="serve") as services:
+        if settings.engine_enabled:
+            # Refused here, not in the engine's task: that would only log it, and the process
+            # would go on serving with its engine stopped.
+            await services.engine.check_owner()
         await services.hub.start()
         stopping = asyncio.Event()
         with raised_alone():  # an error of the block comes out as itself

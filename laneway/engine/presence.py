@@ -2,7 +2,8 @@
 leases its runs hold, from their renewal to their hand-back at a stop.
 
 Owns the heartbeat task (renew, then beat, every third of the lease), the registry row
-(written at start and at every heartbeat, removed at a clean stop; the statement also reads
+(refused at start when another live process holds its owner id: check_owner; written at
+start and at every heartbeat, removed at a clean stop; the statement also reads
 whether a newer release migrated the database meanwhile, the store's `newer_release`, which
 the process's API reads too), which runs lose their lease, and the drain and hand-back of a
 stopping process. Does not claim or run anything (claim_loop.py) and writes no SQL (store).
@@ -19,7 +20,7 @@ from uuid import UUID
 from laneway.engine import faults
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import Run
-from laneway.errors import DatabaseNewerError, described
+from laneway.errors import DatabaseNewerError, OwnerIdInUseError, described
 from laneway.store import Store
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,35 @@ then keeps its lease, renewed, and has it released when it stops, so it delays n
 def heartbeat_seconds(lease_seconds: float) -> float:
     """How often a process renews its leases and beats: a third of the lease (at least 50 ms)."""
     return max(lease_seconds / 3.0, 0.05)
+
+
+def held_by_another(host: str, pid: int) -> bool:
+    """Whether the live workers row of this process's owner id, last written by `host` and
+    `pid`, is another process's: one of another host, or one of this host whose pid is alive
+    and not ours. A restart with a fixed owner id (a StatefulSet pod, a systemd unit) finds
+    its dead predecessor's row still live for up to three heartbeats, and must start: same
+    host, and a pid that is ours (in a container pid 1 is common: the predecessor had it too,
+    or this is a row an engine of this process left) or no longer exists. A dead predecessor's
+    pid taken meanwhile by an unrelated process refuses until the row ages out (two
+    heartbeats at most): rare, and the refusal names that pid."""
+    if host != socket.gethostname():
+        return True
+    return pid != os.getpid() and process_exists(pid)
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process `pid` exists on this host (signal 0 checks without sending)."""
+    if pid <= 0:  # 0 and -1 would signal a process group, or every process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, as another user's
+    except OSError:
+        return False
+    return True
 
 
 class Presence:
@@ -79,6 +109,31 @@ class Presence:
             except Exception as exc:
                 logger.warning("lease renewal failed", extra={"error": described(exc)})
             await self.beat()
+
+    async def check_owner(self) -> None:
+        """Refuse to start when another live process holds this owner id (held_by_another),
+        before the first beat would take its row over. One read, best effort: two processes
+        that start with one id in the same instant may both pass (neither row is written
+        yet), and a failed read is only logged, as a failed beat is.
+
+        Raises:
+            OwnerIdInUseError: another live process holds it.
+        """
+        try:
+            found = await self._store.live_worker(self._owner_id)
+        except Exception as exc:
+            logger.warning("owner id check failed", extra={"error": described(exc)})
+            return
+        if found is None:
+            return
+        holder, seen_seconds_ago = found
+        if held_by_another(holder.host, holder.pid):
+            raise OwnerIdInUseError(
+                self._owner_id,
+                host=holder.host,
+                pid=holder.pid,
+                seen_seconds_ago=seen_seconds_ago,
+            )
 
     async def beat(self) -> None:
         """Write this process's row in the workers registry: one statement per heartbeat, which

@@ -51,9 +51,19 @@ class RunCalls:
 
         Raises:
             RuntimeError: the engine is running already.
+            OwnerIdInUseError: another live process holds this engine's owner id.
         """
         self._start()
         await self._run_started(stopping)
+
+    async def check_owner(self) -> None:
+        """Refuse now what `run` refuses at its start: an owner id that another live process
+        holds (`laneway serve` asks before its API starts to listen).
+
+        Raises:
+            OwnerIdInUseError: another live process holds this engine's owner id.
+        """
+        await self.claim_loop.presence.check_owner()
 
     def _start(self) -> None:
         """Mark the engine running, or refuse: a second loop would claim beside the first with
@@ -70,8 +80,10 @@ class RunCalls:
         _RUNNING.discard(self)
 
     async def _run_started(self, stopping: asyncio.Event) -> None:
-        """The loop of a run that `_start` marked."""
+        """The loop of a run that `_start` marked; refused first, before it writes or listens
+        to anything, when another live process holds its owner id (check_owner)."""
         try:
+            await self.check_owner()
             for step in self._before_run:
                 await step()
             await self._prepare_queues()
@@ -117,6 +129,8 @@ class RunCalls:
 
         Raises:
             RuntimeError: the engine is running already (refused before the block starts).
+            OwnerIdInUseError: another live process holds this engine's owner id (the loop
+                stops before its first heartbeat, and the block is cancelled).
         """
         # Marked here, not in the loop's task: a second `running()` entered before that task
         # took its first step must be refused too.

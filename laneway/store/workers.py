@@ -53,6 +53,16 @@ class WorkerStore(StoreBase):
         async with self._acquire() as conn:
             await conn.execute(queries.REMOVE_WORKER, owner_id)
 
+    async def live_worker(self, owner_id: str) -> tuple[WorkerRecord, float] | None:
+        """The live row of `owner_id` and the seconds since it was last seen (by the database's
+        clock), or None when no live process holds that id."""
+        async with self._acquire() as conn:
+            row = await conn.fetchrow(queries.LIVE_WORKER, owner_id)
+        if row is None:
+            return None
+        seen_seconds_ago: float = row["seen_seconds_ago"]
+        return worker_from_row(row), seen_seconds_ago
+
     async def live_workers(self) -> list[WorkerRecord]:
         """The processes whose last heartbeat is younger than three of their intervals."""
         async with self._acquire() as conn:

@@ -22,6 +22,7 @@ from laneway.errors import (
     LeaseLostError,
     MigrationsMissingError,
     MigrationsPendingError,
+    OwnerIdInUseError,
     StepWriteRefusedError,
 )
 from laneway.model import Status
@@ -81,6 +82,7 @@ NOT_IN_GRAPHQL = {
     StepWriteRefusedError,
     CommandError,
     UnreachableError,
+    OwnerIdInUseError,  # refused at an engine's start, never by an operation
 }
 
 

@@ -128,6 +128,7 @@ from laneway.store.queries.waits import (
 )
 from laneway.store.queries.workers import (
     HEARTBEAT_WORKER,
+    LIVE_WORKER,
     LIVE_WORKERS,
     REMOVE_WORKER,
 )
@@ -185,6 +186,7 @@ __all__ = [
     "LIST_OPERATIONS",
     "LIST_OPERATIONS_OF",
     "LIST_SCHEDULES",
+    "LIVE_WORKER",
     "LIVE_WORKERS",
     "LOCK_DUE_SCHEDULES",
     "LOCK_EVENT_APPENDS",

@@ -53,6 +53,18 @@ DELETE FROM laneway.workers
  WHERE owner_id = $1
 """
 
+# $1 owner id
+# The live row of an owner id, and how long ago (by the database's clock) it was last seen:
+# what a starting engine reads before its first heartbeat takes that row over (presence.py).
+LIVE_WORKER = f"""
+SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.versions, w.running, w.concurrency,
+       w.heartbeat_seconds, w.started_at, w.last_seen_at,
+       extract(epoch FROM now() - w.last_seen_at)::double precision AS seen_seconds_ago
+  FROM laneway.workers AS w
+ WHERE w.owner_id = $1
+   AND {LIVE}
+"""
+
 LIVE_WORKERS = f"""
 SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.versions, w.running, w.concurrency,
        w.heartbeat_seconds, w.started_at, w.last_seen_at
