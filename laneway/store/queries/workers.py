@@ -56,9 +56,12 @@ DELETE FROM laneway.workers
 # $1 owner id
 # The live row of an owner id, and how long ago (by the database's clock) it was last seen:
 # what a starting engine reads before its first heartbeat takes that row over (presence.py).
+# The columns of a WorkerRecord (rows.worker_from_row).
+_WORKER_COLUMNS = """w.owner_id, w.role, w.host, w.pid, w.workflows, w.versions, w.running,
+       w.concurrency, w.heartbeat_seconds, w.started_at, w.last_seen_at"""
+
 LIVE_WORKER = f"""
-SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.versions, w.running, w.concurrency,
-       w.heartbeat_seconds, w.started_at, w.last_seen_at,
+SELECT {_WORKER_COLUMNS},
        extract(epoch FROM now() - w.last_seen_at)::double precision AS seen_seconds_ago
   FROM laneway.workers AS w
  WHERE w.owner_id = $1
@@ -66,8 +69,7 @@ SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.versions, w.running, w.
 """
 
 LIVE_WORKERS = f"""
-SELECT w.owner_id, w.role, w.host, w.pid, w.workflows, w.versions, w.running, w.concurrency,
-       w.heartbeat_seconds, w.started_at, w.last_seen_at
+SELECT {_WORKER_COLUMNS}
   FROM laneway.workers AS w
  WHERE {LIVE}
  ORDER BY w.role, w.host, w.started_at, w.owner_id
