@@ -42,6 +42,7 @@ async def test_state_and_params_are_checkpointed_between_actions(store: Store) -
     assert done.status == Status.COMPLETED
     assert done.result == {"steps": 2, "params": {"from": "first"}}
     assert done.state == {"first": True}
+    assert done.attempts == 1  # one claim ran both steps: `attempts` counts claims
     assert await event_types(store, enqueued.instance_id) == [
         EventType.ENQUEUED,
         EventType.STARTED,

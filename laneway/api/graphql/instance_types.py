@@ -159,7 +159,10 @@ class WorkflowInstanceStatus:
     )
     attempts: int = strawberry.field(
         description=(
-            "How many attempts it has made, over all its steps (the count never goes back)."
+            "How many times it has been claimed to run, over all its steps (the count never"
+            " goes back): one claim can run several steps, and each retry, hand-back and"
+            " wake-up after a wait is a new claim. A handler's ctx.attempt is its step's own"
+            " count: it starts at 1 for each step and does not count hand-backs."
         )
     )
     last_error: str | None = strawberry.field(
