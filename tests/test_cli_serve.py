@@ -130,6 +130,7 @@ async def test_worker_and_serve_refuse_an_owner_id_a_live_process_holds(
         code, _, said = await laneway(*command, env=env)
         assert code == 2, said
         refusal = said.splitlines()[-1]
+        assert "started" not in said  # refused before anything says it started
         assert refusal.startswith(
             "laneway: refusing to start: owner id 'pod-0' is held by a live process"
             " (host other-host, pid 4242, last seen "

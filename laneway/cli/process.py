@@ -238,6 +238,7 @@ async def worker(args: argparse.Namespace, settings: Settings) -> int:
         )
     async with open_services(settings, role="worker") as services:
         names = services.engine.registry.names()
+        await services.engine.check_owner()  # refused before it says it started, as serve is
         await services.engine.run_until_stopped(
             lambda: logger.info("worker started", extra={"workflows": names})
         )
