@@ -44,17 +44,44 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+def escaped(text: str) -> str:
+    """`text` with its control characters (a newline too) written as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def field_value(value: object) -> str:
+    """A `key=value` field's value as logfmt writes it: bare when it is one plain word, else
+    quoted with JSON's escapes, so that `key=value` pairs split back however a user's text
+    (an exception's message) reads."""
+    text = str(value)
+    if text and all(c.isprintable() and c not in ' "=\\' for c in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def indented(block: str) -> str:
+    """A block under a line (a traceback), each of its lines indented: none of them can read
+    as a log line of its own, whatever a message inside it says."""
+    return "\n".join("    " + escaped(line) for line in block.splitlines())
+
+
 class TextFormatter(logging.Formatter):
-    """`HH:MM:SS level logger: message key=value …` for people at a terminal."""
+    """`HH:MM:SS level logger: message key=value …` for people at a terminal: one line per
+    record (control characters escaped, values with spaces quoted), then its multi-line
+    fields (a failure's traceback) and exception, indented under it."""
 
     def format(self, record: logging.LogRecord) -> str:
         when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
-        line = f"{when} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
-        fields = " ".join(f"{k}={v}" for k, v in extra_fields(record).items())
-        if fields:
-            line = f"{line}  {fields}"
+        line = f"{when} {record.levelname.lower():7} {record.name}: {escaped(record.getMessage())}"
+        fields = extra_fields(record)
+        blocks = {k: v for k, v in fields.items() if isinstance(v, str) and "\n" in v}
+        words = " ".join(f"{k}={field_value(v)}" for k, v in fields.items() if k not in blocks)
+        if words:
+            line = f"{line}  {words}"
+        for key, block in blocks.items():
+            line = f"{line}\n  {key}:\n{indented(block)}"
         if record.exc_info:
-            line = f"{line}\n{self.formatException(record.exc_info)}"
+            line = f"{line}\n{indented(self.formatException(record.exc_info))}"
         return line
 
 
@@ -65,7 +92,7 @@ class CommandFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = " ".join(f"{k}={v}" for k, v in extra_fields(record).items())
         said = f"{record.getMessage()}  {fields}" if fields else record.getMessage()
-        line = "laneway: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in said)
+        line = "laneway: " + escaped(said)
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         return line

@@ -29,6 +29,36 @@ def test_text_formatter_appends_extra_fields() -> None:
     assert line.endswith("instance_id=abc attempt=2")
 
 
+def test_text_formatter_keeps_a_users_text_from_forging_lines_or_fields() -> None:
+    # Found by an outside audit: an exception's message with a newline printed a second line
+    # that read as a log line of its own, and a value with spaces could not be split back.
+    forged = "17:00:00 info    laneway.engine.runner: instance completed  instance_id=fake"
+    record = logging.LogRecord(
+        "laneway.engine.runner", logging.WARNING, __file__, 1, "instance failed", None, None
+    )
+    record.instance_id = "abc"
+    record.error = "RuntimeError: card declined"
+    record.note = 'say "x=1"'
+    record.traceback = f"Traceback (most recent call last):\nRuntimeError: declined\n{forged}"
+    text = TextFormatter().format(record)
+    first, *rest = text.split("\n")
+    assert first.endswith(
+        'instance_id=abc error="RuntimeError: card declined" note="say \\"x=1\\""'
+    ), first
+    assert rest == [
+        "  traceback:",
+        "    Traceback (most recent call last):",
+        "    RuntimeError: declined",
+        f"    {forged}",
+    ]
+    record.traceback = None
+    record.error = f"RuntimeError: card declined\r{forged}"  # a lone carriage return too
+    record.msg = "instance\nfailed"
+    [line] = TextFormatter().format(record).split("\n")
+    assert "instance\\nfailed" in line
+    assert r'error="RuntimeError: card declined\r17:00:00' in line
+
+
 def test_configure_logging_uses_json_off_a_terminal() -> None:
     stream = io.StringIO()  # the root logger is restored after each test (tests/conftest.py)
     configure_logging(stream=stream)
