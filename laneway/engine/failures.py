@@ -105,7 +105,8 @@ def _is_internal(frame: traceback.FrameSummary) -> bool:
 
 def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str | None:
     """The exception's traceback without the engine's and asyncio's frames, at most `limit`
-    characters (the innermost kept); None when it has no frames of its own."""
+    characters (the innermost kept, and the chain's first exception named when the cut took
+    it); None when it has no frames of its own."""
     summary = traceback.TracebackException.from_exception(exc, capture_locals=False)
     frames = [frame for frame in summary.stack if not _is_internal(frame)]
     if not frames and not summary.stack:
@@ -121,5 +122,23 @@ def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> st
         text = text[: -len(last)] + last[: room - len(_CUT)] + _CUT
         if len(text) <= limit:
             return text
-    marker = "… (earlier frames omitted)\n"
+    # Python prints a chain's first exception first, so the cut loses it: the marker names it.
+    first = _first_of_chain(summary)
+    said = "" if first is summary else "".join(first.format_exception_only()).strip()
+    said = said.splitlines()[0][: limit // 8] if said else ""
+    marker = f"… (earlier frames omitted{'; the chain began with ' + said if said else ''})\n"
     return marker + text[-(limit - len(marker)) :]
+
+
+def _first_of_chain(summary: traceback.TracebackException) -> traceback.TracebackException:
+    """The exception a chain began with: the cause of the cause… (or the context, where no
+    `from None` hid it), as Python prints it first."""
+    seen = {id(summary)}
+    while True:
+        earlier = summary.__cause__ or (
+            None if summary.__suppress_context__ else summary.__context__
+        )
+        if earlier is None or id(earlier) in seen:
+            return summary
+        seen.add(id(earlier))
+        summary = earlier

@@ -109,6 +109,27 @@ def test_a_deep_traceback_keeps_its_innermost_frames_within_the_cap() -> None:
     assert failure.last_error == "RuntimeError: at the bottom"
 
 
+def test_a_cut_chain_names_the_exception_it_began_with() -> None:
+    # Found by an outside audit: a long chain kept its last 8,000 characters, and Python
+    # prints the first exception (the root cause) first, so nothing named it.
+    def chained(depth: int) -> None:
+        try:
+            if depth == 0:
+                raise KeyError("root cause")
+            chained(depth - 1)
+        except Exception as exc:
+            raise ValueError(f"level {depth}") from exc
+
+    with pytest.raises(ValueError, match="level 200") as caught:
+        chained(200)
+    text = format_traceback(caught.value)
+    assert text is not None
+    assert len(text) <= MAX_TRACEBACK_CHARS
+    first_line = text.splitlines()[0]
+    assert first_line == "… (earlier frames omitted; the chain began with KeyError: 'root cause')"
+    assert text.rstrip().endswith("ValueError: level 200")
+
+
 async def _pause_first(ctx: HandlerContext, params: JSONValue) -> Pause:
     return Pause("check", "flaky")
 
