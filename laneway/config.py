@@ -32,6 +32,8 @@ ANY_HOST = "*"
 APPLICATION_NAME_BYTES = 63
 MAX_OWNER_ID_LENGTH = APPLICATION_NAME_BYTES - len("laneway-listener-")
 _OWNER_ID = re.compile(r"[!-~]+")  # printable ASCII, no space
+# A number as the docs write one: ASCII digits, a point and an exponent allowed.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _HOST = re.compile(
     r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)\.?(?::(?P<port>[0-9]{1,5}))?"
 )
@@ -97,13 +99,17 @@ MISTAKEN_VARIABLES = {"LANEWAY_DATABASE_URL": "DATABASE_URL"}
 def unknown_variables(environ: Mapping[str, str]) -> dict[str, str | None]:
     """Each variable of `environ` that starts with LANEWAY_ and that Laneway does not read,
     in name order, with the known variable it was likely meant as (None: none is close)."""
-    # Compared without the prefix, which every name shares: with it, any name was close.
-    known = {name.removeprefix("LANEWAY_"): name for name in sorted(KNOWN_VARIABLES)}
+    # Compared without the prefix, which every name shares: with it, any name was close. A
+    # mistaken name is a candidate too, so a slip of LANEWAY_DATABASE_URL is taken to mean
+    # DATABASE_URL, not the closest known name (LANEWAY_TEST_DATABASE_URL).
+    candidates = sorted(KNOWN_VARIABLES) + sorted(MISTAKEN_VARIABLES)
+    known = {name.removeprefix("LANEWAY_"): name for name in candidates}
     unknown: dict[str, str | None] = {}
     for name in sorted(environ):
         if name.startswith("LANEWAY_") and name not in KNOWN_VARIABLES:
             close = difflib.get_close_matches(name.removeprefix("LANEWAY_"), known, n=1)
-            unknown[name] = MISTAKEN_VARIABLES.get(name) or (known[close[0]] if close else None)
+            meant = known[close[0]] if close else None
+            unknown[name] = MISTAKEN_VARIABLES.get(meant or "", meant)
     return unknown
 
 
@@ -151,10 +157,9 @@ def _number(
     raw = environ.get(key)
     if raw is None or raw.strip() == "":
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidInputError(f"{key} must be a number, not {raw!r}") from None
+    if _DECIMAL.fullmatch(raw.strip()) is None:  # float() takes `1_0`, `٣٠`, `inf` too
+        raise InvalidInputError(f"{key} must be a number, not {raw!r}")
+    value = float(raw)
     if not minimum <= value <= maximum:  # also NaN and the infinities
         raise InvalidInputError(
             f"{key} must be a number from {_shown(minimum)} to {_shown(maximum)}, not {raw!r}"
