@@ -77,6 +77,30 @@ async def test_cancel_all_of_a_filtered_list_counts_asks_then_cancels(
     assert by_name == {("hello", "cancelled"), ("countdown", "pending")}
 
 
+async def test_a_status_filter_offers_only_the_actions_that_can_change_its_instances(
+    idle: LiveServer, browser: Browser
+) -> None:
+    # An outside audit: "Cancel all…" was offered on a list of failed instances, where its
+    # count could only ever be 0.
+    await _enqueue(idle, "hello", {"name": "one"})
+    async with open_dashboard(browser, idle) as dash:
+        page = dash.page
+        await page.get_by_test_id("filter-name").select_option("hello")
+        offered = {
+            "": ("bulk-cancel", "bulk-retry", "bulk-resume"),
+            "failed": ("bulk-retry",),
+            "paused": ("bulk-cancel", "bulk-resume"),
+            "completed": (),
+            "active": ("bulk-cancel", "bulk-resume"),
+        }
+        for status, buttons in offered.items():
+            await page.get_by_test_id("filter-status").select_option(status)
+            for button in ("bulk-cancel", "bulk-retry", "bulk-resume"):
+                shown = expect(page.get_by_test_id(button))
+                await (shown.to_be_visible() if button in buttons else shown.to_be_hidden())
+        assert dash.problems == []
+
+
 async def test_escape_in_the_bulk_question_keeps_them_and_goes_back_to_its_button(
     idle: LiveServer, browser: Browser
 ) -> None:
