@@ -1,9 +1,10 @@
 """Testing your own workflows: mock contexts, one-handler runs, and a pytest plugin.
 
 Owns test-time helpers only: mock handler and operation contexts (FakeTools keeps operations,
-children and locks in memory) and the fixtures of `pytest_plugins = ["laneway.testing"]`: a
+children and locks in memory), the fixtures of `pytest_plugins = ["laneway.testing"]`: a
 migrated throwaway database per test, engines to drive with tick(), and a session that a
-SIGTERM ends as Ctrl-C does, so its databases and server are cleaned up. Needs pytest-asyncio.
+SIGTERM ends as Ctrl-C does, so its databases and server are cleaned up; and timers (backoffs,
+delays, sleeps, timeouts) made due at once. Needs pytest-asyncio.
 """
 
 import asyncio
@@ -451,3 +452,28 @@ async def laneway_engine_factory(laneway_database_url: str) -> AsyncIterator[Eng
         yield factory
     finally:
         await factory.aclose()
+
+
+# -- time: timers made due at once ---------------------------------------------------------------
+
+
+async def make_timers_due(engine: Engine, *instance_ids: UUID) -> int:
+    """Make the timers of these instances (none given: of every instance in the engine's
+    database) due now, so that the next `engine.tick()` does what it would once their time came.
+
+    A test of a retry's backoff, a delayed start, a `Sleep`, a signal wait's timeout or a
+    checkpoint's expiry then takes no wall-clock time. Only the times move, to the database's
+    now: the engine's own wake-up and claim do the rest as if the time had passed (a sleep's
+    action runs, a timed-out wait runs its `on_timeout` or fails, an expired checkpoint does
+    what its `on_expiry` says). Instances with no timer still to come, running ones and ended
+    ones are left alone. This engine, if it runs in the background (`engine.running()`), is
+    woken at once; another engine on the database finds the due times at its next poll.
+
+    Returns how many instances had a timer moved.
+    """
+    moved = await engine.store.make_timers_due(list(instance_ids) if instance_ids else None)
+    if moved:
+        # The loop timed its next wake-up and claim by the old times: tell it they are now.
+        engine.claim_loop.wake_waiters_in(0.0)
+        engine.claim_loop.wake_in(0.0)
+    return moved

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +21,17 @@ import asyncpg
 import pytest
 
 import laneway
-from laneway.engine import Done, HandlerContext, Next, RetryPolicy, Sleep, WaitForSignal, Workflow
+from laneway.engine import (
+    Done,
+    HandlerContext,
+    Next,
+    OnExpiry,
+    Pause,
+    RetryPolicy,
+    Sleep,
+    WaitForSignal,
+    Workflow,
+)
 from laneway.engine.context import NotAwaitableError
 from laneway.engine.decorators import with_error_boundary
 from laneway.engine.template_interpreter import (
@@ -44,6 +55,7 @@ from laneway.testing import (
     laneway_database_url,  # noqa: F401
     laneway_engine_factory,  # noqa: F401
     laneway_template_name,  # noqa: F401
+    make_timers_due,
     mock_context,
     mock_operation_context,
     next_step,
@@ -375,6 +387,216 @@ async def test_laneway_database_url_is_migrated_and_empty(
         assert await conn.fetchval("SELECT count(*) FROM laneway.instances") == 0
     finally:
         await conn.close()
+
+
+# -- the plugin: timers made due at once ---------------------------------------------------------
+
+BACKOFF_MS = 1000.0
+
+
+async def nap(ctx: HandlerContext, params: JSONValue) -> Sleep:
+    return Sleep(3600, "wake", {"slept": 3600})
+
+
+async def wake(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done(params)
+
+
+sleeper = Workflow("sleeper", handlers={"nap": nap, "wake": wake}, initial="nap")
+
+
+async def await_signal(ctx: HandlerContext, params: JSONValue) -> WaitForSignal:
+    assert isinstance(params, dict)
+    timeout, on_timeout = params["timeout"], params["on_timeout"]
+    assert timeout is None or isinstance(timeout, int)
+    assert on_timeout is None or isinstance(on_timeout, str)
+    return WaitForSignal("paid", timeout, "ship", on_timeout=on_timeout)
+
+
+async def ship(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done({"shipped": True})
+
+
+async def give_up(ctx: HandlerContext, params: JSONValue) -> Done:
+    return Done({"shipped": False})
+
+
+order = Workflow(
+    "order",
+    handlers={"charge": await_signal, "ship": ship, "give_up": give_up},
+    initial="charge",
+)
+
+
+async def test_make_timers_due_runs_a_retry_without_waiting_out_its_backoff(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    calls: list[int] = []
+
+    async def flaky(ctx: HandlerContext, params: JSONValue) -> Done:
+        calls.append(ctx.attempt)
+        if len(calls) < 3:
+            raise RuntimeError(f"call {len(calls)} failed")
+        return Done({"calls": len(calls)})
+
+    retry = RetryPolicy(max_attempts=3, backoff="fixed", base_ms=BACKOFF_MS)
+    engine = await laneway_engine_factory(
+        Workflow("flaky", handlers={"run": flaky}, initial="run", retry=retry)
+    )
+    enqueued = await engine.enqueue("flaky")
+    started = time.monotonic()
+    assert await engine.tick() == 1  # the first attempt fails: the next is a backoff away
+    assert await engine.tick() == 0  # and not due yet
+    assert await make_timers_due(engine, enqueued.instance_id) == 1
+    assert await engine.tick() == 1  # the second attempt fails
+    assert await make_timers_due(engine, enqueued.instance_id) == 1
+    assert await engine.tick() == 1  # the third completes
+    elapsed = time.monotonic() - started
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.attempts, record.result) == (Status.COMPLETED, 3, {"calls": 3})
+    assert calls == [1, 2, 3]  # each retry counted as one, as after a real backoff
+    assert elapsed < BACKOFF_MS / 1000  # two backoffs, and not even one waited out
+
+
+async def test_make_timers_due_ends_a_sleep_of_an_hour(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    engine = await laneway_engine_factory(sleeper)
+    enqueued = await engine.enqueue("sleeper")
+    assert await engine.tick() == 1
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert record.status == Status.WAITING
+    assert await engine.tick() == 0  # the hour has not passed
+    assert await make_timers_due(engine) == 1  # no ids: every instance with a timer
+    assert await engine.tick() == 1
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.result) == (Status.COMPLETED, {"slept": 3600})
+    # Woken by the engine's own wake-up, as when the hour passes: a `resumed` event.
+    types = [event.type for event in await engine.events(enqueued.instance_id)]
+    assert "resumed" in types
+
+
+@pytest.mark.parametrize(
+    ("on_timeout", "status", "result", "error"),
+    [
+        ("give_up", Status.COMPLETED, {"shipped": False}, None),
+        (
+            None,
+            Status.FAILED,
+            None,
+            "SignalTimeout: timed out after 3600 s waiting for signal 'paid'",
+        ),
+    ],
+)
+async def test_make_timers_due_times_a_signal_wait_out_as_its_timeout_says(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+    on_timeout: str | None,
+    status: Status,
+    result: JSONValue,
+    error: str | None,
+) -> None:
+    engine = await laneway_engine_factory(order)
+    enqueued = await engine.enqueue("order", {"timeout": 3600, "on_timeout": on_timeout})
+    assert await engine.tick() == 1
+    assert await make_timers_due(engine, enqueued.instance_id) == 1
+    await engine.tick()
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.result, record.last_error) == (status, result, error)
+
+
+async def test_make_timers_due_expires_a_checkpoint_as_its_on_expiry_says(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    async def draft(ctx: HandlerContext, params: JSONValue) -> Pause:
+        expiry = OnExpiry("resume", {"decision": "reject"})
+        return Pause("decide", "publish", timeout_seconds=3600, on_expiry=expiry)
+
+    async def publish(ctx: HandlerContext, decision: JSONValue) -> Done:
+        return Done(decision)
+
+    engine = await laneway_engine_factory(
+        Workflow("post", handlers={"draft": draft, "publish": publish}, initial="draft")
+    )
+    enqueued = await engine.enqueue("post")
+    assert await engine.tick() == 1
+    assert await make_timers_due(engine, enqueued.instance_id) == 1
+    assert await engine.tick() == 1
+    record = await engine.get(enqueued.instance_id)
+    assert record is not None
+    assert (record.status, record.result) == (Status.COMPLETED, {"decision": "reject"})
+
+
+async def test_make_timers_due_leaves_instances_without_a_timer_to_come_alone(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+    laneway_database_url: str,  # noqa: F811
+) -> None:
+    release = asyncio.Event()
+
+    async def block(ctx: HandlerContext, params: JSONValue) -> Done:
+        await release.wait()
+        return Done(None)
+
+    engine = await laneway_engine_factory(ingest, order)
+    completed = (await engine.enqueue("ingest", {"url": "https://example.com"})).instance_id
+    forever = (await engine.enqueue("order", {"timeout": None, "on_timeout": None})).instance_id
+    assert await engine.tick() == 2  # one completed, one waits for a signal with no timeout
+    blocker = await laneway_engine_factory(
+        Workflow("block", handlers={"run": block}, initial="run")
+    )
+    running = (await blocker.enqueue("block")).instance_id
+    ticking = asyncio.create_task(blocker.tick())
+    due_now = (await engine.enqueue("ingest", {"url": "https://example.com"})).instance_id
+    delayed = (await engine.enqueue("ingest", {"url": "x"}, delay_ms=3_600_000)).instance_id
+    conn = await connect(laneway_database_url)
+    try:
+        await eventually(
+            lambda: conn.fetchval(
+                "SELECT status FROM laneway.instances WHERE instance_id = $1", running
+            ),
+            lambda status: status == "running",
+        )
+        # Future times on a running and a completed instance: what makes them due is never
+        # time, so they must stay as they are.
+        await conn.execute(
+            "UPDATE laneway.instances SET run_after = now() + interval '1 hour',"
+            " wake_at = now() + interval '1 hour' WHERE instance_id = ANY($1::uuid[])",
+            [running, completed],
+        )
+        rows = "SELECT instance_id, status, run_after, wake_at, updated_at FROM laneway.instances"
+        before = {row["instance_id"]: dict(row) for row in await conn.fetch(rows)}
+        untouched = [completed, forever, running, due_now]
+        assert await make_timers_due(engine, *untouched) == 0
+        assert await make_timers_due(engine) == 1  # the delayed one only
+        after = {row["instance_id"]: dict(row) for row in await conn.fetch(rows)}
+        now = await conn.fetchval("SELECT now()")
+    finally:
+        await conn.close()
+        release.set()
+        await ticking
+    assert {i: after[i] for i in untouched} == {i: before[i] for i in untouched}
+    assert before[delayed]["run_after"] > now  # an hour away
+    assert after[delayed]["run_after"] <= now  # due
+    assert after[delayed]["status"] == "pending"
+
+
+async def test_make_timers_due_wakes_an_engine_running_in_the_background(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    # A poll far later than the wait below: the engine must act on being told, not on a poll.
+    engine = await laneway_engine_factory(sleeper, poll_interval_seconds=600)
+    async with engine.running():
+        enqueued = await engine.enqueue("sleeper")
+        await eventually(
+            lambda: engine.get(enqueued.instance_id),
+            lambda record: record is not None and record.status == Status.WAITING,
+        )
+        assert await make_timers_due(engine, enqueued.instance_id) == 1
+        record = await engine.wait(enqueued.instance_id, timeout=10)
+    assert (record.status, record.result) == (Status.COMPLETED, {"slept": 3600})
 
 
 # -- the plugin: a session ended by SIGTERM cleans up as one ended by Ctrl-C ---------------------

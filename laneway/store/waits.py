@@ -3,8 +3,10 @@
 Owns laneway.signals (a signal is kept until a wait of its name consumes it, once) and the
 batched wake-up of sleeping, waiting and expiring paused instances, each one transaction with
 its events. migrations/0016_waits.sql says why every consumer holds the instance's row lock.
+For tests, also moves instances' timers (backoffs, delays, wake times) to now.
 """
 
+from collections.abc import Sequence
 from uuid import UUID
 
 from laneway.errors import ConflictError, NotFoundError
@@ -128,6 +130,21 @@ class WaitStore(StoreBase):
         async with self._acquire() as conn:
             seconds: float | None = await conn.fetchval(queries.NEXT_WAKE_IN)
         return seconds
+
+    async def make_timers_due(self, instance_ids: Sequence[UUID] | None = None) -> int:
+        """For tests (laneway.testing.make_timers_due): make the timers still to come of these
+        instances (None: of every instance) due now, as if the time had passed.
+
+        A pending instance's run_after (a retry's backoff, a delayed start) and a waiting or
+        paused instance's wake_at (a sleep, a signal wait's timeout, a checkpoint's expiry)
+        move to the database's now; nothing else is written, so the claim and wake_due take
+        them by their usual paths. Running and ended instances are never touched. Returns how
+        many instances had a timer moved.
+        """
+        ids = list(instance_ids) if instance_ids is not None else None
+        async with self._acquire() as conn:
+            moved = await conn.fetch(queries.MAKE_TIMERS_DUE, ids)
+        return len(moved)
 
     async def _instance(self, conn: Conn, instance_id: UUID) -> InstanceRecord:
         row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)

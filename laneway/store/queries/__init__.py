@@ -9,9 +9,9 @@ The areas: schema (the migration runner, the clock), queues, instances (reads an
 side's enqueue), bulk (cancel, resume and retry, of one instance or many), leases (claims,
 leases, runner writes, retention), operations (template operations and entity locks), events,
 schedules, workers (the live process registry), history_rollup (the per-minute queue
-history), waiting (why instances are not running), waits (signals and the wake-up of waits),
-pages (keyset pages of instances), deploys (what is in flight, for the deploy preflight),
-partitions (the event log's time partitions).
+history), waiting (why instances are not running), waits (signals, the wake-up of waits, and
+for tests timers made due at once), pages (keyset pages of instances), deploys (what is in
+flight, for the deploy preflight), partitions (the event log's time partitions).
 """
 
 from laneway.store.queries.bulk import (
@@ -122,6 +122,7 @@ from laneway.store.queries.waits import (
     FIND_SIGNAL,
     INSERT_SIGNAL,
     LOCK_INSTANCE,
+    MAKE_TIMERS_DUE,
     NEXT_WAKE_IN,
     PAUSE_OF,
     WAKE_DUE,
@@ -192,6 +193,7 @@ __all__ = [
     "LOCK_EVENT_APPENDS",
     "LOCK_INSTANCE",
     "LOCK_MIGRATIONS",
+    "MAKE_TIMERS_DUE",
     "MIGRATIONS_TABLE_EXISTS",
     "MISSING_EVENT_PARTITIONS",
     "NEXT_SCHEDULE_IN",

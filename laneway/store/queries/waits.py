@@ -1,5 +1,6 @@
 """Waits and signals: sending a signal, consuming kept signals, and the wake-up of instances
-whose wake time came (a sleep's end, a signal wait's timeout, a checkpoint's expiry).
+whose wake time came (a sleep's end, a signal wait's timeout, a checkpoint's expiry); for
+tests, timers made due at once.
 
 See laneway/store/queries/__init__.py for how statements are written, and
 migrations/0016_waits.sql for the columns and why a signal is consumed once.
@@ -170,4 +171,23 @@ UPDATE laneway.instances AS i
  WHERE i.instance_id = j.instance_id
 RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts, i.last_error, i.stage,
           i.checkpoint, j.new_status IS NOT NULL AS woken
+"""
+
+# $1 instance ids (uuid[]; NULL: every instance)
+# For tests only (laneway.testing.make_timers_due): the timers of these instances that are still
+# to come become due now, as if the time had passed. A pending instance's run_after (a retry's
+# backoff, a delayed start) and a waiting or paused instance's wake_at (a sleep's end, a signal
+# wait's timeout, a checkpoint's expiry) move to now, and nothing else changes: the claim and
+# WAKE_DUE then take them as they take any due instance, statuses, events and all. An instance
+# with no timer to come, a running one and one that ended are left as they are.
+MAKE_TIMERS_DUE = """
+UPDATE laneway.instances
+   SET run_after = CASE WHEN status = 'pending' AND run_after > now() THEN now()
+                        ELSE run_after END,
+       wake_at = CASE WHEN status IN ('waiting', 'paused') AND wake_at > now() THEN now()
+                      ELSE wake_at END
+ WHERE ($1::uuid[] IS NULL OR instance_id = ANY($1::uuid[]))
+   AND ((status = 'pending' AND run_after > now())
+        OR (status IN ('waiting', 'paused') AND wake_at > now()))
+RETURNING instance_id
 """
