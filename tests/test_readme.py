@@ -317,7 +317,7 @@ async def test_testing_example_passes(project: Path, server_url: str) -> None:
     env = user_environment(None, LANEWAY_TEST_DATABASE_URL=server_url, PYTHONWARNINGS="error")
     code, out, err = await run(readme_command(line), cwd=project, env=env)
     assert code == 0, out + err
-    assert re.search(r"\b3 passed\b", out), out
+    assert re.search(r"\b4 passed\b", out), out
     assert "warning" not in out.lower(), out
 
 
