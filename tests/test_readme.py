@@ -260,7 +260,7 @@ async def test_logging_setup_prints_the_fields_of_laneway_records(project: Path)
     returncode, _, err = await run([str(PYTHON), "-c", code], cwd=project, env=env, timeout=30)
     assert returncode == 0, err
     assert "laneway.engine.runner: instance failed" in err
-    assert "instance_id=0192-abc error=KeyError: 'customer_id'" in err
+    assert "instance_id=0192-abc error=\"KeyError: 'customer_id'\"" in err  # quoted: spaces
 
 
 async def test_pipeline_prints_its_result(project: Path, database_url: str) -> None:
