@@ -2,10 +2,12 @@
 
 Owns the series and how they are fed. Per process: the engine's observer hooks
 (engine/observer.py) count attempts started and how they ended, time steps, operations and
-the wait from enqueue to start, and count claims; the event hub's and the pool's own counters
-are read at scrape time. Cluster-wide: instances by queue and status, and the age of the
-oldest ready instance of each queue, read from the database at most once per
-`refresh_seconds` (whatever the number of scrapes and series) and served from that snapshot;
+the wait from enqueue to start, and count claims and what upkeep did (instances pruned,
+event partitions added and retired, failed rounds); the event hub's and the pool's own
+counters are read at scrape time (metrics_collectors.py). Cluster-wide: instances by queue
+and status, and the age of the oldest ready instance of each queue, read from the database at
+most once per `refresh_seconds` (whatever the number of scrapes and series) and served from
+that snapshot;
 a scrape waits for that read at most `wait_seconds`, a slower one goes on in the background.
 The snapshot's age is exported, and a snapshot that could not be read again is left out once
 it is `stale_seconds` old.
@@ -19,22 +21,18 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import metrics as client_metrics
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from laneway.engine.observer import UPKEEP_TASKS, UpkeepTask
 from laneway.errors import LanewayError, os_error_reason
 from laneway.events import EventHub
+from laneway.metrics_collectors import ClusterCollector, ProcessCollector, Snapshot
 from laneway.model import InstanceRecord, Status, Transition
 from laneway.store import Store
 
@@ -64,32 +62,6 @@ _OUTCOME_HELP = {
     "cancelled": "Instances cancelled by this process (the one that served the cancel, not "
     "the one running it), by workflow and queue.",
 }
-
-
-@dataclass(slots=True)
-class _Snapshot:
-    """The cluster-wide figures as last read, and how their reads went (monotonic times)."""
-
-    begun: float  # when this process began to keep them: their age before the first read
-    counts: dict[str, dict[Status, int]] = field(default_factory=dict)  # every queue
-    oldest_ready: dict[str, float] = field(default_factory=dict)
-    paused: frozenset[str] = frozenset()
-    read_at: float | None = None  # when the read of these figures began
-    failed: bool = False  # the last read that ended failed
-    reading_since: float | None = None  # when the read under way began
-
-    def age(self, now: float) -> float:
-        return now - (self.begun if self.read_at is None else self.read_at)
-
-    def served(self, now: float, stale_seconds: float) -> bool:
-        """Whether the figures may still be exported: unless they are more than stale_seconds
-        old and the read meant to replace them failed, or has been running that long."""
-        if self.read_at is None:
-            return False
-        if now - self.read_at <= stale_seconds:
-            return True
-        hung = self.reading_since is not None and now - self.reading_since > stale_seconds
-        return not (self.failed or hung)
 
 
 class _Series(Collector):
@@ -225,12 +197,43 @@ class Metrics:
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
-        self._snapshot = _Snapshot(begun=clock())
+        # Upkeep runs every few seconds at most, so the client's own series are cheap enough.
+        self._pruned = Counter(
+            "laneway_instances_pruned",
+            "Finished instances past retention that this process deleted.",
+            registry=self.registry,
+        )
+        self._prune_behind = Gauge(
+            "laneway_prune_behind",
+            "1 while this process's last retention batch came back full (instances past "
+            "retention are left; its sweep comes back within seconds), else 0.",
+            registry=self.registry,
+        )
+        self._partitions_added = Counter(
+            "laneway_event_partitions_added",
+            "Event log partitions this process added ahead.",
+            registry=self.registry,
+        )
+        self._partitions_retired = Counter(
+            "laneway_event_partitions_retired",
+            "Event log partitions this process dropped once retention had emptied them.",
+            registry=self.registry,
+        )
+        self._upkeep_failures = Counter(
+            "laneway_upkeep_failures",
+            "Upkeep rounds of this process that failed, by task (prune, partitions, "
+            "queue_history); each is logged as a warning and tried again at its next round.",
+            ("task",),
+            registry=self.registry,
+        )
+        for task in UPKEEP_TASKS:  # at 0 from the start, so increase() sees the first failure
+            self._upkeep_failures.labels(task)
+        self._snapshot = Snapshot(begun=clock())
         self._reading: asyncio.Task[None] | None = None  # the snapshot read under way, if any
-        self._process = _ProcessCollector()
+        self._process = ProcessCollector()
         self.registry.register(self._process)
         self.registry.register(
-            _ClusterCollector(self._snapshot, clock, refresh_seconds, stale_seconds)
+            ClusterCollector(self._snapshot, clock, refresh_seconds, stale_seconds)
         )
 
     # -- the engine's observer -------------------------------------------------------------------
@@ -258,6 +261,19 @@ class Metrics:
         if outcome is not None:
             self._outcomes[outcome].inc(transition.name, transition.queue)
 
+    def pruned(self, count: int, behind: bool) -> None:
+        self._pruned.inc(count)
+        self._prune_behind.set(1.0 if behind else 0.0)
+
+    def partitions_added(self, count: int) -> None:
+        self._partitions_added.inc(count)
+
+    def partitions_retired(self, count: int) -> None:
+        self._partitions_retired.inc(count)
+
+    def upkeep_failed(self, task: UpkeepTask) -> None:
+        self._upkeep_failures.labels(task).inc()
+
     # -- what is read at scrape time -----------------------------------------------------------
 
     def watch(self, hub: EventHub, store: Store) -> None:
@@ -273,7 +289,7 @@ class Metrics:
         scrape that stops waiting, or is cancelled, leaves it running; its snapshot serves the
         next scrapes. Until then a scrape is served the snapshot there is, with its age
         (laneway_cluster_snapshot_age_seconds). A failed read keeps the last snapshot and is
-        logged; the cluster series are left out once it is stale_seconds old (_Snapshot.served).
+        logged; the cluster series are left out once it is stale_seconds old (Snapshot.served).
         """
         reading, snapshot = self._reading, self._snapshot
         if reading is None or reading.done():
@@ -312,108 +328,6 @@ class Metrics:
     def render(self) -> bytes:
         """The metrics in the Prometheus text format (CONTENT_TYPE)."""
         return generate_latest(self.registry)
-
-
-class _ProcessCollector(Collector):
-    """The event hub's and the pool's own counters, read as they are at scrape time."""
-
-    def __init__(self) -> None:
-        self.source: tuple[EventHub, Store] | None = None
-
-    def collect(self) -> Iterable[Metric]:
-        subscribers = GaugeMetricFamily(
-            "laneway_subscribers", "Event stream subscribers connected to this process."
-        )
-        listener = GaugeMetricFamily(
-            "laneway_listener_connected", "1 while this process's LISTEN connection is up."
-        )
-        reconnects = CounterMetricFamily(
-            "laneway_listener_reconnects", "Times the LISTEN connection was re-established."
-        )
-        delivered = CounterMetricFamily(
-            "laneway_events_delivered", "Events handed to this process's subscribers."
-        )
-        in_use = GaugeMetricFamily(
-            "laneway_pool_connections_in_use", "Pooled database connections lent out now."
-        )
-        idle = GaugeMetricFamily(
-            "laneway_pool_connections_idle", "Pooled database connections open and idle."
-        )
-        if self.source is not None:
-            hub, store = self.source
-            subscribers.add_metric([], hub.subscriber_count)
-            listener.add_metric([], 1.0 if hub.is_connected else 0.0)
-            reconnects.add_metric([], hub.reconnect_count)
-            delivered.add_metric([], hub.delivered_count)
-            lent, resting = store.pool_counts()
-            in_use.add_metric([], lent)
-            idle.add_metric([], resting)
-        return [subscribers, listener, reconnects, delivered, in_use, idle]
-
-
-class _ClusterCollector(Collector):
-    """Instances by queue and status, the oldest ready instance's age and whether each queue is
-    paused, from the snapshot, with the snapshot's age.
-
-    Every status of every queue the snapshot knows has its series, 0 when no instance is in
-    it: a series that vanished when its count fell to 0 would leave a graph at its last value
-    and an alert on it unresolved. A snapshot that could not be read again is not served as
-    if it were fresh: its age is exported, and once it is stale the series are left out.
-    """
-
-    def __init__(
-        self,
-        snapshot: _Snapshot,
-        clock: Callable[[], float],
-        refresh_seconds: float,
-        stale_seconds: float,
-    ) -> None:
-        self._snapshot = snapshot
-        self._clock = clock
-        self._refresh_seconds = refresh_seconds
-        self._stale_seconds = stale_seconds
-
-    def collect(self) -> Iterable[Metric]:
-        snapshot, now = self._snapshot, self._clock()
-        age = GaugeMetricFamily(
-            "laneway_cluster_snapshot_age_seconds",
-            "Seconds since the read of the snapshot behind laneway_instances, "
-            "laneway_oldest_ready_seconds and laneway_queue_paused began (since this process "
-            "started, before its first "
-            f"read); those are left out once it is over {self._stale_seconds:g} s old and its "
-            "re-read failed or has run that long.",
-        )
-        age.add_metric([], max(snapshot.age(now), 0.0))
-        instances = GaugeMetricFamily(
-            "laneway_instances",
-            "Instances by queue and status, across the cluster (a snapshot that a scrape "
-            f"re-reads once it is {self._refresh_seconds:g} s old).",
-            labels=("queue", "status"),
-        )
-        oldest = GaugeMetricFamily(
-            "laneway_oldest_ready_seconds",
-            "Age of the oldest ready (pending and due) instance of each queue, across the "
-            "cluster; 0 when none is ready.",
-            labels=("queue",),
-        )
-        paused = GaugeMetricFamily(
-            "laneway_queue_paused",
-            "1 while a queue is paused (pauseQueue: none of its instances starts), else 0.",
-            labels=("queue",),
-        )
-        if snapshot.read_at is None or not snapshot.served(now, self._stale_seconds):
-            return [age, instances, oldest, paused]
-        for queue, counts in sorted(snapshot.counts.items()):
-            for status in Status:
-                instances.add_metric([queue, status.value], counts.get(status, 0))
-        # The age grows while the snapshot ages; the next read sets it right again.
-        since = max(now - snapshot.read_at, 0.0)
-        for queue in sorted(set(snapshot.counts) | set(snapshot.oldest_ready)):
-            ready = snapshot.oldest_ready.get(queue)
-            oldest.add_metric([queue], 0.0 if ready is None else ready + since)
-        for queue in sorted(snapshot.counts):
-            paused.add_metric([queue], float(queue in snapshot.paused))
-        return [age, instances, oldest, paused]
 
 
 @contextlib.asynccontextmanager

@@ -101,7 +101,7 @@ class ClaimLoop(DueWork):
         self._wake = asyncio.Event()
         self._times = WakeTimes()  # a claim, the waiters' wake-up, the next schedule
         self._last_poll = -float("inf")
-        self._upkeep = Upkeep(store, registry, retention_seconds)
+        self._upkeep = Upkeep(store, registry, retention_seconds, observer=observer)
         self._token_check_after = -float("inf")  # no rate-limited queue: ask again after this
         self._token_misses = 0  # claims in a row that found a token there but got nothing
         self._token_checking = False  # a read of the next token's due time is in flight

@@ -4,12 +4,15 @@ Owns retention (finished instances past it deleted in batches every few minutes,
 a backlog is left), the event log's time partitions (added ahead, retired whole, the parent
 analysed), the once-a-minute queue history roll-up, and the warning about pending instances
 of workflows this process does not have. Run by the claim loop at every poll and maintenance
-round; each step skips itself until its time comes.
+round; each step skips itself until its time comes. A step that fails is logged as a warning
+and counted (EngineObserver.upkeep_failed), and the others and the claim round go on: it is
+tried again at its next round.
 """
 
 import logging
 import time
 
+from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.registry import WorkflowRegistry
 from laneway.errors import described
 from laneway.store import Store
@@ -35,8 +38,10 @@ class Upkeep:
         retention_seconds: float,
         *,
         prune_batch: int = PRUNE_BATCH,
+        observer: EngineObserver | None = None,
     ) -> None:
         self._store = store
+        self._observer: EngineObserver = observer if observer is not None else NoObserver()
         self._registry = registry
         self._retention_seconds = retention_seconds
         self._prune_batch = prune_batch
@@ -70,6 +75,11 @@ class Upkeep:
         PRUNE_SWEEP_SECONDS, which bounds how long the claim loop it runs in waits; stopped
         with a backlog left, it comes back after PRUNE_BEHIND_SECONDS. A short batch can also
         mean another engine holds the rest (skipped, not waited for): its sweep goes on.
+
+        A batch that fails (a lock or statement timeout, a lost connection) ends the sweep: it
+        is logged and counted, what the earlier batches deleted stays deleted, and the next
+        sweep comes in PRUNE_EVERY_SECONDS. It used to escape into the claim round, which it
+        failed ("claim round failed"), skipping that round's claim and partition upkeep.
         """
         now = time.monotonic()
         if self._retention_seconds <= 0 or now < self._next_prune:
@@ -78,9 +88,18 @@ class Upkeep:
         deadline = now + PRUNE_SWEEP_SECONDS
         pruned = 0
         while True:
-            batch = await self._store.prune_finished(self._retention_seconds, self._prune_batch)
+            try:
+                batch = await self._store.prune_finished(self._retention_seconds, self._prune_batch)
+            except Exception as exc:
+                self._observer.upkeep_failed("prune")
+                logger.warning(
+                    "finished instances prune failed",
+                    extra={"error": described(exc), "count": pruned},
+                )
+                return
             pruned += batch
             behind = batch >= self._prune_batch
+            self._observer.pruned(batch, behind)
             if not behind or time.monotonic() >= deadline:
                 break
         wait = PRUNE_BEHIND_SECONDS if behind else PRUNE_EVERY_SECONDS
@@ -100,16 +119,19 @@ class Upkeep:
         self._last_partitions = now
         try:
             added = await self._store.add_event_partitions()
+            self._observer.partitions_added(len(added))
             if added:
                 logger.info("event partitions added", extra={"partitions": added})
             if self._retention_seconds > 0:
                 retired = await self._store.retire_event_partitions(
                     ended_seconds_ago=self._retention_seconds
                 )
+                self._observer.partitions_retired(len(retired))
                 if retired:
                     logger.info("event partitions retired", extra={"partitions": retired})
             await self._store.analyze_events()
         except Exception as exc:
+            self._observer.upkeep_failed("partitions")
             logger.warning("event partition upkeep failed", extra={"error": described(exc)})
 
     async def _roll_up_history(self) -> None:
@@ -126,6 +148,7 @@ class Upkeep:
                 if not more:
                     break
         except Exception as exc:
+            self._observer.upkeep_failed("queue_history")
             logger.warning("queue history roll-up failed", extra={"error": described(exc)})
 
     async def _report_unregistered(self) -> None:

@@ -1,6 +1,9 @@
 """GET /metrics on a real server (issue #20, point 1): readable under the rule of GraphQL reads,
 in the Prometheus text format, with counters that move after a workflow runs."""
 
+import re
+from pathlib import Path
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from laneway.config import Settings
@@ -45,3 +48,49 @@ async def test_metrics_need_a_token_when_reads_do(database_url: str) -> None:
     assert wrong.status_code == 403
     assert right.status_code == 200
     assert "laneway_claims_total" in right.text
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _documented_series() -> dict[str, tuple[str, set[str]]]:
+    """Every series named in the first column of README's Metrics tables: its type (a `_total`
+    name is a counter, else what the row says, a gauge by default) and the labels the row
+    names in its parentheses."""
+    section = README.read_text().split("### Metrics", 1)[1].split("\n### ", 1)[0]
+    documented = {}
+    for line in section.splitlines():
+        if not line.startswith("| `laneway_"):
+            continue
+        cell = line.split("|")[1]
+        names = re.findall(r"`(laneway_[a-z_]+)`", cell)
+        said = re.search(r"\((counter|gauge|histogram)", cell)
+        labels = set(re.findall(r"`([a-z_]+)`", cell.partition("(")[2])) - set(names)
+        for name in names:
+            if name.endswith("_total"):
+                documented[name.removesuffix("_total")] = ("counter", labels)
+            else:
+                documented[name] = (said.group(1) if said else "gauge", labels)
+    return documented
+
+
+async def test_metrics_serve_every_documented_series_with_its_type_and_labels(
+    server: LiveServer,
+) -> None:
+    # An audit reads README's list, then scrapes: every series listed must be served as the
+    # type the list gives, with the labels it names.
+    instance_id = await enqueue(server, "hello", {"name": "Documented"})
+    await until_status(server, instance_id, "completed")
+    response = await server.client.get("/metrics")
+    served = {family.name: family for family in text_string_to_metric_families(response.text)}
+    documented = _documented_series()
+    assert {"laneway_upkeep_failures", "laneway_instances_pruned", "laneway_prune_behind"} <= set(
+        documented
+    )
+    for name, (kind, labels) in documented.items():
+        assert name in served, f"{name} is documented, not served"
+        assert served[name].type == kind, f"{name}: {served[name].type}, documented {kind}"
+        for sample in served[name].samples:
+            assert labels <= set(sample.labels), f"{name} lacks a label of {labels}"
+    tasks = {s.labels["task"] for s in served["laneway_upkeep_failures"].samples}
+    assert tasks == {"prune", "partitions", "queue_history"}
