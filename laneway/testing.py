@@ -39,6 +39,7 @@ from laneway.engine.handler_map import Handler, Workflow, start_handler
 from laneway.engine.operation_attempt import operation_not_awaitable
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, decode_json, encode_json
 from laneway.engine.registry import WorkflowRegistry
+from laneway.engine.requests import child_key
 from laneway.engine.template_interpreter import (
     OperationContext,
     OperationHandler,
@@ -60,12 +61,13 @@ class EnqueuedChild:
     name: str
     params: JSONValue
     instance_id: UUID
+    key: str | None = None
 
 
 class FakeTools:
     """The InstanceTools of one instance, kept in memory: what a handler did is in the lists.
 
-    Behaves like the engine's: a child is enqueued once per workflow name, an operation is
+    Behaves like the engine's: a child is enqueued once per (workflow, key), an operation is
     recorded once per (stage, position), and a lock is taken when it is free, expired or
     already this instance's, with a fencing token that grows on every acquisition.
     """
@@ -100,12 +102,13 @@ class FakeTools:
     async def write_operations(self) -> None:
         """Recorded at once here: nothing is kept back."""
 
-    async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
+    async def enqueue_child(self, name: str, params: JSONValue, *, key: str | None = None) -> UUID:
+        child_key(self.instance_id, name, key)  # a bad key is refused as the engine refuses it
         encode_json(params, what="params")
         for child in self.children:
-            if child.name == name:
+            if (child.name, child.key) == (name, key):
                 return child.instance_id
-        child = EnqueuedChild(name=name, params=params, instance_id=uuid.uuid4())
+        child = EnqueuedChild(name=name, params=params, instance_id=uuid.uuid4(), key=key)
         self.children.append(child)
         return child.instance_id
 

@@ -285,6 +285,31 @@ async def test_mock_context_tools_record_a_child_enqueued_once_per_workflow() ->
     assert step == Done({"child": str(child.instance_id), "same": True})
 
 
+async def test_mock_context_tools_record_one_child_per_workflow_and_key() -> None:
+    async def fan_out(ctx: HandlerContext, params: JSONValue) -> Done:
+        tools = ctx.require_tools()
+        ids = [await tools.enqueue_child("kid", {"i": i}, key=str(i)) for i in range(3)]
+        again = [await tools.enqueue_child("kid", {"ignored": i}, key=str(i)) for i in range(3)]
+        plain = await tools.enqueue_child("kid", {"plain": True})
+        return Done({"ids": [str(i) for i in ids], "same": ids == again, "plain": str(plain)})
+
+    ctx = mock_context(name="parent", action="fan_out")
+    step = await fan_out(ctx, None)
+    tools = ctx.require_tools()
+    assert isinstance(tools, FakeTools)
+    assert [(c.name, c.params, c.key) for c in tools.children] == [
+        ("kid", {"i": 0}, "0"),
+        ("kid", {"i": 1}, "1"),
+        ("kid", {"i": 2}, "2"),
+        ("kid", {"plain": True}, None),
+    ]
+    assert len({c.instance_id for c in tools.children}) == 4
+    ids = [str(c.instance_id) for c in tools.children]
+    assert step == Done({"ids": ids[:3], "same": True, "plain": ids[3]})
+    with pytest.raises(InvalidInputError, match="child key must be 1-128 characters"):
+        await tools.enqueue_child("kid", None, key="")
+
+
 def test_mock_context_has_sensible_defaults() -> None:
     ctx = mock_context()
     assert (ctx.name, ctx.action, ctx.attempt, ctx.max_attempts) == ("test", "run", 1, 1)

@@ -158,8 +158,15 @@ class InstanceTools(Protocol):
         LeaseLostError when the lease is gone)."""
         ...
 
-    async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
-        """Enqueue a child instance once (idempotent per parent and workflow); its id."""
+    async def enqueue_child(self, name: str, params: JSONValue, *, key: str | None = None) -> UUID:
+        """Enqueue a child instance once per (parent, workflow, key), and return its id: a
+        re-run of the handler gets the same child back, and a call with a new key (1-128
+        characters) another child, each with its own params. With no key, one child per
+        parent and workflow.
+
+        Raises:
+            InvalidInputError: a bad key, an unknown workflow or params it refuses.
+        """
         ...
 
     async def acquire_lock(

@@ -28,7 +28,13 @@ from laneway.engine.preflight import DeployCalls
 from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
-from laneway.engine.requests import check_key, new_instance, new_instance_ids, planned_fire
+from laneway.engine.requests import (
+    check_key,
+    child_key,
+    new_instance,
+    new_instance_ids,
+    planned_fire,
+)
 from laneway.engine.run_calls import RunCalls
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
@@ -370,10 +376,13 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
         self.claim_loop.wake()
         return record
 
-    async def _enqueue_child(self, parent_id: UUID, name: str, params: JSONValue) -> UUID:
-        # Keyed by parent and workflow: a parent re-run after a crash finds the same child.
+    async def _enqueue_child(
+        self, parent_id: UUID, name: str, params: JSONValue, key: str | None
+    ) -> UUID:
+        # One per parent, workflow and key: a parent re-run after a crash finds the same child.
+        idempotency_key = child_key(parent_id, name, key)
         result = await self.enqueue(
-            name, params, parent_id=parent_id, idempotency_key=f"chain:{parent_id}:{name}"
+            name, params, parent_id=parent_id, idempotency_key=idempotency_key
         )
         return result.instance_id
 

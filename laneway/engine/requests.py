@@ -19,6 +19,9 @@ from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, NewInstance, ScheduleRecord
 
 MAX_KEY_CHARS = 255
+# A child's key (enqueue_child): its idempotency key `chain:<parent id>:<name>#<key>` stays
+# within MAX_KEY_CHARS for any workflow name (6 + 36 + 1 + 64 + 1 + 128 = 236).
+MAX_CHILD_KEY_CHARS = 128
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000.0
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
 MAX_CONCURRENCY = 1_000_000  # a queue's or a key's cap
@@ -83,15 +86,33 @@ class EnqueueRequest:
     version: str | None = None  # None: the newest version registered in the enqueuing process
 
 
-def check_key(value: str | None, what: str) -> str | None:
-    """`value` if it is a usable idempotency, singleton or concurrency key (None stays None)."""
+def check_key(value: str | None, what: str, *, limit: int = MAX_KEY_CHARS) -> str | None:
+    """`value` if it is a usable idempotency, singleton, concurrency or child key, of at most
+    `limit` characters (None stays None)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
-        raise InvalidInputError(f"{what} must be 1-{MAX_KEY_CHARS} characters")
+    if not isinstance(value, str) or not 1 <= len(value) <= limit:
+        raise InvalidInputError(f"{what} must be 1-{limit} characters")
     if not text_storable(value):
         raise InvalidInputError(f"{what} must not contain NUL or lone surrogate characters")
     return value
+
+
+def child_key(parent_id: UUID, name: str, key: str | None) -> str:
+    """The idempotency key of the child of `parent_id` of workflow `name` and `key`: one child
+    per (parent, workflow, key), so a parent re-run after a crash finds the same child.
+
+    With no key, `chain:<parent id>:<name>`, the key of every child before keys existed (an
+    instance in flight across an upgrade finds its child). With one, `...<name>#<key>`: a
+    name may hold `:` but never `#`, so no (name, key) pair spells another's key.
+
+    Raises:
+        InvalidInputError: a key that is not 1-MAX_CHILD_KEY_CHARS characters, or holds NUL
+            or a lone surrogate.
+    """
+    check_key(key, "child key", limit=MAX_CHILD_KEY_CHARS)
+    base = f"chain:{parent_id}:{name}"
+    return base if key is None else f"{base}#{key}"
 
 
 def check_cap(value: object, what: str) -> None:

@@ -28,7 +28,7 @@ OPERATION_WRITE_DELAY_SECONDS = 0.01
 
 _new_outcome = builder(OperationOutcome)  # one per operation (record_builders.py)
 
-ChildSpawner = Callable[[UUID, str, JSONValue], Awaitable[UUID]]
+ChildSpawner = Callable[[UUID, str, JSONValue, str | None], Awaitable[UUID]]
 
 
 class RunnerTools:
@@ -155,8 +155,8 @@ class RunnerTools:
                 extra={"instance_id": str(self._instance_id), "error": repr(exc)},
             )
 
-    async def enqueue_child(self, name: str, params: JSONValue) -> UUID:
-        return await self._spawn(self._instance_id, name, params)
+    async def enqueue_child(self, name: str, params: JSONValue, *, key: str | None = None) -> UUID:
+        return await self._spawn(self._instance_id, name, params, key)
 
     async def acquire_lock(
         self, entity_type: str, entity_id: str, ttl_seconds: float
