@@ -78,7 +78,7 @@ async def test_instances_refuses_what_a_page_cannot_select(way: str, database_ur
         assert code == 2
         assert err == (
             "laneway: --filter created-after= is for cancel, retry and resume; a page of"
-            " instances is chosen by name, queue, status, key and version\n"
+            " instances is chosen by name, queue, status, key, version and parent\n"
         )
         # The API's refusals, said with the options typed (they named GraphQL's arguments).
         for args, says in (
@@ -95,6 +95,51 @@ async def test_instances_refuses_what_a_page_cannot_select(way: str, database_ur
             assert code == 2, err
             assert says in err, err
             assert "workflowInstancesConnection" not in err
+
+
+@both_ways
+async def test_instances_and_a_bulk_cancel_select_the_children_of_a_parent(
+    way: str, database_url: str, store: Store
+) -> None:
+    engine = make_engine(store, hello)
+    parent = (await engine.enqueue("hello", {"name": "parent"})).instance_id
+    children = [
+        str((await engine.enqueue("hello", {"name": f"c{i}"}, parent_id=parent)).instance_id)
+        for i in range(3)
+    ]
+    stranger = (await engine.enqueue("hello", {"name": "stranger"})).instance_id
+    async with ways(way, database_url) as laneway:
+        code, out, err = await laneway("instances", "--filter", f"parent={parent}", "--json")
+        assert code == 0, err
+        nodes = [edge["node"] for edge in json.loads(out)["edges"]]
+        assert [(n["instanceID"], n["parentID"]) for n in nodes] == [
+            (child, str(parent)) for child in reversed(children)
+        ]
+        code, out, err = await laneway("cancel", "--filter", f"parent={parent}", "--dry-run")
+        assert code == 0, err
+        assert json.loads(out) == {
+            "matched": 3,
+            "changed": 0,
+            "sampleIDs": list(reversed(children)),
+        }
+        code, out, err = await laneway("cancel", "--filter", f"parent={parent}", "--yes")
+        assert code == 0, err
+        assert json.loads(out)["changed"] == 3
+        for child in children:
+            record = await engine.get(uuid.UUID(child))
+            assert record is not None
+            assert record.status == "cancelled"
+        for other in (parent, stranger):  # the parent and the others stay as they were
+            record = await engine.get(other)
+            assert record is not None
+            assert record.status == "pending"
+        # A parent that is not an instance id: exit 2, said as a malformed ID operand is.
+        for args in (("instances",), ("cancel", "--yes")):
+            code, _, err = await laneway(*args, "--filter", "parent=nope")
+            assert code == 2, err
+            assert err == "laneway: --filter parent= is not an instance id: 'nope'\n"
+        code, _, err = await laneway("status", "nope")
+        assert (code, err) == (2, "laneway: not an instance id: 'nope'\n")
 
 
 def _rendered(renderable: Any, width: int) -> str:

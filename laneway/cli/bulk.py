@@ -1,11 +1,11 @@
 """`laneway cancel|retry|resume --filter KEY=VALUE ...`: a bulk action on what a filter selects.
 
-Owns the --filter words (name, queue, status (repeatable), key, version, created-after,
-created-before as ISO times), the dry run that always comes first and shows the count, the
-confirmation: --yes, or a yes typed at a terminal; anywhere else it stops with exit 2, and
-what Ctrl-C means at each step (exit 130: nothing changed yet, or some may have).
-Both modes send the same mutation (cancelWorkflows, retryWorkflows, resumeWorkflows), so the
-database mode and --url go through the engine's one bulk path.
+Owns the --filter words (name, queue, status (repeatable), key, version, parent (an instance
+id), created-after, created-before as ISO times), the dry run that always comes first and
+shows the count, the confirmation: --yes, or a yes typed at a terminal; anywhere else it stops
+with exit 2, and what Ctrl-C means at each step (exit 130: nothing changed yet, or some may
+have). Both modes send the same mutation (cancelWorkflows, retryWorkflows, resumeWorkflows),
+so the database mode and --url go through the engine's one bulk path.
 """
 
 import argparse
@@ -13,6 +13,7 @@ import asyncio
 import os
 import sys
 from datetime import UTC, datetime
+from uuid import UUID
 
 from laneway.cli import output
 from laneway.cli.client import (
@@ -37,6 +38,7 @@ FILTER_FIELDS = {
     "status": "statuses",
     "key": "concurrencyKey",
     "version": "version",
+    "parent": "parentID",
     "created-after": "createdAfter",
     "created-before": "createdBefore",
 }
@@ -70,11 +72,26 @@ def iso_ms(text: str, key: str) -> float:
     return moment.timestamp() * 1000.0
 
 
+def parent_id(text: str) -> str:
+    """The instance id of --filter parent=, checked as an ID operand is (commands.instance_id).
+
+    Raises:
+        CommandError: it is not a UUID (exit 2).
+    """
+    try:
+        return str(UUID(text))
+    except ValueError:
+        raise CommandError(
+            f"--filter parent= is not an instance id: {text!r}", EXIT_USAGE
+        ) from None
+
+
 def parse_filter(pairs: list[str]) -> JSONObject:
     """The InstanceFilter input of --filter KEY=VALUE pairs.
 
     Raises:
-        CommandError: an unknown key, no `=`, or a key given twice (but status) (exit 2).
+        CommandError: an unknown key, no `=`, a key given twice (but status), a time that is
+            not ISO or a parent that is not an instance id (exit 2).
     """
     where: JSONObject = {}
     for pair in pairs:
@@ -91,7 +108,10 @@ def parse_filter(pairs: list[str]) -> JSONObject:
             continue
         if field in where:
             raise CommandError(f"--filter {key}= is given twice", EXIT_USAGE)
-        where[field] = iso_ms(value, key) if key.startswith("created-") else value
+        if key.startswith("created-"):
+            where[field] = iso_ms(value, key)
+        else:
+            where[field] = parent_id(value) if key == "parent" else value
     return where
 
 

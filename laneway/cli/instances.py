@@ -22,16 +22,16 @@ NODE_FIELDS = """
   stage progress message concurrencyKey version parentID
 """
 PAGE = f"""query ($first: Int, $after: String, $name: String, $queue: String,
-          $statuses: [String!], $concurrencyKey: String, $version: String) {{
+          $statuses: [String!], $concurrencyKey: String, $version: String, $parentID: ID) {{
   workflowInstancesConnection(first: $first, after: $after, name: $name, queue: $queue,
                               statuses: $statuses, concurrencyKey: $concurrencyKey,
-                              version: $version) {{
+                              version: $version, parentID: $parentID) {{
     edges {{ cursor node {{ {NODE_FIELDS} }} }}
     pageInfo {{ hasNextPage endCursor }}
   }}
 }}"""
 # The --filter words a page takes: the connection has no creation-time bounds.
-PAGE_FILTERS = ("name", "queue", "statuses", "concurrencyKey", "version")
+PAGE_FILTERS = ("name", "queue", "statuses", "concurrencyKey", "version", "parentID")
 # What the user typed for each argument of PAGE, for the API's refusals (option_words.py).
 PAGE_OPTIONS = {
     **flags("first", "after"),
@@ -50,7 +50,7 @@ def page_filter(pairs: list[str] | None) -> JSONObject:
         word = "created-after" if unpaged[0] == "createdAfter" else "created-before"
         raise CommandError(
             f"--filter {word}= is for cancel, retry and resume; a page of instances is chosen"
-            " by name, queue, status, key and version",
+            " by name, queue, status, key, version and parent",
             EXIT_USAGE,
         )
     return where

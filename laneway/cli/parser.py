@@ -53,8 +53,9 @@ def _bulk_help(name: str) -> tuple[str, str]:
     """The paragraphs of --help on `name --filter`: what it does, an example."""
     text = (
         f"With --filter instead of ID: {name} {_BULK_APPLIES[name]}. KEY is name, queue,"
-        " status (repeatable), key (the concurrency key), version, created-after or"
-        " created-before (ISO times, UTC unless they name an offset). It counts first (a dry"
+        " status (repeatable), key (the concurrency key), version, parent (an instance id:"
+        " its children), created-after or created-before (ISO times, UTC unless they name"
+        " an offset). It counts first (a dry"
         " run) and asks at a terminal; --yes skips the question (needed in scripts, else exit"
         " 2); --dry-run only counts. Prints {matched, changed, sampleIDs}."
     )
@@ -68,8 +69,8 @@ def _bulk_options(p: argparse.ArgumentParser) -> None:
         "--filter",
         metavar="KEY=VALUE",
         action="append",
-        help="select instances by name, queue, status, key, version, created-after or"
-        " created-before (repeatable: all must match)",
+        help="select instances by name, queue, status, key, version, parent, created-after"
+        " or created-before (repeatable: all must match)",
     )
     group.add_argument(
         "--dry-run", action="store_true", help="only count and sample what --filter selects"
@@ -298,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
         "list a page of instances, newest first: those --filter selects, or all",
         DATABASE,
         "--filter takes the words of cancel --filter but created-after and created-before:"
-        " name, queue, status (repeatable), key, version; all must match. Under the table, the"
+        " name, queue, status (repeatable), key, version, parent (an instance id: its"
+        " children); all must match. Under the table, the"
         " --after that gives the next page. --json prints the GraphQL fields of"
         " workflowInstancesConnection: {edges: [{cursor, node}], pageInfo: {hasNextPage,"
         " endCursor}}, each node a summary (`laneway status ID` has the rest).",
@@ -312,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--filter",
         metavar="KEY=VALUE",
         action="append",
-        help="select by name, queue, status, key or version (repeatable: all must match)",
+        help="select by name, queue, status, key, version or parent (repeatable: all must match)",
     )
     p.add_argument("--first", metavar="N", type=whole_number, help="how many, 1 to 500 (50)")
     p.add_argument("--after", metavar="CURSOR", help="the page after this cursor (endCursor)")

@@ -53,6 +53,16 @@ StatusFilter = Annotated[
         "completed, failed or cancelled (BAD_USER_INPUT otherwise)."
     ),
 ]
+# workflowInstancesConnection's alone, as its concurrency key and version: workflowInstances
+# keeps the seed contract's arguments verbatim (tests/test_schema_file.py).
+ParentFilter = Annotated[
+    strawberry.ID | None,
+    strawberry.argument(
+        name="parentID",
+        description="Only the children of this instance (those it enqueued: their parentID), "
+        "by its id (a UUID, BAD_USER_INPUT otherwise).",
+    ),
+]
 StatusesFilter = Annotated[
     list[str] | None,
     strawberry.argument(
@@ -71,8 +81,8 @@ def given(value: T | None) -> T | None:
     return None if value is UNSET else value
 
 
-def parse_instance_id(value: str) -> UUID:
-    """An instance id argument.
+def parse_instance_id(value: str, what: str = "instanceID") -> UUID:
+    """An instance id argument (`what`: its name, for the message).
 
     Raises:
         InvalidInputError: not a UUID.
@@ -80,7 +90,16 @@ def parse_instance_id(value: str) -> UUID:
     try:
         return UUID(value)
     except (TypeError, ValueError):
-        raise InvalidInputError("instanceID must be a UUID") from None
+        raise InvalidInputError(f"{what} must be a UUID") from None
+
+
+def parse_parent_id(value: str) -> UUID:
+    """A parentID filter: an instance id, refused in its own name.
+
+    Raises:
+        InvalidInputError: not a UUID.
+    """
+    return parse_instance_id(value, "parentID")
 
 
 def parse_event_id(value: str) -> int:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import strawberry
 from strawberry.types import Info
 
-from laneway.api.graphql.arguments import given, status_filter
+from laneway.api.graphql.arguments import given, parse_parent_id, status_filter
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.errors import STOP_AT
 from laneway.errors import InvalidInputError
@@ -40,6 +40,15 @@ class InstanceFilterInput:
         default=strawberry.UNSET,
         description=(
             "Only instances in one of these statuses (BAD_USER_INPUT for an unknown one)."
+        ),
+    )
+    parent_id: strawberry.ID | None = strawberry.field(
+        default=strawberry.UNSET,
+        name="parentID",
+        description=(
+            "Only the children of this instance (those it enqueued: their parentID), by its id"
+            " (a UUID, BAD_USER_INPUT otherwise): a bulk cancel with it cancels a parent's"
+            " children, which cancelling the parent leaves running."
         ),
     )
     concurrency_key: str | None = strawberry.field(
@@ -72,12 +81,15 @@ class InstanceFilterInput:
         """The engine's filter.
 
         Raises:
-            InvalidInputError: an unknown status, or a time that is not finite or out of range.
+            InvalidInputError: an unknown status, a parentID that is not a UUID, or a time that
+                is not finite or out of range.
         """
+        parent = given(self.parent_id)
         return FilterModel(
             name=given(self.name),
             queue=given(self.queue),
             statuses=status_filter(None, given(self.statuses), "filter.statuses"),
+            parent_id=parse_parent_id(parent) if parent is not None else None,
             concurrency_key=given(self.concurrency_key),
             version=given(self.version),
             created_after=parse_time_ms(given(self.created_after), "createdAfter"),

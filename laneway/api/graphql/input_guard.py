@@ -51,7 +51,7 @@ from graphql.type.introspection import TypeMetaFieldDef
 from graphql.validation import ASTValidationRule
 from strawberry.extensions import SchemaExtension
 
-from laneway.api.graphql.arguments import parse_event_id, parse_instance_id
+from laneway.api.graphql.arguments import parse_event_id, parse_instance_id, parse_parent_id
 from laneway.api.graphql.bulk import MAX_TIME_MS
 from laneway.api.graphql.errors import coded
 from laneway.api.http.strict_json import MAX_JSON_DEPTH, out_of_range
@@ -113,6 +113,7 @@ RULES: Mapping[str, Rule] = {
     # Ids: an instance id is a UUID (also where a subscription's resolver would read it only
     # once its stream starts).
     "instanceID": Rule(parse=parse_instance_id),
+    "parentID": Rule(parse=parse_parent_id),
     # Numbers that reach PostgreSQL (bigint event ids, integer and double columns, LIMIT).
     "afterEventID": Rule(parse=parse_event_id),
     "limit": Rule(low=1, high=MAX_LIST_LIMIT),

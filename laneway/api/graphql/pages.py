@@ -16,10 +16,12 @@ from strawberry.types.unset import UNSET
 
 from laneway.api.graphql.arguments import (
     NameFilter,
+    ParentFilter,
     QueueFilter,
     StatusesFilter,
     StatusFilter,
     given,
+    parse_parent_id,
     status_filter,
 )
 from laneway.api.graphql.context import laneway_of
@@ -96,6 +98,7 @@ async def resolve_workflow_instances_connection(
     queue: QueueFilter = UNSET,
     status: StatusFilter = UNSET,
     statuses: StatusesFilter = UNSET,
+    parent_id: ParentFilter = UNSET,
     concurrency_key: Annotated[
         str | None,
         strawberry.argument(description="Only instances enqueued with this concurrency key."),
@@ -108,12 +111,14 @@ async def resolve_workflow_instances_connection(
     ] = UNSET,
 ) -> WorkflowInstanceConnection:
     """Instances newest first, `first` (1..500) after the cursor `after`, filtered as
-    workflowInstances is, and by concurrency key and workflow version. Any page costs the same
-    as the first."""
+    workflowInstances is, and by parent, concurrency key and workflow version. Any page costs
+    the same as the first."""
+    parent = given(parent_id)
     where = InstanceFilter(
         name=given(name),
         queue=given(queue),
         statuses=status_filter(given(status), given(statuses)),
+        parent_id=parse_parent_id(parent) if parent is not None else None,
         concurrency_key=given(concurrency_key),
         version=given(version),
     )
