@@ -197,12 +197,41 @@ _STILL_HELD = """
    AND i.lease_epoch = u.epoch"""
 
 # $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[]), $4 lease seconds
+# The ids still held: those renewed, and those held that a transaction has locked meanwhile,
+# which are not waited for (SKIP LOCKED). A renewal that waited could deadlock with this
+# process's own group commit, which locks the same rows in another order (checkpoints, then
+# completions, then failures): PostgreSQL then ended one of them, and a renewal lost that way
+# several heartbeats in a row let leases run out under running steps. A row locked meanwhile
+# is being written (a checkpoint extends its lease, an end needs none), or briefly held by a
+# signal or a cancel; the next heartbeat renews it, well before its lease runs out.
 RENEW_LEASES = f"""
-UPDATE laneway.instances AS i
-   SET lease_expires_at = now() + $4::double precision * interval '1 second',
-       lease_renewed_at = now()
-{_STILL_HELD}
-RETURNING i.instance_id
+WITH held AS (
+    SELECT i.instance_id
+      FROM (SELECT u.*, $1::text AS owner
+              FROM unnest($2::uuid[], $3::bigint[]) AS u (instance_id, epoch)
+            OFFSET 0) AS u
+      JOIN laneway.instances AS i ON i.instance_id = u.instance_id
+     WHERE i.instance_id = ANY($2::uuid[])
+       AND i.owner_id = u.owner
+       AND i.lease_epoch = u.epoch
+),
+free AS (
+    SELECT i.instance_id
+      FROM laneway.instances AS i
+     WHERE i.instance_id IN (SELECT instance_id FROM held)
+       FOR UPDATE SKIP LOCKED
+),
+renewed AS (
+    UPDATE laneway.instances AS i
+       SET lease_expires_at = now() + $4::double precision * interval '1 second',
+           lease_renewed_at = now()
+    {_STILL_HELD}
+       AND i.instance_id IN (SELECT instance_id FROM free)
+    RETURNING i.instance_id
+)
+SELECT instance_id FROM renewed
+UNION ALL
+SELECT instance_id FROM held WHERE instance_id NOT IN (SELECT instance_id FROM free)
 """
 
 # $1 owner id, $2 instance ids (uuid[]), $3 lease epochs (bigint[])
