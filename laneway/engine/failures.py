@@ -107,7 +107,10 @@ def format_traceback(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> st
     """The exception's traceback without the engine's and asyncio's frames, at most `limit`
     characters (the innermost kept, and the chain's first exception named when the cut took
     it); None when it has no frames of its own."""
-    summary = traceback.TracebackException.from_exception(exc, capture_locals=False)
+    # compact: as Python prints a chain. Without it the hidden __context__ of an exception
+    # raised `from` another is built too, and marked seen, so when that exception comes again
+    # down the __cause__ chain (the root cause, often) it is left out.
+    summary = traceback.TracebackException.from_exception(exc, capture_locals=False, compact=True)
     frames = [frame for frame in summary.stack if not _is_internal(frame)]
     if not frames and not summary.stack:
         return None

@@ -130,6 +130,36 @@ def test_a_cut_chain_names_the_exception_it_began_with() -> None:
     assert text.rstrip().endswith("ValueError: level 200")
 
 
+def test_a_chain_keeps_a_root_cause_that_was_also_the_hidden_context() -> None:
+    # Found by an outside audit: a cause raised inside the handler of its own cause (`from e`
+    # within `except e`) was left out, as the hidden __context__ of the outer exception was
+    # built first and marked seen; Python's own traceback prints it.
+    def chained(links: int) -> None:
+        try:
+            {}["root cause"]
+        except KeyError as root:
+            cause: BaseException = root
+            for n in range(links):
+                try:
+                    raise ValueError(f"link {n}") from cause
+                except ValueError as link:
+                    cause = link
+            raise RuntimeError("top") from cause
+
+    with pytest.raises(RuntimeError, match="top") as caught:
+        chained(1)
+    text = format_traceback(caught.value)
+    assert text is not None
+    assert "KeyError: 'root cause'" in text
+    with pytest.raises(RuntimeError, match="top") as caught:
+        chained(60)  # long enough to be cut: the marker names the root
+    text = format_traceback(caught.value)
+    assert text is not None
+    assert text.splitlines()[0] == (
+        "… (earlier frames omitted; the chain began with KeyError: 'root cause')"
+    )
+
+
 async def _pause_first(ctx: HandlerContext, params: JSONValue) -> Pause:
     return Pause("check", "flaky")
 
