@@ -56,7 +56,9 @@ def field_value(value: object) -> str:
     text = str(value)
     if text and all(c.isprintable() and c not in ' "=\\' for c in text):
         return text
-    return json.dumps(text, ensure_ascii=False)
+    # JSON escapes only U+0000-001F: DEL, the C1 controls (NEL breaks a line for some
+    # readers, CSI drives a terminal), U+2028 and bidi overrides are escaped here too.
+    return escaped(json.dumps(text, ensure_ascii=False))
 
 
 def indented(block: str) -> str:

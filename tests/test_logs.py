@@ -57,6 +57,11 @@ def test_text_formatter_keeps_a_users_text_from_forging_lines_or_fields() -> Non
     [line] = TextFormatter().format(record).split("\n")
     assert "instance\\nfailed" in line
     assert r'error="RuntimeError: card declined\r17:00:00' in line
+    # And what JSON leaves alone: NEL (a line break to str.splitlines), a C1 CSI, U+2028, a
+    # bidi override, DEL and a lone surrogate (an outside audit).
+    record.error = "a\x85b \x9b2J \u2028 \u202e \x7f \udc80"
+    [line] = TextFormatter().format(record).splitlines()
+    assert r'error="a\x85b \x9b2J \u2028 \u202e \x7f \udc80"' in line
 
 
 def test_configure_logging_uses_json_off_a_terminal() -> None:
