@@ -91,7 +91,9 @@ def check_key(value: str | None, what: str, *, limit: int = MAX_KEY_CHARS) -> st
     `limit` characters (None stays None)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not 1 <= len(value) <= limit:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, not {type(value).__name__}")
+    if not 1 <= len(value) <= limit:
         raise InvalidInputError(f"{what} must be 1-{limit} characters")
     if not text_storable(value):
         raise InvalidInputError(f"{what} must not contain NUL or lone surrogate characters")

@@ -103,9 +103,9 @@ async def test_a_bad_child_key_is_refused_with_what_a_key_may_be(store: Store) -
     refused: list[str] = []
 
     async def run(ctx: HandlerContext, params: JSONValue) -> Done:
-        for key in ("", "k" * 129, "nul\x00"):
+        for key in ("", "k" * 129, "nul\x00", 5):
             try:
-                await ctx.require_tools().enqueue_child("kid", None, key=key)
+                await ctx.require_tools().enqueue_child("kid", None, key=key)  # type: ignore[arg-type]
             except InvalidInputError as exc:
                 refused.append(str(exc))
         await ctx.require_tools().enqueue_child("kid", None, key="k" * 128)
@@ -118,6 +118,7 @@ async def test_a_bad_child_key_is_refused_with_what_a_key_may_be(store: Store) -
         "child key must be 1-128 characters",
         "child key must be 1-128 characters",
         "child key must not contain NUL or lone surrogate characters",
+        "child key must be a string, not int",  # it said "1-128 characters" (an audit)
     ]
     done = await engine.get(parent.instance_id)
     assert done is not None
