@@ -136,7 +136,7 @@ def test_a_chain_keeps_a_root_cause_that_was_also_the_hidden_context() -> None:
     # built first and marked seen; Python's own traceback prints it.
     def chained(links: int) -> None:
         try:
-            {}["root cause"]
+            raise KeyError("root cause")
         except KeyError as root:
             cause: BaseException = root
             for n in range(links):
