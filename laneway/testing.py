@@ -1,8 +1,8 @@
 """Testing your own workflows: mock contexts, one-handler runs, and a pytest plugin.
 
-Owns test-time helpers only: mock handler and operation contexts (FakeTools keeps operations,
-children and locks in memory), the fixtures of `pytest_plugins = ["laneway.testing"]`: a
-migrated throwaway database per test, engines to drive with tick(), and a session that a
+Owns test-time helpers only: mock handler and operation contexts (with FakeTools, kept in
+fake_tools.py and re-exported here), the fixtures of `pytest_plugins = ["laneway.testing"]`:
+a migrated throwaway database per test, engines to drive with tick(), and a session that a
 SIGTERM ends as Ctrl-C does, so its databases and server are cleaned up; and timers (backoffs,
 delays, sleeps, timeouts) made due at once. Needs pytest-asyncio.
 """
@@ -16,7 +16,6 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import TypeGuard
 from uuid import UUID
@@ -39,7 +38,6 @@ from laneway.engine.handler_map import Handler, Workflow, start_handler
 from laneway.engine.operation_attempt import operation_not_awaitable
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, decode_json, encode_json
 from laneway.engine.registry import WorkflowRegistry
-from laneway.engine.requests import child_key
 from laneway.engine.template_interpreter import (
     OperationContext,
     OperationHandler,
@@ -47,108 +45,13 @@ from laneway.engine.template_interpreter import (
     check_workflows,
     operation_id_for,
 )
-from laneway.model import JSONValue, LockRecord, OperationRecord
+from laneway.fake_tools import EnqueuedChild as EnqueuedChild
+from laneway.fake_tools import FakeTools as FakeTools
+from laneway.model import JSONValue
 from laneway.store import open_store
 from laneway.store.databases import create_database, drop_database, throwaway_server
 
 # -- handlers without a database -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EnqueuedChild:
-    """A child instance a handler enqueued through FakeTools."""
-
-    name: str
-    params: JSONValue
-    instance_id: UUID
-    key: str | None = None
-
-
-class FakeTools:
-    """The InstanceTools of one instance, kept in memory: what a handler did is in the lists.
-
-    Behaves like the engine's: a child is enqueued once per (workflow, key), an operation is
-    recorded once per (stage, position), and a lock is taken when it is free, expired or
-    already this instance's, with a fencing token that grows on every acquisition.
-    """
-
-    def __init__(self, instance_id: UUID) -> None:
-        self.instance_id = instance_id
-        self.operations: list[OperationRecord] = []
-        self.children: list[EnqueuedChild] = []
-        self.locks: dict[tuple[str, str], LockRecord] = {}
-        self._last_token = 0
-
-    async def finished_operations(self) -> list[OperationRecord]:
-        return list(self.operations)
-
-    async def record_operation(
-        self,
-        operation: OperationRecord,
-        *,
-        seconds: float,
-        encoded: tuple[str, str] | None = None,
-        carried: bool = False,
-    ) -> None:
-        if encoded is None:
-            encode_json(operation.data, what="operation data")
-            encode_json(operation.metadata, what="operation metadata")
-        now = datetime.now(UTC)
-        recorded = replace(operation, started_at=now - timedelta(seconds=seconds), finished_at=now)
-        key = (operation.stage, operation.position)
-        self.operations = [o for o in self.operations if (o.stage, o.position) != key]
-        self.operations.append(recorded)
-
-    async def write_operations(self) -> None:
-        """Recorded at once here: nothing is kept back."""
-
-    async def enqueue_child(self, name: str, params: JSONValue, *, key: str | None = None) -> UUID:
-        child_key(self.instance_id, name, key)  # a bad key is refused as the engine refuses it
-        encode_json(params, what="params")
-        for child in self.children:
-            if (child.name, child.key) == (name, key):
-                return child.instance_id
-        child = EnqueuedChild(name=name, params=params, instance_id=uuid.uuid4(), key=key)
-        self.children.append(child)
-        return child.instance_id
-
-    async def acquire_lock(
-        self, entity_type: str, entity_id: str, ttl_seconds: float
-    ) -> LockRecord | None:
-        return self._acquire(entity_type, entity_id, self.instance_id, ttl_seconds)
-
-    async def release_lock(self, lock: LockRecord) -> bool:
-        key = (lock.entity_type, lock.entity_id)
-        current = self.locks.get(key)
-        if current is None or current.fencing_token != lock.fencing_token:
-            return False
-        del self.locks[key]
-        return True
-
-    def occupy(self, entity_type: str, entity_id: str, *, ttl_seconds: float = 60.0) -> LockRecord:
-        """Have another (made-up) instance hold an entity, to test a handler under contention."""
-        lock = self._acquire(entity_type, entity_id, uuid.uuid4(), ttl_seconds)
-        if lock is None:
-            raise RuntimeError(f"{entity_type}:{entity_id} is already held")
-        return lock
-
-    def _acquire(
-        self, entity_type: str, entity_id: str, owner: UUID, ttl_seconds: float
-    ) -> LockRecord | None:
-        now = datetime.now(UTC)
-        current = self.locks.get((entity_type, entity_id))
-        if current is not None and current.expires_at > now and current.owner_instance != owner:
-            return None
-        self._last_token += 1
-        lock = LockRecord(
-            entity_type=entity_type,
-            entity_id=entity_id,
-            owner_instance=owner,
-            fencing_token=self._last_token,
-            expires_at=now + timedelta(seconds=ttl_seconds),
-        )
-        self.locks[(entity_type, entity_id)] = lock
-        return lock
 
 
 def mock_context(
