@@ -1,8 +1,9 @@
 """FakeTools: a handler's InstanceTools kept in memory, for tests without a database.
 
 Owns the fake's behaviour only, which mirrors the engine's (children once per workflow and
-key, operations once per position, locks with growing fencing tokens); laneway.testing
-re-exports it with the helpers that hand it to a handler, and that is where users import it.
+key, keyed signals once per instance and key, operations once per position, locks with
+growing fencing tokens); laneway.testing re-exports it with the helpers that hand it to a
+handler, and that is where users import it.
 """
 
 import uuid
@@ -11,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from laneway.engine.payloads import encode_json
-from laneway.engine.requests import child_key
+from laneway.engine.requests import check_signal, child_key
 from laneway.model import JSONValue, LockRecord, OperationRecord
 
 
@@ -25,11 +26,22 @@ class EnqueuedChild:
     key: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SentSignal:
+    """A signal a handler sent through FakeTools (one a repeated key sent again is not)."""
+
+    instance_id: UUID
+    name: str
+    payload: JSONValue
+    idempotency_key: str | None = None
+
+
 class FakeTools:
     """The InstanceTools of one instance, kept in memory: what a handler did is in the lists.
 
-    Behaves like the engine's: a child is enqueued once per (workflow, key), an operation is
-    recorded once per (stage, position), and a lock is taken when it is free, expired or
+    Behaves like the engine's: a child is enqueued once per (workflow, key), a signal with
+    an idempotency key is sent once per (instance, key), an operation is recorded once per
+    (stage, position), and a lock is taken when it is free, expired or
     already this instance's, with a fencing token that grows on every acquisition.
     """
 
@@ -37,6 +49,7 @@ class FakeTools:
         self.instance_id = instance_id
         self.operations: list[OperationRecord] = []
         self.children: list[EnqueuedChild] = []
+        self.signals: list[SentSignal] = []
         self.locks: dict[tuple[str, str], LockRecord] = {}
         self._last_token = 0
 
@@ -72,6 +85,33 @@ class FakeTools:
         child = EnqueuedChild(name=name, params=params, instance_id=uuid.uuid4(), key=key)
         self.children.append(child)
         return child.instance_id
+
+    async def signal(
+        self,
+        instance_id: UUID,
+        name: str,
+        payload: JSONValue = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Record the signal in `signals`; False (recording nothing) for a repeated key. Any
+        instance id is taken: there is no database to find it, or to find it ended, in."""
+        check_signal(name, idempotency_key)  # refused as the engine refuses them
+        encode_json(payload, what="payload")
+        if idempotency_key is not None and any(
+            (sent.instance_id, sent.idempotency_key) == (instance_id, idempotency_key)
+            for sent in self.signals
+        ):
+            return False
+        self.signals.append(
+            SentSignal(
+                instance_id=instance_id,
+                name=name,
+                payload=payload,
+                idempotency_key=idempotency_key,
+            )
+        )
+        return True
 
     async def acquire_lock(
         self, entity_type: str, entity_id: str, ttl_seconds: float

@@ -47,6 +47,7 @@ from laneway.engine.template_interpreter import (
 )
 from laneway.fake_tools import EnqueuedChild as EnqueuedChild
 from laneway.fake_tools import FakeTools as FakeTools
+from laneway.fake_tools import SentSignal as SentSignal
 from laneway.model import JSONValue
 from laneway.store import open_store
 from laneway.store.databases import create_database, drop_database, throwaway_server

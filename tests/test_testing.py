@@ -49,6 +49,7 @@ from laneway.testing import (
     EngineFactory,
     EnqueuedChild,
     FakeTools,
+    SentSignal,
     done,
     is_done,
     is_next,
@@ -308,6 +309,39 @@ async def test_mock_context_tools_record_one_child_per_workflow_and_key() -> Non
     assert step == Done({"ids": ids[:3], "same": True, "plain": ids[3]})
     with pytest.raises(InvalidInputError, match="child key must be 1-128 characters"):
         await tools.enqueue_child("kid", None, key="")
+
+
+async def test_mock_context_tools_record_signals_once_per_instance_and_key() -> None:
+    parent, other = uuid.uuid4(), uuid.uuid4()
+
+    async def report(ctx: HandlerContext, params: JSONValue) -> Done:
+        tools = ctx.require_tools()
+        key = f"done:{ctx.instance_id}"
+        sent = [
+            await tools.signal(parent, "child-done", {"n": 1}, idempotency_key=key),
+            await tools.signal(parent, "child-done", {"n": 2}, idempotency_key=key),
+            await tools.signal(other, "child-done", {"n": 3}, idempotency_key=key),
+            await tools.signal(parent, "progress"),
+            await tools.signal(parent, "progress"),
+        ]
+        return Done(sent)
+
+    run = await run_handler(report, name="child")
+    assert run.step == Done([True, False, True, True, True])
+    key = f"done:{run.context.instance_id}"
+    assert run.tools.signals == [
+        SentSignal(instance_id=parent, name="child-done", payload={"n": 1}, idempotency_key=key),
+        SentSignal(instance_id=other, name="child-done", payload={"n": 3}, idempotency_key=key),
+        SentSignal(instance_id=parent, name="progress", payload=None),
+        SentSignal(instance_id=parent, name="progress", payload=None),
+    ]
+    with pytest.raises(InvalidInputError, match="signal name"):
+        await run.tools.signal(parent, "no spaces")
+    with pytest.raises(InvalidInputError, match="idempotencyKey must be 1-255 characters"):
+        await run.tools.signal(parent, "child-done", idempotency_key="")
+    with pytest.raises(InvalidInputError, match="payload"):
+        await run.tools.signal(parent, "child-done", float("nan"))
+    assert len(run.tools.signals) == 4
 
 
 def test_mock_context_has_sensible_defaults() -> None:

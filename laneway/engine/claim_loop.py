@@ -24,7 +24,7 @@ from laneway.engine.observer import EngineObserver
 from laneway.engine.presence import LEASE_LOST, Presence
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.runner import Run, run_instance
-from laneway.engine.runner_tools import ChildSpawner, RunnerTools
+from laneway.engine.runner_tools import EngineCalls, RunnerTools
 from laneway.engine.upkeep import Upkeep
 from laneway.engine.wake_times import WakeTimes, is_due, wait
 from laneway.errors import DatabaseNewerError, described
@@ -60,7 +60,7 @@ class ClaimLoop(DueWork):
         shutdown_grace_seconds: float,
         plan_schedule: SchedulePlanner,
         on_terminal: TerminalCallback,
-        spawn: ChildSpawner,
+        engine_calls: EngineCalls,
         observer: EngineObserver,
         tracing: bool,
         role: str = "worker",
@@ -77,7 +77,7 @@ class ClaimLoop(DueWork):
         self._plan_schedule = plan_schedule
         self._unplannable = {}  # due schedules this process cannot plan: left to others
         self._on_terminal = on_terminal
-        self._spawn = spawn
+        self._engine_calls = engine_calls
         self._observer = observer
         self._tracing = tracing  # spans of its claims and its runs' steps (tracing.py)
         # This loop's own claims and group commits ring the doorbell too, and their NOTIFY
@@ -386,7 +386,12 @@ class ClaimLoop(DueWork):
         try:
             workflow = self._registry.get(run.record.name, run.record.version)
             tools = RunnerTools(
-                self._store, self.owner_id, run.record, self._spawn, self._observer, self._committer
+                self._store,
+                self.owner_id,
+                run.record,
+                self._engine_calls,
+                self._observer,
+                self._committer,
             )
             due = await run_instance(
                 run,

@@ -169,6 +169,30 @@ class InstanceTools(Protocol):
         """
         ...
 
+    async def signal(
+        self,
+        instance_id: UUID,
+        name: str,
+        payload: JSONValue = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        """Send the signal `name` to another instance (its parent, say) as Engine.signal does:
+        its wait for the name goes on with `payload` as params, or the signal is kept for its
+        next wait. Returns True when sent, False when `idempotency_key` (per target instance)
+        had sent it already.
+
+        A re-run of this step (a retry, a lost worker) sends again unless an idempotency_key
+        is given, so pass one, e.g. `idempotency_key=f"done:{ctx.instance_id}"`.
+
+        Raises:
+            NotFoundError: no such instance.
+            ConflictError: the instance has ended.
+            InvalidInputError: a bad name or key, or a payload that is not JSON within the
+                params limits.
+        """
+        ...
+
     async def acquire_lock(
         self, entity_type: str, entity_id: str, ttl_seconds: float
     ) -> LockRecord | None:

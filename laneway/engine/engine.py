@@ -19,7 +19,7 @@ from laneway.config import MAX_OWNER_ID_LENGTH
 from laneway.engine import faults, tracing
 from laneway.engine.bulk_calls import BulkCalls
 from laneway.engine.claim_loop import ClaimLoop
-from laneway.engine.handler_map import Workflow, check_name
+from laneway.engine.handler_map import Workflow
 from laneway.engine.locks import EntityLocks
 from laneway.engine.observer import EngineObserver, NoObserver
 from laneway.engine.page_calls import MAX_LIST_LIMIT, PageCalls
@@ -29,13 +29,14 @@ from laneway.engine.queue_calls import QueueCalls
 from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.requests import EnqueueRequest as EnqueueRequest
 from laneway.engine.requests import (
-    check_key,
+    check_signal,
     child_key,
     new_instance,
     new_instance_ids,
     planned_fire,
 )
 from laneway.engine.run_calls import RunCalls
+from laneway.engine.runner_tools import EngineCalls
 from laneway.engine.schedule_calls import ScheduleCalls
 from laneway.engine.waits import validate_input
 from laneway.errors import ConflictError, InvalidInputError, NotFoundError
@@ -128,7 +129,7 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
                 self.registry.find(due.workflow_name), due, now
             ),
             on_terminal=self._after_terminal,
-            spawn=self._enqueue_child,
+            engine_calls=EngineCalls(enqueue_child=self._enqueue_child, signal=self._signal),
             role=role,
             observer=self.observer,
             tracing=tracing,
@@ -341,8 +342,7 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
             InvalidInputError: a bad name or key, or a payload that is not JSON within the
                 params limits.
         """
-        check_name(name, "signal name")
-        check_key(idempotency_key, "idempotencyKey")
+        check_signal(name, idempotency_key)
         result = await self.store.send_signal(
             signal_id=uuid.uuid4(),
             instance_id=instance_id,
@@ -385,6 +385,13 @@ class Engine(RunCalls, ScheduleCalls, QueueCalls, PageCalls, BulkCalls, DeployCa
             name, params, parent_id=parent_id, idempotency_key=idempotency_key
         )
         return result.instance_id
+
+    async def _signal(
+        self, instance_id: UUID, name: str, payload: JSONValue, idempotency_key: str | None
+    ) -> bool:
+        # A handler's signal (RunnerTools.signal): sent as any other, True when accepted.
+        result = await self.signal(instance_id, name, payload, idempotency_key=idempotency_key)
+        return result.accepted
 
     async def operations(self, instance_id: UUID) -> list[OperationRecord]:
         """The recorded operation outcomes of an instance (templates), in finishing order."""

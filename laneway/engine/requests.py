@@ -100,6 +100,12 @@ def check_key(value: str | None, what: str, *, limit: int = MAX_KEY_CHARS) -> st
     return value
 
 
+def check_signal(name: str, idempotency_key: str | None) -> None:
+    """Refuse a signal's bad name or idempotency key (Engine.signal, and FakeTools as it)."""
+    check_name(name, "signal name")
+    check_key(idempotency_key, "idempotencyKey")
+
+
 def child_key(parent_id: UUID, name: str, key: str | None) -> str:
     """The idempotency key of the child of `parent_id` of workflow `name` and `key`: one child
     per (parent, workflow, key), so a parent re-run after a crash finds the same child.

@@ -1,12 +1,14 @@
 """The tools a running instance's handler is given (RunnerTools): store calls fenced by the
-instance's owner, and a template's operation outcomes kept until the instance's next write
-carries them (runner.py drives the run; committer.py writes).
+instance's owner, the Engine's calls made for it (a child's enqueue, a signal), and a
+template's operation outcomes kept until the instance's next write carries them (runner.py
+drives the run; committer.py writes).
 """
 
 import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from uuid import UUID
 
 from laneway.engine.committer import Committer
@@ -28,7 +30,15 @@ OPERATION_WRITE_DELAY_SECONDS = 0.01
 
 _new_outcome = builder(OperationOutcome)  # one per operation (record_builders.py)
 
-ChildSpawner = Callable[[UUID, str, JSONValue, str | None], Awaitable[UUID]]
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCalls:
+    """The Engine's own calls that a handler's tools make for it, as the Engine makes them:
+    `enqueue_child(parent_id, name, params, key)` returns the child's id, and
+    `signal(instance_id, name, payload, idempotency_key)` whether the signal was accepted."""
+
+    enqueue_child: Callable[[UUID, str, JSONValue, str | None], Awaitable[UUID]]
+    signal: Callable[[UUID, str, JSONValue, str | None], Awaitable[bool]]
 
 
 class RunnerTools:
@@ -49,7 +59,7 @@ class RunnerTools:
         store: Store,
         owner_id: str,
         record: InstanceRecord,
-        spawn: ChildSpawner,
+        engine_calls: EngineCalls,
         observer: EngineObserver,
         committer: Committer,
     ) -> None:
@@ -58,7 +68,7 @@ class RunnerTools:
         self._instance_id = record.instance_id
         self._name = record.name
         self._epoch = record.lease_epoch
-        self._spawn = spawn
+        self._engine_calls = engine_calls
         self._observer = observer
         self._committer = committer
         # First claim of a new instance: nothing can have been recorded for it yet.
@@ -156,7 +166,17 @@ class RunnerTools:
             )
 
     async def enqueue_child(self, name: str, params: JSONValue, *, key: str | None = None) -> UUID:
-        return await self._spawn(self._instance_id, name, params, key)
+        return await self._engine_calls.enqueue_child(self._instance_id, name, params, key)
+
+    async def signal(
+        self,
+        instance_id: UUID,
+        name: str,
+        payload: JSONValue = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> bool:
+        return await self._engine_calls.signal(instance_id, name, payload, idempotency_key)
 
     async def acquire_lock(
         self, entity_type: str, entity_id: str, ttl_seconds: float
