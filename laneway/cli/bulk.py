@@ -13,7 +13,6 @@ import asyncio
 import os
 import sys
 from datetime import UTC, datetime
-from uuid import UUID
 
 from laneway.cli import output
 from laneway.cli.client import (
@@ -25,7 +24,7 @@ from laneway.cli.client import (
     JSONObject,
     UnreachableError,
 )
-from laneway.cli.commands import open_client
+from laneway.cli.commands import instance_id, open_client
 from laneway.cli.option_words import option_words
 from laneway.config import Settings
 
@@ -72,20 +71,6 @@ def iso_ms(text: str, key: str) -> float:
     return moment.timestamp() * 1000.0
 
 
-def parent_id(text: str) -> str:
-    """The instance id of --filter parent=, checked as an ID operand is (commands.instance_id).
-
-    Raises:
-        CommandError: it is not a UUID (exit 2).
-    """
-    try:
-        return str(UUID(text))
-    except ValueError:
-        raise CommandError(
-            f"--filter parent= is not an instance id: {text!r}", EXIT_USAGE
-        ) from None
-
-
 def parse_filter(pairs: list[str]) -> JSONObject:
     """The InstanceFilter input of --filter KEY=VALUE pairs.
 
@@ -111,7 +96,7 @@ def parse_filter(pairs: list[str]) -> JSONObject:
         if key.startswith("created-"):
             where[field] = iso_ms(value, key)
         else:
-            where[field] = parent_id(value) if key == "parent" else value
+            where[field] = instance_id(value, "--filter parent=") if key == "parent" else value
     return where
 
 

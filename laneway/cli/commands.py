@@ -63,8 +63,9 @@ async def open_client(args: argparse.Namespace, settings: Settings) -> AsyncIter
         yield local
 
 
-def instance_id(text: str) -> str:
-    """An instance id as given on the command line, checked.
+def instance_id(text: str, given_as: str | None = None) -> str:
+    """An instance id as given on the command line (an operand, or as `given_as`, such as
+    `--filter parent=`), checked.
 
     Raises:
         CommandError: it is not a UUID (exit 2).
@@ -72,7 +73,8 @@ def instance_id(text: str) -> str:
     try:
         return str(UUID(text))
     except ValueError:
-        raise CommandError(f"not an instance id: {text!r}", EXIT_USAGE) from None
+        said = f"{given_as} is not an instance id" if given_as else "not an instance id"
+        raise CommandError(f"{said}: {text!r}", EXIT_USAGE) from None
 
 
 async def enqueue(args: argparse.Namespace, settings: Settings) -> int:
