@@ -11,8 +11,9 @@ tried again at its next round.
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
-from laneway.engine.observer import EngineObserver, NoObserver
+from laneway.engine.observer import EngineObserver, NoObserver, UpkeepTask
 from laneway.engine.registry import WorkflowRegistry
 from laneway.errors import described
 from laneway.store import Store
@@ -26,6 +27,12 @@ PRUNE_SWEEP_SECONDS = 0.5  # a sweep starts no batch after this long: claims wai
 PRUNE_BEHIND_SECONDS = 5.0  # the next sweep, when this one stopped with a backlog left
 PARTITIONS_EVERY_SECONDS = 600.0  # how often an engine looks after the event partitions
 ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
+# The warning of each step that failed (docs/deploying.md names them).
+_FAILED: dict[UpkeepTask, str] = {
+    "queue_history": "queue history roll-up failed",
+    "prune": "finished instances prune failed",
+    "partitions": "event partition upkeep failed",
+}
 
 
 class Upkeep:
@@ -61,9 +68,18 @@ class Upkeep:
         await self._report_unregistered()
         # The roll-up first: retention keeps an instance until the roll-up has counted its
         # events (queries.PRUNE_FINISHED), so this sweep can take the ones it just counted.
-        await self._roll_up_history()
-        await self._prune()
-        await self._keep_partitions()
+        await self._guarded("queue_history", self._roll_up_history)
+        await self._guarded("prune", self._prune)
+        await self._guarded("partitions", self._keep_partitions)
+
+    async def _guarded(self, task: UpkeepTask, step: Callable[[], Awaitable[None]]) -> None:
+        """Run one step; a failure is logged and counted, and the others and the claim round
+        go on (the step comes again at its next round)."""
+        try:
+            await step()
+        except Exception as exc:
+            self._observer.upkeep_failed(task)
+            logger.warning(_FAILED[task], extra={"error": described(exc)})
 
     async def _prune(self) -> None:
         """Every few minutes, delete finished instances older than the retention period.
@@ -88,15 +104,7 @@ class Upkeep:
         deadline = now + PRUNE_SWEEP_SECONDS
         pruned = 0
         while True:
-            try:
-                batch = await self._store.prune_finished(self._retention_seconds, self._prune_batch)
-            except Exception as exc:
-                self._observer.upkeep_failed("prune")
-                logger.warning(
-                    "finished instances prune failed",
-                    extra={"error": described(exc), "count": pruned},
-                )
-                return
+            batch = await self._store.prune_finished(self._retention_seconds, self._prune_batch)
             pruned += batch
             behind = batch >= self._prune_batch
             self._observer.pruned(batch, behind)
@@ -117,22 +125,18 @@ class Upkeep:
         if now - self._last_partitions < PARTITIONS_EVERY_SECONDS:
             return
         self._last_partitions = now
-        try:
-            added = await self._store.add_event_partitions()
-            self._observer.partitions_added(len(added))
-            if added:
-                logger.info("event partitions added", extra={"partitions": added})
-            if self._retention_seconds > 0:
-                retired = await self._store.retire_event_partitions(
-                    ended_seconds_ago=self._retention_seconds
-                )
-                self._observer.partitions_retired(len(retired))
-                if retired:
-                    logger.info("event partitions retired", extra={"partitions": retired})
-            await self._store.analyze_events()
-        except Exception as exc:
-            self._observer.upkeep_failed("partitions")
-            logger.warning("event partition upkeep failed", extra={"error": described(exc)})
+        added = await self._store.add_event_partitions()
+        self._observer.partitions_added(len(added))
+        if added:
+            logger.info("event partitions added", extra={"partitions": added})
+        if self._retention_seconds > 0:
+            retired = await self._store.retire_event_partitions(
+                ended_seconds_ago=self._retention_seconds
+            )
+            self._observer.partitions_retired(len(retired))
+            if retired:
+                logger.info("event partitions retired", extra={"partitions": retired})
+        await self._store.analyze_events()
 
     async def _roll_up_history(self) -> None:
         """Once per minute, at the first poll after it turns: roll the closed minutes' events
@@ -142,14 +146,10 @@ class Upkeep:
         if minute == self._rolled_minute:
             return
         self._rolled_minute = minute
-        try:
-            for _ in range(ROLL_UP_MAX_ROUNDS):
-                _rolled, more = await self._store.roll_up_queue_history()
-                if not more:
-                    break
-        except Exception as exc:
-            self._observer.upkeep_failed("queue_history")
-            logger.warning("queue history roll-up failed", extra={"error": described(exc)})
+        for _ in range(ROLL_UP_MAX_ROUNDS):
+            _rolled, more = await self._store.roll_up_queue_history()
+            if not more:
+                break
 
     async def _report_unregistered(self) -> None:
         now = time.monotonic()
