@@ -221,8 +221,9 @@ class Metrics:
         )
         self._upkeep_failures = Counter(
             "laneway_upkeep_failures",
-            "Upkeep rounds of this process that failed, by task (prune, partitions, "
-            "queue_history); each is logged as a warning and tried again at its next round.",
+            "Upkeep rounds of this process that failed, by task (unregistered, prune, "
+            "partitions, queue_history); each is logged as a warning and tried again at its "
+            "next round.",
             ("task",),
             registry=self.registry,
         )

@@ -12,7 +12,7 @@ from typing import Literal, Protocol, get_args
 from laneway.model import InstanceRecord, Transition
 
 # The upkeep steps that can fail on their own (engine/upkeep.py), as /metrics labels them.
-UpkeepTask = Literal["prune", "partitions", "queue_history"]
+UpkeepTask = Literal["unregistered", "prune", "partitions", "queue_history"]
 UPKEEP_TASKS: tuple[UpkeepTask, ...] = get_args(UpkeepTask)
 
 

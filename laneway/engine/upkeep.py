@@ -3,10 +3,10 @@
 Owns retention (finished instances past it deleted in batches every few minutes, sooner while
 a backlog is left), the event log's time partitions (added ahead, retired whole, the parent
 analysed), the once-a-minute queue history roll-up, and the warning about pending instances
-of workflows this process does not have. Run by the claim loop at every poll and maintenance
-round; each step skips itself until its time comes. A step that fails is logged as a warning
-and counted (EngineObserver.upkeep_failed), and the others and the claim round go on: it is
-tried again at its next round.
+of workflows this process does not have (checked once a minute). Run by the claim loop at
+every poll and maintenance round; each step skips itself until its time comes. A step that
+fails is logged as a warning and counted (EngineObserver.upkeep_failed), and the others and
+the claim round go on: it is tried again at its next round.
 """
 
 import logging
@@ -29,6 +29,7 @@ PARTITIONS_EVERY_SECONDS = 600.0  # how often an engine looks after the event pa
 ROLL_UP_MAX_ROUNDS = 20  # a backlog of events is rolled up in at most this many statements
 # The warning of each step that failed (docs/deploying.md names them).
 _FAILED: dict[UpkeepTask, str] = {
+    "unregistered": "unregistered workflows check failed",
     "queue_history": "queue history roll-up failed",
     "prune": "finished instances prune failed",
     "partitions": "event partition upkeep failed",
@@ -65,7 +66,7 @@ class Upkeep:
 
     async def run(self) -> None:
         """Every step whose time has come."""
-        await self._report_unregistered()
+        await self._guarded("unregistered", self._report_unregistered)
         # The roll-up first: retention keeps an instance until the roll-up has counted its
         # events (queries.PRUNE_FINISHED), so this sweep can take the ones it just counted.
         await self._guarded("queue_history", self._roll_up_history)

@@ -93,4 +93,4 @@ async def test_metrics_serve_every_documented_series_with_its_type_and_labels(
         for sample in served[name].samples:
             assert labels <= set(sample.labels), f"{name} lacks a label of {labels}"
     tasks = {s.labels["task"] for s in served["laneway_upkeep_failures"].samples}
-    assert tasks == {"prune", "partitions", "queue_history"}
+    assert tasks == {"unregistered", "prune", "partitions", "queue_history"}

@@ -13,7 +13,7 @@ from laneway.engine import WorkflowRegistry
 from laneway.engine import upkeep as upkeep_module
 from laneway.engine.upkeep import Upkeep
 from laneway.metrics import Metrics
-from laneway.store import Store
+from laneway.store import Store, open_store
 from tests.engine.helpers import make_engine
 from tests.workflows import noop
 
@@ -111,7 +111,7 @@ async def test_upkeep_counts_what_it_pruned_added_and_retired_and_whether_it_is_
     before = scrape(metrics)
     assert before[("laneway_instances_pruned_total", ())] == 0
     assert before[("laneway_prune_behind", ())] == 0
-    assert failures(before) == {"prune": 0, "partitions": 0, "queue_history": 0}
+    assert failures(before) == {"unregistered": 0, "prune": 0, "partitions": 0, "queue_history": 0}
 
     await upkeep.run()  # one full batch of 2: 3 are left, so it is behind
     first = scrape(metrics)
@@ -127,7 +127,7 @@ async def test_upkeep_counts_what_it_pruned_added_and_retired_and_whether_it_is_
     assert last[("laneway_prune_behind", ())] == 0
     assert last[("laneway_event_partitions_added_total", ())] == dropped
     assert last[("laneway_event_partitions_retired_total", ())] == 1
-    assert failures(last) == {"prune": 0, "partitions": 0, "queue_history": 0}
+    assert failures(last) == {"unregistered": 0, "prune": 0, "partitions": 0, "queue_history": 0}
 
 
 @pytest.mark.usefixtures("every_round")
@@ -151,7 +151,12 @@ async def test_a_failing_upkeep_step_is_logged_and_counted_and_the_claim_round_g
     ran = await engine.get(waiting.instance_id)
     assert ran is not None
     assert ran.status.value == "completed"
-    assert failures(scrape(metrics)) == {"prune": 1, "partitions": 1, "queue_history": 1}
+    assert failures(scrape(metrics)) == {
+        "unregistered": 0,
+        "prune": 1,
+        "partitions": 1,
+        "queue_history": 1,
+    }
     warned = {record.getMessage() for record in caplog.records}
     assert {
         "finished instances prune failed",
@@ -166,3 +171,25 @@ async def test_a_failing_upkeep_step_is_logged_and_counted_and_the_claim_round_g
     assert repaired[("laneway_event_partitions_added_total", ())] > 0
     assert failures(repaired)["prune"] == 1
     assert failures(repaired)["partitions"] == 1
+
+
+@pytest.mark.usefixtures("every_round")
+async def test_every_upkeep_step_that_fails_is_logged_and_counted_and_none_escapes(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database gone away fails each step, the unregistered-workflow check included: it
+    used to escape the upkeep and fail the claim round it ran in ("claim round failed")."""
+    async with open_store(database_url) as closed:
+        pass  # closed: every statement fails, as with a database that went away
+    metrics = Metrics()
+    upkeep = Upkeep(closed, WorkflowRegistry([noop]), 7 * DAY, observer=metrics)
+
+    with caplog.at_level(logging.WARNING, logger="laneway.engine.upkeep"):
+        await upkeep.run()
+    assert failures(scrape(metrics)) == {
+        "unregistered": 1,
+        "prune": 1,
+        "partitions": 1,
+        "queue_history": 1,
+    }
+    assert "unregistered workflows check failed" in {r.getMessage() for r in caplog.records}
