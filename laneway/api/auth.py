@@ -38,7 +38,13 @@ class Access(Enum):
 
 
 class Decision(Enum):
-    """A Permission's answer. A refusal says which error the client gets."""
+    """A Permission's answer. A refusal says which error the client gets.
+
+    UNAUTHENTICATED and FORBIDDEN become the refused operation's `extensions.code` (over HTTP
+    with status 200, as any GraphQL error), and 401 and 403 on /metrics. Laneway's own app
+    closes a websocket whose `may_read` is not ALLOW with 4403 after `connection_init`; a
+    host's own view accepts it and refuses each operation instead.
+    """
 
     ALLOW = "allow"
     UNAUTHENTICATED = "unauthenticated"  # no credential, and one is needed
