@@ -163,7 +163,11 @@ def mock_operation_context(
     workflow_type: str = "test",
 ) -> OperationContext:
     """An OperationContext as a template would build it for the operation at `position` of
-    `stage`; the initial context defaults to `context`."""
+    `stage`; the initial context defaults to `context`.
+
+    Give it to run_operation, which takes no context of its own:
+    `await run_operation(check, mock_operation_context(context={"rows": [1, 2, 3]}))`.
+    """
     instance_id = instance_id or uuid.uuid4()
     return OperationContext(
         instance_id=instance_id,
@@ -183,6 +187,11 @@ async def run_operation(
 ) -> OperationResult:
     """Call one operation handler (with `mock_operation_context()` by default), as a
     template would, and return its result.
+
+    The context comes only inside `ctx`: `run_operation(check,
+    mock_operation_context(context={"rows": [1, 2, 3]}))`. Unlike run_handler's `params` and
+    `state`, there is no `context=` keyword here (`run_operation(check, context={...})` is a
+    TypeError).
 
     The context arrives as it would from the database (see run_handler), and the result must
     be what the engine can store. The handler's own exception propagates (a template would
