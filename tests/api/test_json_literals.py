@@ -10,7 +10,17 @@ from typing import Any
 
 import pytest
 from graphql import parse_value
+from strawberry.schema.config import StrawberryConfig
 
+from laneway import Services
+from laneway.api import (
+    BearerTokens,
+    LanewayContext,
+    LanewayMutation,
+    LanewayQuery,
+    LanewaySchema,
+    schema_extensions,
+)
 from laneway.api.graphql.json_literal import json_literal
 from tests.api.conftest import Execute
 
@@ -84,3 +94,29 @@ def test_a_json_literal_without_variables_is_its_json_value() -> None:
         "e": "ENUM",
         "l": [1, {"m": []}],
     }
+
+
+@pytest.mark.parametrize(
+    "config",
+    [None, StrawberryConfig(auto_camel_case=True)],
+    ids=["no config", "a host's own config"],
+)
+async def test_a_hosts_own_schema_reads_json_literals_as_laneways_does(
+    services: Services, config: StrawberryConfig | None
+) -> None:
+    """A host's LanewaySchema built without schema_config() (or with a config of its own)
+    used Strawberry's JSON scalar: an unset variable in a params literal failed the enqueue
+    with "Object of type UndefinedType is not JSON serializable"."""
+    host_schema = LanewaySchema(
+        query=LanewayQuery,
+        mutation=LanewayMutation,
+        config=config,
+        extensions=schema_extensions(),
+    )
+    context = LanewayContext(
+        services=services, permission=BearerTokens.from_settings(services.settings)
+    )
+    result = await host_schema.execute(enqueued("{a: $x, b: 1}", "$x: JSON"), context_value=context)
+    assert result.errors is None, result.errors
+    assert result.data is not None
+    assert result.data["enqueueWorkflow"]["instance"]["params"] == {"b": 1}

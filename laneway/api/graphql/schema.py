@@ -11,9 +11,10 @@ without either (they are explicit, see types.py and arguments.py). Resolvers liv
 query.py, mutation.py and subscription.py.
 """
 
+import dataclasses
 import logging
 from collections.abc import Callable, Generator, Iterator
-from typing import cast
+from typing import Any, cast
 
 import strawberry
 from graphql import ExecutionResult as GraphQLExecutionResult
@@ -32,6 +33,7 @@ from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 from strawberry.types.execution import ExecutionResult
+from strawberry.types.scalar import ScalarDefinition
 
 from laneway.api.graphql.context import laneway_of
 from laneway.api.graphql.documents import DocumentCache
@@ -145,7 +147,22 @@ class ErrorCodes(MaskErrors):
 
 class LanewaySchema(strawberry.Schema):
     """A Schema that logs only unexpected errors, once each, with their traceback, and runs
-    its extensions' hooks with LeanExtensionsRunner (hooks.py)."""
+    its extensions' hooks with LeanExtensionsRunner (hooks.py).
+
+    Its JSON scalar is Laneway's whatever `config` a host gives (none: schema_config()): with
+    Strawberry's, an unset variable in a params literal reached the enqueue as graphql-core's
+    Undefined and failed it ("Object of type UndefinedType is not JSON serializable").
+    """
+
+    def __init__(self, query: type, **options: Any) -> None:
+        config: StrawberryConfig | None = options.get("config")
+        if config is None:
+            config = schema_config()
+        elif JSON not in config.scalar_map:
+            config = dataclasses.replace(
+                config, scalar_map={**config.scalar_map, JSON: laneway_json()}
+            )
+        super().__init__(query, **{**options, "config": config})
 
     def create_extensions_runner(
         self, execution_context: ExecutionContext, extensions: list[SchemaExtension]
@@ -207,21 +224,20 @@ def schema_extensions() -> list[Extension]:
 
 def schema_config() -> StrawberryConfig:
     """Laneway's schema configuration: no "Did you mean …?" field suggestions (a schema
-    hint), and the JSON scalar with Laneway's own short description in place of Strawberry's
-    (which cites a specification's URL), whose literals read their variables as
-    json_literal.py says."""
-    return StrawberryConfig(
-        disable_field_suggestions=True,
-        scalar_map={
-            JSON: strawberry.scalar(
-                name="JSON",
-                description="Any JSON value: an object, an array, a string, a number, a "
-                "boolean or null.",
-                serialize=lambda value: value,
-                parse_value=lambda value: value,
-                parse_literal=json_literal,  # a variable not provided stands for nothing
-            )
-        },
+    hint), and Laneway's JSON scalar (laneway_json)."""
+    return StrawberryConfig(disable_field_suggestions=True, scalar_map={JSON: laneway_json()})
+
+
+def laneway_json() -> ScalarDefinition:
+    """The JSON scalar with Laneway's own short description in place of Strawberry's (which
+    cites a specification's URL), whose literals read their variables as json_literal.py
+    says."""
+    return strawberry.scalar(
+        name="JSON",
+        description="Any JSON value: an object, an array, a string, a number, a boolean or null.",
+        serialize=lambda value: value,
+        parse_value=lambda value: value,
+        parse_literal=json_literal,  # a variable not provided stands for nothing
     )
 
 
