@@ -36,18 +36,18 @@ from laneway.api import lifespan
 from laneway.api.auth import BearerTokens, Decision, Permission
 from laneway.api.graphql.context import LanewayContext, laneway_context
 from laneway.api.graphql.documents import operation_refusal
-from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE, error_body
+from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS, build_schema, schema
 from laneway.api.http.body_limits import DECODED_BODY
 from laneway.api.http.hosts import ORIGIN_ALLOWED
 from laneway.api.http.media_type import (
     GRAPHQL_RESPONSE_CONTENT_TYPE,
-    error_media_type,
     is_request_error,
     wants_graphql_response,
 )
 from laneway.api.http.open_access import OpenAccessNotice
+from laneway.api.http.refusals import send_error
 from laneway.api.http.server import ConnectionLimits, http_protocol
 from laneway.api.http.slashes import redirect_by_path
 from laneway.api.http.stack import protections
@@ -144,20 +144,17 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         try:
             response = await self._posted(request) or await self.run(request)
         except HTTPException as exc:
-            headers = {}
+            headers = []
             if exc.status_code == 405:
-                headers["allow"] = exc.allow if isinstance(exc, MutationByGetError) else "GET, POST"
+                allow = exc.allow if isinstance(exc, MutationByGetError) else "GET, POST"
+                headers.append((b"allow", allow.encode()))
             code = (
                 OPERATION_RESOLUTION_FAILURE
                 if isinstance(exc, OperationResolutionError)
                 else BAD_REQUEST
             )
-            response = Response(
-                error_body(exc.reason, code),
-                status_code=exc.status_code,
-                headers=headers,
-                media_type=error_media_type(request.headers.get("accept")),
-            )
+            await send_error(scope, send, exc.status_code, exc.reason, code, headers)
+            return
         await response(scope, receive, send)
 
     async def _posted(self, request: Request) -> Response | None:

@@ -697,3 +697,60 @@ async def test_a_host_app_checks_the_host_of_its_graphql_route_only(database_url
         with pytest.raises(InvalidStatus) as handshake_refused:
             await connect(f"ws://{own}/api/graphql", host="127.0.0.1", port=server.port, proxy=None)
         assert handshake_refused.value.response.status_code == 400
+
+
+async def test_every_refusal_before_graphql_runs_answers_in_the_preferred_media_type(
+    database_url: str,
+) -> None:
+    """An outside audit: a 429 and an unknown host's 400 answered application/json whatever
+    the Accept header said, while the other refusals answered in the type the client prefers
+    (docs/limits.md: "the answer has that type")."""
+    settings = make_settings(
+        database_url,
+        engine_enabled=False,
+        limit_local_clients=True,
+        rate_limit_per_second=0.01,
+        rate_burst=1,
+    )
+    async with live_server(settings) as server:
+        foreign = {"host": f"{FOREIGN}:{server.port}"}
+        twice = [("authorization", "Bearer a"), ("authorization", "Bearer b")]
+        for accept, media_type in (
+            (APOLLO, GRAPHQL_RESPONSE_CONTENT_TYPE),
+            ({}, "application/json"),
+        ):
+            unknown_host = await server.client.get(
+                "/graphql?query={__typename}", headers={**accept, **foreign}
+            )
+            two_credentials = await server.client.post(
+                "/graphql", json={"query": WORKFLOWS}, headers=[*accept.items(), *twice]
+            )
+            for response in (unknown_host, two_credentials):
+                assert response.status_code == 400, response.text
+                assert response.headers["content-type"] == media_type
+                assert response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+        first = await server.client.post("/graphql", json={"query": WORKFLOWS}, headers=APOLLO)
+        assert first.status_code == 200, first.text
+        for accept, media_type in (
+            (APOLLO, GRAPHQL_RESPONSE_CONTENT_TYPE),
+            ({}, "application/json"),
+        ):
+            limited = await server.client.post(
+                "/graphql", json={"query": WORKFLOWS}, headers=accept
+            )
+            assert limited.status_code == 429, limited.text
+            assert limited.headers["content-type"] == media_type
+            assert limited.json()["errors"][0]["extensions"]["code"] == "RATE_LIMITED"
+        # A websocket handshake refused for its host is answered the same way.
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(
+                f"ws://{FOREIGN}/graphql",
+                host="127.0.0.1",
+                port=server.port,
+                subprotocols=[PROTOCOL],
+                additional_headers=APOLLO,
+                proxy=None,
+            ):
+                pass
+        assert refused.value.response.status_code == 400
+        assert refused.value.response.headers["content-type"] == GRAPHQL_RESPONSE_CONTENT_TYPE

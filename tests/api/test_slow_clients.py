@@ -343,6 +343,27 @@ async def test_a_request_that_is_not_http_is_answered_400_in_json_with_a_code(
     assert (await short.client.get("/healthz")).status_code == 200
 
 
+async def test_answers_outside_the_app_follow_the_accept_header_read_so_far(
+    short: LiveServer,
+) -> None:
+    """The server's own refusals (a body that never came, headers over the cap) answer in the
+    media type the client prefers, as every refusal does (http/refusals.py)."""
+    accept = b"Accept: application/graphql-response+json\r\n"
+    late = await _answer_to(
+        short,
+        request_head(short, "POST", "/graphql")
+        + accept
+        + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+    )
+    cap = ConnectionLimits().max_header_bytes
+    pad = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 1000) for i in range(cap // 1000 + 1))
+    too_large = await _answer_to(short, request_head(short) + accept + pad + b"\r\n")
+    for refused, status in ((late, 408), (too_large, 431)):
+        assert refused.status == status
+        assert refused.headers["content-type"] == "application/graphql-response+json; charset=utf-8"
+        assert json.loads(refused.body)["errors"][0]["extensions"]["code"]
+
+
 async def test_a_body_refused_413_for_its_length_closes_the_connection(database_url: str) -> None:
     """The server will not read a body it refused for its Content-Length: it says so with
     `Connection: close` and closes at once, rather than wait for that body until its body

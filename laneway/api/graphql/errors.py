@@ -8,7 +8,7 @@ newer release migrated under this process (DatabaseNewerError: every operation i
 schema.py), with a message that says to restart the process on that release. Anything
 else is masked as "Unexpected error.", with the code INTERNAL_SERVER_ERROR and the request id
 in `extensions.requestId`, and logged once with its traceback (schema.py). Also the JSON
-error bodies the middlewares answer with (413, 415, 429, 503, 504).
+error documents the middlewares answer with (413, 415, 429, 503, 504; http/refusals.py).
 
 Codes travel two ways. Every Laneway field carries CodedErrors, which turns a mapped
 LanewayError into a GraphQLError with its code as the field raises it, so a host's schema
@@ -21,14 +21,14 @@ limits included), BAD_USER_INPUT for variable values that do not fit their types
 (request_code). A request refused before its document is even looked at (a body that is not
 JSON, too large, a wrong method, an unknown host) is BAD_REQUEST, and one whose document has
 no operation of the name asked for (or several and no name) OPERATION_RESOLUTION_FAILURE,
-both Apollo's names too (error_body, send_error).
+both Apollo's names too (error_body; http/refusals.py sends it).
 """
 
 import inspect
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import asyncpg
@@ -38,7 +38,6 @@ from strawberry.extensions.field_extension import AsyncExtensionResolver, SyncEx
 from strawberry.schema.exceptions import CannotGetOperationTypeError
 from strawberry.types import Info
 
-from laneway.api.http.asgi import Send
 from laneway.api.request_trace import current_trace
 from laneway.engine import LockUnavailableError
 from laneway.errors import (
@@ -319,31 +318,3 @@ def error_body(
     document: dict[str, object] = {"data": None} if executed else {}
     document["errors"] = [error]
     return json.dumps(document).encode()
-
-
-async def send_error(
-    send: Send,
-    status: int,
-    message: str,
-    code: str,
-    headers: Iterable[tuple[bytes, bytes]] = (),
-    media_type: str = "application/json",
-    *,
-    details: Mapping[str, object] | None = None,
-    executed: bool = False,
-) -> None:
-    """Answer an HTTP request with `status` and an error document (`error_body`), from an ASGI
-    middleware."""
-    body = error_body(message, code, details=details, executed=executed)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", media_type.encode()),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

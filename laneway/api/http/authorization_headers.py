@@ -11,8 +11,9 @@ runs. Does not check the credential itself (auth.py).
 
 import logging
 
-from laneway.api.graphql.errors import BAD_REQUEST, send_error
+from laneway.api.graphql.errors import BAD_REQUEST
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
+from laneway.api.http.refusals import send_error
 from laneway.api.http.websocket_limits import refuse_handshake
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,6 @@ class OneAuthorization:
             return
         logger.info("several authorization headers refused", extra={"count": count})
         if kind == "http":
-            await send_error(send, 400, SEVERAL_AUTHORIZATIONS, BAD_REQUEST)
+            await send_error(scope, send, 400, SEVERAL_AUTHORIZATIONS, BAD_REQUEST)
         else:
             await refuse_handshake(scope, receive, send, 400, SEVERAL_AUTHORIZATIONS, BAD_REQUEST)

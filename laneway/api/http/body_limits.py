@@ -13,9 +13,9 @@ import logging
 from typing import Any
 
 from laneway.api.graphql.documents import operation_refusal
-from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE, send_error
+from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
-from laneway.api.http.media_type import answered_media_type
+from laneway.api.http.refusals import send_error
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, parse_refusal, strict_json_loads
 
 logger = logging.getLogger(__name__)
@@ -133,8 +133,7 @@ class RequestLimits:
             return
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
-            media_type = answered_media_type(scope)
-            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, CLOSE, media_type)
+            await send_error(scope, send, 413, TOO_LARGE, BAD_REQUEST, CLOSE)
             return
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -142,27 +141,25 @@ class RequestLimits:
         unsupported = unreadable(scope)
         if unsupported is not None:
             message, header = unsupported
-            media_type = answered_media_type(scope)
-            await send_error(send, 415, message, BAD_REQUEST, [header], media_type)
+            await send_error(scope, send, 415, message, BAD_REQUEST, [header])
             return
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except BodyTooLargeError:
-            media_type = answered_media_type(scope)
-            await send_error(send, 413, TOO_LARGE, BAD_REQUEST, CLOSE, media_type)
+            await send_error(scope, send, 413, TOO_LARGE, BAD_REQUEST, CLOSE)
             return
         try:
             decoded = strict_json_loads(body, max_depth=MAX_REQUEST_DEPTH)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             why = parse_refusal(exc, "the request body")
-            await send_error(send, 400, why, BAD_REQUEST, media_type=answered_media_type(scope))
+            await send_error(scope, send, 400, why, BAD_REQUEST)
             return
         refusal = not_an_object(decoded)
         refused = None if refusal is None else (refusal, BAD_REQUEST)
         if refused is None and isinstance(decoded, dict) and self.check_operations:
             refused = request_refusal(decoded, self.max_tokens)
         if refused is not None:
-            await send_error(send, 400, *refused, media_type=answered_media_type(scope))
+            await send_error(scope, send, 400, *refused)
             return
         scope[DECODED_BODY] = decoded
         await self.app(scope, _replay(body, receive), send)

@@ -8,9 +8,9 @@ keeps its own per-operation clock (websocket.py).
 import asyncio
 import logging
 
-from laneway.api.graphql.errors import STOP_AT, TIMEOUT, send_error
+from laneway.api.graphql.errors import STOP_AT, TIMEOUT
 from laneway.api.http.asgi import ASGIApp, Message, Receive, Scope, Send, route_path
-from laneway.api.http.media_type import answered_media_type
+from laneway.api.http.refusals import send_error
 from laneway.api.request_trace import current_trace
 from laneway.store.pool import statements_ended
 
@@ -71,9 +71,8 @@ class OperationDeadline:
                 "operation timed out", extra={"seconds": self.seconds, "completed": completed}
             )
             took = f"The operation took longer than {self.seconds:g} s."
-            media_type = answered_media_type(scope)
             if not completed:
-                await send_error(send, 504, took, TIMEOUT, media_type=media_type)
+                await send_error(scope, send, 504, took, TIMEOUT)
                 return
             message = (
                 f"{took} The root mutation fields that completed before then stay done"
@@ -81,11 +80,11 @@ class OperationDeadline:
                 " did not run."
             )
             await send_error(
+                scope,
                 send,
                 200,
                 message,
                 TIMEOUT,
-                media_type=media_type,
                 details={"completed": completed},
                 executed=True,
             )

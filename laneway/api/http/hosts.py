@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from starlette.middleware import Middleware
 
-from laneway.api.graphql.errors import BAD_REQUEST, ForbiddenError, send_error
+from laneway.api.graphql.errors import BAD_REQUEST, ForbiddenError
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
+from laneway.api.http.refusals import send_error
 from laneway.api.http.websocket_limits import refuse_handshake
 from laneway.config import ANY_HOST, Settings, split_host
 
@@ -153,7 +154,7 @@ class HostAllowList:
         if len(hosts) != 1 or not self._allows_host(hosts[0], scope.get("scheme", "http"), served):
             logger.info("unknown host refused", extra={"host": _shown(hosts)})
             if kind == "http":
-                await send_error(send, 400, UNKNOWN_HOST, BAD_REQUEST)
+                await send_error(scope, send, 400, UNKNOWN_HOST, BAD_REQUEST)
             else:
                 await refuse_handshake(scope, receive, send, 400, UNKNOWN_HOST, BAD_REQUEST)
             return

@@ -84,5 +84,6 @@ def error_media_type(accept: str | None) -> str:
 
 def answered_media_type(scope: Scope) -> str:
     """`error_media_type` for an HTTP scope, from an ASGI middleware: the request's Accept."""
-    accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), None)
+    headers = scope.get("headers", ())  # a hand-built scope may have none
+    accept = next((v.decode("latin-1") for k, v in headers if k == b"accept"), None)
     return error_media_type(accept)

@@ -30,11 +30,11 @@ from graphql import (
 
 from laneway.api.auth import Access, check_bearer
 from laneway.api.graphql.documents import parsed
-from laneway.api.graphql.errors import RATE_LIMITED, send_error
+from laneway.api.graphql.errors import RATE_LIMITED
 from laneway.api.graphql.schema import MAX_TOKENS
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
 from laneway.api.http.body_limits import DECODED_BODY, request_refusal
-from laneway.api.http.media_type import answered_media_type
+from laneway.api.http.refusals import send_error
 
 Clock = Callable[[], float]
 
@@ -278,12 +278,12 @@ class RateLimits:
                 wait = self.limiter.take(key, root_field_cost(query, operation_name))
             if wait:
                 headers = [(b"retry-after", retry_after(wait).encode())]
-                await send_error(send, 429, RATE_LIMITED_MESSAGE, RATE_LIMITED, headers)
+                await send_error(scope, send, 429, RATE_LIMITED_MESSAGE, RATE_LIMITED, headers)
                 return
         # RequestLimits left the operation check of a POST body, which parses, to this layer.
         body = scope.get(DECODED_BODY)
         refused = request_refusal(body, self.max_tokens) if isinstance(body, dict) else None
         if refused is not None:
-            await send_error(send, 400, *refused, media_type=answered_media_type(scope))
+            await send_error(scope, send, 400, *refused)
             return
         await self.app(scope, receive, send)

@@ -11,18 +11,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from laneway.api.graphql.errors import (
-    BAD_REQUEST,
-    SERVICE_UNAVAILABLE,
-    TIMEOUT,
-    error_body,
-    send_error,
-)
+from laneway.api.graphql.errors import BAD_REQUEST, SERVICE_UNAVAILABLE, TIMEOUT, error_body
 from laneway.api.http.asgi import Receive, Scope, Send
+from laneway.api.http.refusals import refusal_headers, send_error
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +51,9 @@ class ConnectionLimits:
 
 async def over_capacity(scope: Scope, receive: Receive, send: Send) -> None:
     """The app a connection over the cap is served instead of the real one: 503, Retry-After."""
-    await send_error(send, 503, OVER_CAPACITY_MESSAGE, SERVICE_UNAVAILABLE, _OVER_CAPACITY_HEADERS)
+    await send_error(
+        scope, send, 503, OVER_CAPACITY_MESSAGE, SERVICE_UNAVAILABLE, _OVER_CAPACITY_HEADERS
+    )
 
 
 class LanewayHttpProtocol(HttpToolsProtocol):
@@ -178,14 +175,16 @@ class LanewayHttpProtocol(HttpToolsProtocol):
     def _answer_and_close(
         self, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()
     ) -> None:
-        """Write a whole response outside any request cycle and close (as uvicorn's 400 does)."""
+        """Write a whole response outside any request cycle and close (as uvicorn's 400 does),
+        in the media type the request's headers read so far prefer (refusals.py)."""
         content = [STATUS_LINE[status]]
+        kept = ((name, value) for name, value in headers if name != b"connection")
+        # uvicorn's scope of the request being parsed (None before the first one began): its
+        # headers as far as they were read.
+        scope = cast("Scope | None", self.scope)
         for name, value in (
             *self.server_state.default_headers,
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-            *((name, value) for name, value in headers if name != b"connection"),
+            *refusal_headers(scope, body, [(b"connection", b"close"), *kept]),
         ):
             content.extend([name, b": ", value, b"\r\n"])
         content.extend([b"\r\n", body])

@@ -41,6 +41,7 @@ from laneway.api.http.rate_limits import (
     root_field_cost,
     size_cost,
 )
+from laneway.api.http.refusals import refusal_headers
 from laneway.api.http.strict_json import MAX_REQUEST_DEPTH, strict_json_loads
 
 TOO_MANY_CONNECTIONS = 4429
@@ -207,11 +208,7 @@ async def refuse_handshake(
         await send({"type": "websocket.close", "code": 1008})
         return
     body = error_body(message, code)
-    start = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        *headers,
-    ]
+    start = refusal_headers(scope, body, headers)
     await send({"type": "websocket.http.response.start", "status": status, "headers": start})
     await send({"type": "websocket.http.response.body", "body": body})
 
