@@ -26,13 +26,16 @@ class Trace:
 
     `completed` lists an HTTP request's root mutation fields that completed, by response key:
     they run one after another, each in its own transaction, so these committed whatever comes
-    after. It is None on a websocket, whose trace lasts as long as the connection.
+    after. It is None on a websocket, whose trace lasts as long as the connection. `failed`
+    holds, for each root mutation field that failed, how many of `completed` had completed
+    before it (`completed_before`): its error lists them (graphql/errors.py).
     """
 
     request_id: str
     database_unavailable: bool = False
     answered_data: bool = False  # the GraphQL result's `data` was not null
     completed: list[str] | None = None
+    failed: dict[str, int] | None = None
 
     def nothing_done(self) -> bool:
         """True when the answer holds no data and no root mutation field completed: only then
@@ -44,6 +47,22 @@ class Trace:
         """Note that the root mutation field answered under `response_key` completed."""
         if self.completed is not None:
             self.completed.append(response_key)
+
+    def record_failed(self, response_key: str) -> None:
+        """Note that the root mutation field answered under `response_key` failed, after those
+        `completed` lists now."""
+        if self.completed is None:
+            return
+        if self.failed is None:
+            self.failed = {}
+        self.failed.setdefault(response_key, len(self.completed))
+
+    def completed_before(self, response_key: str) -> list[str]:
+        """The root mutation fields that completed before the one under `response_key` failed
+        (none when it did not fail, or on a websocket)."""
+        if self.completed is None or self.failed is None or response_key not in self.failed:
+            return []
+        return self.completed[: self.failed[response_key]]
 
 
 _current: ContextVar[Trace | None] = ContextVar("laneway_trace", default=None)

@@ -167,7 +167,8 @@ async def test_a_lock_stall_after_a_root_mutation_field_committed_is_200_without
         body = response.json()
         assert body["data"] is None
         [error] = body["errors"]
-        assert error["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+        # An outside audit: `data` null said nothing of `a`; the error names what stays done.
+        assert error["extensions"] == {"code": "SERVICE_UNAVAILABLE", "completed": ["a"]}
         assert error["path"] == ["b"]
         assert await enqueued_tags(admin) == ["audit"]
         # With nothing written, the same stall is still 503: sending it again repeats nothing.
@@ -181,6 +182,45 @@ async def test_a_lock_stall_after_a_root_mutation_field_committed_is_200_without
         assert response.status_code == 503, response.text
         assert response.headers["retry-after"] == "2"
         assert response.json()["data"] is None
+        assert "completed" not in response.json()["errors"][0]["extensions"]
+
+
+async def test_a_failed_root_mutation_field_lists_the_fields_that_completed_before_it(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    """As a TIMEOUT does: the root mutation fields run one after another, so the error of the
+    one that failed names, by response key, those before it that stay done; a query's do not."""
+    settings = make_settings(database_url, engine_enabled=False)
+    missing = "00000000-0000-0000-0000-000000000001"
+    document = (
+        'mutation { first: enqueueWorkflow(name: "noop", params: {tag: "x"}) { instanceID }'
+        ' second: enqueueWorkflow(name: "noop", params: {tag: "y"}) { instanceID }'
+        f' gone: cancelWorkflow(instanceID: "{missing}") {{ instanceID }}'
+        ' last: enqueueWorkflow(name: "noop", params: {tag: "z"}) { instanceID } }'
+    )
+    async with live_server(settings) as server:
+        response = await server.client.post("/graphql", json={"query": document})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["data"] is None
+        [error] = body["errors"]
+        assert error["path"] == ["gone"]
+        assert error["extensions"] == {"code": "NOT_FOUND", "completed": ["first", "second"]}
+        assert sorted(map(str, await enqueued_tags(admin))) == ["x", "y"]  # `last` did not run
+        # The first field failing: nothing before it, no list.
+        alone = await server.client.post(
+            "/graphql", json={"query": "mutation { " + document.split("gone: ", 1)[1]}
+        )
+        assert alone.json()["errors"][0]["extensions"] == {"code": "NOT_FOUND"}
+        # A query's field errors are as they were.
+        read = await server.client.post(
+            "/graphql",
+            json={
+                "query": f'{{ workflows {{ name }} w: workflowInstance(instanceID: "{missing}")'
+                " { status } }"
+            },
+        )
+        assert "completed" not in json.dumps(read.json())
 
 
 async def test_the_deadline_after_a_root_mutation_field_committed_says_so_and_is_not_504(

@@ -3,7 +3,7 @@
 Owns what travels with each field into a host's schema as well as Laneway's own: its GraphQL
 name (explicit, so `instanceID` comes out the same under any name converter), its permission
 (CanRead or CanWrite), CodedErrors (a LanewayError leaves with its `extensions.code`), and for
-a mutation, Completion (the request's trace learns that it completed).
+a mutation, Completion (the request's trace learns that it completed, or failed after which).
 """
 
 from collections.abc import Callable
@@ -26,9 +26,18 @@ def _completed(info: Info[Any, Any]) -> None:
         trace.record_completed(str(info.path.key))
 
 
+def _failed(info: Info[Any, Any]) -> None:
+    trace = current_trace()
+    if trace is not None:
+        trace.record_failed(str(info.path.key))
+
+
 class Completion(FieldExtension):
     """On every Laneway mutation: once it has committed, the HTTP request's trace lists it, so
-    that no answer to the request says nothing happened (a 503 or 504 a client would retry).
+    that no answer to the request says nothing happened (a 503 or 504 a client would retry);
+    and when it fails, the trace notes which had completed before it, which its error lists
+    (`extensions.completed`, graphql/errors.py): a non-null root field that fails nulls the
+    whole `data`, which would otherwise hide them.
 
     A mutation commits when its resolver returns, or when a bulk action stops at the deadline
     having changed some instances (BulkStoppedError): its batches committed one by one.
@@ -37,7 +46,11 @@ class Completion(FieldExtension):
     def resolve(
         self, next_: SyncExtensionResolver, source: Any, info: Info[Any, Any], **kwargs: Any
     ) -> Any:
-        result = next_(source, info, **kwargs)
+        try:
+            result = next_(source, info, **kwargs)
+        except Exception:
+            _failed(info)
+            raise
         _completed(info)
         return result
 
@@ -47,8 +60,12 @@ class Completion(FieldExtension):
         try:
             result = await next_(source, info, **kwargs)
         except BulkStoppedError as exc:
+            _failed(info)
             if exc.changed:
                 _completed(info)
+            raise
+        except Exception:
+            _failed(info)
             raise
         _completed(info)
         return result
