@@ -25,6 +25,7 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError, MissingQueryError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.http.base import BaseRequestProtocol
 from strawberry.http.types import QueryParams
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
@@ -44,6 +45,7 @@ from laneway.api.http.hosts import ORIGIN_ALLOWED
 from laneway.api.http.media_type import (
     GRAPHQL_RESPONSE_CONTENT_TYPE,
     is_request_error,
+    names_html,
     wants_graphql_response,
 )
 from laneway.api.http.open_access import OpenAccessNotice
@@ -111,6 +113,16 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         if await decide(context, Action.READ) is not Decision.ALLOW:
             raise ConnectionRejectionError()
         return NO_ACK_PAYLOAD
+
+    def should_render_graphql_ide(self, request: BaseRequestProtocol) -> bool:
+        """GraphiQL's page only for a GET with no `query` whose Accept names text/html (a
+        browser's): Strawberry's rule served it for `*/*` too, curl's and httpx's default,
+        which docs/limits.md answers 400 BAD_REQUEST (no `query`)."""
+        return (
+            request.method == "GET"
+            and request.query_params.get("query") is None
+            and names_html(request.headers.get("accept"))
+        )
 
     async def render_graphql_ide(self, request: Request) -> Response:
         """Laneway's own GraphiQL page, whose files it serves itself (routes.py), in place of

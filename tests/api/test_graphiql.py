@@ -171,6 +171,37 @@ async def test_graphiql_page_admits_only_its_own_files(server: LiveServer) -> No
         assert asset.headers["content-type"] == f"{kind}; charset=utf-8"
 
 
+BROWSER = {"accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+@pytest.mark.parametrize("graphiql", [True, False])
+async def test_only_a_client_that_asks_for_html_gets_the_page(
+    database_url: str, graphiql: bool
+) -> None:
+    """An outside audit: `GET /graphql` with `Accept: */*` (curl's, httpx's default) got the
+    page, where docs/limits.md says a request without `query` is 400 BAD_REQUEST."""
+    settings = make_settings(database_url, graphiql=graphiql, engine_enabled=False)
+    async with live_server(settings) as server:
+        page = await server.client.get("/graphql", headers=BROWSER)
+        assert page.status_code == (200 if graphiql else 404)
+        for accept, media_type in (
+            ({"accept": "*/*"}, "application/json"),
+            ({}, "application/json"),  # httpx's default: */*
+            ({"accept": "application/json"}, "application/json"),
+            ({"accept": "text/html;q=0, */*"}, "application/json"),
+            (
+                {"accept": "application/graphql-response+json"},
+                "application/graphql-response+json; charset=utf-8",
+            ),
+        ):
+            refused = await server.client.get("/graphql", headers=accept)
+            assert refused.status_code == 400, (accept, refused.text)
+            assert refused.headers["content-type"] == media_type
+            [error] = refused.json()["errors"]
+            assert error["extensions"]["code"] == "BAD_REQUEST"
+            assert "query" in error["message"]
+
+
 async def test_only_graphiqls_scripts_and_styles_are_served(server: LiveServer) -> None:
     for name in ("index.html", "README.md", "LICENSE.react", "missing.js", "..%2Fdashboard.html"):
         response = await server.client.get(f"/graphiql/{name}")

@@ -58,6 +58,25 @@ def wants_graphql_response(accept: str | None) -> bool:
     return graphql > 0.0 and graphql >= json
 
 
+@functools.lru_cache(maxsize=256)
+def names_html(accept: str | None) -> bool:
+    """True when `accept` names text/html itself with a q above 0, as a browser's does
+    (`text/html,application/xhtml+xml,…,*/*;q=0.8`); `*/*` alone, curl's and httpx's default,
+    or `text/*` is not a request for a page.
+
+    Cached: a client sends the same Accept header with every request.
+    """
+    if not accept or "text/html" not in accept.lower():
+        return False
+    for media_range in accept.split(","):
+        media, _, parameters = media_range.partition(";")
+        if media.strip().lower() == "text/html":
+            quality = _quality(parameters)
+            if quality is not None and quality > 0.0:
+                return True
+    return False
+
+
 def is_request_error(result: ExecutionResult) -> bool:
     """True when nothing ran: no data, and every error is one of the request's own (parse,
     validation, variable coercion), at no path.
