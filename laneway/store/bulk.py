@@ -252,13 +252,21 @@ class BulkStore(InstanceStore):
             queries.RESUME_INSTANCES, list(instance_ids), list(inputs), list(checkpoints)
         )
         records = [instance_from_row(row) for row in rows]
-        await self._append_events(conn, [_event_for(r, EventType.RESUMED) for r in records])
+        # Every event carries the instance's attempt count as written (WorkflowEvent.attempt).
+        events = [_event_for(r, EventType.RESUMED, attempt=r.attempts) for r in records]
+        await self._append_events(conn, events)
         return records
 
     async def _retry_on(self, conn: Conn, instance_ids: Sequence[UUID]) -> list[InstanceRecord]:
         rows = await conn.fetch(queries.RETRY_INSTANCES, list(instance_ids))
         records = [instance_from_row(row) for row in rows]
+        # The attempt that failed, as an automatic retry's event has it: a retry leaves the
+        # count as it was (the next attempt is attempts + 1).
         await self._append_events(
-            conn, [_event_for(r, EventType.RETRYING, error="retry requested") for r in records]
+            conn,
+            [
+                _event_for(r, EventType.RETRYING, attempt=r.attempts, error="retry requested")
+                for r in records
+            ],
         )
         return records

@@ -100,6 +100,33 @@ async def test_retry_and_resume_apply_to_failed_and_paused_ones(
     assert body["data"]["resumeWorkflows"] == {"matched": 1, "changed": 1, "sampleIDs": [ids[1]]}
     statuses = await admin.fetch("SELECT DISTINCT status FROM laneway.instances")
     assert [row["status"] for row in statuses] == ["pending"]
+    # An outside audit: a requested retry's `retrying` event had a null attempt where an
+    # automatic one's has the failed attempt's number; each event carries the instance's count.
+    await admin.execute(
+        "UPDATE laneway.instances SET status = 'failed', attempts = 3 WHERE instance_id = $1",
+        ids[2],
+    )
+    single = await idle.graphql(
+        "mutation ($id: ID!) { retryWorkflow(instanceID: $id) { status } }", id=ids[2]
+    )
+    assert single["data"]["retryWorkflow"]["status"] == "pending"
+    events = "query ($id: ID!) { workflowInstance(instanceID: $id) { events { type attempt } } }"
+    seen = {}
+    for instance_id in ids[:3]:
+        body = await idle.graphql(events, id=instance_id)
+        seen[instance_id] = body["data"]["workflowInstance"]["events"]
+    assert seen[ids[0]] == [
+        {"type": "enqueued", "attempt": 0},
+        {"type": "retrying", "attempt": 1},
+    ]
+    assert seen[ids[1]] == [
+        {"type": "enqueued", "attempt": 0},
+        {"type": "resumed", "attempt": 0},
+    ]
+    assert seen[ids[2]] == [
+        {"type": "enqueued", "attempt": 0},
+        {"type": "retrying", "attempt": 3},
+    ]
 
 
 async def test_the_created_window_is_in_milliseconds(

@@ -37,7 +37,14 @@ class WorkflowEvent:
         description="When it happened, in milliseconds since the Unix epoch."
     )
     attempt: int | None = strawberry.field(
-        description="The attempt number, on an event about an attempt; null on others."
+        description=(
+            "The instance's attempt count when the event was written (see `attempts`): on"
+            " started, checkpoint, paused, waiting, completed, failed and retrying events the"
+            " number of the attempt the event is about (on retrying, the attempt that failed);"
+            " 0 on an enqueued event, and on any event before the first attempt started (a"
+            " cancelled one, say). Null on resumed and requested retrying events written"
+            " before 0.3.9."
+        )
     )
     error: str | None = strawberry.field(
         description="The error message, on an event about an error; null on others."
