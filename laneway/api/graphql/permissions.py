@@ -12,7 +12,7 @@ from typing import Any
 from strawberry.permission import BasePermission
 from strawberry.types import Info
 
-from laneway.api.auth import Caller, Decision, credential_of
+from laneway.api.auth import BearerTokens, Caller, Decision, credential_of
 from laneway.api.graphql.context import connection_params_of, laneway_of
 from laneway.api.graphql.errors import ForbiddenError, UnauthenticatedError
 
@@ -51,15 +51,19 @@ async def decide(context: object, action: Action) -> Decision:
     return await permission.may_read(caller)
 
 
-def require(decision: Decision) -> None:
-    """Raise the API error of a refusal.
+async def require(context: object, action: Action) -> None:
+    """Raise the API error of a refusal of the caller behind `context`. Only BearerTokens's
+    refusal names its header: a host's own Permission may want a session, a cookie, …
 
     Raises:
         UnauthenticatedError: no credential was given, and one is needed.
         ForbiddenError: the credential does not allow the operation.
     """
+    decision = await decide(context, action)
     if decision is Decision.UNAUTHENTICATED:
-        raise UnauthenticatedError("This operation needs an `Authorization: Bearer` token.")
+        if isinstance(laneway_of(context).permission, BearerTokens):
+            raise UnauthenticatedError("This operation needs an `Authorization: Bearer` token.")
+        raise UnauthenticatedError("This operation needs authentication.")
     if decision is Decision.FORBIDDEN:
         raise ForbiddenError("The credential does not allow this operation.")
 
@@ -70,7 +74,7 @@ class CanRead(BasePermission):
     message = "Not allowed to read."
 
     async def has_permission(self, source: Any, info: Info[Any, Any], **kwargs: Any) -> bool:
-        require(await decide(info.context, Action.READ))
+        await require(info.context, Action.READ)
         return True
 
 
@@ -80,5 +84,5 @@ class CanWrite(BasePermission):
     message = "Not allowed to write."
 
     async def has_permission(self, source: Any, info: Info[Any, Any], **kwargs: Any) -> bool:
-        require(await decide(info.context, Action.WRITE))
+        await require(info.context, Action.WRITE)
         return True
