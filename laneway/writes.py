@@ -71,7 +71,10 @@ class FailWrite:
     """A failed attempt: retried after `delay_ms` while attempts are left, else final.
 
     `final` ends the instance failed whatever attempts are left. `error` is lastError's text
-    (`Type: message`); the rest is what laneway.failures keeps of the exception.
+    (`Type: message`); `type` to `operation` are what laneway.failures keeps of the exception.
+    `progress` and `report` (its status line), where not None, replace the instance's: a
+    template's stage's report where it failed (a handler map's failure sends neither, and its
+    instance keeps what its last checkpoint saved).
     """
 
     instance_id: UUID
@@ -88,6 +91,8 @@ class FailWrite:
     # The failed attempt's span (W3C traceparent), when traced: the first failure's is kept
     # for its retries' links, and as the instance's trace context where it has none.
     trace: str | None = None
+    progress: float | None = None
+    report: str | None = None
     operations: tuple[OperationOutcome, ...] = ()
 
 

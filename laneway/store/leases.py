@@ -307,6 +307,8 @@ def runner_batch_args(
         _outcomes(writes),
         _column([w.trace for w in checkpoints]),
         _column([w.trace for w in completions]),
+        _column([w.progress for w in failures]),
+        _column([w.report for w in failures]),
     )
 
 

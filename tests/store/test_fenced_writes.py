@@ -84,8 +84,8 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
                 f"array_fill('{{}}'::text, ARRAY[{BATCH}]), ARRAY[{epochs}]::bigint[], "
                 "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
                 # the completions' stages and messages, no operation rows (nor their fix
-                # cycles), no span contexts
-                + ", ".join(["'{}'"] * 18)
+                # cycles), no span contexts, no failures' reports
+                + ", ".join(["'{}'"] * 20)
                 + ")"
             )
             completed = await conn.fetchval(

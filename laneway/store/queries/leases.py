@@ -266,7 +266,9 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 #   type, status, attempts, error, data, metadata (JSON values), microseconds it ran,
 #   microseconds since it finished, fix cycle (of the pass that wrote it)];
 # $33 the checkpoints' and $34 the completions' spans' trace contexts (W3C traceparent, NULL:
-#   none), kept only by an instance that has none (its enqueue was not traced).
+#   none), kept only by an instance that has none (its enqueue was not traced);
+# $35 the failed attempts' progress (float8[]) and $36 their status lines: a template's stage's
+#   report where it failed (NULL: keep the instance's, as a handler map's failure does).
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
@@ -282,7 +284,9 @@ _BATCH_ARGS = ", ".join(
     + [f"o.{column}" for column in ("positions", "types", "statuses", "attempts", "errors")]
     + [f"o.{column}" for column in ("data", "metadata", "seconds", "ago")]
     + ["$33", "$34", "o.fix_cycles"]
-)  # in laneway.write_runner_batch's order
+)  # in laneway.write_runner_batch's order, then its failure reports (_REPORT_ARGS)
+# The function's last two parameters (0036), after the claim's in write_runner_batch_and_claim.
+_REPORT_ARGS = "$35, $36"
 _OUTCOMES = """
 (SELECT array_agg((u ->> 0)::uuid) AS instance_ids, array_agg((u ->> 1)::bigint) AS epochs,
         array_agg((u ->> 2)::uuid) AS operation_ids, array_agg(u ->> 3) AS stages,
@@ -298,10 +302,10 @@ WRITE_RUNNER_BATCH = f"""
 SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
        w.checkpoint, {_DRAWN} AS last_event_id
   FROM {_OUTCOMES.strip()},
-       laneway.write_runner_batch({_BATCH_ARGS}) AS w
+       laneway.write_runner_batch({_BATCH_ARGS}, {_REPORT_ARGS}) AS w
 """
 
-# The 34 above, then $35 the run keys registered here ('name@version', text[]) and $36 at most
+# The 36 above, then $37 the run keys registered here ('name@version', text[]) and $38 at most
 # this many instances to claim: the group commit and, in its transaction, the claim of the
 # room it freed (laneway/store/sql/functions.sql). The batch's rows first (`claimed` NULL),
 # then one row per claimed instance (`claimed` its row); each with its doorbell's event id.
@@ -309,7 +313,7 @@ WRITE_RUNNER_BATCH_AND_CLAIM = f"""
 SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
        w.checkpoint, w.last_event_id, w.claimed
   FROM {_OUTCOMES.strip()},
-       laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $35, $36) AS w
+       laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $37, $38, {_REPORT_ARGS}) AS w
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances

@@ -678,7 +678,7 @@ $$;
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
 -- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021; answers 0026;
 -- a failure's stage on the instance 0032; the first traced step's context 0033; operations'
--- fix cycles 0034).
+-- fix cycles 0034; a failure's report on the instance 0036).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
@@ -694,6 +694,11 @@ $$;
 -- step that is (a checkpoint, a completion or a failed attempt: $29) leaves its span's context
 -- with it instead, so that its later steps, in whatever process, join that one trace.
 -- Then (0034) the operation outcomes' fix cycles (0: the stage's first pass; NULL counts as 0).
+-- Then (0036) the failed attempts' reports, progress and status line: a template's, of the stage
+-- it failed in; NULL keeps the instance's, as a handler map's failure does (its report is saved
+-- by its checkpoints only). Both default to NULL, so a call without them (a process of 0.3.8 or
+-- earlier, still running while a rollout migrates) resolves to this function and keeps the
+-- instance's.
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
 -- A checkpoint saves state and the next action and renews the lease, or parks the instance
 -- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
@@ -757,7 +762,9 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_operation_ago double precision[],
     p_checkpoint_traces text[],
     p_completion_traces text[],
-    p_operation_fix_cycles integer[]
+    p_operation_fix_cycles integer[],
+    p_failure_progress double precision[] DEFAULT NULL,
+    p_failure_report_messages text[] DEFAULT NULL
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -837,13 +844,16 @@ BEGIN
                                   THEN NULL ELSE now() END,
                last_error = u.error, owner_id = NULL, lease_expires_at = NULL,
                stage = COALESCE(u.stage, i.stage),  -- where it failed (0032)
+               progress = COALESCE(u.progress, i.progress),  -- and how far it got there (0036)
+               message = COALESCE(u.report, i.message),
                first_failed_trace = COALESCE(i.first_failed_trace, u.trace),
                trace_context = COALESCE(i.trace_context, u.trace),
                updated_at = now()
           FROM (SELECT u.*, $1 AS owner
-                  FROM unnest($18, $19, $20, $21, $22, $24, $25, $26, $27, $28, $29)
+                  FROM unnest($18, $19, $20, $21, $22, $24, $25, $26, $27, $28, $29, $48,
+                              $49)
                        AS u (instance_id, error, delay_ms, final, epoch, type, message,
-                             traceback, stage, operation, trace)
+                             traceback, stage, operation, trace, progress, report)
                 OFFSET 0) AS u
          WHERE i.instance_id = ANY($18)
            AND i.instance_id = u.instance_id
@@ -947,11 +957,13 @@ $$;
 -- laneway.write_runner_batch_and_claim(): a group commit that frees room, and the claim of that
 -- room, in one round trip and one transaction (0024). The batch's arguments are those of
 -- laneway.write_runner_batch(), then the run keys registered here and how many instances this
--- process may take (0: none, the commit alone). The claim's statements come after the batch's
--- in the same transaction, so the room the batch freed is there for them; both append their
--- events and ring their own doorbell. The batch's rows come first, each with the event id its
--- doorbell rang with and no `claimed`; then one row per claimed instance, with its id and the
--- instance row as `claimed`. The transaction holds the event-append lock from the batch's
+-- process may take (0: none, the commit alone), then the failed attempts' reports (0036: last,
+-- with their defaults, so that a call without them, from a process of 0.3.8 or earlier, still
+-- resolves). The claim's statements come after the batch's in the same transaction, so the
+-- room the batch freed is there for them; both append their events and ring their own
+-- doorbell. The batch's rows come first, each with the event id its doorbell rang with and no
+-- `claimed`; then one row per claimed instance, with its id and the instance row as
+-- `claimed`. The transaction holds the event-append lock from the batch's
 -- append to its commit, so the claim runs under it: every lock the claim takes is taken with
 -- SKIP LOCKED or on rows only a claimer of a locked queue writes, so it waits on nobody who
 -- could be waiting for that lock.
@@ -1005,7 +1017,9 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch_and_claim(
     p_completion_traces text[],
     p_operation_fix_cycles integer[],
     p_names text[],
-    p_limit integer
+    p_limit integer,
+    p_failure_progress double precision[] DEFAULT NULL,
+    p_failure_report_messages text[] DEFAULT NULL
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -1038,7 +1052,8 @@ BEGIN
                p_operation_ids, p_operation_stages, p_operation_positions, p_operation_types,
                p_operation_statuses, p_operation_attempts, p_operation_errors,
                p_operation_data, p_operation_metadata, p_operation_seconds, p_operation_ago,
-               p_checkpoint_traces, p_completion_traces, p_operation_fix_cycles) AS w;
+               p_checkpoint_traces, p_completion_traces, p_operation_fix_cycles,
+               p_failure_progress, p_failure_report_messages) AS w;
     IF p_limit > 0 AND cardinality(p_names) > 0 THEN
         RETURN QUERY
         SELECT NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
