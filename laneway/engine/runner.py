@@ -332,6 +332,7 @@ async def _call_handler(
         # Taken here too when the handler raised, or its step was refused after they were
         # taken: an operation that completed keeps its row whatever the step's outcome.
         operations += await tools.carried()
+        reported = workflow.reports_failures
         return FailWrite(
             instance_id=ctx.instance_id,
             attempt=ctx.attempt,
@@ -344,6 +345,8 @@ async def _call_handler(
             traceback=failure.traceback,
             stage=failure.stage or ctx.stage,
             operation=failure.operation,
+            progress=ctx.progress if reported else None,
+            report=ctx.message if reported else None,
             operations=operations,
         )
 

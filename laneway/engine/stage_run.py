@@ -39,6 +39,7 @@ from laneway.engine.template import (
     child_params,
     merge_context,
     stage_message,
+    stage_progress,
     step_after_stage,
 )
 from laneway.model import JSONValue, OperationRecord
@@ -96,23 +97,33 @@ class _StageRun(StageOperations):
         if int(state.get("stages_done") or 0) > plan.index:
             return await self._finish(context)
         stage = self._stage
-        # The stage's progress and status line are reported when it ends (only a checkpoint
-        # saves a report); from here on, a failure is this stage's. Set as report() would:
-        # a stage's name is a checked name, its status line is made of it and numbers, so
-        # both are storable and short.
+        # The stage's progress and status line are reported when it ends (a checkpoint saves
+        # them), or when it fails (its failure does); from here on, a failure is this stage's.
+        # Set as report() would: a stage's name is a checked name, its status line is made of
+        # it and numbers, so both are storable and short.
         self._ctx.stage = stage.name
-        if stage.condition is not None and not stage.condition(MappingProxyType(context)):
-            for slot in plan.slots:
-                await self._record_skipped(slot, "stage condition is false")
-            ran = False
-        else:
-            rows = {
-                row.position: row
-                for row in await self._tools.finished_operations()
-                if row.stage == stage.name
-            }
-            context = await self._run_with_fixes(context, initial, rows)
-            ran = True
+        try:
+            if stage.condition is not None and not stage.condition(MappingProxyType(context)):
+                for slot in plan.slots:
+                    await self._record_skipped(slot, "stage condition is false")
+                ran = False
+            else:
+                rows = {
+                    row.position: row
+                    for row in await self._tools.finished_operations()
+                    if row.stage == stage.name
+                }
+                context = await self._run_with_fixes(context, initial, rows)
+                ran = True
+        except Exception:
+            # The failed attempt's write carries this report (runner._call_handler), or the
+            # instance would go on showing the stage before's: how many of the stage's
+            # operations settled, and how, as the stage's own report words it.
+            settled = len(self._settled)
+            stages = len(plan.template.stages)
+            self._ctx.progress = stage_progress(plan.index, stages, settled, len(plan.slots))
+            self._ctx.message = self._message()
+            raise
         state["initial_context"] = initial
         state["context"] = context
         state["stages_done"] = plan.index + 1
