@@ -32,6 +32,7 @@ from prometheus_client.samples import Sample
 from laneway.engine.observer import UPKEEP_TASKS, UpkeepTask
 from laneway.errors import LanewayError, os_error_reason
 from laneway.events import EventHub
+from laneway.host_names import AllowedHosts
 from laneway.metrics_collectors import ClusterCollector, ProcessCollector, Snapshot
 from laneway.model import InstanceRecord, Status, Transition
 from laneway.store import Store
@@ -339,14 +340,17 @@ async def metrics_server(
     host: str,
     port: int,
     given_by: str = "LANEWAY_METRICS_PORT",
+    allowed: AllowedHosts | None = None,
 ) -> AsyncIterator[None]:
     """Serve GET /metrics on host:port for the duration of the block: a worker's metrics,
     which has no HTTP server otherwise. A query string is ignored (Prometheus's `params` add
     one), HEAD answers as GET does without the body, another method is 405 with an Allow
     header, and any other path is 404. No authentication: bind it where only the scraper
-    reaches (127.0.0.1 by default). It listens before the block starts, so a port in use
-    stops the process before its engine runs, with a line that names `given_by`: what gave
-    the port (the variable, or `laneway worker --metrics-port`).
+    reaches (127.0.0.1 by default). A request whose Host `allowed` does not allow (None: any;
+    AllowedHosts.for_metrics) is 400, so that a page on a rebound name cannot read it. It
+    listens before the block starts, so a port in use stops the process before its engine
+    runs, with a line that names `given_by`: what gave the port (the variable, or `laneway
+    worker --metrics-port`).
 
     Raises:
         LanewayError: host:port cannot be listened on (in use, not of this machine).
@@ -354,14 +358,22 @@ async def metrics_server(
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            hosts: list[str] = []
             async with asyncio.timeout(10):
                 request = await reader.readline()
-                while (await reader.readline()).strip():
-                    pass  # headers: none matter
+                while line := (await reader.readline()).strip():
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.strip().lower() == "host":  # the only header that matters
+                        hosts.append(value.strip())
             parts = request.decode("latin-1").split()
             method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
             extra = ""
-            if target.partition("?")[0] != "/metrics":
+            served = writer.get_extra_info("sockname")
+            if allowed is not None and (
+                len(hosts) != 1 or not allowed.allows_header(hosts[0], served[:2])
+            ):
+                status, kind, body = "400 Bad Request", "text/plain", b"unknown host\n"
+            elif target.partition("?")[0] != "/metrics":
                 status, kind, body = "404 Not Found", "text/plain", b"not found\n"
             elif method not in ("GET", "HEAD"):
                 status, kind, body = "405 Method Not Allowed", "text/plain", b"GET or HEAD\n"

@@ -15,6 +15,7 @@ from laneway.engine import Engine, Workflow, WorkflowRegistry, check_workflows
 from laneway.engine.engine import default_owner_id
 from laneway.events import EventHub
 from laneway.heap import freeze_startup_heap
+from laneway.host_names import AllowedHosts
 from laneway.metrics import Metrics, metrics_server
 from laneway.store import Store, open_store
 from laneway.store.embedded import embedded_postgres
@@ -109,6 +110,7 @@ async def open_services(
                     host=settings.metrics_host,
                     port=settings.metrics_port,
                     given_by=settings.metrics_port_given_by,
+                    allowed=AllowedHosts.for_metrics(settings),
                 )
             )
         if settings.gc_freeze:

@@ -21,6 +21,7 @@ from app.examples import flaky, hello
 from laneway.config import Settings
 from laneway.engine import Done, HandlerContext, Workflow
 from laneway.errors import LanewayError
+from laneway.host_names import AllowedHosts
 from laneway.metrics import STEP_BUCKETS, Metrics, metrics_server
 from laneway.model import JSONValue, Status, Transition
 from laneway.services import open_services
@@ -403,6 +404,31 @@ async def test_the_metrics_log_names_the_port_bound_when_any_free_port_was_asked
     assert scraped.status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("variables", "host", "allowed"),
+    [
+        ({}, "localhost:9187", True),
+        ({}, "127.0.0.1:9187", True),
+        ({}, "rebound.example:9187", False),
+        ({}, "localhost:80", False),  # another port: another server's name
+        ({"LANEWAY_ALLOWED_HOSTS": "metrics.internal"}, "metrics.internal:9187", True),
+        ({"LANEWAY_ALLOWED_HOSTS": "*"}, "rebound.example:9187", True),
+        # Bound for a scraper on another machine: any name, unless a list says which.
+        ({"LANEWAY_METRICS_HOST": "0.0.0.0"}, "worker-3:9187", True),
+        (
+            {"LANEWAY_METRICS_HOST": "0.0.0.0", "LANEWAY_ALLOWED_HOSTS": "m.internal"},
+            "worker-3:9187",
+            False,
+        ),
+    ],
+)
+def test_the_metrics_port_answers_for_its_own_names(
+    variables: dict[str, str], host: str, allowed: bool
+) -> None:
+    hosts = AllowedHosts.for_metrics(Settings.from_env(variables))
+    assert (hosts is None or hosts.allows_header(host, ("127.0.0.1", 9187))) is allowed
+
+
 def test_settings_read_the_metrics_port() -> None:
     settings = Settings.from_env(
         {"LANEWAY_METRICS_PORT": "9187", "LANEWAY_METRICS_HOST": "0.0.0.0"}
@@ -428,9 +454,16 @@ async def test_laneway_worker_takes_a_metrics_port(database_url: str) -> None:
                     return None
 
             scraped = await eventually(scrape, lambda r: r is not None, timeout=30)
+            # A page on a name rebound to 127.0.0.1 sends its own name: refused, as the API
+            # refuses it (it was served to any Host).
+            rebound = await client.get("/metrics", headers={"Host": f"rebound.example:{port}"})
+            named = await client.get("/metrics", headers={"Host": f"localhost:{port}"})
         assert scraped is not None
         assert scraped.status_code == 200
         assert "laneway_claims_total" in scraped.text
+        assert rebound.status_code == 400
+        assert "laneway_claims_total" not in rebound.text
+        assert named.status_code == 200
     finally:
         worker.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):

@@ -26,7 +26,7 @@ from websockets.typing import Origin, Subprotocol
 
 from laneway.api import http_protections
 from laneway.api.auth import credential_of
-from laneway.api.http.hosts import FOREIGN_ORIGIN, UNKNOWN_HOST, AllowedHosts, origin_host
+from laneway.api.http.hosts import FOREIGN_ORIGIN, UNKNOWN_HOST, origin_host
 from laneway.api.http.media_type import (
     GRAPHQL_RESPONSE_CONTENT_TYPE,
     is_request_error,
@@ -35,6 +35,7 @@ from laneway.api.http.media_type import (
 from laneway.api.request_trace import REQUEST_ID_HEADER
 from laneway.config import Settings, split_host
 from laneway.errors import InvalidInputError
+from laneway.host_names import AllowedHosts
 from tests.api.conftest import FORBIDDEN_TEXT, TOKEN, LiveServer, live_server, make_settings
 
 PROTOCOL = Subprotocol("graphql-transport-ws")

@@ -11,9 +11,7 @@ Not Starlette's TrustedHostMiddleware: it ignores the port, knows neither the lo
 default nor the served port, answers plain text, and does not look at a websocket's Origin.
 """
 
-import ipaddress
 import logging
-from dataclasses import dataclass
 
 from starlette.middleware import Middleware
 
@@ -21,12 +19,11 @@ from laneway.api.graphql.errors import BAD_REQUEST, ForbiddenError
 from laneway.api.http.asgi import ASGIApp, Receive, Scope, Send, route_path
 from laneway.api.http.refusals import send_error
 from laneway.api.http.websocket_limits import refuse_handshake
-from laneway.config import ANY_HOST, Settings, split_host
+from laneway.config import Settings, split_host
+from laneway.host_names import AllowedHosts
 
 logger = logging.getLogger(__name__)
 
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
-WILDCARD_ADDRESSES = frozenset({"", "0.0.0.0", "::", "[::]"})
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
 FORBIDDEN = ForbiddenError.code
 # Set on the scope of a websocket whose Origin names an allowed host; the GraphQL view then
@@ -36,80 +33,6 @@ UNKNOWN_HOST = (
     "Unknown host: this server does not answer for that name (see LANEWAY_ALLOWED_HOSTS)."
 )
 FOREIGN_ORIGIN = "This origin may not open a websocket here (see LANEWAY_ALLOWED_HOSTS)."
-
-
-def _bracketed(address: str) -> str:
-    return f"[{address}]" if ":" in address and not address.startswith("[") else address
-
-
-@dataclass(frozen=True, slots=True)
-class AllowedHosts:
-    """The names a request may be addressed to.
-
-    `local` names are allowed at the served port (any port when the server has none, a Unix
-    socket); `exact` entries at their port, or at any port when it is None; `suffixes`
-    (".example.com" for "*.example.com") cover the subdomains, not the domain itself.
-    """
-
-    local: frozenset[str]
-    exact: frozenset[tuple[str, int | None]] = frozenset()
-    suffixes: tuple[tuple[str, int | None], ...] = ()
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "AllowedHosts | None":
-        """The loopback names, the bind address and LANEWAY_ALLOWED_HOSTS; None: any host
-        (tokens and no list, or a list with "*").
-
-        Raises:
-            ValueError: an entry is not a host pattern (Settings.from_env refuses it first).
-        """
-        listed = settings.allowed_hosts
-        if ANY_HOST in listed or (settings.api_tokens and not listed):
-            return None
-        local = set(LOOPBACK_NAMES)
-        bound = None
-        if settings.host not in WILDCARD_ADDRESSES:
-            bound = split_host(_bracketed(settings.host))
-        if bound is not None:
-            local.add(bound[0])
-        exact: set[tuple[str, int | None]] = set()
-        suffixes: list[tuple[str, int | None]] = []
-        for entry in listed:
-            parsed = split_host(entry.removeprefix("*."))
-            if parsed is None:
-                raise ValueError(f"not a host pattern: {entry!r}")
-            if entry.startswith("*."):
-                suffixes.append(("." + parsed[0], parsed[1]))
-            else:
-                exact.add(parsed)
-        return cls(local=frozenset(local), exact=frozenset(exact), suffixes=tuple(suffixes))
-
-    def allows(self, name: str, port: int, served: tuple[str, int | None] | None) -> bool:
-        """May a request for `name`:`port` run on a server at `served` (scope["server"])?
-
-        The served address itself counts as local when it is an IP address: that is the
-        address `serve` bound to (or, bound to every interface, the one this client reached),
-        and an address, unlike a name, cannot be rebound.
-        """
-        served_port = served[1] if served else None
-        if served_port is None or port == served_port:
-            if name in self.local:
-                return True
-            if served and name == _bracketed(served[0]) and _is_address(served[0]):
-                return True
-        if (name, None) in self.exact or (name, port) in self.exact:
-            return True
-        return any(
-            name.endswith(suffix) and wanted in (None, port) for suffix, wanted in self.suffixes
-        )
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def origin_host(origin: str) -> tuple[str, int] | None:
@@ -170,12 +93,8 @@ class HostAllowList:
     def _allows_host(
         self, value: bytes, scheme: str, served: tuple[str, int | None] | None
     ) -> bool:
-        parsed = split_host(value.decode("latin-1"))
-        if parsed is None:
-            return False
-        name, port = parsed
-        return self.hosts.allows(
-            name, DEFAULT_PORTS.get(scheme, 80) if port is None else port, served
+        return self.hosts.allows_header(
+            value.decode("latin-1"), served, DEFAULT_PORTS.get(scheme, 80)
         )
 
 
