@@ -116,6 +116,28 @@ def test_an_address_counts_however_it_is_written_and_any_other_string_as_one() -
     assert client_key(None, (), ("0:0::1", 0), limit_local=False) is None
 
 
+def test_an_ipv6_client_counts_by_its_64_bit_prefix() -> None:
+    """A host is handed a whole /64 (one interface, SLAAC, privacy addresses): keyed by
+    address, each of its 2^64 addresses was a fresh bucket."""
+    one = client_key(None, (), ("2001:db8:1:2::1", 0))
+    assert one == "ip:2001:db8:1:2::/64"
+    assert client_key(None, (), ("2001:db8:1:2:ffff:abcd:1:9", 0)) == one
+    assert client_key(None, (), ("2001:db8:1:3::1", 0)) != one
+    assert client_key(None, (), ("::1", 0)) == "ip:::1"  # loopback: the address, as before
+
+
+def test_the_buckets_stay_bounded_when_none_has_refilled() -> None:
+    """Past max_keys, full (refilled) buckets are forgotten; when none is, the oldest go,
+    a quarter at a time, instead of the table growing and every new client scanning it."""
+    clock = FakeClock()
+    limiter = RateLimiter(0.001, 2.0, clock=clock, max_keys=8)
+    for n in range(50):
+        limiter.take(f"k{n}")  # each bucket spent from: none full
+        assert len(limiter._buckets) <= 8
+    assert "k49" in limiter._buckets
+    assert "k0" not in limiter._buckets
+
+
 async def test_forwarded_client_addresses_that_are_not_ip_addresses_share_one_bucket(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,7 @@ connections per token) is in websocket_limits.py and spends from the same bucket
 
 import hashlib
 import ipaddress
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -78,7 +79,7 @@ class RateLimiter:
     """A token bucket per key, all with the same rate and burst.
 
     Buckets that have refilled completely are forgotten once there are more than
-    `max_keys`, since a fresh bucket is the same thing.
+    `max_keys`, since a fresh bucket is the same thing; when none has, the oldest quarter.
     """
 
     def __init__(
@@ -116,6 +117,12 @@ class RateLimiter:
     def _forget_full(self, now: float) -> None:
         for key in [k for k, b in self._buckets.items() if b.is_full(now)]:
             del self._buckets[key]
+        if len(self._buckets) >= self.max_keys:
+            # None had refilled (many clients, each spending): the oldest quarter goes in one
+            # sweep, so the table stays bounded and this scan comes once per quarter of new
+            # clients, not at every one. A client forgotten so starts again with a full bucket.
+            for key in list(itertools.islice(self._buckets, max(1, self.max_keys // 4))):
+                del self._buckets[key]
 
 
 def retry_after(seconds: float) -> str:
@@ -131,7 +138,8 @@ def client_key(
     limit_local: bool = True,
 ) -> str | None:
     """Whom a request counts against: its valid token (hashed), else its IP address, written
-    one way (so `::1` and `0:0::1`, or `1.2.3.4` and `::ffff:1.2.3.4`, are one client).
+    one way (so `::1` and `0:0::1`, or `1.2.3.4` and `::ffff:1.2.3.4`, are one client), an
+    IPv6 one by its /64 (the block one host is given).
 
     A client whose address is not an IP address counts against NOT_AN_ADDRESS, one bucket
     for all of them, never as local. Behind a peer that uvicorn trusts (FORWARDED_ALLOW_IPS,
@@ -156,6 +164,10 @@ def client_key(
         address = address.ipv4_mapped
     if not limit_local and address.is_loopback:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and not address.is_loopback:
+        # One host holds a whole /64 (SLAAC, privacy addresses): per address, it could take
+        # a fresh bucket per request.
+        return f"ip:{ipaddress.IPv6Network((address, 64), strict=False)}"
     return f"ip:{address}"
 
 
