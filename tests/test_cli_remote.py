@@ -271,6 +271,36 @@ async def test_watch_over_url_follows_new_events_until_interrupted(database_url:
     assert watcher.returncode == 0
 
 
+async def test_watch_over_url_follows_an_instance_across_a_server_restart(
+    database_url: str,
+) -> None:
+    """A deploy restarts the server (uvicorn closes the socket with 1012): the watch connects
+    again and resumes after the last event it printed, instead of exiting 1 mid-instance."""
+    async with live_server(make_settings(database_url, engine_enabled=False)) as first:
+        port = first.port
+        code, out, err = await remote(first, "enqueue", "hello", "--params", '{"name": "R"}')
+        assert code == 0, err
+        target = json.loads(out)["instanceID"]
+        watcher = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "laneway", "watch", "--instance", target, "--json",
+            "--url", url_of(first), cwd=ROOT, env=client_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert watcher.stdout is not None
+        async with asyncio.timeout(30):
+            enqueued = json.loads(await watcher.stdout.readline())
+    assert enqueued["type"] == "enqueued"
+    # Back on the same port, with an engine this time: the instance runs and ends.
+    async with live_server(make_settings(database_url), port=port):
+        async with asyncio.timeout(60):
+            rest, err_bytes = await watcher.communicate()
+    events = [enqueued] + [json.loads(line) for line in rest.decode().splitlines()]
+    assert watcher.returncode == 0, err_bytes.decode()
+    assert [e["type"] for e in events] == ["enqueued", "started", "completed"]
+    assert len({e["eventID"] for e in events}) == 3  # none twice after the reconnect
+    assert "reconnecting" in err_bytes.decode()
+
+
 async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A server's connection that takes the request and answers nothing until the client
     leaves."""

@@ -6,9 +6,12 @@ unreachable, silent or non-Laneway server into a one-line error that says whethe
 request was sent at all. The workflows it knows are the server's.
 """
 
+import asyncio
 import contextlib
 import json
 import math
+import sys
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +31,11 @@ if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
 
 PROTOCOL = "graphql-transport-ws"
+# Close codes of a server going away or restarting, and of a connection lost without a close
+# (1006): a watch subscribes again. Any other (4403, 4400, …) is the server's refusal.
+RESUMABLE = frozenset({1001, 1006, 1011, 1012, 1013})
+RECONNECT_SECONDS = 60.0
+"""How long a watch tries to subscribe again after its connection dropped."""
 TIMEOUT_SECONDS = 30.0
 """How long a request waits to connect, and for its answer (but execute_long_running's)."""
 # Failures before the request went out: the server has seen nothing of it.
@@ -150,33 +158,81 @@ class RemoteClient:
     async def follow(
         self, instance_id: str | None, after: str | None
     ) -> AsyncIterator[AsyncIterator[JSONObject]]:
+        socket = await self._subscribe(instance_id, after)
+        connection = [socket]  # the one open now: _resumed replaces it after a restart
+        try:
+            yield self._resumed(connection, instance_id, after)
+        finally:
+            await connection[0].close()
+
+    async def _subscribe(self, instance_id: str | None, after: str | None) -> "ClientConnection":
+        """A websocket with the subscription to the events after `after` started on it."""
         from websockets.asyncio.client import connect
 
         ws_url = "ws" + self._url.removeprefix("http") + "/graphql"
         variables = {"id": instance_id, "after": after}
         subscribe = {"query": EVENTS, "variables": variables}
-        async with contextlib.AsyncExitStack() as stack:
-            # Only the connection's own failures are said as the server's here: what the
-            # caller raises while following (a closed stdout, say) passes through as it is.
-            try:
-                socket = await stack.enter_async_context(
-                    # A short close: a follower that stops (its reader gone) with replayed
-                    # frames unread would wait the library's 10 s for the close handshake.
-                    connect(ws_url, subprotocols=[PROTOCOL], close_timeout=1)  # type: ignore[list-item]
-                )
-                init = {"type": "connection_init", "payload": self._authorization()}
-                await socket.send(json.dumps(init))
-                if self._message(await socket.recv()).get("type") != "connection_ack":
-                    raise CommandError(f"{self.where} did not accept the subscription")
-                await socket.send(
-                    json.dumps({"id": "1", "type": "subscribe", "payload": subscribe})
-                )
-            except Exception as exc:
+        # Only the connection's own failures are said as the server's here: what the caller
+        # raises while following (a closed stdout, say) passes through as it is.
+        try:
+            # A short close: a follower that stops (its reader gone) with replayed frames
+            # unread would wait the library's 10 s for the close handshake.
+            socket = await connect(ws_url, subprotocols=[PROTOCOL], close_timeout=1)  # type: ignore[list-item]
+        except Exception as exc:
+            raise self._websocket_error(exc, reached=False) from None
+        try:
+            init = {"type": "connection_init", "payload": self._authorization()}
+            await socket.send(json.dumps(init))
+            if self._message(await socket.recv()).get("type") != "connection_ack":
+                raise CommandError(f"{self.where} did not accept the subscription")
+            await socket.send(json.dumps({"id": "1", "type": "subscribe", "payload": subscribe}))
+        except BaseException as exc:
+            await socket.close()
+            if isinstance(exc, Exception):
                 raise self._websocket_error(exc, reached=False) from None
-            yield self._events(socket)
+            raise
+        return socket
+
+    async def _resumed(
+        self, connection: list["ClientConnection"], instance_id: str | None, after: str | None
+    ) -> AsyncIterator[JSONObject]:
+        """The subscription's events, across a server that restarts or a connection that
+        drops (a deploy: uvicorn closes with 1012): subscribed again after the last event
+        yielded, for up to RECONNECT_SECONDS, with a line on stderr. Any other end of the
+        connection is the caller's error, as before."""
+        while True:
+            try:
+                async for event in self._events(connection[0]):
+                    after = str(event.get("eventID", after))
+                    yield event
+                return
+            except _DroppedError as dropped:
+                print(f"laneway: {dropped.error}; reconnecting", file=sys.stderr, flush=True)
+                connection[0] = await self._resubscribe(instance_id, after, dropped.error)
+
+    async def _resubscribe(
+        self, instance_id: str | None, after: str | None, error: CommandError
+    ) -> "ClientConnection":
+        """Subscribe again, backing off, until RECONNECT_SECONDS have passed; then `error`."""
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        delay = 0.1
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                return await self._subscribe(instance_id, after)
+            except CommandError:
+                if time.monotonic() + delay > deadline:
+                    raise error from None
+            delay = min(delay * 2, 2.0)
 
     async def _events(self, socket: "ClientConnection") -> AsyncIterator[JSONObject]:
-        """The subscription's events, answering pings, until the server completes it."""
+        """The subscription's events, answering pings, until the server completes it.
+
+        Raises:
+            _DroppedError: the connection ended as a restart or a network failure ends one.
+        """
+        from websockets.exceptions import ConnectionClosed
+
         try:
             async for raw in socket:
                 message = self._message(raw)
@@ -193,7 +249,12 @@ class RemoteClient:
                 elif kind == "complete":
                     return
         except Exception as exc:
-            raise self._websocket_error(exc, reached=True) from None
+            error = self._websocket_error(exc, reached=True)
+            code = exc.rcvd.code if isinstance(exc, ConnectionClosed) and exc.rcvd else None
+            dropped = isinstance(exc, ConnectionClosed) and (code is None or code in RESUMABLE)
+            if isinstance(error, CommandError) and (dropped or isinstance(exc, OSError)):
+                raise _DroppedError(error) from None
+            raise error from None
 
     def _message(self, raw: str | bytes) -> dict[str, Any]:
         """One graphql-transport-ws message.
@@ -225,6 +286,14 @@ class RemoteClient:
                 return CommandError(f"lost the connection to {self.where}: {_reason(exc)}")
             return UnreachableError(f"cannot reach {self.where}: {_reason(exc)}")
         return exc
+
+
+class _DroppedError(Exception):
+    """The subscription's connection dropped; `error` says so, if it cannot be resumed."""
+
+    def __init__(self, error: CommandError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _closed(code: int | None, where: str) -> CommandError:
