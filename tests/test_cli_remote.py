@@ -29,6 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from app.examples import countdown, hello
 from laneway.cli import build_parser, bulk
+from laneway.cli import remote as remote_module
 from laneway.cli.client import CommandError, UnreachableError
 from laneway.cli.remote import RemoteClient, base_url
 from laneway.config import Settings
@@ -299,6 +300,25 @@ async def test_watch_over_url_follows_an_instance_across_a_server_restart(
     assert [e["type"] for e in events] == ["enqueued", "started", "completed"]
     assert len({e["eventID"] for e in events}) == 3  # none twice after the reconnect
     assert "reconnecting" in err_bytes.decode()
+
+
+async def test_a_follow_gives_up_when_the_server_stays_away(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(remote_module, "RECONNECT_SECONDS", 0.3)
+    async with contextlib.AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx.AsyncClient())
+        async with live_server(make_settings(database_url, engine_enabled=False)) as server:
+            url = url_of(server)
+            events = await stack.enter_async_context(
+                RemoteClient(http, url, None).follow(None, None)
+            )
+            await server.wait_for_subscribers(1)
+        with pytest.raises(CommandError) as raised:  # the server is gone for good
+            async with asyncio.timeout(30):
+                await anext(events)
+    assert str(raised.value) == f"lost the connection to the server at {url} (close code 1012)"
+    assert capsys.readouterr().err.count("reconnecting") == 1
 
 
 async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
