@@ -75,12 +75,15 @@ class PageCalls:
         limit: int = 50,
         offset: int = 0,
         summaries: bool = False,
+        payloads: bool = True,
     ) -> list[InstanceRecord]:
         """Instances newest first, as full records unless `summaries`.
 
         Summaries are the records without their internal `state` (given as {}) and
         `next_params` (None), which the database then neither reads nor sends: what a page the
         API shows needs, as an instance's state may be megabytes. `get` has the full record.
+        Unless `payloads`, summaries come without `params`, `result` and `wait` too (None):
+        a page whose fields show none of them (each may be 256 KiB).
 
         Raises:
             InvalidInputError: limit outside 1..500, or a negative offset.
@@ -90,18 +93,28 @@ class PageCalls:
         if offset < 0:
             raise InvalidInputError("offset must not be negative")
         return await self.store.list_instances(
-            where or InstanceFilter(), limit=limit, offset=offset, summaries=summaries
+            where or InstanceFilter(),
+            limit=limit,
+            offset=offset,
+            summaries=summaries,
+            payloads=payloads,
         )
 
     async def page_instances(
-        self, where: InstanceFilter | None = None, *, first: int = 50, after: str | None = None
+        self,
+        where: InstanceFilter | None = None,
+        *,
+        first: int = 50,
+        after: str | None = None,
+        payloads: bool = True,
     ) -> InstancePage:
         """Up to `first` instances matching `where`, newest first by (creation time, id),
         after the instance the cursor `after` names (None: from the newest), as summaries (see
-        list_instances). Each page costs the same at any depth: it starts at the cursor in an
-        index, never counts past the rows before it. A walk to the end meets every row that
-        existed when it began exactly once, in order, whatever is created meanwhile (new rows
-        are newer than the cursor, so they come before it).
+        list_instances; without their payloads unless `payloads`). Each page costs the same at
+        any depth: it starts at the cursor in an index, never counts past the rows before it. A
+        walk to the end meets every row that existed when it began exactly once, in order,
+        whatever is created meanwhile (new rows are newer than the cursor, so they come before
+        it).
 
         Raises:
             InvalidInputError: `first` outside 1..500, or `after` not a cursor.
@@ -111,7 +124,7 @@ class PageCalls:
         key = decode_cursor(after) if after is not None else None
         # One row more than asked says whether there is a next page, without a count.
         records = await self.store.page_instances(
-            where or InstanceFilter(), limit=first + 1, after=key
+            where or InstanceFilter(), limit=first + 1, after=key, payloads=payloads
         )
         shown = records[:first]
         return InstancePage(

@@ -235,17 +235,23 @@ class InstanceStore(StoreBase):
         return {row["instance_id"]: waiting_reason_from_row(row) for row in rows}
 
     async def list_instances(
-        self, where: InstanceFilter, *, limit: int, offset: int, summaries: bool = False
+        self,
+        where: InstanceFilter,
+        *,
+        limit: int,
+        offset: int,
+        summaries: bool = False,
+        payloads: bool = True,
     ) -> list[InstanceRecord]:
-        """Instances newest first; as summaries (`state` {} and `next_params` None, neither
-        read) when `summaries`."""
+        """Instances newest first; as summaries (`state` {}, `next_params` None: not read) when
+        `summaries`, then also without `params`, `result` and `wait` (None) unless `payloads`."""
+        statement = queries.LIST_INSTANCES
+        if summaries:
+            statement = queries.LIST_INSTANCE_SUMMARIES
+            if not payloads:
+                statement = queries.LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS
         async with self._acquire() as conn:
-            rows = await conn.fetch(
-                queries.LIST_INSTANCE_SUMMARIES if summaries else queries.LIST_INSTANCES,
-                *filter_args(where),
-                limit,
-                offset,
-            )
+            rows = await conn.fetch(statement, *filter_args(where), limit, offset)
         return [instance_from_row(row) for row in rows]
 
     async def unregistered_pending(self, registered: Sequence[str]) -> dict[str, int]:

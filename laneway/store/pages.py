@@ -34,11 +34,16 @@ class PageStore(StoreBase):
     """Instances in pages that cost the same at any depth."""
 
     async def page_instances(
-        self, where: InstanceFilter, *, limit: int, after: PageKey | None = None
+        self,
+        where: InstanceFilter,
+        *,
+        limit: int,
+        after: PageKey | None = None,
+        payloads: bool = True,
     ) -> list[InstanceRecord]:
         """Up to `limit` instances (as summaries, see queries.LIST_INSTANCE_SUMMARIES) that
         match `where`, newest first by (created_at, instance_id), after `after` (None: from the
-        newest)."""
+        newest); without `params`, `result` and `wait` (None, not read) unless `payloads`."""
         start = start_key(after, where.created_before)
         async with self._acquire() as conn, conn.transaction(readonly=True):
             # asyncpg prepares each statement once per connection, and after five runs
@@ -50,7 +55,7 @@ class PageStore(StoreBase):
             # (docs/performance.md, bench-pages).
             await conn.execute(queries.CUSTOM_PLANS_HERE)
             rows = await conn.fetch(
-                queries.PAGE_INSTANCES,
+                queries.PAGE_INSTANCES if payloads else queries.PAGE_INSTANCES_WITHOUT_PAYLOADS,
                 *filter_args(where),
                 start[0] if start else None,
                 start[1] if start else None,

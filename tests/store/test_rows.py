@@ -30,7 +30,10 @@ def test_instance_record_fields_are_the_instance_columns() -> None:
     assert not hasattr(InstanceRecord, "__post_init__")  # nothing that __init__ would run
 
 
-@pytest.mark.parametrize("statement", ["LIST_INSTANCES", "LIST_INSTANCE_SUMMARIES"])
+@pytest.mark.parametrize(
+    "statement",
+    ["LIST_INSTANCES", "LIST_INSTANCE_SUMMARIES", "LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS"],
+)
 async def test_instance_from_row_builds_the_record_init_builds(
     store: Store, admin: asyncpg.Connection, statement: str
 ) -> None:
@@ -62,6 +65,8 @@ async def test_instance_from_row_builds_the_record_init_builds(
         assert (records[0].state, records[0].next_params) == ({"s": [1, 2]}, {"p": True})
     else:
         assert (records[0].state, records[0].next_params) == ({}, None)
+    payloads = (records[0].params, records[0].result)
+    assert payloads == ((None, None) if statement.endswith("PAYLOADS") else ({"n": 2}, "r"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         records[0].message = "changed"  # type: ignore[misc]
 

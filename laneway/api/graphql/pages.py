@@ -3,7 +3,8 @@
 Owns the connection's types (WorkflowInstanceConnection, WorkflowInstanceEdge, PageInfo) and
 its resolver: the filters of workflowInstances plus a concurrency key and a version, parsed as
 there (arguments.py), and a keyset page from the engine (engine/page_calls.py). A node is the
-list's own WorkflowInstanceStatus, read as a summary.
+list's own WorkflowInstanceStatus, read as a summary (with its payloads only when the operation
+selects them: payload_fields.py).
 """
 
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from laneway.api.graphql.arguments import (
     status_filter,
 )
 from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.payload_fields import selects_payloads
 from laneway.api.graphql.types import WorkflowInstanceStatus
 from laneway.api.graphql.waiting_reasons import read_with_reasons
 from laneway.model import InstanceFilter, InstancePage, WaitingReason
@@ -126,7 +128,10 @@ async def resolve_workflow_instances_connection(
     page, reasons = await read_with_reasons(
         info,
         lambda: engine.page_instances(
-            where, first=DEFAULT_FIRST if first is None else first, after=given(after)
+            where,
+            first=DEFAULT_FIRST if first is None else first,
+            after=given(after),
+            payloads=selects_payloads(info),
         ),
         lambda found: found.records,
     )

@@ -32,6 +32,7 @@ from laneway.api.graphql.pages import (
     WorkflowInstanceConnection,
     resolve_workflow_instances_connection,
 )
+from laneway.api.graphql.payload_fields import selects_payloads
 from laneway.api.graphql.types import (
     EntityLock,
     QueueSample,
@@ -89,9 +90,14 @@ async def resolve_workflow_instances(
     engine = laneway_of(info.context).services.engine
     records, reasons = await read_with_reasons(
         info,
-        # Summaries: the type never shows an instance's state or next params (megabytes, maybe).
+        # Summaries: the type never shows an instance's state or next params (megabytes, maybe),
+        # and params, result and the wait (256 KiB each) only when the operation selects them.
         lambda: engine.list_instances(
-            where, limit=check_limit(limit, 50), offset=offset or 0, summaries=True
+            where,
+            limit=check_limit(limit, 50),
+            offset=offset or 0,
+            summaries=True,
+            payloads=selects_payloads(info),
         ),
         lambda found: found,
     )

@@ -47,6 +47,7 @@ from laneway.store.queries.instances import (
     GET_INSTANCE,
     INSTANCE_COLUMNS,
     LIST_INSTANCE_SUMMARIES,
+    LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS,
     LIST_INSTANCES,
     LOCK_EVENT_APPENDS,
     RING_AFTER_COPIED_EVENTS,
@@ -73,7 +74,11 @@ from laneway.store.queries.operations import (
     LIST_OPERATIONS_OF,
     RELEASE_LOCK,
 )
-from laneway.store.queries.pages import CUSTOM_PLANS_HERE, PAGE_INSTANCES
+from laneway.store.queries.pages import (
+    CUSTOM_PLANS_HERE,
+    PAGE_INSTANCES,
+    PAGE_INSTANCES_WITHOUT_PAYLOADS,
+)
 from laneway.store.queries.partitions import (
     ADD_EVENT_PARTITION,
     ANALYZE_EVENTS,
@@ -184,6 +189,7 @@ __all__ = [
     "LATEST_INSTANCE_EVENTS",
     "LIST_INSTANCES",
     "LIST_INSTANCE_SUMMARIES",
+    "LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS",
     "LIST_OPERATIONS",
     "LIST_OPERATIONS_OF",
     "LIST_SCHEDULES",
@@ -201,6 +207,7 @@ __all__ = [
     "NEXT_WAKE_IN",
     "OLDEST_READY",
     "PAGE_INSTANCES",
+    "PAGE_INSTANCES_WITHOUT_PAYLOADS",
     "PAUSE_OF",
     "PRUNE_FINISHED",
     "QUEUE_HISTORY",

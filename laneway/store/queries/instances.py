@@ -23,13 +23,27 @@ INSTANCE_COLUMNS = ", ".join(_COLUMN_NAMES)
 # up to 8 MiB per row that the API never shows; instance_from_row makes them {} and None.
 # `wait` comes without its `retry` (a failing wait's handler params, up to 256 KiB), keeping
 # what the API shows of it (the input schema).
+# Without payloads, `params`, `result` and `wait` come back NULL too (None in the record): a page
+# whose operation selects none of params, result and checkpointInputSchema (api/graphql/
+# payload_fields.py). Each may hold 256 KiB (a wait its checkpoint's schema and default input),
+# while the rest of a row is a few hundred bytes: a page of 500 read them all, up to 256 MB,
+# to show ids and statuses.
 _NOT_IN_SUMMARIES = frozenset({"state", "next_params"})
-_SUMMARY_COLUMNS = ", ".join(
-    f"NULL::jsonb AS {name}"
-    if name in _NOT_IN_SUMMARIES
-    else ("wait - 'retry' AS wait" if name == "wait" else name)
-    for name in _COLUMN_NAMES
-)
+_PAYLOADS = frozenset({"params", "result", "wait"})
+
+
+def _summary_columns(*, payloads: bool) -> str:
+    left_out = _NOT_IN_SUMMARIES if payloads else _NOT_IN_SUMMARIES | _PAYLOADS
+    return ", ".join(
+        f"NULL::jsonb AS {name}"
+        if name in left_out
+        else ("wait - 'retry' AS wait" if name == "wait" else name)
+        for name in _COLUMN_NAMES
+    )
+
+
+_SUMMARY_COLUMNS = _summary_columns(payloads=True)
+_SUMMARY_COLUMNS_WITHOUT_PAYLOADS = _summary_columns(payloads=False)
 
 # ---------------------------------------------------------------------------------------------
 # instances: reads
@@ -65,8 +79,12 @@ SELECT {{columns}}
 OFFSET $10
 """
 LIST_INSTANCES = _LIST_INSTANCES.format(columns=INSTANCE_COLUMNS)
-# The same page as summaries: without `state` and `next_params` (see _SUMMARY_COLUMNS).
+# The same page as summaries: without `state` and `next_params` (see _SUMMARY_COLUMNS), and
+# without `params`, `result` and `wait` too.
 LIST_INSTANCE_SUMMARIES = _LIST_INSTANCES.format(columns=_SUMMARY_COLUMNS)
+LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS = _LIST_INSTANCES.format(
+    columns=_SUMMARY_COLUMNS_WITHOUT_PAYLOADS
+)
 
 # $1 idempotency key: the instance that holds it as its own, or the one it is bound to
 # (laneway.idempotency_aliases, 0035); never both (laneway.bind_idempotency_key).
