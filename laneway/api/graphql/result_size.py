@@ -4,6 +4,11 @@ Owns the estimate and its cap, MAX_COST. Every value the answer can hold counts 
 object, a list item), and a field computed by an async resolver (a read of the database: every
 root field but `workflows`, an instance's waitingReason, failures, operations and events)
 counts RESOLVER_COST more, since one such read costs what a hundred or more plain values do.
+A JSON value (an instance's params, result and checkpointInputSchema, a schedule's params)
+counts PAYLOAD_COST more: it may hold 256 KiB (engine/payloads.py), what about 2,500 plain
+values of about 100 bytes weigh, so the cap bounds an answer's payloads as it bounds its plain
+values, to about 25 MiB (99 JSON values at their largest). Counted 1, 510 instances with their
+params and results (estimated about 1,500) answered 256 MB, five aliases of them 1.28 GB.
 Each counts once for every item of the lists around it. A list's size is its size argument
 (SIZE_ARGUMENTS: `limit`, `first`, `minutes`; `requests`, by its length), as a literal or a
 variable's value, else the argument's default, else its largest; a connection's `first`
@@ -36,6 +41,7 @@ from graphql import (
     GraphQLNamedType,
     GraphQLNonNull,
     GraphQLOutputType,
+    GraphQLScalarType,
     GraphQLSchema,
     InlineFragmentNode,
     IntValueNode,
@@ -57,6 +63,9 @@ from laneway.api.graphql.input_guard import RULES, reporting
 
 MAX_COST = 250_000
 RESOLVER_COST = 100
+# A JSON value at its largest (MAX_PAYLOAD_BYTES, 256 KiB) in plain values of about 100 bytes
+# (a field's name, its value, the punctuation around them, and the objects that build it).
+PAYLOAD_COST = 2_500
 UNSIZED_LIST = 20
 # Arguments that size the list a field returns (the same on every field, as in RULES): by
 # their value, at most what the input guard allows; `requests` by its length.
@@ -64,6 +73,7 @@ SIZE_ARGUMENTS: Mapping[str, int] = {
     name: int(high) for name in ("limit", "first", "minutes") if (high := RULES[name].high)
 }
 LENGTH_ARGUMENTS = frozenset({"requests"})
+JSON_SCALAR = "JSON"  # the name of scalars.JSON, strawberry's, in any schema that takes it
 _MAX_INT_DIGITS = 20
 
 Linear = tuple[int, int]
@@ -137,6 +147,8 @@ class _Estimate:
         if node.selection_set is not None:
             inner_a, inner_b = self.selections(node.selection_set, named)
             below = inner_a + inner_b * (size if levels == 0 and size is not None else UNSIZED_LIST)
+        elif _payload(named):
+            below = PAYLOAD_COST  # per JSON value: once, or per item of a list of them
         if levels == 0:
             return own + below, 0
         item = 1 + below
@@ -187,6 +199,11 @@ def _resolved(field: GraphQLField) -> bool:
     """Whether a field is computed by an async resolver of its own: a read of the database."""
     definition = (field.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
     return isinstance(definition, StrawberryField) and definition.is_async
+
+
+def _payload(named: GraphQLNamedType) -> bool:
+    """Whether values of this type are JSON: up to MAX_PAYLOAD_BYTES each."""
+    return isinstance(named, GraphQLScalarType) and named.name == JSON_SCALAR
 
 
 def _lists(type_: GraphQLOutputType) -> tuple[int, GraphQLNamedType]:
@@ -245,7 +262,8 @@ def refusal(operation: OperationDefinitionNode, cost: int) -> GraphQLError | Non
     name = f"Operation '{operation.name.value}'" if operation.name else "The operation"
     return GraphQLError(
         f"{name} has an estimated cost of {cost:,}, over the maximum of {MAX_COST:,}; ask for"
-        " smaller pages (limit, first) or fewer nested lists.",
+        " smaller pages (limit, first), fewer nested lists or fewer JSON fields (params,"
+        " result) per page.",
         operation,
     )
 

@@ -1,0 +1,69 @@
+"""The result-size cap counts a JSON value at its largest (result_size.PAYLOAD_COST): an
+instance's params, result and checkpointInputSchema, a schedule's params, each up to 256 KiB.
+
+An outside audit: counted 1 each, `{ workflowInstances(limit: 500) { instanceID params result }
+}` (estimated about 1,500) answered 256 MB and took the server from 103 MB to 804 MB; five
+aliases of it in one request, 1.28 GB and 3.7 GB.
+"""
+
+from typing import Any
+
+from laneway.api.graphql.result_size import MAX_COST, PAYLOAD_COST, RESOLVER_COST
+from laneway.engine.payloads import MAX_PAYLOAD_BYTES
+from tests.api.conftest import LiveServer
+from tests.api.test_result_size import cost, quiet_server, refused_cost
+
+__all__ = ["quiet_server"]  # the fixture
+
+AUDITS = "{ workflowInstances(limit: 500) { instanceID params result } }"
+WITHOUT_PAYLOADS = "{ workflowInstances(limit: 500) { instanceID status } }"
+
+
+def test_a_json_value_counts_what_its_largest_weighs() -> None:
+    read = RESOLVER_COST
+    assert cost("{ workflowInstances(limit: 2) { params } }") == 1 + read + 2 * (
+        1 + 1 + PAYLOAD_COST
+    )
+    three = '{ workflowInstance(instanceID: "x") { params result checkpointInputSchema } }'
+    assert cost(three) == 1 + read + 3 * (1 + PAYLOAD_COST)
+    assert cost("{ schedules { params } }") == 1 + read + 20 * (1 + 1 + PAYLOAD_COST)
+    # About 100 bytes per plain value: so the cap bounds an answer's payloads as it bounds
+    # its plain values, to about 25 MiB.
+    assert 90 <= MAX_PAYLOAD_BYTES / PAYLOAD_COST <= 110
+    assert MAX_COST // (1 + PAYLOAD_COST) * MAX_PAYLOAD_BYTES <= 25 * 1024 * 1024
+
+
+async def test_payloads_over_a_large_page_are_refused_and_the_page_without_them_runs(
+    quiet_server: LiveServer,
+) -> None:
+    await quiet_server.graphql('mutation { enqueueWorkflow(name: "noop") { created } }')
+    documents: dict[str, Any] = {
+        "list": (AUDITS, {}),
+        "five aliases": ("{ " + " ".join(f"a{i}: {AUDITS[2:-2]}" for i in range(5)) + " }", {}),
+        "connection": (
+            "query ($n: Int) { workflowInstancesConnection(first: $n) {"
+            " edges { node { result } } } }",
+            {"n": 500},
+        ),
+        "schema": (
+            "{ workflowInstances(limit: 100) { checkpointInputSchema } }",
+            {},
+        ),
+    }
+    for case, (query, variables) in documents.items():
+        response = await quiet_server.client.post(
+            "/graphql", json={"query": query, "variables": variables}
+        )
+        assert response.status_code == 200, case
+        body = response.json()
+        assert body.get("data") is None, case
+        assert refused_cost(body["errors"]) == cost(query, variables) > MAX_COST, case
+    assert cost(AUDITS) > 10 * MAX_COST
+    # The same page without its payloads runs; so do payloads over a page of 40.
+    assert cost(WITHOUT_PAYLOADS) <= MAX_COST
+    body = await quiet_server.graphql(WITHOUT_PAYLOADS)
+    assert [i["status"] for i in body["data"]["workflowInstances"]] == ["pending"]
+    forty = AUDITS.replace("500", "40")
+    assert cost(forty) <= MAX_COST
+    body = await quiet_server.graphql(forty)
+    assert body["data"]["workflowInstances"][0]["params"] is None
