@@ -27,10 +27,10 @@ def test_a_json_value_counts_what_its_largest_weighs() -> None:
     three = '{ workflowInstance(instanceID: "x") { params result checkpointInputSchema } }'
     assert cost(three) == 1 + read + 3 * (1 + PAYLOAD_COST)
     assert cost("{ schedules { params } }") == 1 + read + 20 * (1 + 1 + PAYLOAD_COST)
-    # About 100 bytes per plain value: so the cap bounds an answer's payloads as it bounds
-    # its plain values, to about 25 MiB.
-    assert 90 <= MAX_PAYLOAD_BYTES / PAYLOAD_COST <= 110
-    assert MAX_COST // (1 + PAYLOAD_COST) * MAX_PAYLOAD_BYTES <= 25 * 1024 * 1024
+    # The cap bounds an answer's payloads to about 31 MiB, and a page of the default size
+    # (50) with params and results fits.
+    assert MAX_COST // (1 + PAYLOAD_COST) * MAX_PAYLOAD_BYTES <= 31 * 1024 * 1024
+    assert cost("{ workflowInstances { instanceID params result } }") <= MAX_COST
 
 
 async def test_payloads_over_a_large_page_are_refused_and_the_page_without_them_runs(
@@ -46,7 +46,7 @@ async def test_payloads_over_a_large_page_are_refused_and_the_page_without_them_
             {"n": 500},
         ),
         "schema": (
-            "{ workflowInstances(limit: 100) { checkpointInputSchema } }",
+            "{ workflowInstances(limit: 125) { checkpointInputSchema } }",
             {},
         ),
     }
@@ -58,12 +58,12 @@ async def test_payloads_over_a_large_page_are_refused_and_the_page_without_them_
         body = response.json()
         assert body.get("data") is None, case
         assert refused_cost(body["errors"]) == cost(query, variables) > MAX_COST, case
-    assert cost(AUDITS) > 10 * MAX_COST
-    # The same page without its payloads runs; so do payloads over a page of 40.
+    assert cost(AUDITS) > 8 * MAX_COST
+    # The same page without its payloads runs; so do payloads over a page of 50.
     assert cost(WITHOUT_PAYLOADS) <= MAX_COST
     body = await quiet_server.graphql(WITHOUT_PAYLOADS)
     assert [i["status"] for i in body["data"]["workflowInstances"]] == ["pending"]
-    forty = AUDITS.replace("500", "40")
-    assert cost(forty) <= MAX_COST
-    body = await quiet_server.graphql(forty)
+    fifty = AUDITS.replace("500", "50")
+    assert cost(fifty) <= MAX_COST
+    body = await quiet_server.graphql(fifty)
     assert body["data"]["workflowInstances"][0]["params"] is None

@@ -5,9 +5,10 @@ object, a list item), and a field computed by an async resolver (a read of the d
 root field but `workflows`, an instance's waitingReason, failures, operations and events)
 counts RESOLVER_COST more, since one such read costs what a hundred or more plain values do.
 A JSON value (an instance's params, result and checkpointInputSchema, a schedule's params)
-counts PAYLOAD_COST more: it may hold 256 KiB (engine/payloads.py), what about 2,500 plain
-values of about 100 bytes weigh, so the cap bounds an answer's payloads as it bounds its plain
-values, to about 25 MiB (99 JSON values at their largest). Counted 1, 510 instances with their
+counts PAYLOAD_COST more: it may hold 256 KiB (engine/payloads.py), what about 2,000 plain
+values of about 130 bytes weigh, so the cap bounds an answer's payloads to about 31 MiB (124
+JSON values at their largest), while a page of the default size (50 instances) with their
+params and results fits. Counted 1, 510 instances with their
 params and results (estimated about 1,500) answered 256 MB, five aliases of them 1.28 GB.
 Each counts once for every item of the lists around it. A list's size is its size argument
 (SIZE_ARGUMENTS: `limit`, `first`, `minutes`; `requests`, by its length), as a literal or a
@@ -63,9 +64,10 @@ from laneway.api.graphql.input_guard import RULES, reporting
 
 MAX_COST = 250_000
 RESOLVER_COST = 100
-# A JSON value at its largest (MAX_PAYLOAD_BYTES, 256 KiB) in plain values of about 100 bytes
-# (a field's name, its value, the punctuation around them, and the objects that build it).
-PAYLOAD_COST = 2_500
+# A JSON value at its largest (MAX_PAYLOAD_BYTES, 256 KiB) in plain values of about 130 bytes
+# (a field's name, its value, the punctuation around them, and the objects that build it):
+# as large as lets a default page (50 instances) hold its params and results under MAX_COST.
+PAYLOAD_COST = 2_000
 UNSIZED_LIST = 20
 # Arguments that size the list a field returns (the same on every field, as in RULES): by
 # their value, at most what the input guard allows; `requests` by its length.
