@@ -21,7 +21,7 @@ query ($first: Int, $after: String, $name: String, $queue: String, $status: Stri
                               status: $status, statuses: $statuses, concurrencyKey: $key,
                               version: $version) {
     edges { cursor node { instanceID name queue status concurrencyKey version createdAt } }
-    pageInfo { hasNextPage endCursor }
+    pageInfo { hasNextPage endCursor hasPreviousPage startCursor }
   }
 }"""
 LIST = """
@@ -66,6 +66,10 @@ async def walk(server: LiveServer, first: int, **filters: Any) -> list[str]:
         edges, info = connection["edges"], connection["pageInfo"]
         ids.extend(edge["node"]["instanceID"] for edge in edges)
         assert info["endCursor"] == (edges[-1]["cursor"] if edges else None)
+        # Relay's PageInfo whole: a page read forward (first/after) says no previous page, as
+        # the Relay specification allows and graphql-relay does.
+        assert info["startCursor"] == (edges[0]["cursor"] if edges else None)
+        assert info["hasPreviousPage"] is False
         if not info["hasNextPage"]:
             return ids
         assert len(edges) == first
@@ -89,7 +93,15 @@ async def test_pages_follow_end_cursors_newest_first(
     assert len(last["edges"]) == 10
     assert last["pageInfo"]["hasNextPage"] is False
     past = await page(server, after=last["pageInfo"]["endCursor"])
-    assert past == {"edges": [], "pageInfo": {"hasNextPage": False, "endCursor": None}}
+    assert past == {
+        "edges": [],
+        "pageInfo": {
+            "hasNextPage": False,
+            "endCursor": None,
+            "hasPreviousPage": False,
+            "startCursor": None,
+        },
+    }
     created = [e["node"]["createdAt"] for e in first["edges"]]
     assert created == sorted(created, reverse=True)
     assert len((await page(server))["edges"]) == 50  # first defaults to 50

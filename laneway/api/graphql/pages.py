@@ -43,6 +43,13 @@ class PageInfo:
         description="The last edge's cursor, to pass as `after` for the next page; null when "
         "the page is empty."
     )
+    has_previous_page: bool = strawberry.field(
+        description="Always false: pages are read forward (`first`, `after`), for which the "
+        "Relay specification lets a server say false (as graphql-relay does)."
+    )
+    start_cursor: str | None = strawberry.field(
+        description="The first edge's cursor; null when the page is empty."
+    )
 
 
 @strawberry.type(description="One instance of a page, with the cursor of its place in the order.")
@@ -76,7 +83,12 @@ class WorkflowInstanceConnection:
                 )
                 for cursor, record in zip(page.cursors, page.records, strict=True)
             ],
-            page_info=PageInfo(has_next_page=page.has_next, end_cursor=page.end_cursor),
+            page_info=PageInfo(
+                has_next_page=page.has_next,
+                end_cursor=page.end_cursor,
+                has_previous_page=False,
+                start_cursor=page.cursors[0] if page.cursors else None,
+            ),
         )
 
 
