@@ -29,6 +29,7 @@ from laneway.cli.client import (
     database_error,
 )
 from laneway.cli.parser import build_parser
+from laneway.cli.streams import open_standard_streams
 from laneway.config import (
     TOKEN_RULE,
     Settings,
@@ -130,6 +131,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Entry point of `laneway` and `python -m laneway`; returns the exit code."""
+    open_standard_streams()  # first: before the event loop, or anything, opens a file
     env = os.environ if environ is None else environ
     try:
         args = build_parser().parse_args(argv)
