@@ -117,3 +117,14 @@ async def test_worker_and_serve_with_stdin_closed_stop_cleanly(
             process.kill()
             await process.wait()
     assert process.returncode == 0, err.decode()[-2000:]
+
+
+async def test_a_json_option_read_from_a_closed_stdin_says_stdin_is_empty(
+    database_url: str,
+) -> None:
+    argv = _closed(0, "enqueue", "hello", "--params", "-")
+    code, _, err = await run_process(argv, cwd=ROOT, env=environment(database_url))
+    assert code == 2, err
+    assert err.startswith("laneway: enqueue: argument --params: stdin is empty"), err
+    assert len(err.splitlines()) == 1, err
+    assert await _instances(database_url) == []

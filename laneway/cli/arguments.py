@@ -85,6 +85,12 @@ def json_value(text: str) -> object:
         source, data = f"the file {path!r}", _read_file(path)
     else:
         source, data = None, text.encode()
+    if text == STDIN and not data.strip():
+        # Said as such, not as JSON's "Expecting value: line 1 column 1": stdin that was
+        # closed (it reads as /dev/null: streams.py), or that nothing was piped into.
+        raise argparse.ArgumentTypeError(
+            "stdin is empty (closed, or nothing was written to it): it must hold the JSON value"
+        )
     try:
         # utf-8-sig: a byte order mark that an editor saved in front of the JSON is not JSON.
         return strict_json_loads(data.decode("utf-8-sig"))
@@ -106,5 +112,5 @@ def _read_file(path: str) -> bytes:
 def _read_stdin() -> bytes:
     try:
         return sys.stdin.buffer.read()
-    except (AttributeError, OSError, ValueError) as exc:  # no stdin, a closed one, ...
+    except (OSError, ValueError) as exc:  # a stdin that cannot be read (a directory, ...)
         raise argparse.ArgumentTypeError(f"cannot read stdin: {exc}") from None
