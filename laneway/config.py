@@ -307,8 +307,14 @@ def _database_url(url: str | None) -> str | None:
     for address in netloc.rpartition("@")[2].split(","):  # host[:port], one or several
         after_name = address.rsplit("]", 1)[-1]
         port = after_name.rpartition(":")[2] if ":" in after_name else ""
-        if port and not port.isdigit():
+        if not port:
+            continue
+        # ASCII digits only (isdigit() takes `٥٤٣٢` too), and a port's range: out of it, the
+        # connection was tried and failed as "Connection refused", an unreachable server.
+        if not port.isascii() or not port.isdigit():
             raise InvalidInputError(f"DATABASE_URL: {port!r} is not a port number")
+        if int(port) > 65535:
+            raise InvalidInputError(f"DATABASE_URL: port {port} is not a port from 0 to 65535")
     return url
 
 

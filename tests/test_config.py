@@ -112,6 +112,10 @@ def test_numbers_in_range_are_taken_and_blank_means_the_default() -> None:
         ("host=db password=secret", "must be a PostgreSQL URL, as in postgresql://"),
         ("postgresql://u@[::1/db", "is not a valid URL: Invalid IPv6 URL"),
         ("postgresql://u:p@db:port/app", "'port' is not a port number"),
+        # Out of range: it was tried, and said `[Errno 111] Connection refused` (exit 1).
+        ("postgresql://u:p@db:99999/app", "port 99999 is not a port from 0 to 65535"),
+        ("postgresql://u:p@db1:5432,db2:65536/app", "port 65536 is not a port from 0 to 65535"),
+        ("postgresql://u:p@db:٥٤٣٢/app", "is not a port number"),
     ],
 )
 def test_a_database_url_that_is_not_a_postgresql_one_is_refused(url: str, says: str) -> None:
