@@ -10,6 +10,7 @@ LanewayError
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
 ├── MigrationsMissingError  the installation carries no migration files (internal)
 ├── MigrationsPendingError  the database lacks migrations of this Laneway, left unapplied (internal)
+├── MigrationFailedError  the database refused a migration's SQL (at migrate or start)
 └── DatabaseNewerError   a newer Laneway migrated the database (before start, or while running)
 
 Knows nothing of GraphQL or HTTP: laneway/api maps each class to an `extensions.code`.
@@ -191,6 +192,21 @@ class DatabaseNewerError(LanewayError):
             f"the database was migrated by a newer Laneway: it has migrations this one does not"
             f" ship ({', '.join(unknown)}); run the newer release (or upgrade this"
             f" installation), not this one"
+        )
+
+
+class MigrationFailedError(LanewayError):
+    """The database refused the SQL of a migration as it was applied (`laneway migrate`, or
+    `serve` and `worker` at start). Each migration is applied in a transaction of its own, so
+    nothing of this one is left, and those before it stay applied. `reason` is the database's
+    error, with its class name (DuplicateTableError: its schema holds what the migration
+    makes, though it is not recorded as applied)."""
+
+    def __init__(self, migration: str, reason: str) -> None:
+        self.migration, self.reason = migration, reason
+        super().__init__(
+            f"migration {migration} failed, and nothing of it was applied (those before it"
+            f" stay applied): {reason}"
         )
 
 

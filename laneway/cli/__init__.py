@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from laneway.cli.client import (
     database_error,
 )
 from laneway.cli.parser import build_parser
-from laneway.cli.streams import open_standard_streams
+from laneway.cli.streams import OutputError, open_standard_streams
 from laneway.config import (
     TOKEN_RULE,
     Settings,
@@ -63,15 +64,40 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def _output_closed() -> int:
-    """The reader of stdout went away (`laneway watch --json | head -2`): end quietly, with the
-    exit code a shell reports for a command that SIGPIPE ended (Python ignores SIGPIPE, so a
-    write raised BrokenPipeError instead). stdout is pointed at /dev/null first, so that the
-    flush at exit does not fail again (Python's docs: "Note on SIGPIPE")."""
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, after a write to it failed: the flush at exit would fail
+    again, and Python would say so after the command's own line (Python's docs: "Note on
+    SIGPIPE")."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away (`laneway watch --json | head -2`): end quietly, with the
+    exit code a shell reports for a command that SIGPIPE ended (Python ignores SIGPIPE, so a
+    write raised BrokenPipeError instead)."""
+    _discard_stdout()
     return EXIT_OUTPUT_CLOSED
+
+
+def _output_failed(exc: OutputError) -> int:
+    """stdout cannot be written (a full disk: `> /dev/full`): one line, exit 1. What the
+    command did before it printed (an enqueue) stays done."""
+    _discard_stdout()
+    return _fail(f"cannot write the output: {exc.strerror or exc}", EXIT_FAILED)
+
+
+def _internal_error(exc: Exception) -> int:
+    """A fault of Laneway's own: the `laneway:` line every error has, then the traceback, which
+    is what a report of it needs."""
+    code = _fail(
+        f"internal error: {type(exc).__name__}: {exc} (a fault in Laneway: the traceback below"
+        " is what a report of it needs)",
+        EXIT_FAILED,
+    )
+    traceback.print_exception(exc, file=sys.stderr)
+    return code
 
 
 def _visible_ascii(token: str, source: str) -> str:
@@ -157,7 +183,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         # uvloop's event loop makes the engine's many small database round trips cheaper
         # (uvicorn picks it up too); plain asyncio where it is not installed.
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(command(args, settings))
+            code = runner.run(command(args, settings))
+        sys.stdout.flush()  # here, not at exit: a write that fails is said as below
+        return code
     except CommandError as exc:
         return _fail(str(exc), exc.exit_code)
     except LanewayError as exc:
@@ -171,8 +199,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         return _output_closed()
+    except OutputError as exc:
+        return _output_failed(exc)
     except Exception as exc:
         refused = database_error(exc)
         if refused is None:
-            raise  # a fault of Laneway's own: its traceback is what a bug report needs
+            return _internal_error(exc)
         return _fail(*refused)

@@ -19,6 +19,8 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import IO, TextIO, cast
 
+from laneway.cli.streams import output_error
+
 LIMIT = 16 * 1024 * 1024
 """Bytes kept for a paused reader before `room` makes the command wait: hours of events at the
 usual rates; a reader gone for longer lets the connection's keepalive lapse, as before."""
@@ -86,10 +88,11 @@ class OutputThread:
         """Raise the error of the write that failed, if one did.
 
         Raises:
-            OSError: a new one each time (one raised again would grow its traceback).
+            OSError: a new one each time (one raised again would grow its traceback):
+                BrokenPipeError, the reader went away, or OutputError.
         """
         if self._failure is not None:
-            raise OSError(self._failure.errno, self._failure.strerror)
+            raise output_error(self._failure.errno, self._failure.strerror)
 
     async def room(self) -> None:
         """Wait while more than LIMIT bytes wait to be written."""

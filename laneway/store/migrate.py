@@ -21,7 +21,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from laneway.errors import DatabaseNewerError, MigrationsMissingError, MigrationsPendingError
+from laneway.errors import (
+    DatabaseNewerError,
+    MigrationFailedError,
+    MigrationsMissingError,
+    MigrationsPendingError,
+)
 from laneway.store import queries
 from laneway.store.pool import MIGRATION_TIMEOUTS, connect
 
@@ -96,6 +101,7 @@ async def apply_migrations(
 
     Raises:
         DatabaseNewerError: the database records migrations `pending` does not hold.
+        MigrationFailedError: the database refused a migration's SQL.
     """
     pending = migrations() if pending is None else pending
     if await conn.fetchval(queries.MIGRATIONS_TABLE_EXISTS):
@@ -112,9 +118,15 @@ async def apply_migrations(
         for migration in sorted(pending, key=lambda m: m.name):
             if migration.name in applied:
                 continue
-            async with conn.transaction():
-                await conn.execute(migration.sql)
-                await conn.execute(queries.RECORD_MIGRATION, migration.name)
+            try:
+                async with conn.transaction():
+                    await conn.execute(migration.sql)
+                    await conn.execute(queries.RECORD_MIGRATION, migration.name)
+            except asyncpg.InsufficientPrivilegeError:
+                raise  # a role without DDL rights: the CLI says which grants it needs
+            except asyncpg.PostgresError as exc:  # the database's own refusal of the SQL
+                reason = f"{type(exc).__name__}: {exc}"
+                raise MigrationFailedError(migration.name, reason) from exc
             logger.info("migration applied", extra={"migration": migration.name})
             applied_now.append(migration.name)
     finally:

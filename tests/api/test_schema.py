@@ -20,6 +20,7 @@ from laneway.cli.client import CommandError, UnreachableError
 from laneway.errors import (
     LanewayError,
     LeaseLostError,
+    MigrationFailedError,
     MigrationsMissingError,
     MigrationsPendingError,
     OwnerIdInUseError,
@@ -79,6 +80,7 @@ NOT_IN_GRAPHQL = {
     LeaseLostError,
     MigrationsMissingError,
     MigrationsPendingError,
+    MigrationFailedError,  # at migrate or a start, before any operation
     StepWriteRefusedError,
     CommandError,
     UnreachableError,

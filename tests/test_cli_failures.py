@@ -1,0 +1,96 @@
+"""Failures said as docs/cli.md promises: one `laneway:` line on stderr, not a bare traceback.
+
+A write to stdout that fails other than by its reader going away (`> /dev/full`), a migration
+whose SQL the database refuses, and an error inside Laneway itself (the line, then its
+traceback). Each used to end in a traceback alone, the first after the command's work was done.
+"""
+
+import argparse
+import json
+import sys
+
+import asyncpg
+import pytest
+
+from laneway.cli import EXIT_FAILED, main, process
+from laneway.config import Settings
+from laneway.store.migrate import migrations
+from tests.processes import run_process
+from tests.test_cli import ROOT, environment, laneway
+
+FULL = "laneway: cannot write the output: No space left on device"
+
+
+def _to_dev_full(*args: str) -> list[str]:
+    return ["sh", "-c", 'exec "$@" >/dev/full', "full", sys.executable, "-m", "laneway", *args]
+
+
+async def _count_instances(database_url: str) -> int:
+    conn = await asyncpg.connect(database_url)
+    try:
+        count: int = await conn.fetchval("SELECT count(*) FROM laneway.instances")
+    finally:
+        await conn.close()
+    return count
+
+
+async def test_enqueue_whose_output_cannot_be_written_is_one_line_exit_1(
+    database_url: str,
+) -> None:
+    argv = _to_dev_full("enqueue", "hello", "--params", '{"name": "full"}')
+    code, _, err = await run_process(argv, cwd=ROOT, env=environment(database_url))
+    assert (code, err.splitlines()) == (EXIT_FAILED, [FULL]), err
+    assert await _count_instances(database_url) == 1  # done, though its answer was lost
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("instances", "--first", "500"),
+        ("instances", "--first", "500", "--json"),
+        ("status", "{id}"),
+        ("export-schema",),
+        ("watch", "--instance", "{id}", "--json"),  # written by a thread of its own
+    ],
+)
+async def test_a_listing_whose_output_cannot_be_written_is_one_line_exit_1(
+    database_url: str, args: tuple[str, ...]
+) -> None:
+    env = environment(database_url)
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "f"}', env=env)
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    argv = _to_dev_full(*(a.format(id=instance_id) for a in args))
+    code, _, err = await run_process(argv, cwd=ROOT, env=env, timeout=30)
+    assert (code, err.splitlines()) == (EXIT_FAILED, [FULL]), err
+
+
+async def test_a_migration_whose_sql_fails_is_one_line_naming_it(database_url: str) -> None:
+    last = migrations()[-1].name
+    conn = await asyncpg.connect(database_url)
+    try:  # recorded as not applied, while what it made is there: its SQL fails again
+        await conn.execute("DELETE FROM laneway.schema_migrations WHERE name = $1", last)
+    finally:
+        await conn.close()
+    code, out, err = await laneway("migrate", env=environment(database_url))
+    assert code == EXIT_FAILED, err
+    assert out == ""
+    [line] = err.splitlines()
+    assert line.startswith(f"laneway: migration {last} failed"), line
+    assert "stay applied): " in line, line
+    assert "Error: " in line, line  # the database's error, by its class
+
+
+def test_an_internal_error_is_a_laneway_line_then_its_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def broken(args: argparse.Namespace, settings: Settings) -> int:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(process, "export", broken)
+    assert main(["export-schema"], environ={}) == EXIT_FAILED
+    err = capsys.readouterr().err
+    first, *rest = err.splitlines()
+    assert first.startswith("laneway: internal error: ZeroDivisionError: a bug"), err
+    assert rest[0] == "Traceback (most recent call last):", err
+    assert rest[-1] == "ZeroDivisionError: a bug", err
