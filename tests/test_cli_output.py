@@ -199,3 +199,36 @@ def test_a_listing_fits_its_width_leaving_out_columns_not_breaking_them(width: i
         assert "a-name-much-longer-than-sixteen-characters" in shown  # not folded when it fits
     if width < 40:
         assert "total" not in header  # the first left out
+
+
+IDS = ["0196f1c2-7a3b-7c4d-8e5f-60718293a4b5", "0196f1c2-7a3b-7c4d-8e5f-60718293a4b6"]
+
+
+@pytest.mark.parametrize("width", [5, 12, 20, 30, 37, 38, 40, 60])
+def test_an_id_is_never_folded_however_narrow_the_terminal(width: int) -> None:
+    # Narrower than the columns never left out, the ids were folded over two lines (the
+    # last character of a UUID on the next): the line is wider than the terminal instead.
+    columns = [Column("workflow", drop=1), Column("some of them", whole=True), Column("n")]
+    rows = [["a-workflow", "\n".join(IDS), "a few words"]]
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, highlight=False).print(
+        Listing("Things", columns, rows), crop=False
+    )
+    lines = buffer.getvalue().splitlines()
+    for instance_id in IDS:
+        assert any(instance_id in line for line in lines), lines
+    if width >= 60:
+        assert all(len(line.rstrip()) <= width for line in lines), lines
+
+
+@pytest.mark.parametrize("width", ["5", "37"])
+async def test_instances_on_a_narrow_terminal_shows_whole_ids(
+    database_url: str, width: str
+) -> None:
+    env = environment(database_url, COLUMNS=width)
+    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "w"}', env=env)
+    assert code == 0, err
+    instance_id = json.loads(out)["instanceID"]
+    code, out, err = await laneway("instances", "--first", "1", env=env)
+    assert code == 0, err
+    assert any(instance_id in line for line in out.splitlines()), out

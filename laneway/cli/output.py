@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO
+from typing import IO, Any
 
 from rich import box
 from rich.cells import cell_len
@@ -83,6 +83,11 @@ def literal(value: object, style: str = "") -> Text:
 class _Console(Console):
     """rich's Console, which says a closed stdout as print does: BrokenPipeError, which `main`
     turns into a quiet exit 141 (rich's own answer is exit 1)."""
+
+    def print(self, *objects: Any, crop: bool = False, **options: Any) -> None:
+        """rich's print, not cropping a line wider than the terminal: a Listing's, whose ids
+        must stay whole when even they do not fit it."""
+        super().print(*objects, crop=crop, **options)
 
     def on_broken_pipe(self) -> None:
         self.quiet = True  # nothing more from it, the progress bar's last frame included
@@ -214,11 +219,9 @@ class Listing:
         words = [cell_len(word) for cell in cells for word in cell.split()]
         return max(header, min(max(words, default=0), self.WORD_CHARS)), widest
 
-    def _table(
-        self, shown: Sequence[int], widths: Sequence[int | None], *, squeezed: bool = False
-    ) -> Table:
+    def _table(self, shown: Sequence[int], widths: Sequence[int | None]) -> Table:
         """The table of the columns `shown`, a text column `widths` wide (None: as it comes);
-        `squeezed`: too narrow for them, so that numbers and ids may be folded too."""
+        numbers and ids are never folded."""
         table = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for index, width in zip(shown, widths, strict=True):
             column = self.columns[index]
@@ -226,7 +229,7 @@ class Listing:
                 column.header,
                 justify="right" if column.numeric else "left",
                 style=column.style,
-                no_wrap=column.unbroken and not squeezed,
+                no_wrap=column.unbroken,
                 overflow="fold",
                 width=width,
             )
@@ -258,17 +261,21 @@ class Listing:
             for index in growing[:spare]:
                 widths[index] += 1
             spare -= len(growing[:spare])
-        # Narrower still than the columns never left out: rich folds them as it can.
-        squeezed = spare < 0
+        squeezed = spare < 0  # narrower still than the columns never left out
+        unbroken = any(self.columns[i].unbroken for i in shown)
         table = self._table(
             shown,
             [None if self.columns[i].unbroken or squeezed else widths[i] for i in shown],
-            squeezed=squeezed,
         )
         if left_out := [c.header for i, c in enumerate(self.columns) if i not in shown]:
             table.caption = f"Left out to fit {width} columns: {', '.join(left_out)}"
             table.caption_justify = "left"
-        yield table
+        if not (squeezed and unbroken):
+            yield table  # text alone, squeezed or not, rich folds as it must
+            return
+        # The lines are wider than the terminal (the console prints them uncropped: _Console),
+        # never an id or a number folded over two lines, where it could not be copied.
+        yield from console.render(table, options.update_width(frame() + sum(widths.values())))
 
 
 def workflows_table(workflows: list[JSONObject]) -> Listing:
