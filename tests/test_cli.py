@@ -468,6 +468,10 @@ def test_usage_errors_name_what_is_wanted_not_internals(
     with pytest.raises(SystemExit):
         main(["enqueue", "hello", "--delay-ms", "-1"])
     assert "--delay-ms: must not be negative" in capsys.readouterr().err
+    for infinite in ("nan", "inf"):  # nan said "must not be negative"; inf was taken
+        with pytest.raises(SystemExit):
+            main(["enqueue", "hello", "--delay-ms", infinite])
+        assert f"--delay-ms: must be a finite number, not '{infinite}'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

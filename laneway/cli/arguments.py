@@ -60,7 +60,9 @@ def milliseconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"must be a number of milliseconds, not {text!r}"
         ) from None
-    if not value >= 0:
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, not {text!r}")
     return value
 

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections.abc import Collection
 from datetime import UTC, datetime
 
 from laneway.cli import output
@@ -71,8 +72,8 @@ def iso_ms(text: str, key: str) -> float:
     return moment.timestamp() * 1000.0
 
 
-def parse_filter(pairs: list[str]) -> JSONObject:
-    """The InstanceFilter input of --filter KEY=VALUE pairs.
+def parse_filter(pairs: list[str], keys: Collection[str] = tuple(FILTER_FIELDS)) -> JSONObject:
+    """The InstanceFilter input of --filter KEY=VALUE pairs, of the `keys` a command takes.
 
     Raises:
         CommandError: an unknown key, no `=`, a key given twice (but status), a time that is
@@ -81,11 +82,10 @@ def parse_filter(pairs: list[str]) -> JSONObject:
     where: JSONObject = {}
     for pair in pairs:
         key, equals, value = pair.partition("=")
-        field = FILTER_FIELDS.get(key)
+        field = FILTER_FIELDS.get(key) if key in keys else None
         if not equals or field is None:
             raise CommandError(
-                f"--filter takes KEY=VALUE with KEY one of {', '.join(FILTER_FIELDS)},"
-                f" not {pair!r}",
+                f"--filter takes KEY=VALUE with KEY one of {', '.join(keys)}, not {pair!r}",
                 EXIT_USAGE,
             )
         if key == "status":

@@ -32,6 +32,7 @@ PAGE = f"""query ($first: Int, $after: String, $name: String, $queue: String,
 }}"""
 # The --filter words a page takes: the connection has no creation-time bounds.
 PAGE_FILTERS = ("name", "queue", "statuses", "concurrencyKey", "version", "parentID")
+PAGE_KEYS = tuple(key for key, field in FILTER_FIELDS.items() if field in PAGE_FILTERS)
 # What the user typed for each argument of PAGE, for the API's refusals (option_words.py).
 PAGE_OPTIONS = {
     **flags("first", "after"),
@@ -45,15 +46,15 @@ def page_filter(pairs: list[str] | None) -> JSONObject:
     Raises:
         CommandError: a word the page does not take, or bulk.parse_filter's refusals (exit 2).
     """
-    where = parse_filter(pairs or [])
-    if unpaged := [field for field in where if field not in PAGE_FILTERS]:
-        word = "created-after" if unpaged[0] == "createdAfter" else "created-before"
-        raise CommandError(
-            f"--filter {word}= is for cancel, retry and resume; a page of instances is chosen"
-            " by name, queue, status, key, version and parent",
-            EXIT_USAGE,
-        )
-    return where
+    for pair in pairs or []:
+        word = pair.partition("=")[0]
+        if word in FILTER_FIELDS and word not in PAGE_KEYS:  # a bulk action's, not a page's
+            raise CommandError(
+                f"--filter {word}= is for cancel, retry and resume; a page of instances is"
+                " chosen by name, queue, status, key, version and parent",
+                EXIT_USAGE,
+            )
+    return parse_filter(pairs or [], PAGE_KEYS)
 
 
 def instances_table(nodes: list[JSONObject]) -> Listing:
