@@ -115,9 +115,9 @@ async def apply_migrations(
         await conn.execute(queries.CREATE_MIGRATIONS_TABLE)
         applied = {row["name"] for row in await conn.fetch(queries.APPLIED_MIGRATIONS)}
         refuse_unknown(applied, pending)
-        for migration in sorted(pending, key=lambda m: m.name):
-            if migration.name in applied:
-                continue
+        due = [m for m in sorted(pending, key=lambda m: m.name) if m.name not in applied]
+        await _warn_of_live_engines(conn, due)
+        for migration in due:
             try:
                 async with conn.transaction():
                     await conn.execute(migration.sql)
@@ -132,6 +132,20 @@ async def apply_migrations(
     finally:
         await conn.execute(queries.UNLOCK_MIGRATIONS, MIGRATIONS_LOCK_KEY)
     return applied_now
+
+
+async def _warn_of_live_engines(conn: asyncpg.Connection, due: Sequence[Migration]) -> None:
+    """Say so when engines are live as `due` is applied: they are of an older release, which
+    docs/deploying.md#upgrading says to stop first; each stops at its next heartbeat once
+    the schema is newer than its own, and its runs come back after their leases."""
+    if not due or not await conn.fetchval(queries.WORKERS_TABLE_EXISTS):
+        return
+    live = await conn.fetchval(queries.LIVE_ENGINES)
+    if live:
+        logger.warning(
+            "migrating while engines of an older release are live",
+            extra={"engines": live, "migrations": [m.name for m in due]},
+        )
 
 
 async def pending_migrations(

@@ -1,6 +1,7 @@
 """Migrations: apply from empty, no-op the second time, safe when starters race."""
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 
@@ -11,7 +12,7 @@ from laneway.errors import DatabaseNewerError, MigrationsMissingError
 from laneway.model import Status
 from laneway.store import Store, open_store, queries
 from laneway.store.databases import database_url_for
-from laneway.store.migrate import apply_migrations, migrate, migrations, redact_url
+from laneway.store.migrate import Migration, apply_migrations, migrate, migrations, redact_url
 from laneway.store.pool import connect
 from tests.engine.helpers import make_engine
 from tests.runtime_role import runtime_role
@@ -220,3 +221,30 @@ async def test_hot_path_function_plans_its_statements_once(
         assert config[2:] == ["enable_bitmapscan=off", "enable_seqscan=off"]
     else:
         assert config[2:] == []
+
+
+async def test_migrating_under_live_engines_of_an_older_release_warns(
+    store: Store, admin: asyncpg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Live engines while migrations are pending are of an older release (serve and worker
+    migrate as they start): the docs say to stop them first, and they stop at their next
+    heartbeat once the schema is newer. The one who migrates is told, not only them."""
+    newer = [*migrations(), Migration(name="9999_next_release", sql="SELECT 1")]
+    await store.heartbeat_worker(
+        owner_id="old-worker", role="worker", host="h", pid=1, workflows=["noop"],
+        versions=[], running=2, concurrency=10, heartbeat_seconds=5.0,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="laneway.store.migrate"):
+        assert await apply_migrations(admin, newer) == ["9999_next_release"]
+    (warned,) = [r for r in caplog.records if r.name == "laneway.store.migrate"]
+    assert warned.getMessage() == "migrating while engines of an older release are live"
+    assert warned.__dict__["engines"] == 1
+    assert warned.__dict__["migrations"] == ["9999_next_release"]
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="laneway.store.migrate"):
+        assert await apply_migrations(admin, newer) == []  # nothing pending: nothing said
+        await store.remove_worker("old-worker")
+        again = [*newer, Migration(name="9999_next_release_2", sql="SELECT 1")]
+        assert await apply_migrations(admin, again) == ["9999_next_release_2"]
+    assert [r for r in caplog.records if r.name == "laneway.store.migrate"] == []

@@ -114,12 +114,14 @@ from laneway.store.queries.schema import (
     APPLIED_MIGRATIONS,
     CREATE_MIGRATIONS_TABLE,
     DB_NOW,
+    LIVE_ENGINES,
     LOCK_MIGRATIONS,
     MIGRATIONS_TABLE_EXISTS,
     READ_ONLY,
     RECORD_MIGRATION,
     SCHEMA_VERSION,
     UNLOCK_MIGRATIONS,
+    WORKERS_TABLE_EXISTS,
 )
 from laneway.store.queries.waiting import WAITING_REASONS
 from laneway.store.queries.waits import (
@@ -193,6 +195,7 @@ __all__ = [
     "LIST_OPERATIONS",
     "LIST_OPERATIONS_OF",
     "LIST_SCHEDULES",
+    "LIVE_ENGINES",
     "LIVE_WORKER",
     "LIVE_WORKERS",
     "LOCK_DUE_SCHEDULES",
@@ -237,6 +240,7 @@ __all__ = [
     "UPSERT_SCHEDULE",
     "WAITING_REASONS",
     "WAKE_DUE",
+    "WORKERS_TABLE_EXISTS",
     "WRITE_RUNNER_BATCH",
     "WRITE_RUNNER_BATCH_AND_CLAIM",
 ]

@@ -3,6 +3,8 @@
 See laneway/store/queries/__init__.py for how statements are written.
 """
 
+from laneway.store.queries.workers import LIVE
+
 # ---------------------------------------------------------------------------------------------
 # migrations
 
@@ -24,6 +26,18 @@ CREATE TABLE IF NOT EXISTS laneway.schema_migrations (
 # pending must not need CREATE on the database (CREATE SCHEMA IF NOT EXISTS checks it anyway).
 MIGRATIONS_TABLE_EXISTS = """
 SELECT to_regclass('laneway.schema_migrations') IS NOT NULL
+"""
+
+WORKERS_TABLE_EXISTS = """
+SELECT to_regclass('laneway.workers') IS NOT NULL
+"""
+
+# How many engines are live (laneway.workers, 0012): while migrations are pending, they are of
+# an older release (serve and worker migrate as they start).
+LIVE_ENGINES = f"""
+SELECT count(*)
+  FROM laneway.workers AS w
+ WHERE {LIVE}
 """
 
 APPLIED_MIGRATIONS = """
