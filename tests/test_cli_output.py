@@ -226,9 +226,18 @@ async def test_instances_on_a_narrow_terminal_shows_whole_ids(
     database_url: str, width: str
 ) -> None:
     env = environment(database_url, COLUMNS=width)
-    code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "w"}', env=env)
-    assert code == 0, err
-    instance_id = json.loads(out)["instanceID"]
+    for name in ("w", "v"):  # two: the page of one has a next page
+        code, out, err = await laneway(
+            "enqueue", "hello", "--params", f'{{"name": "{name}"}}', env=env
+        )
+        assert code == 0, err
+    newest = json.loads(out)["instanceID"]
     code, out, err = await laneway("instances", "--first", "1", env=env)
     assert code == 0, err
-    assert any(instance_id in line for line in out.splitlines()), out
+    lines = out.splitlines()
+    assert any(newest in line for line in lines), out
+    # The next page's cursor is copied as the ids are: it was folded, a few letters a line.
+    code, page, err = await laneway("instances", "--first", "1", "--json", env=env)
+    assert code == 0, err
+    cursor = json.loads(page)["pageInfo"]["endCursor"]
+    assert any(f"--after {cursor}" in line for line in lines), out

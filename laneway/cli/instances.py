@@ -102,7 +102,9 @@ async def instances(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
     out.print(instances_table(nodes))
     if page["pageInfo"]["hasNextPage"]:
+        # Never folded, as the ids are not: it is copied (soft_wrap: the terminal wraps it).
         out.print(
-            output.literal(f"Next page: the same with --after {page['pageInfo']['endCursor']}")
+            output.literal(f"Next page: the same with --after {page['pageInfo']['endCursor']}"),
+            soft_wrap=True,
         )
     return EXIT_OK
