@@ -17,6 +17,7 @@ import pytest
 from tests.api.conftest import live_server, make_settings
 from tests.processes import run_process
 from tests.test_cli import ROOT, environment, laneway
+from tests.test_stop_signals import until_logged
 
 # `sh -c 'exec "$@" 1>&-' closed python -m laneway ...`: the command with that descriptor
 # closed, which subprocess's stdin/stdout/stderr cannot say.
@@ -86,15 +87,6 @@ async def test_a_command_with_url_and_a_closed_stream_exits_0(database_url: str,
     assert len(await _instances(database_url)) == 1
 
 
-async def _until_logged(process: asyncio.subprocess.Process, message: str) -> None:
-    assert process.stderr is not None
-    while True:
-        line = await process.stderr.readline()
-        assert line, f"the process ended before it logged {message!r}"
-        if line.startswith(b"{") and json.loads(line).get("message") == message:
-            return
-
-
 @pytest.mark.parametrize(
     ("command", "started"),
     # serve: once uvicorn is up (it installs its signal handlers after `listening`).
@@ -109,7 +101,7 @@ async def test_worker_and_serve_with_stdin_closed_stop_cleanly(
     )  # fmt: skip
     try:
         async with asyncio.timeout(60):
-            await _until_logged(process, started)
+            await until_logged(process, started)
             process.send_signal(signal.SIGTERM)
             _, err = await process.communicate()
     finally:

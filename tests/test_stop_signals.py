@@ -27,7 +27,7 @@ async def _enqueue_a_long_step(env: dict[str, str]) -> UUID:
     return UUID(json.loads(out)["instanceID"])
 
 
-async def _until_logged(process: asyncio.subprocess.Process, message: str) -> None:
+async def until_logged(process: asyncio.subprocess.Process, message: str) -> None:
     assert process.stderr is not None
     while True:
         line = await process.stderr.readline()
@@ -59,9 +59,9 @@ async def test_a_second_stop_signal_hands_steps_in_flight_back_at_once(
         await until_status(store, instance_id, Status.RUNNING, timeout=60)
         async with asyncio.timeout(60):
             process.send_signal(signal.SIGTERM)
-            await _until_logged(process, "draining")
+            await until_logged(process, "draining")
             process.send_signal(second)
-            await _until_logged(process, "stopping without waiting for the steps in flight")
+            await until_logged(process, "stopping without waiting for the steps in flight")
             await process.communicate()
     finally:
         if process.returncode is None:

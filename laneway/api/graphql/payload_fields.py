@@ -23,13 +23,15 @@ def selects_payloads(info: Info[Any, Any]) -> bool:
     fragments and inline fragments included; a field that @skip or @include leaves out
     counts too, as the result-size estimate counts it: then a page reads what it does not
     show, never the other way round)."""
-    return _selects(info.selected_fields)
+    return selects_any(info.selected_fields, PAYLOAD_FIELDS)
 
 
-def _selects(selections: Sequence[Selection]) -> bool:
+def selects_any(selections: Sequence[Selection], names: frozenset[str]) -> bool:
+    """Whether `selections` ask for a field of one of `names` anywhere below them, fragments
+    included (a field that @skip or @include leaves out counts too)."""
     for selection in selections:
-        if isinstance(selection, SelectedField) and selection.name in PAYLOAD_FIELDS:
+        if isinstance(selection, SelectedField) and selection.name in names:
             return True
-        if _selects(selection.selections):
+        if selects_any(selection.selections, names):
             return True
     return False

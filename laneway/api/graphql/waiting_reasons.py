@@ -6,14 +6,14 @@ workflowInstances, workflowInstancesConnection) call. Does not decide a reason (
 WAITING_REASONS does, with the claim's predicates) nor build the types (types.py).
 """
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 from uuid import UUID
 
 from strawberry.types import Info
-from strawberry.types.nodes import SelectedField, Selection
 
 from laneway.api.graphql.context import laneway_of
+from laneway.api.graphql.payload_fields import selects_any
 from laneway.model import InstanceRecord, Status, WaitingReason
 
 # The statuses that have a waiting reason (`status` values); the others have none.
@@ -40,7 +40,7 @@ async def read_with_reasons(
     load: `pending` beside a null reason, `waiting` beside QUEUE_FULL), so both are read in
     one read-only REPEATABLE READ transaction (Store.snapshot).
     """
-    if not _selects_waiting_reason(info.selected_fields):
+    if not selects_any(info.selected_fields, _FIELD_NAMES):  # fragments, @skip too
         return await read(), None
     store = laneway_of(info.context).services.store
     async with store.snapshot():
@@ -48,14 +48,3 @@ async def read_with_reasons(
         waiting = [r.instance_id for r in records_of(found) if r.status in WAITING_STATUSES]
         reasons = await store.waiting_reasons(waiting) if waiting else {}
     return found, reasons
-
-
-def _selects_waiting_reason(selections: Sequence[Selection]) -> bool:
-    """Whether the selection asks for `waitingReason` anywhere, fragments included (a field
-    skipped by @skip or @include counts too: then a snapshot is read for nothing)."""
-    for selection in selections:
-        if isinstance(selection, SelectedField) and selection.name in _FIELD_NAMES:
-            return True
-        if _selects_waiting_reason(selection.selections):
-            return True
-    return False
