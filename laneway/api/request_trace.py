@@ -28,7 +28,8 @@ class Trace:
     they run one after another, each in its own transaction, so these committed whatever comes
     after. It is None on a websocket, whose trace lasts as long as the connection. `failed`
     holds, for each root mutation field that failed, how many of `completed` had completed
-    before it (`completed_before`): its error lists them (graphql/errors.py).
+    before it: an error at or below a root mutation field lists those that completed up to it
+    (`completed_up_to`, graphql/errors.py).
     """
 
     request_id: str
@@ -57,12 +58,18 @@ class Trace:
             self.failed = {}
         self.failed.setdefault(response_key, len(self.completed))
 
-    def completed_before(self, response_key: str) -> list[str]:
-        """The root mutation fields that completed before the one under `response_key` failed
-        (none when it did not fail, or on a websocket)."""
-        if self.completed is None or self.failed is None or response_key not in self.failed:
+    def completed_up_to(self, response_key: str) -> list[str]:
+        """The root mutation fields that completed up to an error under the one answered under
+        `response_key`: those before it when it failed itself, those up to and including it
+        when it completed (committed) and a field of its result failed; none when it is not a
+        root mutation field this trace knows, or on a websocket."""
+        if self.completed is None:
             return []
-        return self.completed[: self.failed[response_key]]
+        if self.failed is not None and response_key in self.failed:
+            return self.completed[: self.failed[response_key]]
+        if response_key in self.completed:
+            return self.completed[: self.completed.index(response_key) + 1]
+        return []
 
 
 _current: ContextVar[Trace | None] = ContextVar("laneway_trace", default=None)

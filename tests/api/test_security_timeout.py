@@ -258,3 +258,40 @@ async def test_the_deadline_after_a_root_mutation_field_committed_says_so_and_is
         [error] = response.json()["errors"]
         assert error["extensions"] == {"code": "TIMEOUT"}
         assert await enqueued_tags(admin) == ["audit"]
+
+
+async def test_a_failure_below_a_root_mutation_field_lists_the_fields_that_completed_up_to_it(
+    database_url: str, admin: asyncpg.Connection
+) -> None:
+    # An outside audit: an error under a root mutation field (here its result's `failures`,
+    # stalled on a lock) nulled the whole `data` with no `completed`, though `a` ran and `b`'s
+    # enqueue committed.
+    settings = make_settings(
+        database_url, engine_enabled=False, operation_timeout_seconds=5, lock_timeout_seconds=0.2
+    )
+    below = (
+        ' b: enqueueWorkflow(name: "noop", params: {tag: "b"})'
+        " { instanceID instance { failures { message } } }"
+    )
+    document = (
+        'mutation { a: pauseQueue(name: "q1") { name }'
+        + below
+        + ' c: resumeQueue(name: "q1") { name } }'
+    )
+    async with live_server(settings) as server:
+        async with table_locked(admin, "failures"):
+            response = await server.client.post("/graphql", json={"query": document})
+            alone = await server.client.post("/graphql", json={"query": "mutation {" + below + "}"})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["data"] is None
+        [error] = body["errors"]
+        assert error["path"] == ["b", "instance", "failures"]
+        assert error["extensions"] == {"code": "SERVICE_UNAVAILABLE", "completed": ["a", "b"]}
+        paused = await admin.fetchval("SELECT paused FROM laneway.queues WHERE name = 'q1'")
+        assert paused is True  # `a` stays done; `c` did not run
+        # The first root field failing below: it alone committed, and that is no 503 to retry.
+        assert alone.status_code == 200, alone.text
+        [error] = alone.json()["errors"]
+        assert error["extensions"] == {"code": "SERVICE_UNAVAILABLE", "completed": ["b"]}
+        assert await enqueued_tags(admin) == ["b", "b"]

@@ -262,20 +262,22 @@ def add_request_code(error: GraphQLError, *, executing: bool) -> None:
 def add_code(error: GraphQLError) -> None:
     """Finish an error for the client: the code of a mapped exception, or the request id.
 
-    A root mutation field's error lists the root mutation fields that completed before it
-    (`completed`, by response key), when any did. A database error also gets a message of its
-    own (the driver's names hosts and sockets) and marks the request, so that HTTP answers 503;
-    so does a newer release's schema (logged once, when the process found it, not per request).
-    A masked error gets `requestId`, the id its log record carries. A validation error loses
-    graphql-core's "Did you mean …?" (type and enum names; `disable_field_suggestions` covers
-    only fields), a schema hint.
+    An error at or below a root mutation field lists the root mutation fields that completed up
+    to it (`completed`, by response key), when any did: those before the field when it failed
+    itself, and the field too when it committed and a field of its result failed. A database
+    error also gets a message of its own (the driver's names hosts and sockets) and marks the
+    request, so that HTTP answers 503; so does a newer release's schema (logged once, when the
+    process found it, not per request). A masked error gets `requestId`, the id its log record
+    carries. A validation error loses graphql-core's "Did you mean …?" (type and enum names;
+    `disable_field_suggestions` covers only fields), a schema hint.
     """
     original = error.original_error
     trace = current_trace()
-    if trace is not None and error.path is not None and len(error.path) == 1:
-        # A root mutation field that failed after others committed (fields.Completion): the
-        # client learns which stay done, as from a TIMEOUT's list (http/deadline.py).
-        completed = trace.completed_before(str(error.path[0]))
+    if trace is not None and error.path:
+        # A root mutation field that failed after others committed, or a field of its result
+        # that failed after it committed (fields.Completion): the client learns which stay
+        # done, as from a TIMEOUT's list (http/deadline.py).
+        completed = trace.completed_up_to(str(error.path[0]))
         if completed:
             error.extensions = {**(error.extensions or {}), "completed": completed}
     if original is None:

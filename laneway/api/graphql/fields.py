@@ -35,9 +35,9 @@ def _failed(info: Info[Any, Any]) -> None:
 class Completion(FieldExtension):
     """On every Laneway mutation: once it has committed, the HTTP request's trace lists it, so
     that no answer to the request says nothing happened (a 503 or 504 a client would retry);
-    and when it fails, the trace notes which had completed before it, which its error lists
-    (`extensions.completed`, graphql/errors.py): a non-null root field that fails nulls the
-    whole `data`, which would otherwise hide them.
+    and when it fails, the trace notes which had completed before it. An error at or below it
+    lists those that completed up to it (`extensions.completed`, graphql/errors.py): a failure
+    that reaches a non-null root field nulls the whole `data`, which would otherwise hide them.
 
     A mutation commits when its resolver returns, or when a bulk action stops at the deadline
     having changed some instances (BulkStoppedError): its batches committed one by one.
