@@ -155,3 +155,13 @@ class BearerTokens:
 
     async def may_write(self, caller: Caller) -> Decision:
         return _DECISIONS[check_bearer(caller.credential, self.tokens)]
+
+
+def refusal_message(permission: Permission, decision: Decision) -> str:
+    """What a refusal says, for an operation as for /metrics: only BearerTokens's names its
+    header (a host's own Permission may want a session, a cookie, …)."""
+    if decision is Decision.FORBIDDEN:
+        return "The credential does not allow this operation."
+    if isinstance(permission, BearerTokens):
+        return "This operation needs an `Authorization: Bearer` token."
+    return "This operation needs authentication."

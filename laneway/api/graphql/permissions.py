@@ -12,7 +12,7 @@ from typing import Any
 from strawberry.permission import BasePermission
 from strawberry.types import Info
 
-from laneway.api.auth import BearerTokens, Caller, Decision, credential_of
+from laneway.api.auth import Caller, Decision, credential_of, refusal_message
 from laneway.api.graphql.context import connection_params_of, laneway_of
 from laneway.api.graphql.errors import ForbiddenError, UnauthenticatedError
 
@@ -52,8 +52,8 @@ async def decide(context: object, action: Action) -> Decision:
 
 
 async def require(context: object, action: Action) -> None:
-    """Raise the API error of a refusal of the caller behind `context`. Only BearerTokens's
-    refusal names its header: a host's own Permission may want a session, a cookie, …
+    """Raise the API error of a refusal of the caller behind `context`, saying what
+    auth.refusal_message says.
 
     Raises:
         UnauthenticatedError: no credential was given, and one is needed.
@@ -61,11 +61,9 @@ async def require(context: object, action: Action) -> None:
     """
     decision = await decide(context, action)
     if decision is Decision.UNAUTHENTICATED:
-        if isinstance(laneway_of(context).permission, BearerTokens):
-            raise UnauthenticatedError("This operation needs an `Authorization: Bearer` token.")
-        raise UnauthenticatedError("This operation needs authentication.")
+        raise UnauthenticatedError(refusal_message(laneway_of(context).permission, decision))
     if decision is Decision.FORBIDDEN:
-        raise ForbiddenError("The credential does not allow this operation.")
+        raise ForbiddenError(refusal_message(laneway_of(context).permission, decision))
 
 
 class CanRead(BasePermission):
