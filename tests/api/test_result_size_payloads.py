@@ -1,5 +1,7 @@
 """The result-size cap counts a JSON value at its largest (result_size.PAYLOAD_COST): an
-instance's params, result and checkpointInputSchema, a schedule's params, each up to 256 KiB.
+instance's params, result and checkpointInputSchema, a schedule's params, each up to 256 KiB;
+and a long text at its largest in the same unit (result_size.LONG_TEXTS): a failure's traceback
+and message, an instance's lastError, an event's or an operation's error.
 
 An outside audit: counted 1 each, `{ workflowInstances(limit: 500) { instanceID params result }
 }` (estimated about 1,500) answered 256 MB and took the server from 103 MB to 804 MB; five
@@ -8,7 +10,14 @@ aliases of it in one request, 1.28 GB and 3.7 GB.
 
 from typing import Any
 
-from laneway.api.graphql.result_size import MAX_COST, PAYLOAD_COST, RESOLVER_COST
+from laneway.api.graphql.result_size import (
+    LONG_TEXTS,
+    MAX_COST,
+    PAYLOAD_COST,
+    RESOLVER_COST,
+)
+from laneway.engine.failures import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
+from laneway.engine.operation_attempt import MAX_REASON_CHARS
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES
 from tests.api.conftest import LiveServer
 from tests.api.test_result_size import cost, quiet_server, refused_cost
@@ -67,3 +76,37 @@ async def test_payloads_over_a_large_page_are_refused_and_the_page_without_them_
     assert cost(fifty) <= MAX_COST
     body = await quiet_server.graphql(fifty)
     assert body["data"]["workflowInstances"][0]["params"] is None
+
+
+FAILURE_TEXTS = "{ workflowInstances(limit: 500) { failures(limit: 130) { attempt traceback } } }"
+WITHOUT_TEXTS = "{ workflowInstances(limit: 500) { failures(limit: 130) { attempt at } } }"
+
+
+def test_a_long_text_counts_what_its_largest_weighs() -> None:
+    # An outside audit: counted 1 each, a page of 500 instances' tracebacks (8,000 characters
+    # each, 130 failures an instance) could answer about 500 MB.
+    read = RESOLVER_COST
+    texts = LONG_TEXTS
+    traceback = texts["AttemptFailure", "traceback"]
+    assert traceback == -(-MAX_TRACEBACK_CHARS // 130)
+    failures = "{ workflowInstances(limit: 2) { failures(limit: 3) { traceback } } }"
+    assert cost(failures) == 1 + read + 2 * (1 + (1 + read + 3 * (1 + 1 + traceback)))
+    # Wherever it appears: an instance's lastError, an event's and an operation's error.
+    assert texts["WorkflowInstanceStatus", "lastError"] == -(-MAX_MESSAGE_CHARS // 130)
+    assert texts["WorkflowOperation", "error"] == -(-MAX_REASON_CHARS // 130)
+    one = '{ workflowInstance(instanceID: "x") { lastError } }'
+    assert cost(one) == 1 + read + 1 + texts["WorkflowInstanceStatus", "lastError"]
+    # A short text still counts 1.
+    assert cost('{ workflowInstance(instanceID: "x") { name } }') == 1 + read + 1
+
+
+async def test_long_texts_over_a_large_page_are_refused_and_the_page_without_them_runs(
+    quiet_server: LiveServer,
+) -> None:
+    await quiet_server.graphql('mutation { enqueueWorkflow(name: "noop") { created } }')
+    refused = (await quiet_server.client.post("/graphql", json={"query": FAILURE_TEXTS})).json()
+    assert refused.get("data") is None
+    assert refused_cost(refused["errors"]) == cost(FAILURE_TEXTS) > MAX_COST
+    body = await quiet_server.graphql(WITHOUT_TEXTS)
+    assert "errors" not in body
+    assert body["data"]["workflowInstances"] == [{"failures": []}]

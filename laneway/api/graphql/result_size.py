@@ -10,6 +10,11 @@ values of about 130 bytes weigh, so the cap bounds an answer's payloads to about
 JSON values at their largest), while a page of the default size (50 instances) with their
 params and results fits. Counted 1, 510 instances with their
 params and results (estimated about 1,500) answered 256 MB, five aliases of them 1.28 GB.
+A long text counts, the same way, what it may hold in plain values of VALUE_BYTES (LONG_TEXTS,
+by type and field): a failure's traceback (8,000 characters, about 62 more) and message
+(4,000, 31), an instance's lastError (4,000) and progress message (500, 4), an event's error
+(4,000) and an operation's error (2,000, 16). Counted 1, 500 instances' pages of 130
+failures with their tracebacks could answer about 500 MB.
 Each counts once for every item of the lists around it. A list's size is its size argument
 (SIZE_ARGUMENTS: `limit`, `first`, `minutes`; `requests`, by its length), as a literal or a
 variable's value, else the argument's default, else its largest; a connection's `first`
@@ -61,6 +66,8 @@ from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.field import StrawberryField
 
 from laneway.api.graphql.input_guard import RULES, reporting
+from laneway.engine.failures import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
+from laneway.engine.operation_attempt import MAX_REASON_CHARS
 
 MAX_COST = 250_000
 RESOLVER_COST = 100
@@ -68,6 +75,24 @@ RESOLVER_COST = 100
 # (a field's name, its value, the punctuation around them, and the objects that build it):
 # as large as lets a default page (50 instances) hold its params and results under MAX_COST.
 PAYLOAD_COST = 2_000
+VALUE_BYTES = 130  # the plain value PAYLOAD_COST counts in
+PROGRESS_MESSAGE_CHARS = 500  # engine/context.py cuts a progress message (`message`) there
+
+
+def _text_cost(chars: int) -> int:
+    return -(-chars // VALUE_BYTES)
+
+
+# An output text that may be long, by (type, field), at its largest in plain values: counted
+# as a JSON value is, so it weighs what it may hold wherever it is selected.
+LONG_TEXTS: Mapping[tuple[str, str], int] = {
+    ("AttemptFailure", "traceback"): _text_cost(MAX_TRACEBACK_CHARS),
+    ("AttemptFailure", "message"): _text_cost(MAX_MESSAGE_CHARS),
+    ("WorkflowInstanceStatus", "lastError"): _text_cost(MAX_MESSAGE_CHARS),
+    ("WorkflowInstanceStatus", "message"): _text_cost(PROGRESS_MESSAGE_CHARS),
+    ("WorkflowEvent", "error"): _text_cost(max(MAX_MESSAGE_CHARS, MAX_REASON_CHARS)),
+    ("WorkflowOperation", "error"): _text_cost(MAX_REASON_CHARS),
+}
 UNSIZED_LIST = 20
 # Arguments that size the list a field returns (the same on every field, as in RULES): by
 # their value, at most what the input guard allows; `requests` by its length.
@@ -123,7 +148,7 @@ class _Estimate:
                 if field is None:  # __typename, introspection, or unknown (validation's)
                     a += 1 if name.startswith("__") else 0
                     continue
-                fixed, per_item = self.field(node, field)
+                fixed, per_item = self.field(node, field, parent.name)
                 a += fixed
                 b += per_item
             elif isinstance(node, InlineFragmentNode):
@@ -139,9 +164,9 @@ class _Estimate:
                 b += spread_b
         return a, b
 
-    def field(self, node: FieldNode, field: GraphQLField) -> Linear:
-        """One field's cost: fixed, and per item of its parent's unsized lists (when it is
-        one of them)."""
+    def field(self, node: FieldNode, field: GraphQLField, parent: str) -> Linear:
+        """One field's cost, as a field of the type named `parent`: fixed, and per item of its
+        parent's unsized lists (when it is one of them)."""
         own = 1 + (RESOLVER_COST if _resolved(field) else 0)
         size = self.size(node.arguments or (), field)
         levels, named = _lists(field.type)
@@ -151,6 +176,8 @@ class _Estimate:
             below = inner_a + inner_b * (size if levels == 0 and size is not None else UNSIZED_LIST)
         elif _payload(named):
             below = PAYLOAD_COST  # per JSON value: once, or per item of a list of them
+        else:
+            below = LONG_TEXTS.get((parent, node.name.value), 0)
         if levels == 0:
             return own + below, 0
         item = 1 + below
@@ -265,7 +292,7 @@ def refusal(operation: OperationDefinitionNode, cost: int) -> GraphQLError | Non
     return GraphQLError(
         f"{name} has an estimated cost of {cost:,}, over the maximum of {MAX_COST:,}; ask for"
         " smaller pages (limit, first), fewer nested lists or fewer JSON fields (params,"
-        " result) per page.",
+        " result) and long texts (traceback, lastError) per page.",
         operation,
     )
 
