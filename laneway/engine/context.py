@@ -24,6 +24,8 @@ from laneway.engine.waits import (
 from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, LockRecord, OperationRecord
 
+MAX_REPORT_MESSAGE_CHARS = 500  # a report()'s status line is cut here (shown in every list)
+
 
 @dataclass(frozen=True, slots=True)
 class Next:
@@ -306,7 +308,7 @@ class HandlerContext:
                 raise ValueError("progress must be between 0 and 1")
             self.progress = progress
         if message is not None:
-            self.message = storable_text(message[:500])
+            self.message = storable_text(message[:MAX_REPORT_MESSAGE_CHARS])
         if stage is not None:
             self.stage = storable_text(stage[:200])
 

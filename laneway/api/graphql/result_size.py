@@ -66,6 +66,7 @@ from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.field import StrawberryField
 
 from laneway.api.graphql.input_guard import RULES, reporting
+from laneway.engine.context import MAX_REPORT_MESSAGE_CHARS
 from laneway.engine.failures import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
 from laneway.engine.operation_attempt import MAX_REASON_CHARS
 
@@ -76,7 +77,6 @@ RESOLVER_COST = 100
 # as large as lets a default page (50 instances) hold its params and results under MAX_COST.
 PAYLOAD_COST = 2_000
 VALUE_BYTES = 130  # the plain value PAYLOAD_COST counts in
-PROGRESS_MESSAGE_CHARS = 500  # engine/context.py cuts a progress message (`message`) there
 
 
 def _text_cost(chars: int) -> int:
@@ -89,7 +89,7 @@ LONG_TEXTS: Mapping[tuple[str, str], int] = {
     ("AttemptFailure", "traceback"): _text_cost(MAX_TRACEBACK_CHARS),
     ("AttemptFailure", "message"): _text_cost(MAX_MESSAGE_CHARS),
     ("WorkflowInstanceStatus", "lastError"): _text_cost(MAX_MESSAGE_CHARS),
-    ("WorkflowInstanceStatus", "message"): _text_cost(PROGRESS_MESSAGE_CHARS),
+    ("WorkflowInstanceStatus", "message"): _text_cost(MAX_REPORT_MESSAGE_CHARS),
     ("WorkflowEvent", "error"): _text_cost(max(MAX_MESSAGE_CHARS, MAX_REASON_CHARS)),
     ("WorkflowOperation", "error"): _text_cost(MAX_REASON_CHARS),
 }
