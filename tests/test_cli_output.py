@@ -241,3 +241,44 @@ async def test_instances_on_a_narrow_terminal_shows_whole_ids(
     assert code == 0, err
     cursor = json.loads(page)["pageInfo"]["endCursor"]
     assert any(f"--after {cursor}" in line for line in lines), out
+
+
+LONG_MESSAGE = " ".join(["checking"] * 30)
+
+
+@pytest.mark.parametrize("width", ["8", "20", "40", "120"])
+async def test_status_on_a_narrow_terminal_shows_whole_ids_and_labels(
+    database_url: str, width: str
+) -> None:
+    # The ids were folded over two lines at 40 columns, four at 20, and at 8 the labels were
+    # cut too (`in…`); a long message still wraps.
+    env = environment(database_url, COLUMNS=width)
+    ids = []
+    for name in ("parent", "child"):
+        code, out, err = await laneway(
+            "enqueue", "hello", "--params", f'{{"name": "{name}"}}', env=env
+        )
+        assert code == 0, err
+        ids.append(json.loads(out)["instanceID"])
+    parent, child = ids
+    admin = await asyncpg.connect(database_url)
+    try:
+        await admin.execute(
+            "UPDATE laneway.instances SET parent_id = $1, message = $2 WHERE instance_id = $3",
+            parent,
+            LONG_MESSAGE,
+            child,
+        )
+    finally:
+        await admin.close()
+    code, out, err = await laneway("status", child, env=env)
+    assert code == 0, err
+    lines = out.splitlines()
+    for label, value in (("instance", child), ("parent", parent)):
+        assert any(line.split() == [label, value] for line in lines), out
+    labels = [line.split(maxsplit=1)[0] for line in lines if line[:1].strip()]
+    assert {"instance", "concurrency", "last", "run", "created", "message"} <= set(labels), out
+    message_lines = [line for line in lines if "checking" in line]
+    if int(width) < 120:
+        assert len(message_lines) > 1, out  # wrapped, not one line wider than the table
+    assert " ".join(" ".join(message_lines).split()[1:]) == LONG_MESSAGE, out

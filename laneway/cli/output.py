@@ -140,39 +140,67 @@ def json_text(value: object) -> str:
     return "-" if value is None else json.dumps(value)
 
 
-def instance_table(shape: JSONObject) -> Table:
-    """One instance as a two-column table: field, value."""
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
+class Fields:
+    """A record as two columns, field and value, that never folds an id or a number (`whole`:
+    copied, or read, as one) nor cuts a field's name, while long text (a message, an error,
+    params) wraps: on a terminal narrower than a name and an id side by side, the lines are
+    wider than the terminal (the console prints them uncropped: _Console), as a Listing's.
+    (A plain table folded the ids over two lines at 40 columns, four at 20, and cut the names
+    to `in…` at 8.)"""
+
+    def __init__(self, rows: Sequence[tuple[str, Text, bool]]) -> None:
+        self.rows = list(rows)
+
+    def _table(self, *, whole_only: bool) -> Table:
+        table = Table(show_header=False, box=None, pad_edge=False)
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(overflow="fold")
+        for name, value, whole in self.rows:
+            table.add_row(name, value if whole or not whole_only else "")
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # As wide as the names beside the widest id or number, at the least.
+        unbroken = self._table(whole_only=True)
+        least = Measurement.get(console, options.update_width(10**6), unbroken).maximum
+        width = max(options.max_width, least)
+        yield from console.render(self._table(whole_only=False), options.update_width(width))
+
+
+def instance_table(shape: JSONObject) -> Fields:
+    """One instance as two columns, field and value."""
     reason = shape.get("waitingReason")
     progress = shape.get("progress")
-    rows: list[tuple[str, object]] = [
-        ("instance", str(shape["instanceID"])),
-        ("workflow", str(shape["name"])),
-        ("queue", str(shape["queue"])),
-        ("status", _status(str(shape["status"]))),
-        ("waiting", f"{reason['code']}: {reason['message']}" if reason else "-"),
-        ("attempts", str(shape["attempts"])),
-        ("stage", shape.get("stage") or "-"),
-        ("progress", f"{progress:.0%}" if progress is not None else "-"),
-        ("message", shape.get("message") or "-"),
-        ("last error", shape.get("lastError") or "-"),
-        ("created", human_time(shape["createdAt"])),
-        ("updated", human_time(shape["updatedAt"])),
-        ("run after", human_time(shape["runAfter"])),
-        ("priority", str(shape["priority"])),
-        ("concurrency key", shape.get("concurrencyKey") or "-"),
-        ("version", shape.get("version") or "-"),
-        ("parent", shape.get("parentID") or "-"),
-        ("params", json_text(shape.get("params"))),
-        ("result", json_text(shape.get("result"))),
+    # (name, value, whole): an id or a number is never folded.
+    rows: list[tuple[str, object, bool]] = [
+        ("instance", str(shape["instanceID"]), True),
+        ("workflow", str(shape["name"]), False),
+        ("queue", str(shape["queue"]), False),
+        ("status", _status(str(shape["status"])), True),
+        ("waiting", f"{reason['code']}: {reason['message']}" if reason else "-", False),
+        ("attempts", str(shape["attempts"]), True),
+        ("stage", shape.get("stage") or "-", False),
+        ("progress", f"{progress:.0%}" if progress is not None else "-", True),
+        ("message", shape.get("message") or "-", False),
+        ("last error", shape.get("lastError") or "-", False),
+        ("created", human_time(shape["createdAt"]), False),
+        ("updated", human_time(shape["updatedAt"]), False),
+        ("run after", human_time(shape["runAfter"]), False),
+        ("priority", str(shape["priority"]), True),
+        ("concurrency key", shape.get("concurrencyKey") or "-", False),
+        ("version", shape.get("version") or "-", False),
+        ("parent", shape.get("parentID") or "-", True),
+        ("params", json_text(shape.get("params")), False),
+        ("result", json_text(shape.get("result")), False),
     ]
     if shape.get("checkpointInputSchema") is not None:
-        rows.append(("input schema", json_text(shape["checkpointInputSchema"])))
-    for name, value in rows:
-        table.add_row(name, value if isinstance(value, Text) else literal(value))
-    return table
+        rows.append(("input schema", json_text(shape["checkpointInputSchema"]), False))
+    return Fields(
+        [
+            (name, value if isinstance(value, Text) else literal(value), whole)
+            for name, value, whole in rows
+        ]
+    )
 
 
 @dataclass(frozen=True, slots=True)
