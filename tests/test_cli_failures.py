@@ -7,12 +7,14 @@ traceback). Each used to end in a traceback alone, the first after the command's
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 
 import asyncpg
 import pytest
 
-from laneway.cli import EXIT_FAILED, main, process
+from laneway.cli import EXIT_FAILED, EXIT_OUTPUT_CLOSED, EXIT_USAGE, main, process
 from laneway.config import Settings
 from laneway.store.migrate import migrations
 from tests.processes import run_process
@@ -94,3 +96,46 @@ def test_an_internal_error_is_a_laneway_line_then_its_traceback(
     assert first.startswith("laneway: internal error: ZeroDivisionError: a bug"), err
     assert rest[0] == "Traceback (most recent call last):", err
     assert rest[-1] == "ZeroDivisionError: a bug", err
+
+
+HELP_AND_VERSION = [("--version",), ("--help",), ("enqueue", "--help")]
+
+
+@pytest.mark.parametrize("args", HELP_AND_VERSION)
+async def test_help_or_version_whose_output_cannot_be_written_is_one_line_exit_1(
+    args: tuple[str, ...],
+) -> None:
+    # argparse prints them and exits inside parse_args: they ended with exit 120 and Python's
+    # "Exception ignored in: <_io.TextIOWrapper name=1…>" and OutputError's traceback.
+    code, _, err = await run_process(_to_dev_full(*args), cwd=ROOT, env=environment(None))
+    assert (code, err.splitlines()) == (EXIT_FAILED, [FULL]), err
+
+
+@pytest.mark.parametrize("args", HELP_AND_VERSION)
+def test_help_or_version_whose_reader_went_away_ends_quietly_with_141(
+    args: tuple[str, ...],
+) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "laneway", *args],
+            cwd=ROOT,
+            env=environment(None),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (EXIT_OUTPUT_CLOSED, b"")
+
+
+async def test_a_usage_error_is_still_argparses_exit_2_with_stdout_full() -> None:
+    code, _, err = await run_process(
+        _to_dev_full("--no-such-option"), cwd=ROOT, env=environment(None)
+    )
+    assert code == EXIT_USAGE, err
+    [line] = err.splitlines()
+    assert line.startswith("laneway: "), err

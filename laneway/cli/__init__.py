@@ -88,6 +88,20 @@ def _output_failed(exc: OutputError) -> int:
     return _fail(f"cannot write the output: {exc.strerror or exc}", EXIT_FAILED)
 
 
+def _parser_exit(exc: SystemExit) -> int:
+    """Flush what argparse printed (a help, the version) before it raised `exc`, which goes on
+    when that works: a write that fails is said as a command's is (exit 1, or 141 quietly),
+    not by Python at exit (exit 120, "Exception ignored in: <_io.TextIOWrapper name=1…>" and a
+    traceback)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _output_closed()
+    except OutputError as error:
+        return _output_failed(error)
+    raise exc
+
+
 def _internal_error(exc: Exception) -> int:
     """A fault of Laneway's own: the `laneway:` line every error has, then the traceback, which
     is what a report of it needs."""
@@ -163,6 +177,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C while a JSON option was read from stdin
         return _fail("interrupted", EXIT_INTERRUPTED)
+    except SystemExit as exc:  # --help, --version (or a usage error): argparse printed them
+        return _parser_exit(exc)  # or raises exc, as parse_args did
+    except BrokenPipeError:  # a help longer than stdout's buffer, written as it was printed
+        return _output_closed()
+    except OutputError as exc:
+        return _output_failed(exc)
     if getattr(args, "url", None) is not None:  # only a server takes a token, not a database
         try:
             args.token = _server_token(args, env)
