@@ -82,8 +82,9 @@ class PageCalls:
         Summaries are the records without their internal `state` (given as {}) and
         `next_params` (None), which the database then neither reads nor sends: what a page the
         API shows needs, as an instance's state may be megabytes. `get` has the full record.
-        Unless `payloads`, summaries come without `params`, `result` and `wait` too (None):
-        a page whose fields show none of them (each may be 256 KiB).
+        Unless `payloads`, the records (summaries or full) come without `params`, `result`
+        and `wait` (None), which the database then neither reads nor sends: a page whose fields
+        show none of them (each may be 256 KiB).
 
         Raises:
             InvalidInputError: limit outside 1..500, or a negative offset.

@@ -244,12 +244,9 @@ class InstanceStore(StoreBase):
         payloads: bool = True,
     ) -> list[InstanceRecord]:
         """Instances newest first; as summaries (`state` {}, `next_params` None: not read) when
-        `summaries`, then also without `params`, `result` and `wait` (None) unless `payloads`."""
-        statement = queries.LIST_INSTANCES
-        if summaries:
-            statement = queries.LIST_INSTANCE_SUMMARIES
-            if not payloads:
-                statement = queries.LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS
+        `summaries`; without `params`, `result` and `wait` (None: not read) unless `payloads`,
+        summaries or full records."""
+        statement = queries.list_instances_statement(summaries, payloads)
         async with self._acquire() as conn:
             rows = await conn.fetch(statement, *filter_args(where), limit, offset)
         return [instance_from_row(row) for row in rows]

@@ -32,7 +32,12 @@ def test_instance_record_fields_are_the_instance_columns() -> None:
 
 @pytest.mark.parametrize(
     "statement",
-    ["LIST_INSTANCES", "LIST_INSTANCE_SUMMARIES", "LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS"],
+    [
+        "LIST_INSTANCES",
+        "LIST_INSTANCES_WITHOUT_PAYLOADS",
+        "LIST_INSTANCE_SUMMARIES",
+        "LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS",
+    ],
 )
 async def test_instance_from_row_builds_the_record_init_builds(
     store: Store, admin: asyncpg.Connection, statement: str
@@ -61,7 +66,7 @@ async def test_instance_from_row_builds_the_record_init_builds(
 
     assert records == [_by_init(row) for row in rows]
     assert records[0].status is Status.RUNNING
-    if statement == "LIST_INSTANCES":
+    if "SUMMARIES" not in statement:
         assert (records[0].state, records[0].next_params) == ({"s": [1, 2]}, {"p": True})
     else:
         assert (records[0].state, records[0].next_params) == ({}, None)
@@ -80,3 +85,22 @@ def test_new_instance_records_share_no_mutable_state() -> None:
     first.state["x"] = 1  # a handler's state starts as this dict
     assert second.state == {}
     assert (first.status, first.next_params, first.updated_at) == (Status.PENDING, {"a": 1}, now)
+
+
+@pytest.mark.parametrize("summaries", [False, True])
+async def test_a_list_without_payloads_leaves_them_out_full_records_or_summaries(
+    store: Store, admin: asyncpg.Connection, summaries: bool
+) -> None:
+    # payloads=False left them in unless summaries=True was passed too.
+    engine = make_engine(store, noop)
+    enqueued = await engine.enqueue("noop", params={"n": 1})
+    await admin.execute(
+        """UPDATE laneway.instances SET result = '"r"', state = '{"s": 1}',
+                  wait = '{"signal": "go"}' WHERE instance_id = $1""",
+        enqueued.instance_id,
+    )
+    [full] = await engine.list_instances(summaries=summaries)
+    [bare] = await engine.list_instances(limit=100, summaries=summaries, payloads=False)
+    assert (full.params, full.result, full.wait is not None) == ({"n": 1}, "r", True)
+    assert bare == dataclasses.replace(full, params=None, result=None, wait=None)
+    assert bare.state == ({} if summaries else {"s": 1})  # a full record keeps the rest

@@ -49,9 +49,11 @@ from laneway.store.queries.instances import (
     LIST_INSTANCE_SUMMARIES,
     LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS,
     LIST_INSTANCES,
+    LIST_INSTANCES_WITHOUT_PAYLOADS,
     LOCK_EVENT_APPENDS,
     RING_AFTER_COPIED_EVENTS,
     UNREGISTERED_PENDING,
+    list_instances_statement,
 )
 from laneway.store.queries.leases import (
     CLAIM,
@@ -190,6 +192,7 @@ __all__ = [
     "LATEST_EVENT_ID",
     "LATEST_INSTANCE_EVENTS",
     "LIST_INSTANCES",
+    "LIST_INSTANCES_WITHOUT_PAYLOADS",
     "LIST_INSTANCE_SUMMARIES",
     "LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS",
     "LIST_OPERATIONS",
@@ -243,4 +246,5 @@ __all__ = [
     "WORKERS_TABLE_EXISTS",
     "WRITE_RUNNER_BATCH",
     "WRITE_RUNNER_BATCH_AND_CLAIM",
+    "list_instances_statement",
 ]

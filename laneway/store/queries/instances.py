@@ -32,6 +32,9 @@ _NOT_IN_SUMMARIES = frozenset({"state", "next_params"})
 _PAYLOADS = frozenset({"params", "result", "wait"})
 
 
+# A full record without payloads (a list that asks for none) keeps `state` and `next_params`.
+
+
 def _summary_columns(*, payloads: bool) -> str:
     left_out = _NOT_IN_SUMMARIES if payloads else _NOT_IN_SUMMARIES | _PAYLOADS
     return ", ".join(
@@ -42,6 +45,9 @@ def _summary_columns(*, payloads: bool) -> str:
     )
 
 
+_COLUMNS_WITHOUT_PAYLOADS = ", ".join(
+    f"NULL::jsonb AS {name}" if name in _PAYLOADS else name for name in _COLUMN_NAMES
+)
 _SUMMARY_COLUMNS = _summary_columns(payloads=True)
 _SUMMARY_COLUMNS_WITHOUT_PAYLOADS = _summary_columns(payloads=False)
 
@@ -79,12 +85,27 @@ SELECT {{columns}}
 OFFSET $10
 """
 LIST_INSTANCES = _LIST_INSTANCES.format(columns=INSTANCE_COLUMNS)
+# The same page without `params`, `result` and `wait` (NULL: see _PAYLOADS).
+LIST_INSTANCES_WITHOUT_PAYLOADS = _LIST_INSTANCES.format(columns=_COLUMNS_WITHOUT_PAYLOADS)
 # The same page as summaries: without `state` and `next_params` (see _SUMMARY_COLUMNS), and
 # without `params`, `result` and `wait` too.
 LIST_INSTANCE_SUMMARIES = _LIST_INSTANCES.format(columns=_SUMMARY_COLUMNS)
 LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS = _LIST_INSTANCES.format(
     columns=_SUMMARY_COLUMNS_WITHOUT_PAYLOADS
 )
+_LISTS = {
+    (False, True): LIST_INSTANCES,
+    (False, False): LIST_INSTANCES_WITHOUT_PAYLOADS,
+    (True, True): LIST_INSTANCE_SUMMARIES,
+    (True, False): LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS,
+}
+
+
+def list_instances_statement(summaries: bool, payloads: bool) -> str:
+    """The list of instances as summaries or full records, with or without their payloads:
+    one of the four statements above, each built once, at import."""
+    return _LISTS[summaries, payloads]
+
 
 # $1 idempotency key: the instance that holds it as its own, or the one it is bound to
 # (laneway.idempotency_aliases, 0035); never both (laneway.bind_idempotency_key).
