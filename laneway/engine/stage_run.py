@@ -33,6 +33,7 @@ from laneway.engine.stage_plan import Slot, plan_stage
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
+    SKIPPED,
     Operation,
     OperationHandler,
     Template,
@@ -118,10 +119,13 @@ class _StageRun(StageOperations):
         except Exception:
             # The failed attempt's write carries this report (runner._call_handler), or the
             # instance would go on showing the stage before's: how many of the stage's
-            # operations settled, and how, as the stage's own report words it.
-            settled = len(self._settled)
+            # operations settled, and how, as the stage's own report words it. The bar counts
+            # those done (completed, or skipped, as the stage's end counts them), never the
+            # failed ones: a failed last stage read 100%, which reads as done.
+            statuses = list(self._settled.values())
+            done = statuses.count(COMPLETED) + statuses.count(SKIPPED)
             stages = len(plan.template.stages)
-            self._ctx.progress = stage_progress(plan.index, stages, settled, len(plan.slots))
+            self._ctx.progress = stage_progress(plan.index, stages, done, len(plan.slots))
             self._ctx.message = self._message()
             raise
         state["initial_context"] = initial

@@ -409,9 +409,9 @@ def child_params(template: Template, context: Mapping[str, JSONValue]) -> dict[s
     return {**context, **(template.next_params or {})}
 
 
-def stage_progress(index: int, stage_count: int, settled: int, operation_count: int) -> float:
-    """Finished stages over stages, plus the settled share of the operations of this one."""
-    share = min(settled, operation_count) / operation_count if operation_count else 1.0
+def stage_progress(index: int, stage_count: int, done: int, operation_count: int) -> float:
+    """Finished stages over stages, plus the share of the operations of this one done."""
+    share = min(done, operation_count) / operation_count if operation_count else 1.0
     return min(1.0, (index + share) / stage_count)
 
 

@@ -75,12 +75,9 @@ async def test_a_template_failing_in_its_second_stage_shows_that_stages_report(
     engine = make_engine(store, compile_template(template, OPERATIONS))
     enqueued = await engine.enqueue("second_fails")
     await engine.tick()
-    # In sequence: `ok` completed, `decline` failed and stopped the stage before `other`.
-    mid = (
-        "mid",
-        "mid: 1 of 3 operations done (1 failed)",
-        pytest.approx(stage_progress(1, 3, 2, 3)),
-    )
+    # In sequence: `ok` completed, `decline` failed and stopped the stage before `other`. The
+    # bar shows the one done (it counted the failed one too: a failed last stage read 100%).
+    mid = ("mid", "mid: 1 of 3 operations done (1 failed)", pytest.approx((1 + 1 / 3) / 3))
     assert _shown(await engine.get(enqueued.instance_id)) == (Status.FAILED, *mid)
     await engine.retry(enqueued.instance_id)
     assert _shown(await engine.get(enqueued.instance_id)) == (Status.PENDING, *mid)
@@ -125,7 +122,37 @@ async def test_a_template_failing_in_its_first_stage_shows_its_report(store: Sto
         Status.FAILED,
         "first",
         "first: 0 of 1 operations done (1 failed)",
-        pytest.approx(stage_progress(0, 2, 1, 1)),
+        0.0,  # none done: it read 50%, half the instance's way
+    )
+
+
+async def test_a_failed_last_stage_counts_its_done_and_skipped_operations_not_the_failed(
+    store: Store,
+) -> None:
+    template = Template(
+        type="last_fails",
+        stages=[
+            Stage(name="first", operations=[_fast("ok")]),
+            Stage(
+                name="last",
+                operations=[
+                    _fast("ok"),
+                    _fast("other", condition=lambda context: False),
+                    _fast("decline", max_attempts=1),
+                ],
+            ),
+        ],
+    )
+    engine = make_engine(store, compile_template(template, OPERATIONS))
+    enqueued = await engine.enqueue("last_fails")
+    await engine.tick()
+    # A skipped operation counts as a stage's end counts it (the whole stage done); it showed
+    # 100% beside the failure, which reads as done.
+    assert _shown(await engine.get(enqueued.instance_id)) == (
+        Status.FAILED,
+        "last",
+        "last: 1 of 3 operations done (1 failed, 1 skipped)",
+        pytest.approx((1 + 2 / 3) / 2),
     )
 
 
