@@ -363,7 +363,7 @@ async def metrics_server(
                 request = await reader.readline()
                 while line := (await reader.readline()).strip():
                     name, _, value = line.decode("latin-1").partition(":")
-                    if name.strip().lower() == "host":  # the only header that matters
+                    if name.strip().lower() == "host" and len(hosts) < 2:  # one is right
                         hosts.append(value.strip())
             parts = request.decode("latin-1").split()
             method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
