@@ -64,27 +64,18 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, after a write to it failed: the flush at exit would fail
-    again, and Python would say so after the command's own line (Python's docs: "Note on
-    SIGPIPE")."""
+def _unwritable(exc: OSError) -> int:
+    """A write to stdout failed. Its reader went away (BrokenPipeError: `laneway watch --json
+    | head -2`): end quietly, with the exit code a shell reports for a command that SIGPIPE
+    ended (Python ignores SIGPIPE). Or it cannot be written (OutputError: a full disk, `>
+    /dev/full`): one line, exit 1; what the command did before it printed (an enqueue) stays
+    done. stdout is pointed at /dev/null first: the flush at exit would fail again, and Python
+    would say so after the command's own line (Python's docs: "Note on SIGPIPE")."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-
-
-def _output_closed() -> int:
-    """The reader of stdout went away (`laneway watch --json | head -2`): end quietly, with the
-    exit code a shell reports for a command that SIGPIPE ended (Python ignores SIGPIPE, so a
-    write raised BrokenPipeError instead)."""
-    _discard_stdout()
-    return EXIT_OUTPUT_CLOSED
-
-
-def _output_failed(exc: OutputError) -> int:
-    """stdout cannot be written (a full disk: `> /dev/full`): one line, exit 1. What the
-    command did before it printed (an enqueue) stays done."""
-    _discard_stdout()
+    if isinstance(exc, BrokenPipeError):
+        return EXIT_OUTPUT_CLOSED
     return _fail(f"cannot write the output: {exc.strerror or exc}", EXIT_FAILED)
 
 
@@ -95,10 +86,8 @@ def _parser_exit(exc: SystemExit) -> int:
     traceback)."""
     try:
         sys.stdout.flush()
-    except BrokenPipeError:
-        return _output_closed()
-    except OutputError as error:
-        return _output_failed(error)
+    except (BrokenPipeError, OutputError) as error:
+        return _unwritable(error)
     raise exc
 
 
@@ -179,10 +168,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return _fail("interrupted", EXIT_INTERRUPTED)
     except SystemExit as exc:  # --help, --version (or a usage error): argparse printed them
         return _parser_exit(exc)  # or raises exc, as parse_args did
-    except BrokenPipeError:  # a help longer than stdout's buffer, written as it was printed
-        return _output_closed()
-    except OutputError as exc:
-        return _output_failed(exc)
+    except (BrokenPipeError, OutputError) as exc:  # a help longer than stdout's buffer
+        return _unwritable(exc)
     if getattr(args, "url", None) is not None:  # only a server takes a token, not a database
         try:
             args.token = _server_token(args, env)
@@ -217,10 +204,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         # Ctrl-C before the command finished (watch, serve and worker take it as their normal
         # end, and exit 0 by themselves): not a success, whatever it had done by then.
         return _fail("interrupted", EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        return _output_closed()
-    except OutputError as exc:
-        return _output_failed(exc)
+    except (BrokenPipeError, OutputError) as exc:
+        return _unwritable(exc)
     except Exception as exc:
         refused = database_error(exc)
         if refused is None:

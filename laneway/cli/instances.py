@@ -51,7 +51,7 @@ def page_filter(pairs: list[str] | None) -> JSONObject:
         if word in FILTER_FIELDS and word not in PAGE_KEYS:  # a bulk action's, not a page's
             raise CommandError(
                 f"--filter {word}= is for cancel, retry and resume; a page of instances is"
-                " chosen by name, queue, status, key, version and parent",
+                f" chosen by {', '.join(PAGE_KEYS[:-1])} and {PAGE_KEYS[-1]}",
                 EXIT_USAGE,
             )
     return parse_filter(pairs or [], PAGE_KEYS)

@@ -33,7 +33,6 @@ from laneway.engine.stage_plan import Slot, plan_stage
 from laneway.engine.template import (
     COMPLETED,
     FAILED,
-    SKIPPED,
     Operation,
     OperationHandler,
     Template,
@@ -122,8 +121,7 @@ class _StageRun(StageOperations):
             # operations settled, and how, as the stage's own report words it. The bar counts
             # those done (completed, or skipped, as the stage's end counts them), never the
             # failed ones: a failed last stage read 100%, which reads as done.
-            statuses = list(self._settled.values())
-            done = statuses.count(COMPLETED) + statuses.count(SKIPPED)
+            done = sum(status != FAILED for status in self._settled.values())
             stages = len(plan.template.stages)
             self._ctx.progress = stage_progress(plan.index, stages, done, len(plan.slots))
             self._ctx.message = self._message()

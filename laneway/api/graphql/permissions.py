@@ -60,10 +60,12 @@ async def require(context: object, action: Action) -> None:
         ForbiddenError: the credential does not allow the operation.
     """
     decision = await decide(context, action)
+    if decision is Decision.ALLOW:
+        return
+    message = refusal_message(laneway_of(context).permission, decision)
     if decision is Decision.UNAUTHENTICATED:
-        raise UnauthenticatedError(refusal_message(laneway_of(context).permission, decision))
-    if decision is Decision.FORBIDDEN:
-        raise ForbiddenError(refusal_message(laneway_of(context).permission, decision))
+        raise UnauthenticatedError(message)
+    raise ForbiddenError(message)
 
 
 class CanRead(BasePermission):

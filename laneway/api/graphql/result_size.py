@@ -69,6 +69,7 @@ from laneway.api.graphql.input_guard import RULES, reporting
 from laneway.engine.context import MAX_REPORT_MESSAGE_CHARS
 from laneway.engine.failures import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS
 from laneway.engine.operation_attempt import MAX_REASON_CHARS
+from laneway.engine.payloads import MAX_PAYLOAD_BYTES
 
 MAX_COST = 250_000
 RESOLVER_COST = 100
@@ -76,7 +77,7 @@ RESOLVER_COST = 100
 # (a field's name, its value, the punctuation around them, and the objects that build it):
 # as large as lets a default page (50 instances) hold its params and results under MAX_COST.
 PAYLOAD_COST = 2_000
-VALUE_BYTES = 130  # the plain value PAYLOAD_COST counts in
+VALUE_BYTES = MAX_PAYLOAD_BYTES // PAYLOAD_COST  # the plain value PAYLOAD_COST counts in (131)
 
 
 def _text_cost(chars: int) -> int:

@@ -32,24 +32,22 @@ _NOT_IN_SUMMARIES = frozenset({"state", "next_params"})
 _PAYLOADS = frozenset({"params", "result", "wait"})
 
 
-# A full record without payloads (a list that asks for none) keeps `state` and `next_params`.
-
-
-def _summary_columns(*, payloads: bool) -> str:
-    left_out = _NOT_IN_SUMMARIES if payloads else _NOT_IN_SUMMARIES | _PAYLOADS
+def _columns(*, summary: bool, payloads: bool) -> str:
+    """The column list of a read: a summary's or a full record's, with or without payloads (a
+    full record without them keeps `state` and `next_params`)."""
+    left_out = (_NOT_IN_SUMMARIES if summary else frozenset()) | (
+        frozenset() if payloads else _PAYLOADS
+    )
     return ", ".join(
         f"NULL::jsonb AS {name}"
         if name in left_out
-        else ("wait - 'retry' AS wait" if name == "wait" else name)
+        else ("wait - 'retry' AS wait" if summary and name == "wait" else name)
         for name in _COLUMN_NAMES
     )
 
 
-_COLUMNS_WITHOUT_PAYLOADS = ", ".join(
-    f"NULL::jsonb AS {name}" if name in _PAYLOADS else name for name in _COLUMN_NAMES
-)
-_SUMMARY_COLUMNS = _summary_columns(payloads=True)
-_SUMMARY_COLUMNS_WITHOUT_PAYLOADS = _summary_columns(payloads=False)
+_SUMMARY_COLUMNS = _columns(summary=True, payloads=True)
+_SUMMARY_COLUMNS_WITHOUT_PAYLOADS = _columns(summary=True, payloads=False)
 
 # ---------------------------------------------------------------------------------------------
 # instances: reads
@@ -86,9 +84,11 @@ OFFSET $10
 """
 LIST_INSTANCES = _LIST_INSTANCES.format(columns=INSTANCE_COLUMNS)
 # The same page without `params`, `result` and `wait` (NULL: see _PAYLOADS).
-LIST_INSTANCES_WITHOUT_PAYLOADS = _LIST_INSTANCES.format(columns=_COLUMNS_WITHOUT_PAYLOADS)
+LIST_INSTANCES_WITHOUT_PAYLOADS = _LIST_INSTANCES.format(
+    columns=_columns(summary=False, payloads=False)
+)
 # The same page as summaries: without `state` and `next_params` (see _SUMMARY_COLUMNS), and
-# without `params`, `result` and `wait` too.
+# then also without `params`, `result` and `wait`.
 LIST_INSTANCE_SUMMARIES = _LIST_INSTANCES.format(columns=_SUMMARY_COLUMNS)
 LIST_INSTANCE_SUMMARIES_WITHOUT_PAYLOADS = _LIST_INSTANCES.format(
     columns=_SUMMARY_COLUMNS_WITHOUT_PAYLOADS
