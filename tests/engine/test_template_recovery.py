@@ -389,6 +389,8 @@ async def test_a_lost_worker_is_recorded_in_the_stage_that_was_running(
     record = await store.get_instance(enqueued.instance_id)
     assert record is not None
     assert (record.status, record.stage) == (Status.PENDING, named)
+    if lost_in == "s2":  # s1's report no longer stands for the instance: s2 is where it is
+        assert (record.message, record.progress) == (None, 0.5)
 
 
 def _after(gate: Gate) -> OperationHandler:

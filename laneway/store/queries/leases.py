@@ -111,7 +111,9 @@ SELECT {INSTANCE_COLUMNS}, {_DRAWN} AS last_event_id
 # the step began (the last report, in `stage`, names the stage before). A template is known by
 # its operation rows (any process recovers any lease, whether it runs the workflow or not); a
 # handler map, or a template lost before any operation outcome of its was written, keeps the
-# stage its last report gave.
+# stage its last report gave. A stage moved on drops the status line, which named the stage
+# before ("s1: 2 of 2 operations done"); the progress stays, as the stage before ended where
+# this one begins.
 RECOVER_EXPIRED_LEASES = """
 WITH expired AS (
     SELECT instance_id
@@ -150,6 +152,7 @@ UPDATE laneway.instances AS i
        recoveries = i.recoveries + 1,
        isolated = i.isolated OR i.recoveries + 1 >= LEAST($2::integer, 2),
        stage = j.stage,
+       message = CASE WHEN j.stage IS DISTINCT FROM i.stage THEN NULL ELSE i.message END,
        run_after = CASE WHEN i.recoveries = 0 THEN LEAST(i.run_after, now())
                         ELSE now() + random() * LEAST(power(2, i.recoveries - 1), 30)
                                    * interval '1 second' END,
