@@ -19,6 +19,7 @@ from laneway.config import Settings
 from laneway.store.migrate import migrations
 from tests.processes import run_process
 from tests.test_cli import ROOT, environment, laneway
+from tests.test_cli_database import PROCESS_STARTS, says_in_one_line
 
 FULL = "laneway: cannot write the output: No space left on device"
 
@@ -67,7 +68,9 @@ async def test_a_listing_whose_output_cannot_be_written_is_one_line_exit_1(
     assert (code, err.splitlines()) == (EXIT_FAILED, [FULL]), err
 
 
-async def test_a_migration_whose_sql_fails_is_one_line_naming_it(database_url: str) -> None:
+async def test_a_migration_whose_sql_fails_is_one_line_naming_it_at_every_start(
+    database_url: str,
+) -> None:
     last = migrations()[-1].name
     conn = await asyncpg.connect(database_url)
     try:  # recorded as not applied, while what it made is there: its SQL fails again
@@ -81,6 +84,10 @@ async def test_a_migration_whose_sql_fails_is_one_line_naming_it(database_url: s
     assert line.startswith(f"laneway: migration {last} failed"), line
     assert "stay applied): " in line, line
     assert "Error: " in line, line  # the database's error, by its class
+    # worker and serve (whose lifespan migrates: uvicorn logged a traceback first) say it alike
+    env = environment(database_url)
+    lines = await says_in_one_line(env, f"migration {last} failed", PROCESS_STARTS)
+    assert set(lines) == {line}, lines
 
 
 def test_an_internal_error_is_a_laneway_line_then_its_traceback(

@@ -23,7 +23,7 @@ from laneway.config import MIN_TOKEN_LENGTH, Settings
 from laneway.engine import WorkflowRegistry
 from laneway.engine import check_workflows as check_wiring
 from laneway.engine.registry import error_line, is_missing
-from laneway.errors import InvalidInputError, os_error_reason
+from laneway.errors import InvalidInputError, MigrationFailedError, os_error_reason
 from laneway.services import open_services
 from laneway.store.embedded import embedded_postgres
 from laneway.store.migrate import migrate as migrate_database
@@ -149,11 +149,11 @@ def listen(host: str, port: int, backlog: int) -> socket.socket:
 
 class StartupWatch:
     """The served app, keeping what its lifespan startup raised: uvicorn exits, and `serve`
-    says it in one line. A database it cannot use, or a configuration Laneway refuses
-    (InvalidInputError: a badly wired template, a module that cannot be imported), is that
-    line alone, with the exit code `worker` has for it: the traceback Starlette hands uvicorn
-    to log is left out of the startup-failed message (any other failure keeps it, for the
-    frames that show where the app went wrong)."""
+    says it in one line. A database it cannot use, a migration the database refused, or a
+    configuration Laneway refuses (InvalidInputError: a badly wired template, a module that
+    cannot be imported), is that line alone, with the exit code `worker` has for it: the
+    traceback Starlette hands uvicorn to log is left out of the startup-failed message (any
+    other failure keeps it, for the frames that show where the app went wrong)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -191,8 +191,13 @@ class StartupWatch:
 
 
 def _said_in_one_line(failure: BaseException) -> bool:
-    """A start-up failure `main` says in one line, which needs no traceback."""
-    return isinstance(failure, InvalidInputError) or database_error(failure) is not None
+    """A start-up failure `main` says in one line, which needs no traceback: a configuration
+    refused, a database it cannot use, a migration the database refused (as `migrate` and
+    `worker` say it)."""
+    return (
+        isinstance(failure, (InvalidInputError, MigrationFailedError))
+        or database_error(failure) is not None
+    )
 
 
 def app_factory(reference: str) -> "Callable[[Settings], Starlette]":
