@@ -41,7 +41,7 @@ from laneway.api.graphql.errors import BAD_REQUEST, OPERATION_RESOLUTION_FAILURE
 from laneway.api.graphql.permissions import Action, decide
 from laneway.api.graphql.schema import MAX_TOKENS, build_schema, schema
 from laneway.api.http.body_limits import DECODED_BODY
-from laneway.api.http.hosts import ORIGIN_ALLOWED
+from laneway.api.http.hosts import ORIGIN_ALLOWED, refuse_foreign_origin
 from laneway.api.http.media_type import (
     GRAPHQL_RESPONSE_CONTENT_TYPE,
     is_request_error,
@@ -282,6 +282,14 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
             if isinstance(response_data, dict) and "data" not in response_data:
                 response.status_code = 400
         return response
+
+    async def reject_websocket(self, request: WebSocket) -> WebSocket:
+        """A handshake whose Origin Strawberry's same-origin rule refuses (no host list is kept
+        where tokens let any host in) is refused as the list refuses one: an error document,
+        not an empty 403."""
+        origin = request.headers.get("origin", "").encode("latin-1")
+        await refuse_foreign_origin(origin, request.scope, request.receive, request.send)
+        return request
 
     def is_websocket_origin_allowed(self, request: WebSocket, origin: str) -> bool:
         """A cross-origin handshake passes when the host allow-list found its Origin among

@@ -314,7 +314,8 @@ async def test_with_tokens_and_no_list_strawberrys_same_origin_rule_stays(
     foreign = f"{FOREIGN}:{guarded.port}"
     assert await handshake_status(guarded, foreign, f"http://{foreign}", TOKEN) == "ack"
     assert await handshake_status(guarded, foreign, f"http://{foreign}") == "4403"
-    assert await handshake_status(guarded, foreign, "http://elsewhere.example") == 403
+    # Refused as the list refuses (an error document, not Strawberry's empty 403)
+    assert await refusal(guarded, foreign, "http://elsewhere.example") == (403, FOREIGN_ORIGIN)
 
 
 # -- GraphQL over HTTP: media types -------------------------------------------------------------

@@ -84,8 +84,7 @@ class HostAllowList:
         if origin is not None and kind == "websocket":
             found = origin_host(origin.decode("latin-1"))
             if found is None or not self.hosts.allows(*found, served):
-                logger.info("foreign origin refused", extra={"origin": _shown([origin])})
-                await refuse_handshake(scope, receive, send, 403, FOREIGN_ORIGIN, FORBIDDEN)
+                await refuse_foreign_origin(origin, scope, receive, send)
                 return
             scope[ORIGIN_ALLOWED] = True
         await self.app(scope, receive, send)
@@ -96,6 +95,13 @@ class HostAllowList:
         return self.hosts.allows_header(
             value.decode("latin-1"), served, DEFAULT_PORTS.get(scheme, 80)
         )
+
+
+async def refuse_foreign_origin(origin: bytes, scope: Scope, receive: Receive, send: Send) -> None:
+    """Refuse a websocket handshake from `origin`, a page this server does not serve: 403 with
+    FOREIGN_ORIGIN (the list's rule, or Strawberry's same-origin one where no list is kept)."""
+    logger.info("foreign origin refused", extra={"origin": _shown([origin])})
+    await refuse_handshake(scope, receive, send, 403, FOREIGN_ORIGIN, FORBIDDEN)
 
 
 def _shown(values: list[bytes]) -> str:
