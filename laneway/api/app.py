@@ -115,11 +115,13 @@ class LanewayGraphQL(GraphQL[LanewayContext, None]):
         return NO_ACK_PAYLOAD
 
     def should_render_graphql_ide(self, request: BaseRequestProtocol) -> bool:
-        """GraphiQL's page only for a GET with no `query` whose Accept names text/html (a
-        browser's): Strawberry's rule served it for `*/*` too, curl's and httpx's default,
-        which docs/limits.md answers 400 BAD_REQUEST (no `query`)."""
+        """GraphiQL's page only where it is on, for a GET with no `query` whose Accept names
+        text/html (a browser's): Strawberry's rule served it for `*/*` too, curl's and httpx's
+        default, and answered a browser 404 (with code BAD_REQUEST) where GraphiQL is off;
+        docs/limits.md answers both 400 BAD_REQUEST (no `query`)."""
         return (
-            request.method == "GET"
+            self.graphql_ide is not None
+            and request.method == "GET"
             and request.query_params.get("query") is None
             and names_html(request.headers.get("accept"))
         )

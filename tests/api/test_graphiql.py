@@ -183,7 +183,7 @@ async def test_only_a_client_that_asks_for_html_gets_the_page(
     settings = make_settings(database_url, graphiql=graphiql, engine_enabled=False)
     async with live_server(settings) as server:
         page = await server.client.get("/graphql", headers=BROWSER)
-        assert page.status_code == (200 if graphiql else 404)
+        assert page.status_code == (200 if graphiql else 400)
         for accept, media_type in (
             ({"accept": "*/*"}, "application/json"),
             ({}, "application/json"),  # httpx's default: */*
@@ -211,7 +211,10 @@ async def test_only_graphiqls_scripts_and_styles_are_served(server: LiveServer) 
 async def test_without_graphiql_neither_page_nor_files_are_served(database_url: str) -> None:
     settings = make_settings(database_url, graphiql=False, engine_enabled=False)
     async with live_server(settings) as server:
-        assert (await server.client.get("/graphql", headers=HTML)).status_code == 404
+        # A request without `query` (was 404, with the code BAD_REQUEST)
+        refused = await server.client.get("/graphql", headers=HTML)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
         assert (await server.client.get("/graphiql/graphiql.min.js")).status_code == 404
         page = await server.client.get("/")
         assert page.status_code == 200
