@@ -72,9 +72,9 @@ class FailWrite:
 
     `final` ends the instance failed whatever attempts are left. `error` is lastError's text
     (`Type: message`); `type` to `operation` are what laneway.failures keeps of the exception.
-    `progress` and `report` (its status line), where not None, replace the instance's: a
-    template's stage's report where it failed (a handler map's failure sends neither, and its
-    instance keeps what its last checkpoint saved).
+    `progress` and `report` (its status line), where not None, replace the instance's: what
+    the failing step reported (a template's stage's report where it failed), as its `stage`
+    does; what it did not report stays as the last checkpoint saved it.
     """
 
     instance_id: UUID

@@ -302,7 +302,8 @@ class HandlerContext:
         message: str | None = None,
         stage: str | None = None,
     ) -> None:
-        """Record progress (0..1), a status line and the stage, saved with the next checkpoint."""
+        """Record progress (0..1), a status line and the stage, saved with the next checkpoint
+        (or with this attempt's failure)."""
         if progress is not None:
             if not 0.0 <= progress <= 1.0:
                 raise ValueError("progress must be between 0 and 1")

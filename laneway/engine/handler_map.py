@@ -123,12 +123,6 @@ class Workflow:
         """Stage names; a handler map has none."""
         return []
 
-    @property
-    def reports_failures(self) -> bool:
-        """Whether a failed attempt saves the progress and status line its step reported. A
-        handler map's does not: its instance keeps the report of its last checkpoint."""
-        return False
-
     def validate_params(self, params: JSONValue) -> JSONValue:
         """Run the validator over enqueue params; return the value to store.
 

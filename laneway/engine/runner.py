@@ -332,7 +332,6 @@ async def _call_handler(
         # Taken here too when the handler raised, or its step was refused after they were
         # taken: an operation that completed keeps its row whatever the step's outcome.
         operations += await tools.carried()
-        reported = workflow.reports_failures
         return FailWrite(
             instance_id=ctx.instance_id,
             attempt=ctx.attempt,
@@ -345,8 +344,8 @@ async def _call_handler(
             traceback=failure.traceback,
             stage=failure.stage or ctx.stage,
             operation=failure.operation,
-            progress=ctx.progress if reported else None,
-            report=ctx.message if reported else None,
+            progress=ctx.progress,  # the step's report, as far as it got (None: not reported)
+            report=ctx.message,
             operations=operations,
         )
 

@@ -94,11 +94,6 @@ class TemplateWorkflow(Workflow):
     def stages(self) -> list[str]:
         return self.template.stage_names
 
-    @property
-    def reports_failures(self) -> bool:
-        """A failed stage reports where it failed (stage_run.py), as far as it got."""
-        return True
-
     def retry_params(self, action: str, params: JSONValue, state: JSONValue) -> JSONValue:
         """A stage's checkpoint that expired pauses again when retried (stage_pauses.py)."""
         return retry_params(state)

@@ -2,8 +2,8 @@
 
 A template's failure carries the report of the stage that failed (its operations done and
 failed, worded as the stage's own reports are) onto the instance, whether the attempt is
-retried or final (migration 0036); a handler map's failure keeps the report of its last
-checkpoint, whatever the failing step reported.
+retried or final (migration 0036); a handler map's failure carries what its failing step
+reported (stage, progress, status line), the rest staying as its last checkpoint saved them.
 """
 
 from collections.abc import Mapping
@@ -162,27 +162,35 @@ async def _reports_then_goes_on(ctx: HandlerContext, params: JSONValue) -> Next:
 
 
 async def _reports_then_raises(ctx: HandlerContext, params: JSONValue) -> Next:
-    ctx.report(progress=0.75, message="shipping")
+    ctx.report(progress=0.75, message="shipping", stage="shipment")
     raise RuntimeError("the courier is gone")
 
 
-async def test_a_handler_map_failure_keeps_the_report_of_its_last_checkpoint(
-    store: Store,
+async def _raises_at_once(ctx: HandlerContext, params: JSONValue) -> Next:
+    raise RuntimeError("the courier is gone")
+
+
+@pytest.mark.parametrize(
+    ("failing", "shown"),
+    [
+        # Its stage, progress and status line, as far as it got: not the stage it failed in
+        # beside the status line of the step before (as until 0.3.10)
+        (_reports_then_raises, ("shipment", "shipping", 0.75)),
+        (_raises_at_once, (None, "charged", 0.25)),  # reported nothing: the checkpoint's stay
+    ],
+)
+async def test_a_handler_map_failure_shows_what_the_failing_step_reported(
+    store: Store, failing: Any, shown: tuple[object, ...]
 ) -> None:
     workflow = Workflow(
         "reporting",
-        handlers={"charge": _reports_then_goes_on, "ship": _reports_then_raises},
+        handlers={"charge": _reports_then_goes_on, "ship": failing},
         initial="charge",
         retry=RETRY_ONCE,
     )
     engine = make_engine(store, workflow)
     enqueued = await engine.enqueue("reporting")
+    await engine.tick()  # charge, then ship's first attempt: retried
+    assert _shown(await engine.get(enqueued.instance_id)) == (Status.PENDING, *shown)
     await engine.tick()
-    assert _shown(await engine.get(enqueued.instance_id)) == (
-        Status.PENDING,
-        None,
-        "charged",
-        0.25,
-    )
-    await engine.tick()
-    assert _shown(await engine.get(enqueued.instance_id)) == (Status.FAILED, None, "charged", 0.25)
+    assert _shown(await engine.get(enqueued.instance_id)) == (Status.FAILED, *shown)
