@@ -95,8 +95,11 @@ class Committer:
         self._queued.append((item, future))
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_all(), name="laneway-group-commit")
-        # Shielded: a cancelled runner stops waiting; the batch it is in goes on for the others.
-        transition = await asyncio.shield(future)
+        # A cancelled runner stops waiting and cancels its future; its write stays queued, and
+        # the batch it is in goes on for the others (a done future is skipped when the answer
+        # is handed out: _settle, _fail). No shield: it cost an outer future, two callbacks
+        # and a turn of the loop per write.
+        transition = await future
         if transition is None:
             raise LeaseLostError(item.instance_id)
         return transition
