@@ -1,5 +1,6 @@
-"""Builders of frozen records at half the cost of their constructors, for the records a template
-makes for every operation it runs (its context, result, row and outcome).
+"""Builders of frozen records at half the cost of their constructors, for the records made for
+every step (its checkpoint or completion write) and every template operation (its context,
+result, row and outcome).
 
 A frozen dataclass's __init__ sets each field with object.__setattr__, which looks the name up
 in the class and checks that no setter is bypassed, for every field of every record: about

@@ -12,7 +12,7 @@ import pytest
 from laneway.engine.record_builders import builder
 from laneway.engine.template import OperationContext, OperationResult, completed, failed
 from laneway.model import OperationRecord
-from laneway.writes import OperationOutcome
+from laneway.writes import CheckpointWrite, CompleteWrite, OperationOutcome
 
 _ID = uuid.UUID(int=7)
 
@@ -55,7 +55,13 @@ def test_built_record_is_frozen_when_built() -> None:
 
 
 def test_builder_takes_the_constructors_arguments_when_made() -> None:
-    for cls in (OperationRecord, OperationContext, OperationOutcome):
+    for cls in (
+        OperationRecord,
+        OperationContext,
+        OperationOutcome,
+        CheckpointWrite,
+        CompleteWrite,
+    ):
         built = inspect.signature(builder(cls))
         made = inspect.signature(cls)
         assert [(p.name, p.kind, repr(p.default)) for p in built.parameters.values()] == [
@@ -149,3 +155,11 @@ def test_builder_refuses_a_class_it_cannot_build_as_its_constructor_does(cls: ty
 
 def test_unchecked_builder_leaves_post_init_out_when_asked() -> None:
     assert builder(_Checked, checked=False)(value=-1).value == -1
+
+
+def test_built_step_writes_equal_their_constructors_when_built() -> None:
+    common = {"instance_id": uuid.uuid4(), "attempt": 2, "epoch": 3, "state_json": "{}"}
+    checkpoint = {**common, "next_action": "two", "next_params_json": "null", "stage": "s"}
+    completion = {**common, "result_json": '{"a": 1}', "message": "done"}
+    assert builder(CheckpointWrite)(**checkpoint) == CheckpointWrite(**checkpoint)  # type: ignore[arg-type]
+    assert builder(CompleteWrite)(**completion) == CompleteWrite(**completion)  # type: ignore[arg-type]
