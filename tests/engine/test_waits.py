@@ -70,7 +70,8 @@ collector = Workflow(
 
 async def test_a_sleep_holds_nothing_then_wakes_at_its_action(store: Store) -> None:
     engine = make_engine(store, napper, poll_interval_seconds=5.0)
-    enqueued = await engine.enqueue("napper", {"seconds": 0.3})
+    # Long enough that the second tick below comes before it is due on a loaded machine
+    enqueued = await engine.enqueue("napper", {"seconds": 1.5})
     await engine.tick()
     asleep = await engine.get(enqueued.instance_id)
     assert asleep is not None
@@ -86,7 +87,7 @@ async def test_a_sleep_holds_nothing_then_wakes_at_its_action(store: Store) -> N
     assert await engine.tick() == 0  # not due: nothing to claim, nothing woken
     async with engine.running():
         done = await until_status(store, enqueued.instance_id, Status.COMPLETED)
-    assert done.result == {"slept": 0.3}
+    assert done.result == {"slept": 1.5}
     events = await events_of(store, enqueued.instance_id)
     assert [e.type for e in events] == [
         EventType.ENQUEUED,
