@@ -332,6 +332,21 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+async def _request_head(reader: asyncio.StreamReader) -> tuple[bytes, list[str]]:
+    """A request's first line and its Host values (at most two: one is right).
+
+    Raises:
+        ValueError: a line over the reader's limit.
+    """
+    hosts: list[str] = []
+    request = await reader.readline()
+    while line := (await reader.readline()).strip():
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "host" and len(hosts) < 2:
+            hosts.append(value.strip())
+    return request, hosts
+
+
 @contextlib.asynccontextmanager
 async def metrics_server(
     metrics: Metrics,
@@ -358,18 +373,21 @@ async def metrics_server(
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            hosts: list[str] = []
-            async with asyncio.timeout(10):
-                request = await reader.readline()
-                while line := (await reader.readline()).strip():
-                    name, _, value = line.decode("latin-1").partition(":")
-                    if name.strip().lower() == "host" and len(hosts) < 2:  # one is right
-                        hosts.append(value.strip())
+            try:
+                async with asyncio.timeout(10):
+                    request, hosts = await _request_head(reader)
+            except ValueError:  # a line over the reader's limit (64 KiB): nothing more is read
+                request, hosts = b"", []
+                too_long = True
+            else:
+                too_long = False
             parts = request.decode("latin-1").split()
             method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
             extra = ""
             served = writer.get_extra_info("sockname")
-            if allowed is not None and (
+            if too_long:
+                status, kind, body = "431 Request Header Fields Too Large", "text/plain", b""
+            elif allowed is not None and (
                 len(hosts) != 1 or not allowed.allows_header(hosts[0], served[:2])
             ):
                 status, kind, body = "400 Bad Request", "text/plain", b"unknown host\n"

@@ -388,6 +388,27 @@ async def test_the_metrics_port_takes_a_query_string_and_head_and_refuses_other_
     assert elsewhere.status_code == 404
 
 
+async def test_a_request_head_line_over_the_limit_is_431_not_an_error_logged(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An outside audit: asyncio logged "Unhandled exception in client_connected_cb" (ERROR, a
+    # traceback) for the reader's ValueError, and the client got no answer.
+    port = _free_port()
+    metrics = Metrics()
+    long_header = {"x-filler": "a" * 70_000}
+    with caplog.at_level(logging.WARNING):
+        async with (
+            metrics_server(metrics, store, host="127.0.0.1", port=port),
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+        ):
+            refused = await client.get("/metrics", headers=long_header)
+            scraped = await client.get("/metrics")  # and it goes on serving
+    await metrics.aclose()
+    assert refused.status_code == 431
+    assert scraped.status_code == 200
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 async def test_the_metrics_log_names_the_port_bound_when_any_free_port_was_asked_for(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
