@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING
 
 from laneway.engine.handler_map import Workflow, check_name
 from laneway.engine.payloads import encode_json
-from laneway.engine.schedules import UTC_ZONES, check_zone_name, parse_recurrence
+from laneway.engine.schedules import (
+    UTC_ZONES,
+    check_zone_name,
+    format_every,
+    parse_recurrence,
+)
 from laneway.errors import InvalidInputError, NotFoundError
 from laneway.model import JSONValue, ScheduleRecord
 from laneway.store import Store
@@ -70,8 +75,10 @@ class ScheduleCalls:
             name=name,
             workflow_name=workflow.name,
             params_json=params_json,
-            every=every.strip() if every else None,
-            cron=cron.strip() if cron else None,
+            # In one spelling each (`5S`, `60m` and `1h` are one interval): the same timing,
+            # however written, is the same text, which keeps the next fire (UPSERT_SCHEDULE)
+            every=None if recurrence.every is None else format_every(recurrence.every),
+            cron=recurrence.cron,
             timezone=recurrence.timezone if every is None else "UTC",
             next_run_at=next_run_at,
         )

@@ -141,6 +141,18 @@ def parse_every(text: str) -> timedelta:
     return timedelta(milliseconds=total_ms)
 
 
+def format_every(every: timedelta) -> str:
+    """An interval in its one spelling, largest units first, none of them zero: `1h` for
+    "60m" or "1H", `1d1h30m` for "1d0h90m"; parse_every reads it back as the same interval."""
+    seconds = int(every.total_seconds())
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        amount, seconds = divmod(seconds, size)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts)
+
+
 def parse_recurrence(*, every: str | None, cron: str | None, timezone: str = "UTC") -> Recurrence:
     """Validate a schedule rule given as an interval or as a cron expression.
 

@@ -290,6 +290,35 @@ async def test_a_schedule_created_again_with_its_timing_keeps_its_next_fire_and_
     await engine.delete_schedule("hourly")
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "stored"),
+    [
+        ({"every": "5s"}, {"every": "5S"}, {"every": "5s"}),
+        ({"every": "60m"}, {"every": " 1h"}, {"every": "1h"}),
+        ({"every": "1d0h90m"}, {"every": "1d1h30m"}, {"every": "1d1h30m"}),
+        ({"every": "86400s"}, {"every": "1D"}, {"every": "1d"}),
+        ({"cron": "@DAILY"}, {"cron": "@daily"}, {"cron": "@daily"}),
+        ({"cron": "0  3 * * *"}, {"cron": " 0 3 * * * "}, {"cron": "0 3 * * *"}),
+    ],
+)
+async def test_the_same_timing_written_otherwise_keeps_the_next_fire(
+    store: Store, first: dict[str, str], again: dict[str, str], stored: dict[str, str]
+) -> None:
+    # An outside audit: the texts were compared as typed, so `5S` after `5s` (one interval:
+    # units are case-insensitive) dropped the catch-up fire. Stored in one spelling now.
+    engine = make_engine(store, noop)
+    created = await engine.create_schedule("spelt", "noop", **first)
+    assert (created.every, created.cron) == (stored.get("every"), stored.get("cron"))
+    async with store.connection() as conn:  # every engine was down since it was due
+        due = await conn.fetchval(
+            "UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'"
+            " RETURNING next_run_at"
+        )
+    replaced = await engine.create_schedule("spelt", "noop", **again)
+    assert replaced.next_run_at == due
+    assert (replaced.every, replaced.cron) == (stored.get("every"), stored.get("cron"))
+
+
 async def test_a_schedule_created_again_keeps_it_disabled_until_it_is_enabled(store: Store) -> None:
     # An outside audit: creating it again (as code does at every start) enabled a schedule an
     # operator had disabled.
