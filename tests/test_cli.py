@@ -686,6 +686,13 @@ async def test_a_module_that_cannot_be_imported_is_one_line_exit_2(tmp_path: Pat
     write_module(tmp_path, "broken", "import os\nvalue = undefined_name\n")
     # It is there, but a module it imports is not: its own code failed, it is not missing.
     write_module(tmp_path, "bad2", "import os\nimport nonexistent_mod_zz\n")
+    # Refused by a check inside Laneway: the line named is the module's own, which made it
+    write_module(
+        tmp_path,
+        "misnamed",
+        "from laneway import Done, Workflow\n"
+        "flow = Workflow('no spaces', handlers={'a': lambda c, p: Done()}, initial='a')\n",
+    )
     laneway_script = str(Path(sys.executable).parent / "laneway")
     for modules, expected, where in (
         ("etl", "cannot import workflow module 'etl': No module named 'etl'", None),
@@ -700,6 +707,12 @@ async def test_a_module_that_cannot_be_imported_is_one_line_exit_2(tmp_path: Pat
             "workflow module 'bad2' failed while importing: ModuleNotFoundError: No module"
             " named 'nonexistent_mod_zz'",
             "bad2.py, line 2",
+        ),
+        (
+            "misnamed",
+            "workflow module 'misnamed' failed while importing: InvalidInputError: workflow"
+            " name must be",
+            "misnamed.py, line 2",
         ),
     ):
         env = environment("postgresql://nobody@127.0.0.1:1/none", LANEWAY_WORKFLOWS=modules)

@@ -7,9 +7,11 @@ of how instances run.
 """
 
 import importlib
+import os
 import re
 import traceback
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from laneway.engine.handler_map import Workflow
 from laneway.errors import InvalidInputError, NotFoundError
@@ -176,15 +178,21 @@ def is_missing(exc: ImportError, module_name: str) -> bool:
     return missing is not None and (module_name == missing or module_name.startswith(f"{missing}."))
 
 
+_PACKAGE_FOLDER = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
 def error_line(exc: Exception) -> str:
     """`Type: message (file, line N)`: where an import (or a user's factory) failed, for a
-    person to fix it."""
+    person to fix it: the innermost frame outside Laneway (a Workflow that Laneway refuses is
+    the user's line that made it, not the check in Laneway that refused it)."""
     where = ""
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f" ({exc.filename}, line {exc.lineno})"
     else:
         frames = traceback.extract_tb(exc.__traceback__)
-        if frames:
-            where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+        # Not Laneway's, nor generated code's (a dataclass's __init__, "<string>")
+        theirs = [f for f in frames if not f.filename.startswith((_PACKAGE_FOLDER, "<"))]
+        if frame := (theirs or frames)[-1:]:
+            where = f" ({frame[0].filename}, line {frame[0].lineno})"
     message = str(exc.msg if isinstance(exc, SyntaxError) else exc).splitlines()
     return f"{type(exc).__name__}: {message[0] if message else ''}{where}"
