@@ -222,9 +222,15 @@ async def _written(
 def _failed_attempt(
     write: StepWrite, refusal: StepWriteRefusedError, workflow: Workflow
 ) -> FailWrite:
-    """The failed attempt a refused write becomes: the database's reason, no operation
+    """The failed attempt a refused write becomes: the database's reason, the step's report
+    (its stage, progress and status line, as any failed attempt carries them), no operation
     outcomes (one of them may be what it refused; an operation not recorded runs again)."""
     failure = failure_of(refusal)
+    if isinstance(write, FailWrite):
+        progress, report = write.progress, write.report
+    else:  # a completion's progress is 1 by its end: not the failed attempt's
+        progress = write.progress if isinstance(write, CheckpointWrite) else None
+        report = write.message
     return FailWrite(
         instance_id=write.instance_id,
         attempt=write.attempt,
@@ -235,6 +241,8 @@ def _failed_attempt(
         message=failure.message,
         stage=write.stage,
         trace=write.trace,
+        progress=progress,
+        report=report,
     )
 
 

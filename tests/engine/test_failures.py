@@ -350,6 +350,11 @@ async def _done(ctx: HandlerContext, params: JSONValue) -> Done:
     return Done()
 
 
+async def _packed(ctx: HandlerContext, params: JSONValue) -> Done:
+    ctx.report(message="packed", stage="packing")
+    return Done()
+
+
 async def _refuse_completions(
     store: Store, errcode: str, message: str, condition: str = "true"
 ) -> None:
@@ -388,7 +393,7 @@ async def test_a_write_the_database_refuses_fails_its_own_attempt_and_no_other(
     engine = make_engine(
         store,
         Workflow(
-            "refusable", handlers={"a": _done}, initial="a", retry=RetryPolicy(max_attempts=2)
+            "refusable", handlers={"a": _packed}, initial="a", retry=RetryPolicy(max_attempts=2)
         ),
     )
     refused = await engine.enqueue("refusable", {"refuse": "yes"})
@@ -411,6 +416,8 @@ async def test_a_write_the_database_refuses_fails_its_own_attempt_and_no_other(
     assert "refused by the test" in record.last_error
     [failure] = (await store.failures([refused.instance_id], 10))[refused.instance_id]
     assert failure.type == "StepWriteRefusedError"
+    # What its step reported stays with the failure, as with any failed attempt's
+    assert (failure.stage, record.stage, record.message) == ("packing", "packing", "packed")
     # Its second attempt is refused alike, and was the last one: it fails for good.
     async with store.connection() as conn:
         await conn.execute("UPDATE laneway.instances SET run_after = now()")
