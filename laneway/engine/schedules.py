@@ -144,10 +144,10 @@ def parse_every(text: str) -> timedelta:
 def format_every(every: timedelta) -> str:
     """An interval in its one spelling, largest units first, none of them zero: `1h` for
     "60m" or "1H", `1d1h30m` for "1d0h90m"; parse_every reads it back as the same interval."""
-    seconds = int(every.total_seconds())
+    left = every // timedelta(milliseconds=1)
     parts = []
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        amount, seconds = divmod(seconds, size)
+    for unit, ms_per_unit in zip(("d", "h", "m", "s", "ms"), _MS_PER_UNIT, strict=True):
+        amount, left = divmod(left, ms_per_unit)
         if amount:
             parts.append(f"{amount}{unit}")
     return "".join(parts)
