@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -193,3 +194,51 @@ async def test_watch_prints_no_log_line_when_its_listener_connection_is_lost(
     assert '"type": "cancelled"' in out_bytes.decode().splitlines()[-1]
     said = err_bytes.decode().splitlines()
     assert all(line.startswith("laneway: ") for line in said), said
+
+
+async def test_a_watch_says_when_it_lost_the_database_and_goes_on_after_it_comes_back(
+    database_url: str, store: Store, admin: asyncpg.Connection, server_url: str
+) -> None:
+    # An outside audit: with the database gone, a watch without --url said nothing for as
+    # long as it was gone (its hub reconnects by itself), where a --url watch says one line.
+    env = environment(database_url)
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "laneway",
+        "watch",
+        "--json",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert watcher.stdout is not None and watcher.stderr is not None
+    database = await admin.fetchval("SELECT current_database()")
+    listener = (
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
+    )
+    server = await asyncpg.connect(server_url)  # a database's connections are barred from another
+    try:
+        async with asyncio.timeout(30):
+            while not await admin.fetchval(listener):  # the watch is listening
+                await asyncio.sleep(0.05)
+            await server.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+            await admin.execute(f"SELECT pg_terminate_backend(pid) FROM ({listener}) AS l")
+            said = (await watcher.stderr.readline()).decode()
+            await server.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+            enqueued = await make_engine(store, hello).enqueue("hello", {"name": "back"})
+            while True:  # it goes on: the events after the loss come
+                event = json.loads(await watcher.stdout.readline())
+                if event["instanceID"] == str(enqueued.instance_id):
+                    break
+    finally:
+        await server.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+        await server.close()
+        watcher.send_signal(signal.SIGINT)
+        async with asyncio.timeout(30):
+            await watcher.wait()
+    assert said == "laneway: lost the connection to the database; reconnecting\n"
+    assert event["type"] == "enqueued"
+    assert watcher.returncode == 0

@@ -7,8 +7,10 @@ are those of LANEWAY_WORKFLOWS only. It never migrates: a database that lacks th
 migrations is refused (an older release's processes may still run on it).
 """
 
+import asyncio
 import contextlib
 import dataclasses
+import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -27,6 +29,7 @@ from laneway.services import Services, open_services
 
 if TYPE_CHECKING:
     from laneway.config import Settings
+    from laneway.events.hub import EventHub
 
 
 def graphql_shape(value: object) -> JSONObject:
@@ -100,15 +103,52 @@ class LocalClient:
         from laneway.api.graphql.types import WorkflowEvent
 
         selection = EventSelection(UUID(instance_id) if instance_id else None)
-        async with self._services.hub.open_stream(
-            after_event_id=int(after) if after is not None else None, matches=selection
-        ) as events:
+        hub = self._services.hub
+        async with (
+            hub.open_stream(
+                after_event_id=int(after) if after is not None else None, matches=selection
+            ) as events,
+            _losses_said(hub),
+        ):
 
             async def shapes() -> AsyncIterator[JSONObject]:
                 async for event in events:
                     yield graphql_shape(WorkflowEvent.from_record(event))
 
             yield shapes()
+
+
+LOSS_CHECK_SECONDS = 1.0
+"""How often a watch looks whether the event hub's connection to the database is down."""
+
+
+@contextlib.asynccontextmanager
+async def _losses_said(hub: "EventHub") -> AsyncIterator[None]:
+    """While the block runs, one `laneway: lost the connection to the database; reconnecting`
+    line on stderr each time the hub's listener is found down, as a `--url` watch says one for
+    its server: the hub reconnects by itself (after the database comes back, however long that
+    takes), and the events go on after the last one printed."""
+
+    async def look() -> None:
+        was_up = True
+        while True:
+            await asyncio.sleep(LOSS_CHECK_SECONDS)
+            is_up = hub.is_connected
+            if was_up and not is_up:
+                print(
+                    "laneway: lost the connection to the database; reconnecting",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            was_up = is_up
+
+    looking = asyncio.create_task(look(), name="laneway-watch-losses")
+    try:
+        yield
+    finally:
+        looking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await looking
 
 
 def database_of(settings: "Settings") -> str:
