@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from laneway.cli import EXIT_FAILED, EXIT_OUTPUT_CLOSED, EXIT_USAGE, main, process
+from laneway.cli.client import database_error
 from laneway.config import Settings
 from laneway.store.migrate import migrations
 from tests.processes import run_process
@@ -146,3 +147,12 @@ async def test_a_usage_error_is_still_argparses_exit_2_with_stdout_full() -> Non
     assert code == EXIT_USAGE, err
     [line] = err.splitlines()
     assert line.startswith("laneway: "), err
+
+
+def test_a_database_that_never_answers_is_said_as_such() -> None:
+    # An outside audit: a server that accepts the connection and never answers got
+    # "cannot use the database: TimeoutError" after asyncpg's connect timeout.
+    assert database_error(TimeoutError()) == (
+        "cannot use the database: it did not answer in time (TimeoutError)",
+        EXIT_FAILED,
+    )

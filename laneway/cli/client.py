@@ -134,6 +134,8 @@ def database_error(exc: BaseException) -> tuple[str, int] | None:
         asyncpg.InvalidAuthorizationSpecificationError,  # no such role, or a wrong password
         asyncpg.InsufficientResourcesError,  # too many connections (for the role), disk full
     )
+    if isinstance(exc, TimeoutError) and not str(exc):  # a connect that got no answer
+        return "cannot use the database: it did not answer in time (TimeoutError)", EXIT_FAILED
     if isinstance(exc, unreachable):
         return f"cannot use the database: {str(exc) or type(exc).__name__}", EXIT_FAILED
     if isinstance(exc, asyncpg.PostgresError) and "FATAL" in (exc.severity_en, exc.severity):
