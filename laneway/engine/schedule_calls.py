@@ -79,7 +79,7 @@ class ScheduleCalls:
             # however written, is the same text, which keeps the next fire (UPSERT_SCHEDULE)
             every=None if recurrence.every is None else format_every(recurrence.every),
             cron=recurrence.cron,
-            timezone=recurrence.timezone if every is None else "UTC",
+            timezone="UTC" if every is not None or timezone in UTC_ZONES else recurrence.timezone,
             next_run_at=next_run_at,
         )
         if record.enabled:

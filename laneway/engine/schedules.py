@@ -32,6 +32,8 @@ CRON_ALIASES: Final[dict[str, str]] = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+# Each alias's expression to the first alias that names it: the one spelling of its synonyms.
+_FIRST_ALIAS: Final = {expression: alias for alias, expression in reversed(CRON_ALIASES.items())}
 
 # The names of tzdata's zones whose offset is 0 at every instant (Etc/UTC, Etc/GMT and their
 # links): an interval, counted in UTC, takes any of them as UTC.
@@ -225,20 +227,22 @@ def _iana_zone_names() -> frozenset[str]:
 
 
 def _parse_cron(text: str) -> str:
-    """Return the expression with its whitespace normalized, an alias lowercased, and a
-    stepped range of one value (`5-5/10`) written as that value."""
+    """Return the expression in one spelling: its whitespace normalized, its names and letters
+    in upper case (`MON`, `L`), a stepped range of one value (`5-5/10`) written as that value,
+    and an alias in lower case, as the first of its synonyms (`@daily` for `@midnight`)."""
     if len(text) > MAX_CRON_LENGTH:
         raise InvalidInputError(
             f"invalid cron expression {_quote(text)}: longer than {MAX_CRON_LENGTH} characters"
         )
-    expression = " ".join(text.split())
+    expression = " ".join(text.upper().split())
     if expression.startswith("@"):
-        if expression.lower() not in CRON_ALIASES:
+        alias = expression.lower()
+        if alias not in CRON_ALIASES:
             raise InvalidInputError(
                 f"invalid cron expression {_quote(text)}: unknown alias; "
                 f"use one of {', '.join(CRON_ALIASES)}"
             )
-        return expression.lower()
+        return _FIRST_ALIAS[CRON_ALIASES[alias]]
     if len(expression.split()) != 5:
         raise InvalidInputError(
             f"invalid cron expression {_quote(text)}: expected 5 fields ({_CRON_FIELDS})"

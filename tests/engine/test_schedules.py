@@ -387,13 +387,16 @@ def test_parse_recurrence_keeps_timezone_when_rule_is_an_interval() -> None:
     ("cron", "expected"),
     [
         ("*/5 * * * *", "*/5 * * * *"),
-        ("  0   9 * *  mon-fri ", "0 9 * * mon-fri"),
+        ("  0   9 * *  mon-fri ", "0 9 * * MON-FRI"),
+        ("0 0 l * *", "0 0 L * *"),
         ("0 0 L * *", "0 0 L * *"),
         ("0 0 * * 5L", "0 0 * * 5L"),
         ("0 0 * * MON#2", "0 0 * * MON#2"),
         ("0 0 29 2 *", "0 0 29 2 *"),
         ("@daily", "@daily"),
         (" @Weekly ", "@weekly"),
+        ("@MIDNIGHT", "@daily"),
+        ("@annually", "@yearly"),
     ],
 )
 def test_parse_recurrence_normalizes_cron_when_expression_is_valid(

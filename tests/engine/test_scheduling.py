@@ -299,6 +299,13 @@ async def test_a_schedule_created_again_with_its_timing_keeps_its_next_fire_and_
         ({"every": "86400s"}, {"every": "1D"}, {"every": "1d"}),
         ({"cron": "@DAILY"}, {"cron": "@daily"}, {"cron": "@daily"}),
         ({"cron": "0  3 * * *"}, {"cron": " 0 3 * * * "}, {"cron": "0 3 * * *"}),
+        ({"cron": "0 0 * * MON"}, {"cron": "0 0 * * mon"}, {"cron": "0 0 * * MON"}),
+        ({"cron": "@midnight"}, {"cron": "@daily"}, {"cron": "@daily"}),
+        (
+            {"cron": "0 3 * * *", "timezone": "Etc/UTC"},
+            {"cron": "0 3 * * *", "timezone": "UTC"},
+            {"cron": "0 3 * * *", "timezone": "UTC"},
+        ),
     ],
 )
 async def test_the_same_timing_written_otherwise_keeps_the_next_fire(
@@ -309,6 +316,7 @@ async def test_the_same_timing_written_otherwise_keeps_the_next_fire(
     engine = make_engine(store, noop)
     created = await engine.create_schedule("spelt", "noop", **first)
     assert (created.every, created.cron) == (stored.get("every"), stored.get("cron"))
+    assert created.timezone == stored.get("timezone", "UTC")
     async with store.connection() as conn:  # every engine was down since it was due
         due = await conn.fetchval(
             "UPDATE laneway.schedules SET next_run_at = now() - interval '1 hour'"
@@ -413,9 +421,12 @@ async def test_an_interval_takes_a_name_of_utc_as_utc(store: Store) -> None:
         daily = await engine.create_schedule("daily", "noop", every="1d", timezone=zone)
         assert daily.timezone == "UTC"
         assert daily.next_run_at.astimezone(UTC).time() == datetime.min.time()
-    # A cron expression keeps the name given: it is read in that zone.
+    # A cron expression too: read in any of them, it fires at the same instants as in UTC
+    # (one spelling of one timing, which keeps its next fire when created again)
     nightly = await engine.create_schedule("nightly", "noop", cron="0 3 * * *", timezone="Zulu")
-    assert nightly.timezone == "Zulu"
+    assert nightly.timezone == "UTC"
+    berlin = await engine.create_schedule("b", "noop", cron="0 3 * * *", timezone="Europe/Berlin")
+    assert berlin.timezone == "Europe/Berlin"
 
 
 async def test_a_schedule_stored_with_a_zone_now_refused_still_fires(store: Store) -> None:
