@@ -36,6 +36,8 @@ ELLIPSIS = "…"
 class Abortable(Protocol):
     def abort(self) -> None: ...
 
+    def is_closing(self) -> bool: ...
+
 
 class BoundedSends(AsyncWebSocketAdapter):
     """Strawberry's websocket adapter with every send and close bounded by SEND_TIMEOUT_SECONDS.
@@ -83,6 +85,12 @@ class BoundedSends(AsyncWebSocketAdapter):
             await time_limit.within(send(), seconds)
         except WebSocketDisconnect as exc:
             raise WebSocketDisconnected from exc
+        except RuntimeError as exc:
+            # The server closed it meanwhile (uvicorn's keepalive timeout sends the close
+            # itself): a send after that is refused with a RuntimeError, not a disconnect.
+            if self._transport is not None and self._transport.is_closing():
+                raise WebSocketDisconnected from exc
+            raise
         except time_limit.TimeLimitExceededError:
             await self._drop(seconds)
             raise WebSocketDisconnected from None
@@ -128,4 +136,5 @@ def _connection_transport() -> Abortable | None:
         return None
     server_protocol = inspect.getcoroutinelocals(coroutine).get("self")
     transport = getattr(server_protocol, "transport", None)
-    return transport if callable(getattr(transport, "abort", None)) else None
+    usable = all(callable(getattr(transport, name, None)) for name in ("abort", "is_closing"))
+    return transport if usable else None

@@ -12,10 +12,12 @@ import json
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import pytest
+from strawberry.http.async_base_view import AsyncWebSocketAdapter
+from strawberry.http.exceptions import WebSocketDisconnected
 from websockets.client import ClientProtocol
 from websockets.frames import Frame
 from websockets.http11 import Response
@@ -160,3 +162,48 @@ def test_a_close_reason_is_valid_utf8_of_at_most_123_bytes(reason: str, expected
     cut = websocket_sends.close_reason(reason)
     assert cut == expected
     assert len(cut.encode()) <= websocket_sends.MAX_CLOSE_REASON_BYTES
+
+
+class _ClosedByTheServer(AsyncWebSocketAdapter):
+    """A websocket the server has sent its close on: uvicorn refuses a send after that."""
+
+    def __init__(self) -> None:
+        super().__init__(view=None)  # type: ignore[arg-type]
+
+    def iter_json(self, *, ignore_parsing_errors: bool = False) -> AsyncGenerator[object, None]:
+        raise NotImplementedError
+
+    async def send_json(self, message: Mapping[str, object]) -> None:
+        raise RuntimeError(
+            "Unexpected ASGI message 'websocket.send', after sending 'websocket.close'."
+        )
+
+    async def close(self, code: int, reason: str) -> None:
+        raise NotImplementedError
+
+
+class _Transport:
+    def __init__(self, closing: bool) -> None:
+        self.closing = closing
+
+    def abort(self) -> None:
+        raise AssertionError("not aborted: it is closing already")
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def test_a_send_after_the_server_closed_the_socket_is_a_disconnect_not_an_error() -> None:
+    # A soak audit: after uvicorn's keepalive timeout closed a socket, the next event's send
+    # raised its RuntimeError, which was logged as "event stream failed" (ERROR, a traceback).
+    sends = websocket_sends.BoundedSends(_ClosedByTheServer(), _nothing)
+    sends._transport = _Transport(closing=True)
+    with pytest.raises(WebSocketDisconnected):
+        await sends.send_json({"type": "next"})
+    sends._transport = _Transport(closing=False)  # open: another fault, raised as it is
+    with pytest.raises(RuntimeError):
+        await sends.send_json({"type": "next"})
