@@ -11,6 +11,7 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, date, datetime
 
 import asyncpg
 import pytest
@@ -43,14 +44,39 @@ def server_url() -> Iterator[str]:
         yield url
 
 
-# Session fixtures are synchronous (asyncio.run inside): test event loops are per test.
+class Template:
+    """The migrated database every test clones, made again when the UTC day changes: the
+    migration makes the event log's partitions from its day on, which a clone made on a later
+    day would not start at (a run that goes past midnight)."""
+
+    def __init__(self, server_url: str) -> None:
+        self.server_url = server_url
+        self.name = ""
+        self.day: date | None = None
+
+    async def current(self) -> str:
+        today = datetime.now(UTC).date()
+        if self.day != today:
+            old, self.name = self.name, f"laneway_template_{_worker()}_{uuid.uuid4().hex[:6]}"
+            await create_database(self.server_url, self.name, migrate=True)
+            self.day = today
+            if old:
+                await drop_database(self.server_url, old)
+        return self.name
+
+
 @pytest.fixture(scope="session")
-def template_name(server_url: str) -> Iterator[str]:
-    """A database migrated once, cloned by every test."""
-    name = f"laneway_template_{_worker()}_{uuid.uuid4().hex[:6]}"
-    asyncio.run(create_database(server_url, name, migrate=True))
-    yield name
-    asyncio.run(drop_database(server_url, name))
+def template(server_url: str) -> Iterator[Template]:
+    made = Template(server_url)
+    yield made
+    if made.name:  # synchronous: a session fixture has no event loop of its own
+        asyncio.run(drop_database(server_url, made.name))
+
+
+@pytest.fixture
+async def template_name(template: Template) -> str:
+    """The migrated database of today that tests clone."""
+    return await template.current()
 
 
 @pytest.fixture
