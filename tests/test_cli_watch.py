@@ -21,7 +21,7 @@ import pytest
 from app.examples import countdown, flaky, hello
 from laneway.model import Status
 from laneway.store import Store
-from tests.engine.helpers import make_engine, until_status
+from tests.engine.helpers import eventually, make_engine, until_status
 from tests.test_cli import ROOT, environment, laneway
 
 
@@ -196,6 +196,16 @@ async def test_watch_prints_no_log_line_when_its_listener_connection_is_lost(
     assert all(line.startswith("laneway: ") for line in said), said
 
 
+LISTENER = (
+    "SELECT pid FROM pg_stat_activity"
+    " WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
+)
+LISTENER_ENDED = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+    " WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
+)
+
+
 async def test_a_watch_says_when_it_lost_the_database_and_goes_on_after_it_comes_back(
     database_url: str, store: Store, admin: asyncpg.Connection, server_url: str
 ) -> None:
@@ -213,19 +223,15 @@ async def test_a_watch_says_when_it_lost_the_database_and_goes_on_after_it_comes
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    assert watcher.stdout is not None and watcher.stderr is not None
+    assert watcher.stdout is not None
+    assert watcher.stderr is not None
     database = await admin.fetchval("SELECT current_database()")
-    listener = (
-        "SELECT pid FROM pg_stat_activity"
-        " WHERE application_name LIKE 'laneway-listener-%' AND datname = current_database()"
-    )
     server = await asyncpg.connect(server_url)  # a database's connections are barred from another
     try:
         async with asyncio.timeout(30):
-            while not await admin.fetchval(listener):  # the watch is listening
-                await asyncio.sleep(0.05)
+            await eventually(lambda: admin.fetchval(LISTENER), bool, 30)  # it is listening
             await server.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
-            await admin.execute(f"SELECT pg_terminate_backend(pid) FROM ({listener}) AS l")
+            await admin.execute(LISTENER_ENDED)
             said = (await watcher.stderr.readline()).decode()
             await server.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
             enqueued = await make_engine(store, hello).enqueue("hello", {"name": "back"})
