@@ -53,6 +53,20 @@ async def laneway(
     )
 
 
+async def started_laneway(*args: str, env: Mapping[str, str]) -> asyncio.subprocess.Process:
+    """`laneway ARGS` started, not awaited, its stdout and stderr piped (a watch, a worker)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "laneway",
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
 async def test_export_schema_prints_the_sdl() -> None:
     code, out, _ = await laneway("export-schema", env=environment(None))
     assert code == 0
@@ -209,20 +223,8 @@ async def test_watch_json_prints_one_line_per_event_until_interrupted(database_u
     code, out, err = await laneway("enqueue", "hello", "--params", '{"name": "Wa"}', env=env)
     assert code == 0, err
     instance_id = json.loads(out)["instanceID"]
-    watcher = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "laneway",
-        "watch",
-        "--instance",
-        instance_id,
-        "--after",
-        "0",
-        "--json",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    watcher = await started_laneway(
+        "watch", "--instance", instance_id, "--after", "0", "--json", env=env
     )
     assert watcher.stdout is not None
     try:

@@ -22,7 +22,7 @@ from app.examples import countdown, flaky, hello
 from laneway.model import Status
 from laneway.store import Store
 from tests.engine.helpers import eventually, make_engine, until_status
-from tests.test_cli import ROOT, environment, laneway
+from tests.test_cli import ROOT, environment, laneway, started_laneway
 
 
 async def test_watch_an_instance_replays_shows_progress_and_exits_0_when_completed(
@@ -212,17 +212,7 @@ async def test_a_watch_says_when_it_lost_the_database_and_goes_on_after_it_comes
     # An outside audit: with the database gone, a watch without --url said nothing for as
     # long as it was gone (its hub reconnects by itself), where a --url watch says one line.
     env = environment(database_url)
-    watcher = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "laneway",
-        "watch",
-        "--json",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    watcher = await started_laneway("watch", "--json", env=env)
     assert watcher.stdout is not None
     assert watcher.stderr is not None
     database = await admin.fetchval("SELECT current_database()")
