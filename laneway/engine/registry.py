@@ -9,6 +9,7 @@ of how instances run.
 import importlib
 import os
 import re
+import sysconfig
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -179,12 +180,22 @@ def is_missing(exc: ImportError, module_name: str) -> bool:
 
 
 _PACKAGE_FOLDER = str(Path(__file__).resolve().parent.parent) + os.sep
+# Where the standard library and installed packages live: a frame there is a library's.
+_LIBRARY_FOLDERS = tuple(
+    {
+        os.path.join(sysconfig.get_paths()[key], "")
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    }
+)
 
 
 def error_line(exc: Exception) -> str:
     """`Type: message (file, line N)`: where an import (or a user's factory) failed, for a
-    person to fix it: the innermost frame outside Laneway (a Workflow that Laneway refuses is
-    the user's line that made it, not the check in Laneway that refused it)."""
+    person to fix it: the innermost frame of the user's own code (a Workflow that Laneway
+    refuses is the user's line that made it, not the check in Laneway that refused it; an
+    exception a library raised is the user's line that called it, `json.loads` at module level
+    the module's line, not json's); else the innermost outside Laneway (a user's module that is
+    itself an installed package)."""
     where = ""
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f" ({exc.filename}, line {exc.lineno})"
@@ -192,7 +203,8 @@ def error_line(exc: Exception) -> str:
         frames = traceback.extract_tb(exc.__traceback__)
         # Not Laneway's, nor generated code's (a dataclass's __init__, "<string>")
         theirs = [f for f in frames if not f.filename.startswith((_PACKAGE_FOLDER, "<"))]
-        if frame := (theirs or frames)[-1:]:
+        own = [f for f in theirs if not f.filename.startswith(_LIBRARY_FOLDERS)]
+        if frame := (own or theirs or frames)[-1:]:
             where = f" ({frame[0].filename}, line {frame[0].lineno})"
     message = str(exc.msg if isinstance(exc, SyntaxError) else exc).splitlines()
     return f"{type(exc).__name__}: {message[0] if message else ''}{where}"
