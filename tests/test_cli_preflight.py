@@ -4,6 +4,7 @@ flight; exit 1 when something would be stranded, so it can gate a deploy step.""
 import io
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -46,6 +47,11 @@ async def test_preflight_gates_a_deploy_on_what_it_would_strand(
     assert code == 0, err
     assert "Safe to deploy" in out
     assert "deploy_demo@1" in out
+    # Which files were checked: run from the old code's folder, it would check the old code
+    # (the current folder comes first on the import path), and this line shows it.
+    tests_folder = Path(__file__).parent
+    for module in ("versioned_v1", "versioned_v2"):
+        assert f"tests.{module} ({tests_folder / module}.py)" in " ".join(out.split())
 
 
 async def test_preflight_refuses_code_it_cannot_import(database_url: str) -> None:

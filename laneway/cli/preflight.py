@@ -8,6 +8,7 @@ something would.
 
 import argparse
 import dataclasses
+import sys
 
 from laneway.cli import output
 from laneway.cli.client import EXIT_FAILED, EXIT_OK, JSONObject
@@ -54,6 +55,14 @@ def new_code_specs(args: argparse.Namespace, settings: Settings) -> list[JSONObj
     ]
 
 
+def checked_files(settings: Settings) -> str:
+    """`module (file), …` of the new code's modules, as new_code_specs imported them."""
+    return ", ".join(
+        f"{name} ({getattr(sys.modules.get(name), '__file__', None) or 'no file'})"
+        for name in settings.workflow_modules
+    )
+
+
 def findings_table(findings: list[JSONObject]) -> Listing:
     # The sample ids are the one column never left out (a folded id cannot be copied); the
     # count, the number a deploy gate is about, goes last of the others, the detail first.
@@ -86,11 +95,16 @@ async def preflight(args: argparse.Namespace, settings: Settings) -> int:
         ]
     if args.json:
         output.print_json(findings)
-    elif findings:
-        output.console().print(findings_table(findings))
     else:
-        versions = ", ".join(f"{spec['name']}@{spec['version']}" for spec in specs)
-        output.console().print(
-            f"Safe to deploy: the new code ({versions}) runs every instance in flight."
-        )
+        console = output.console()
+        # Which files were checked: run from the old code's folder, the old code would be (the
+        # current folder comes first on the import path), and a person reading this sees it.
+        console.print(f"The new code: {checked_files(settings)}.", markup=False)
+        if findings:
+            console.print(findings_table(findings))
+        else:
+            versions = ", ".join(f"{spec['name']}@{spec['version']}" for spec in specs)
+            console.print(
+                f"Safe to deploy: the new code ({versions}) runs every instance in flight."
+            )
     return EXIT_FAILED if findings else EXIT_OK
