@@ -97,17 +97,19 @@ MISTAKEN_VARIABLES = {"LANEWAY_DATABASE_URL": "DATABASE_URL"}
 
 
 def unknown_variables(environ: Mapping[str, str]) -> dict[str, str | None]:
-    """Each variable of `environ` that starts with LANEWAY_ and that Laneway does not read,
+    """Each variable of `environ` that starts with LANEWAY_ (in any case: names are
+    case-sensitive, so `laneway_workflows` is not read either) and that Laneway does not read,
     in name order, with the known variable it was likely meant as (None: none is close)."""
     # Compared without the prefix, which every name shares: with it, any name was close. A
     # mistaken name is a candidate too, so a slip of LANEWAY_DATABASE_URL is taken to mean
     # DATABASE_URL, not the closest known name (LANEWAY_TEST_DATABASE_URL).
     candidates = sorted(KNOWN_VARIABLES) + sorted(MISTAKEN_VARIABLES)
     known = {name.removeprefix("LANEWAY_"): name for name in candidates}
+    prefix = len("LANEWAY_")
     unknown: dict[str, str | None] = {}
     for name in sorted(environ):
-        if name.startswith("LANEWAY_") and name not in KNOWN_VARIABLES:
-            close = difflib.get_close_matches(name.removeprefix("LANEWAY_"), known, n=1)
+        if name[:prefix].upper() == "LANEWAY_" and name not in KNOWN_VARIABLES:
+            close = difflib.get_close_matches(name[prefix:].upper(), known, n=1)
             meant = known[close[0]] if close else None
             unknown[name] = MISTAKEN_VARIABLES.get(meant or "", meant)
     return unknown

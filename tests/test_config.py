@@ -239,6 +239,14 @@ def test_unknown_laneway_variables_are_named_with_what_they_were_likely_meant_as
         "LANEWAY_POOLSIZE": "LANEWAY_POOL_SIZE",
         "LANEWAY_XYZZY": None,
     }
+    # Names are case-sensitive: a variable in the wrong case is not read, and says so.
+    assert unknown_variables(
+        {"LANEWAY_database_url": "x", "laneway_workflows": "app", "Laneway_Pool_Size": "4"}
+    ) == {
+        "LANEWAY_database_url": "DATABASE_URL",
+        "Laneway_Pool_Size": "LANEWAY_POOL_SIZE",
+        "laneway_workflows": "LANEWAY_WORKFLOWS",
+    }
     assert unknown_variable_warning("LANEWAY_POOLSIZE", "LANEWAY_POOL_SIZE") == (
         "LANEWAY_POOLSIZE is not a variable Laneway reads: it is ignored"
         " (did you mean LANEWAY_POOL_SIZE?)"
