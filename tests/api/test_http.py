@@ -243,6 +243,17 @@ MALFORMED: list[tuple[str, dict[str, Any], int, str]] = [
         "Unable to parse the request body as JSON: number out of range",
     ),
     (
+        "overflow-int",
+        {
+            "content": b'{"query": "{ workflows { name } }", "variables": {"n": '
+            + b"9" * 400
+            + b"}}",
+            "headers": JSON,
+        },
+        400,
+        "Unable to parse the request body as JSON: number out of range",
+    ),
+    (
         "underflow",
         {
             "content": b'{"query": "{ workflows { name } }", "variables": {"p": {"b": 1e-400}}}',

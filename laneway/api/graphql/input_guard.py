@@ -54,7 +54,7 @@ from strawberry.extensions import SchemaExtension
 from laneway.api.graphql.arguments import parse_event_id, parse_instance_id, parse_parent_id
 from laneway.api.graphql.bulk import MAX_TIME_MS
 from laneway.api.graphql.errors import coded
-from laneway.api.http.strict_json import MAX_JSON_DEPTH, out_of_range
+from laneway.api.http.strict_json import MAX_JSON_DEPTH, int_out_of_range, out_of_range
 from laneway.engine.page_calls import MAX_CURSOR_CHARS, MAX_LIST_LIMIT, MAX_PAGE_SIZE
 from laneway.engine.payloads import text_storable
 from laneway.engine.queue_calls import MAX_HISTORY_MINUTES
@@ -341,6 +341,9 @@ class _Walk:
             _text(node.value, None)
         elif isinstance(node, FloatValueNode):  # a variable's, strict_json refused already
             if out_of_range(node.value, float(node.value)):
+                raise _RefusedError("holds a number out of range")
+        elif isinstance(node, IntValueNode):
+            if int_out_of_range(node.value):
                 raise _RefusedError("holds a number out of range")
         elif isinstance(node, ListValueNode):
             _nesting(depth)

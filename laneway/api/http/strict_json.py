@@ -2,12 +2,15 @@
 
 Owns the rules Python's json module is laxer about: no NaN or Infinity, no duplicate keys, no
 nesting deeper than MAX_JSON_DEPTH, no integers longer than CPython's own digit limit, no
-numbers that overflow to infinity or underflow to 0.0, which would change their value. Pure:
+numbers that overflow to infinity or underflow to 0.0, which would change their value, and no
+integer larger than a double holds (a client that reads numbers as doubles, as JavaScript
+does, could not read it back: `1e309` written out is refused as `1e309` is). Pure:
 text in, a value or json.JSONDecodeError out.
 """
 
 import json
 import math
+import sys
 from typing import Any
 
 MAX_JSON_DEPTH = 64
@@ -18,6 +21,7 @@ than a value, so that the argument guard, whose refusal names the argument, deci
 a value is, the same for a variable as for a literal."""
 MAX_REQUEST_DEPTH = MAX_JSON_DEPTH + ENVELOPE_DEPTH
 MAX_INT_DIGITS = 4300  # CPython's own int_max_str_digits default
+_DOUBLE_INT_DIGITS = len(str(int(sys.float_info.max)))  # 309: fewer always fit a double
 
 
 def parse_refusal(exc: ValueError, what: str) -> str:
@@ -39,7 +43,24 @@ def _reject_constant(name: str) -> object:
 def _parse_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError("integer too long")
+    if int_out_of_range(text):
+        raise ValueError("number out of range")
     return int(text)
+
+
+def int_out_of_range(text: str) -> bool:
+    """True when the integer written `text` is beyond what a double holds (its float would
+    overflow, as `1e309`'s does). Read only when it has the digits to be: 309 or more."""
+    digits = len(text.lstrip("-"))
+    if digits < _DOUBLE_INT_DIGITS:
+        return False
+    if digits > MAX_INT_DIGITS:
+        return True  # CPython would not read it
+    try:
+        float(int(text))
+    except OverflowError:
+        return True
+    return False
 
 
 def out_of_range(text: str, value: float) -> bool:
