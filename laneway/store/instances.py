@@ -227,11 +227,18 @@ class InstanceStore(StoreBase):
             row = await conn.fetchrow(queries.GET_INSTANCE, instance_id)
         return instance_from_row(row) if row else None
 
-    async def waiting_reasons(self, instance_ids: Sequence[UUID]) -> dict[UUID, WaitingReason]:
-        """Why each of these instances is not running, in one statement: the pending and paused
-        ones only (running, terminal and unknown ids are not in the result)."""
+    async def waiting_reasons(
+        self, instance_ids: Sequence[UUID], statuses: Sequence[str] | None = None
+    ) -> dict[UUID, WaitingReason]:
+        """Why each of these instances is not running, in one statement: the pending, paused
+        and waiting ones only (running, terminal and unknown ids are not in the result). With
+        `statuses` (one per id, as a caller read them before), only those still in theirs: a
+        reason is never of a status other than the one shown beside it."""
         async with self._acquire() as conn:
             rows = await conn.fetch(queries.WAITING_REASONS, list(instance_ids))
+        if statuses is not None:
+            shown = dict(zip(instance_ids, statuses, strict=True))
+            rows = [row for row in rows if row["status"] == shown[row["instance_id"]]]
         return {row["instance_id"]: waiting_reason_from_row(row) for row in rows}
 
     async def list_instances(

@@ -427,3 +427,48 @@ async def test_a_page_that_does_not_ask_for_waiting_reasons_opens_no_snapshot(
     page = (await api.ok(PAGE, name=None))["workflowInstances"]
     assert page[0]["waitingReason"]["code"] == "NO_WORKER"
     assert opened == [None]
+
+
+async def test_a_mutations_instance_shows_no_reason_of_a_status_it_does_not_show(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An outside audit: signalWorkflow answered `status: pending` beside AWAITING_SIGNAL, the
+    # reason of the wait the instance reached after the mutation had read its row (a mutation's
+    # instance is read by the write; its reason afterwards, not in one snapshot). Here another
+    # process moves it on to a wait right before the reason is read.
+    query = """mutation { enqueueWorkflow(name: "unserved", idempotencyKey: "once") {
+      created instance { instanceID status waitingReason { code } } } }"""
+    first = (await api.ok(query))["enqueueWorkflow"]
+    assert first["instance"]["waitingReason"] == {"code": "NO_WORKER"}
+    instance_id = first["instance"]["instanceID"]
+    store = api.services.store
+    original = store.waiting_reasons
+    moved: list[UUID] = []
+
+    async def moved_on_first(
+        instance_ids: Sequence[UUID], *statuses: Sequence[str] | None
+    ) -> dict[UUID, WaitingReason]:
+        if not moved:
+            async with store.connection() as conn:  # as a worker's write leaves it
+                await conn.execute(
+                    "UPDATE laneway.instances SET status = 'waiting', wait_signal = 'go',"
+                    " wake_at = now() + interval '1 minute' WHERE instance_id = $1",
+                    UUID(instance_id),
+                )
+            moved.append(UUID(instance_id))
+        return await original(instance_ids, *statuses)
+
+    monkeypatch.setattr(store, "waiting_reasons", moved_on_first)
+
+    again = (await api.ok(query))["enqueueWorkflow"]
+
+    assert moved == [UUID(instance_id)]  # the change happened between the two reads
+    assert again["created"] is False
+    # The row as the mutation read it, and no reason of a status it does not show.
+    assert again["instance"] == {
+        "instanceID": instance_id,
+        "status": "pending",
+        "waitingReason": None,
+    }
+    # The next read shows the change, whole.
+    assert (await api.instance(instance_id))["waitingReason"]["code"] == "AWAITING_SIGNAL"

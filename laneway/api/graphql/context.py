@@ -41,7 +41,9 @@ class LanewayContext:
     authorization: str | None = None  # an HTTP request's Authorization header
     connection_params: dict[str, object] | None = None
     _operations: DataLoader[UUID, list[OperationRecord]] | None = field(default=None, init=False)
-    _waiting: DataLoader[UUID, WaitingReason | None] | None = field(default=None, init=False)
+    _waiting: DataLoader[tuple[UUID, str], WaitingReason | None] | None = field(
+        default=None, init=False
+    )
     _failures: DataLoader[tuple[UUID, int], list[FailureRecord]] | None = field(
         default=None, init=False
     )
@@ -55,7 +57,7 @@ class LanewayContext:
         return self._operations
 
     @property
-    def waiting_reasons(self) -> DataLoader[UUID, WaitingReason | None]:
+    def waiting_reasons(self) -> DataLoader[tuple[UUID, str], WaitingReason | None]:
         """The waiting-reasons loader, built when a response first selects `waitingReason`:
         a page's reasons come from one query. Uncached, as the operations loader."""
         if self._waiting is None:
@@ -89,12 +91,16 @@ def operations_loader(services: Services) -> DataLoader[UUID, list[OperationReco
     return DataLoader(load_fn=load, cache=False)
 
 
-def waiting_reasons_loader(services: Services) -> DataLoader[UUID, WaitingReason | None]:
-    """Batches the `waitingReason` of every instance in one response into one query (None
-    for an instance that has none: it started or ended meanwhile)."""
+def waiting_reasons_loader(
+    services: Services,
+) -> DataLoader[tuple[UUID, str], WaitingReason | None]:
+    """Batches the `waitingReason` of every instance in one response into one query, each
+    asked with the status shown beside it (None for an instance that has none, or that moved
+    to another status meanwhile: it started, ended, or went on to a wait)."""
 
-    async def load(instance_ids: Sequence[UUID]) -> list[WaitingReason | None]:
-        found = await services.store.waiting_reasons(instance_ids)
+    async def load(keys: Sequence[tuple[UUID, str]]) -> list[WaitingReason | None]:
+        instance_ids = [instance_id for instance_id, _ in keys]
+        found = await services.store.waiting_reasons(instance_ids, [s for _, s in keys])
         return [found.get(instance_id) for instance_id in instance_ids]
 
     return DataLoader(load_fn=load, cache=False)

@@ -268,7 +268,7 @@ class WorkflowInstanceStatus:
             return None
         found = self.reason  # read in the row's snapshot, so both show one moment
         if not self.reason_read:  # read after the row: it may have moved on (then null)
-            found = await laneway_of(info.context).waiting_reasons.load(self.uuid)
+            found = await laneway_of(info.context).waiting_reasons.load((self.uuid, self.status))
         return WaitingReason.from_record(found) if found is not None else None
 
     @strawberry.field(  # type: ignore[untyped-decorator]
