@@ -89,6 +89,11 @@ async def test_instances_refuses_what_a_page_cannot_select(way: str, database_ur
                 " names for the next page)\n",
             ),
             (("--filter", "status=done"), "laneway: --filter status= must be one of pending,"),
+            # An empty value matches nothing: `--filter key=$KEY` with KEY unset (an audit).
+            *(
+                (("--filter", f"{key}="), f"laneway: --filter {key}= needs a value\n")
+                for key in ("name", "queue", "status", "key", "version", "parent")
+            ),
             (
                 ("--filter", "colour=red"),
                 "laneway: --filter takes KEY=VALUE with KEY one of name, queue, status, key,"

@@ -76,8 +76,8 @@ def parse_filter(pairs: list[str], keys: Collection[str] = tuple(FILTER_FIELDS))
     """The InstanceFilter input of --filter KEY=VALUE pairs, of the `keys` a command takes.
 
     Raises:
-        CommandError: an unknown key, no `=`, a key given twice (but status), a time that is
-            not ISO or a parent that is not an instance id (exit 2).
+        CommandError: an unknown key, no `=`, an empty value, a key given twice (but status),
+            a time that is not ISO or a parent that is not an instance id (exit 2).
     """
     where: JSONObject = {}
     for pair in pairs:
@@ -88,6 +88,8 @@ def parse_filter(pairs: list[str], keys: Collection[str] = tuple(FILTER_FIELDS))
                 f"--filter takes KEY=VALUE with KEY one of {', '.join(keys)}, not {pair!r}",
                 EXIT_USAGE,
             )
+        if not value:  # matches nothing: `key=$KEY` with KEY unset, most likely
+            raise CommandError(f"--filter {key}= needs a value", EXIT_USAGE)
         if key == "status":
             where.setdefault(field, []).append(value)
             continue
