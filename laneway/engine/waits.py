@@ -269,7 +269,9 @@ def check_expiry(then: str, default_input: JSONValue, schema: JSONValue, where: 
         try:
             validate_input(schema, default_input, label=None)
         except InputRejectedError as exc:
-            raise InvalidInputError(f"{where}: the expiry's default input is {exc}") from None
+            raise InvalidInputError(
+                f"{where}: the expiry's default input does not match: {exc}"
+            ) from None
     elif default_input is not None:
         raise InvalidInputError(f"{where}: only an expiry that resumes takes an input")
 

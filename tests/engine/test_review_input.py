@@ -191,7 +191,10 @@ def test_bad_schemas_and_expiries_are_refused_where_they_are_made() -> None:
         Pause("decide", "next", input_schema={"type": "no-such-type"})
     with pytest.raises(InvalidInputError, match="must be a JSON Schema object"):
         Pause("decide", "next", input_schema=["not", "a", "schema"])
-    with pytest.raises(InvalidInputError, match="default input"):
+    with pytest.raises(
+        InvalidInputError,
+        match="the expiry's default input does not match: input rejected by the input schema",
+    ):
         Pause(
             "decide", "next", input_schema=SCHEMA, timeout_seconds=5, on_expiry=OnExpiry("resume")
         )
