@@ -1,14 +1,14 @@
 """Errors Laneway raises on purpose.
 
 LanewayError
-├── NotFoundError        unknown instance, schedule, queue or workflow
-├── InvalidInputError    params rejected, bad interval or cron, limit out of range
+├── NotFoundError        unknown instance, schedule or queue
+├── InvalidInputError    params rejected, unknown workflow, bad interval or cron, limit out of range
 │   ├── InputRejectedError  a resume's input failed its checkpoint's input schema
 │   └── OwnerIdInUseError   an engine's owner id is held by another live process (at start)
 ├── ConflictError        action not allowed in the instance's current status
 ├── BulkStoppedError     a bulk action stopped at its time, part done (run it again)
 ├── LeaseLostError       a runner's write was fenced out (internal, never user-facing)
-├── MigrationsMissingError  the installation carries no migration files (internal)
+├── MigrationsMissingError  the installation carries no migration files (at migrate or start)
 ├── MigrationsPendingError  the database lacks migrations of this Laneway, left unapplied (internal)
 ├── MigrationFailedError  the database refused a migration's SQL (at migrate or start)
 └── DatabaseNewerError   a newer Laneway migrated the database (before start, or while running)

@@ -46,7 +46,14 @@ async def open_services(
     `laneway-<role>-<owner id>` (or `laneway-listener-<owner id>`) in pg_stat_activity, and
     a running engine shows in the workers registry with this role: "worker" unless the
     caller is the HTTP service ("serve", api/lifespan.py) or a CLI command ("cli"). An engine
-    run as a library is a worker.
+    run as a library is a worker. The database is migrated first, as `migrate` does.
+
+    Raises:
+        InvalidInputError: a workflow module cannot be imported, two workflows share a name
+            and version, or a template is wired wrong.
+        DatabaseNewerError: a newer Laneway migrated the database.
+        MigrationFailedError: the database refused a migration's SQL.
+        MigrationsMissingError: this installation carries no migration files.
     """
     registry = WorkflowRegistry.from_modules(settings.workflow_modules)
     for workflow in workflows:

@@ -108,7 +108,9 @@ def test_every_error_the_engine_documents_is_exported() -> None:
         and inspect.isfunction(helper)
         and helper.__module__ == testing.__name__
     ]
-    for name, method in [*public_methods(), *utilities, *helpers]:
+    # And what a program that embeds it calls first: open_services and migrate.
+    entries = [(f"laneway.{f.__name__}", f) for f in (laneway.open_services, laneway.migrate)]
+    for name, method in [*public_methods(), *utilities, *helpers, *entries]:
         text = inspect.getdoc(method) or ""
         for raised in re.findall(r"^\s*(\w+Error)\b:|raises? (\w+Error)\b", text, re.M):
             documented.setdefault(next(n for n in raised if n), name)
@@ -116,6 +118,7 @@ def test_every_error_the_engine_documents_is_exported() -> None:
     assert "LockUnavailableError" in documented  # engine.locks's too
     assert "HandlerTimeoutError" in documented  # and the handler utilities'
     assert "NotAwaitableError" in documented  # and laneway.testing's
+    assert "MigrationFailedError" in documented  # and open_services's and migrate's
     ours = {
         name: where
         for name, where in documented.items()

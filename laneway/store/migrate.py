@@ -208,6 +208,8 @@ async def migrate(database_url: str) -> MigrationReport:
     Raises:
         MigrationsMissingError: this installation carries no migration files.
         DatabaseNewerError: a newer Laneway migrated the database.
+        MigrationFailedError: the database refused a migration's SQL (nothing of that one is
+            applied; those before it stay applied).
     """
     shipped = migrations()  # refuse before touching the database
     conn = await connect(database_url, timeouts=MIGRATION_TIMEOUTS)
