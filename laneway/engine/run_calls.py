@@ -125,7 +125,9 @@ class RunCalls:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Self]:
         """Run the engine's loop in the background for the duration of the block. An error
-        of the block, or of the loop, comes out as itself (errors.raised_alone).
+        of the block, or of the loop, comes out as itself (errors.raised_alone). Leaving the
+        block, however it is left, stops as `run` does when told to: the steps in flight may
+        finish within the shutdown grace, then the rest are handed back (skip_drain: at once).
 
         Raises:
             RuntimeError: the engine is running already (refused before the block starts).
