@@ -3,21 +3,19 @@ the instance's where it carries one, and is kept where it does not (migration 00
 group commit as the release before sends it still works on the migrated schema, also from a
 connection that prepared it before the migration (a process of 0.3.8 during a rollout)."""
 
-import uuid
 from collections.abc import AsyncIterator, Sequence
 
-import asyncpg
 import pytest
 
 from laneway.engine import EnqueueRequest
 from laneway.model import InstanceRecord, Status
 from laneway.store import Store, open_store, queries
-from laneway.store.databases import database_url_for
 from laneway.store.leases import runner_batch_args
-from laneway.store.migrate import apply_migrations, migrations
+from laneway.store.migrate import apply_migrations
 from laneway.store.pool import connect
 from laneway.writes import CheckpointWrite, FailWrite, RunnerWrite
 from tests.engine.helpers import make_engine
+from tests.store.schema_before import database_before
 from tests.workflows import noop
 
 OWNER = "failure-writes-test"
@@ -104,20 +102,8 @@ async def test_a_failure_sets_the_report_it_carries_and_keeps_the_instances_othe
 @pytest.fixture
 async def before_reports_url(server_url: str) -> AsyncIterator[str]:
     """A database migrated up to the migration before 0036."""
-    name = f"r_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        url = database_url_for(server_url, name)
-        conn = await connect(url)
-        try:
-            await apply_migrations(conn, [m for m in migrations() if m.name < REPORTS])
-        finally:
-            await conn.close()
+    async with database_before(server_url, REPORTS) as url:
         yield url
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def test_the_old_group_commit_prepared_before_the_migration_works_after_it(
