@@ -99,11 +99,19 @@ class FailWrite:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperationsWrite:
     """Operation outcomes alone, while the step that ran them goes on (a parallel stage's
-    operations that finished before their siblings, a sequence's before the next starts)."""
+    operations that finished before their siblings, a sequence's before the next starts).
+
+    `stage`, `progress` and `message`: the running stage's report as of this write, which
+    replaces the instance's unless the batch holds a step write of the instance (whose report
+    wins); None keeps the instance's.
+    """
 
     instance_id: UUID
     epoch: int
     operations: tuple[OperationOutcome, ...]
+    stage: str | None = None
+    progress: float | None = None
+    message: str | None = None
 
 
 StepWrite: TypeAlias = CheckpointWrite | CompleteWrite | FailWrite

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 
 def version_line() -> str:
-    """`laneway 0.3.11 (newest migration 0036_…)`: the line --version prints."""
+    """`laneway 0.3.11 (newest migration 0037_…)`: the line --version prints."""
     from laneway import __version__
     from laneway.errors import MigrationsMissingError
     from laneway.store.migrate import migrations

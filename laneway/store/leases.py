@@ -35,7 +35,13 @@ from laneway.store.rows import (
     transition_from_row,
 )
 from laneway.store.schedules import skipped_columns
-from laneway.writes import CheckpointWrite, CompleteWrite, FailWrite, RunnerWrite
+from laneway.writes import (
+    CheckpointWrite,
+    CompleteWrite,
+    FailWrite,
+    OperationsWrite,
+    RunnerWrite,
+)
 
 DEFAULT_MAX_RECOVERIES = 3  # lost workers tolerated per instance before it is dead-lettered
 RELEASED_AT_SHUTDOWN = "released: worker shutting down"
@@ -272,6 +278,16 @@ def runner_batch_args(
     checkpoints = [w for w in writes if isinstance(w, CheckpointWrite)]
     completions = [w for w in writes if isinstance(w, CompleteWrite)]
     failures = [w for w in writes if isinstance(w, FailWrite)]
+    # One report per instance, the latest (a batch may hold two writes of one instance's
+    # outcomes: one written in the background, then the next before it was sent). Where the
+    # batch holds the instance's step write, the statement leaves the instance to that one.
+    reports = list(
+        {
+            w.instance_id: w
+            for w in writes
+            if isinstance(w, OperationsWrite) and w.stage is not None
+        }.values()
+    )
     return (
         owner_id,
         lease_seconds,
@@ -309,6 +325,11 @@ def runner_batch_args(
         _column([w.trace for w in completions]),
         _column([w.progress for w in failures]),
         _column([w.report for w in failures]),
+        _column([w.instance_id for w in reports]),
+        _column([w.epoch for w in reports]),
+        _column([w.stage for w in reports]),
+        _column([w.progress for w in reports]),
+        _column([w.message for w in reports]),
     )
 
 

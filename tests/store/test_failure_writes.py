@@ -21,10 +21,13 @@ from tests.workflows import noop
 OWNER = "failure-writes-test"
 REPORTS = "0036_failed_report_on_the_instance"
 
-# The group commit as 0.3.8 sends it: the functions' arguments without the failure reports.
-OLD_BATCH = queries.WRITE_RUNNER_BATCH.replace(", $35, $36) AS w", ") AS w")
+# The group commit as 0.3.8 sends it: the functions' arguments without the failure reports
+# (nor the running stages' reports of 0037).
+OLD_BATCH = queries.WRITE_RUNNER_BATCH.replace(
+    ", $35, $36, $37, $38, $39, $40, $41) AS w", ") AS w"
+)
 OLD_BATCH_AND_CLAIM = queries.WRITE_RUNNER_BATCH_AND_CLAIM.replace(
-    "$37, $38, $35, $36) AS w", "$35, $36) AS w"
+    "$42, $43, $35, $36, $37, $38, $39, $40, $41) AS w", "$35, $36) AS w"
 )
 OLD_ARGS = 34
 

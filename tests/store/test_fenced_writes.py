@@ -84,8 +84,8 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
                 f"array_fill('{{}}'::text, ARRAY[{BATCH}]), ARRAY[{epochs}]::bigint[], "
                 "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', "
                 # the completions' stages and messages, no operation rows (nor their fix
-                # cycles), no span contexts, no failures' reports
-                + ", ".join(["'{}'"] * 20)
+                # cycles), no span contexts, no failures' reports, no running stages' reports
+                + ", ".join(["'{}'"] * 25)
                 + ")"
             )
             completed = await conn.fetchval(
@@ -103,5 +103,5 @@ async def test_the_group_commit_plan_reads_its_batch_once(store: Store, backlog:
         for node in _nodes(explained["Plan"])
         if node["Node Type"] == "Function Scan"
     ]
-    # checkpoints, failures and operation rows (none), completions
-    assert sorted(read) == [0, 0, 0, BATCH]
+    # checkpoints, failures, operation rows and running stages' reports (none), completions
+    assert sorted(read) == [0, 0, 0, 0, BATCH]

@@ -113,7 +113,10 @@ SELECT {INSTANCE_COLUMNS}, {_DRAWN} AS last_event_id
 # handler map, or a template lost before any operation outcome of its was written, keeps the
 # stage its last report gave. A stage moved on drops the status line, which named the stage
 # before ("s1: 2 of 2 operations done"); the progress stays, as the stage before ended where
-# this one begins.
+# this one begins. A stage with operation outcomes written while it ran reported itself with
+# them (migration 0037): its name is the stage already, and its status line and progress stay,
+# as far as it got ("s2: 1 of 2 operations done"), which its operation rows keep (its next run
+# reuses them).
 RECOVER_EXPIRED_LEASES = """
 WITH expired AS (
     SELECT instance_id
@@ -271,7 +274,10 @@ RETURNING i.instance_id, i.name, i.queue, i.status, i.attempts
 # $33 the checkpoints' and $34 the completions' spans' trace contexts (W3C traceparent, NULL:
 #   none), kept only by an instance that has none (its enqueue was not traced);
 # $35 the failed attempts' progress (float8[]) and $36 their status lines: a template's stage's
-#   report where it failed (NULL: keep the instance's, as a handler map's failure does).
+#   report where it failed (NULL: keep the instance's, as a handler map's failure does);
+# the reports of template stages still running, carried by their operation outcomes (one per
+#   instance; NULL: none): $37 instance ids, $38 lease epochs, $39 stages, $40 progress
+#   (float8[]), $41 status lines.
 # The group commit of many runners' writes, fenced by owner and lease epoch: one call, one
 # round trip, one transaction; one row per applied write. The statement is a function
 # (laneway/store/sql/functions.sql says what each write does) so that it is planned once per
@@ -287,9 +293,10 @@ _BATCH_ARGS = ", ".join(
     + [f"o.{column}" for column in ("positions", "types", "statuses", "attempts", "errors")]
     + [f"o.{column}" for column in ("data", "metadata", "seconds", "ago")]
     + ["$33", "$34", "o.fix_cycles"]
-)  # in laneway.write_runner_batch's order, then its failure reports (_REPORT_ARGS)
-# The function's last two parameters (0036), after the claim's in write_runner_batch_and_claim.
-_REPORT_ARGS = "$35, $36"
+)  # in laneway.write_runner_batch's order, then its reports (_REPORT_ARGS)
+# The function's last parameters (0036's two, 0037's five), after the claim's in
+# write_runner_batch_and_claim.
+_REPORT_ARGS = "$35, $36, $37, $38, $39, $40, $41"
 _OUTCOMES = """
 (SELECT array_agg((u ->> 0)::uuid) AS instance_ids, array_agg((u ->> 1)::bigint) AS epochs,
         array_agg((u ->> 2)::uuid) AS operation_ids, array_agg(u ->> 3) AS stages,
@@ -308,7 +315,7 @@ SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.sta
        laneway.write_runner_batch({_BATCH_ARGS}, {_REPORT_ARGS}) AS w
 """
 
-# The 36 above, then $37 the run keys registered here ('name@version', text[]) and $38 at most
+# The 41 above, then $42 the run keys registered here ('name@version', text[]) and $43 at most
 # this many instances to claim: the group commit and, in its transaction, the claim of the
 # room it freed (laneway/store/sql/functions.sql). The batch's rows first (`claimed` NULL),
 # then one row per claimed instance (`claimed` its row); each with its doorbell's event id.
@@ -316,7 +323,7 @@ WRITE_RUNNER_BATCH_AND_CLAIM = f"""
 SELECT w.instance_id, w.name, w.queue, w.status, w.attempts, w.last_error, w.stage,
        w.checkpoint, w.last_event_id, w.claimed
   FROM {_OUTCOMES.strip()},
-       laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $37, $38, {_REPORT_ARGS}) AS w
+       laneway.write_runner_batch_and_claim({_BATCH_ARGS}, $42, $43, {_REPORT_ARGS}) AS w
 """
 
 # $1 keep finished instances this many seconds, $2 at most this many instances

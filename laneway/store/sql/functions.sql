@@ -678,7 +678,7 @@ $$;
 -- laneway.write_runner_batch(): the group commit of many runners' writes (0010; events 0011;
 -- waits 0016; failures and attempt budgets 0017; traces 0018; operations 0021; answers 0026;
 -- a failure's stage on the instance 0032; the first traced step's context 0033; operations'
--- fix cycles 0034; a failure's report on the instance 0036).
+-- fix cycles 0034; a failure's report on the instance 0036; a running stage's report 0037).
 -- Parameters, in order: $1 owner id, $2 lease seconds, $3 the event-append advisory lock key;
 -- checkpoints $4..$13 (ids, states, next actions, next params, progress, messages, stages,
 -- pause labels (NULL: keep running), lease epochs, attempts for their events); completions
@@ -699,6 +699,13 @@ $$;
 -- by its checkpoints only). Both default to NULL, so a call without them (a process of 0.3.8 or
 -- earlier, still running while a rollout migrates) resolves to this function and keeps the
 -- instance's.
+-- Then (0037) the reports of template stages still running, one per instance (the latest of
+-- the batch's writes of its operation outcomes): instance ids, lease epochs, stages, progress
+-- and status lines. Each replaces the instance's stage, progress and message (NULL: keep) and
+-- its updated_at, as a checkpoint's report does, with no event; fenced as every write, and
+-- skipped for an instance whose checkpoint, completion or failed attempt is in the batch,
+-- whose own report wins. All five default to NULL (none), so that a call without them (a
+-- process of 0.3.10 or earlier) resolves to this function and keeps the instance's report.
 -- Every write is fenced by (owner, lease epoch); a write that matches nothing returns no row.
 -- A checkpoint saves state and the next action and renews the lease, or parks the instance
 -- (no owner, no lease): paused with a pause label, waiting with a wait (a sleep or a wait for a
@@ -764,7 +771,12 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch(
     p_completion_traces text[],
     p_operation_fix_cycles integer[],
     p_failure_progress double precision[] DEFAULT NULL,
-    p_failure_report_messages text[] DEFAULT NULL
+    p_failure_report_messages text[] DEFAULT NULL,
+    p_report_ids uuid[] DEFAULT NULL,
+    p_report_epochs bigint[] DEFAULT NULL,
+    p_report_stages text[] DEFAULT NULL,
+    p_report_progress double precision[] DEFAULT NULL,
+    p_report_messages text[] DEFAULT NULL
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -892,6 +904,29 @@ BEGIN
                fix_cycle = EXCLUDED.fix_cycle
         RETURNING o.instance_id
     ),
+    reported AS (
+        -- The running stage's report (0037), carried by its operations' outcomes written
+        -- while it runs: fenced as the writes are, and left to the step's own write where the
+        -- instance has one here (its report wins, and one statement cannot update a row
+        -- twice). No event: a report is not a step of the instance's lifecycle.
+        UPDATE laneway.instances AS i
+           SET stage = COALESCE(u.stage, i.stage),
+               progress = COALESCE(u.progress, i.progress),
+               message = COALESCE(u.message, i.message),
+               updated_at = now()
+          FROM (SELECT u.*, $1 AS owner
+                  FROM unnest($50, $51, $52, $53, $54)
+                       AS u (instance_id, epoch, stage, progress, message)
+                OFFSET 0) AS u
+         WHERE i.instance_id = ANY($50)
+           AND i.instance_id = u.instance_id
+           AND i.owner_id = u.owner
+           AND i.lease_epoch = u.epoch
+           AND i.instance_id <> ALL($4)
+           AND i.instance_id <> ALL($14)
+           AND i.instance_id <> ALL($18)
+        RETURNING i.instance_id
+    ),
     recorded AS (
         -- Every failed attempt keeps its exception, for `failures` (0017).
         INSERT INTO laneway.failures
@@ -934,6 +969,7 @@ BEGIN
          WHERE (SELECT count(*) FROM unlocked) >= 0
            AND (SELECT count(*) FROM recorded) >= 0
            AND (SELECT count(*) FROM operated) >= 0
+           AND (SELECT count(*) FROM reported) >= 0
         HAVING count(*) > 0
     )
     -- An instance with operation rows and no other write here answers as it was (running);
@@ -957,9 +993,9 @@ $$;
 -- laneway.write_runner_batch_and_claim(): a group commit that frees room, and the claim of that
 -- room, in one round trip and one transaction (0024). The batch's arguments are those of
 -- laneway.write_runner_batch(), then the run keys registered here and how many instances this
--- process may take (0: none, the commit alone), then the failed attempts' reports (0036: last,
--- with their defaults, so that a call without them, from a process of 0.3.8 or earlier, still
--- resolves). The claim's statements come after the batch's in the same transaction, so the
+-- process may take (0: none, the commit alone), then the failed attempts' reports (0036) and the
+-- running stages' reports (0037): last, with their defaults, so that a call without them, from
+-- a process of an earlier release, still resolves. The claim's statements come after the batch's in the same transaction, so the
 -- room the batch freed is there for them; both append their events and ring their own
 -- doorbell. The batch's rows come first, each with the event id its doorbell rang with and no
 -- `claimed`; then one row per claimed instance, with its id and the instance row as
@@ -1019,7 +1055,12 @@ CREATE OR REPLACE FUNCTION laneway.write_runner_batch_and_claim(
     p_names text[],
     p_limit integer,
     p_failure_progress double precision[] DEFAULT NULL,
-    p_failure_report_messages text[] DEFAULT NULL
+    p_failure_report_messages text[] DEFAULT NULL,
+    p_report_ids uuid[] DEFAULT NULL,
+    p_report_epochs bigint[] DEFAULT NULL,
+    p_report_stages text[] DEFAULT NULL,
+    p_report_progress double precision[] DEFAULT NULL,
+    p_report_messages text[] DEFAULT NULL
 ) RETURNS TABLE (
     instance_id uuid,
     name text,
@@ -1053,7 +1094,8 @@ BEGIN
                p_operation_statuses, p_operation_attempts, p_operation_errors,
                p_operation_data, p_operation_metadata, p_operation_seconds, p_operation_ago,
                p_checkpoint_traces, p_completion_traces, p_operation_fix_cycles,
-               p_failure_progress, p_failure_report_messages) AS w;
+               p_failure_progress, p_failure_report_messages, p_report_ids, p_report_epochs,
+               p_report_stages, p_report_progress, p_report_messages) AS w;
     IF p_limit > 0 AND cardinality(p_names) > 0 THEN
         RETURN QUERY
         SELECT NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
