@@ -7,10 +7,12 @@ handler, and that is where users import it.
 """
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+from laneway.engine.context import StageReport
 from laneway.engine.payloads import encode_json
 from laneway.engine.requests import check_signal, child_key
 from laneway.model import JSONValue, LockRecord, OperationRecord
@@ -41,8 +43,9 @@ class FakeTools:
 
     Behaves like the engine's: a child is enqueued once per (workflow, key), a signal with
     an idempotency key is sent once per (instance, key), an operation is recorded once per
-    (stage, position), and a lock is taken when it is free, expired or
-    already this instance's, with a fencing token that grows on every acquisition.
+    (stage, position), with its stage's report as of then kept in `report`, and a lock is
+    taken when it is free, expired or already this instance's, with a fencing token that grows
+    on every acquisition.
     """
 
     def __init__(self, instance_id: UUID) -> None:
@@ -51,6 +54,9 @@ class FakeTools:
         self.children: list[EnqueuedChild] = []
         self.signals: list[SentSignal] = []
         self.locks: dict[tuple[str, str], LockRecord] = {}
+        # The running stage's report (stage, progress, status line) as its last recorded
+        # operation left it; None until an operation is recorded with one.
+        self.report: StageReport | None = None
         self._last_token = 0
 
     async def finished_operations(self) -> list[OperationRecord]:
@@ -63,7 +69,10 @@ class FakeTools:
         seconds: float,
         encoded: tuple[str, str] | None = None,
         carried: bool = False,
+        report: Callable[[], StageReport] | None = None,
     ) -> None:
+        """Record the operation at once, as if written on its own: with the stage's report as
+        of then in `report` (the engine writes it to the instance with the outcome)."""
         if encoded is None:
             encode_json(operation.data, what="operation data")
             encode_json(operation.metadata, what="operation metadata")
@@ -72,6 +81,8 @@ class FakeTools:
         key = (operation.stage, operation.position)
         self.operations = [o for o in self.operations if (o.stage, o.position) != key]
         self.operations.append(recorded)
+        if report is not None:
+            self.report = report()
 
     async def write_operations(self) -> None:
         """Recorded at once here: nothing is kept back."""

@@ -35,8 +35,13 @@ from laneway.engine import (
 from laneway.engine.context import NotAwaitableError
 from laneway.engine.decorators import with_error_boundary
 from laneway.engine.template_interpreter import (
+    Operation,
     OperationContext,
+    OperationRegistry,
     OperationResult,
+    Stage,
+    Template,
+    compile_template,
     completed,
     failed,
     operation_id_for,
@@ -395,6 +400,41 @@ async def test_fake_tools_keep_one_operation_per_stage_and_position() -> None:
     assert recorded.status == "completed"
     assert recorded.started_at is not None
     assert recorded.finished_at is not None
+
+
+async def test_fake_tools_keep_the_running_stages_report_as_each_operation_left_it() -> None:
+    # What the engine writes to the instance with an outcome written while the stage runs.
+    tools = FakeTools(uuid.uuid4())
+    seen: list[object] = []
+
+    async def work(ctx: OperationContext) -> OperationResult:
+        seen.append(tools.report)
+        return completed() if ctx.operation_type == "work" else failed("refused")
+
+    template = Template(
+        type="reported",
+        stages=[
+            Stage(
+                name="analyze",
+                operations=[
+                    Operation(type="work"),
+                    Operation(type="optional", critical=False, max_attempts=1),
+                    Operation(type="work"),
+                ],
+            )
+        ],
+    )
+    workflow = compile_template(template, OperationRegistry({"work": work, "optional": work}))
+    await run_handler(workflow.handlers["analyze"], {}, tools=tools)
+    assert seen == [
+        None,
+        ("analyze", pytest.approx(1 / 3), "analyze: 1 of 3 operations done"),
+        ("analyze", pytest.approx(1 / 3), "analyze: 1 of 3 operations done (1 failed)"),
+    ]
+    assert tools.report is not None
+    stage, progress, message = tools.report
+    assert (stage, message) == ("analyze", "analyze: 2 of 3 operations done (1 failed)")
+    assert progress == pytest.approx(2 / 3)
 
 
 # -- the plugin: a throwaway database and engines driven by tick() --------------------------------

@@ -5,6 +5,7 @@ progress reporting. Does no I/O; the runner reads what the handler left here.
 """
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 from uuid import UUID
@@ -25,6 +26,9 @@ from laneway.errors import InvalidInputError
 from laneway.model import JSONValue, LockRecord, OperationRecord
 
 MAX_REPORT_MESSAGE_CHARS = 500  # a report()'s status line is cut here (shown in every list)
+
+StageReport = tuple[str, float, str]
+"""A template stage's report while it runs: its name, progress (0..1) and status line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +151,15 @@ class InstanceTools(Protocol):
         seconds: float,
         encoded: tuple[str, str] | None = None,
         carried: bool = False,
+        report: Callable[[], StageReport] | None = None,
     ) -> None:
         """Record one finished operation: kept until the instance's next write carries it, or
         written soon after on its own (write_operations). `encoded`: its data and metadata
         as JSON text already (else they are encoded here). `carried`: the caller writes
         before anything waits (a sequence's next operation, the step's own write), so no
-        write of its own is scheduled."""
+        write of its own is scheduled. `report`: the running stage's report, asked when an
+        outcome is written on its own (the step's own write carries the step's report), which
+        that write then carries to the instance too."""
         ...
 
     async def write_operations(self) -> None:

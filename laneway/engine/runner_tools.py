@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from laneway.engine.committer import Committer
+from laneway.engine.context import StageReport
 from laneway.engine.observer import EngineObserver
 from laneway.engine.payloads import encode_json
 from laneway.engine.record_builders import builder
@@ -49,9 +50,11 @@ class RunnerTools:
     written on their own through the group commit: before the next operation of a sequence
     starts, or OPERATION_WRITE_DELAY_SECONDS after they finished unless the caller said its
     next write carries them (`carried`: a sequence, whose next write comes before anything
-    waits; a parallel stage's siblings run on, so its outcomes get the timer). The finished
-    operations are read once per run (never for a new instance, which has none) and kept up
-    to date here.
+    waits; a parallel stage's siblings run on, so its outcomes get the timer). A write of
+    outcomes on their own also carries the running stage's report as of then (its `report`),
+    so that the instance shows how far the stage got while it runs. The finished operations
+    are read once per run (never for a new instance, which has none) and kept up to date
+    here.
     """
 
     def __init__(
@@ -76,6 +79,9 @@ class RunnerTools:
             {} if record.attempts == 1 else None
         )
         self._unwritten: list[OperationOutcome] = []
+        # The running stage's report, asked only when outcomes are written on their own: a
+        # stage whose outcomes its step's write carries (the usual) never makes one here.
+        self._report: Callable[[], StageReport] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None
 
@@ -92,6 +98,7 @@ class RunnerTools:
         seconds: float,
         encoded: tuple[str, str] | None = None,
         carried: bool = False,
+        report: Callable[[], StageReport] | None = None,
     ) -> None:
         if encoded is None:
             encoded = (
@@ -110,6 +117,8 @@ class RunnerTools:
         )
         if self._finished is not None:
             self._finished[(operation.stage, operation.position)] = operation
+        if report is not None:
+            self._report = report
         self._observer.operation_finished(self._name, operation.type, operation.status, seconds)
         if self._timer is None and not carried:
             self._timer = asyncio.get_running_loop().call_at(
@@ -120,11 +129,19 @@ class RunnerTools:
         """Write the outcomes kept so far now (raises LeaseLostError when the lease is gone)."""
         if not self._unwritten:
             return
+        # The stage's report as of now, which counts every outcome recorded so far: the
+        # instance shows how far the running stage got, not the stage before's end.
+        stage, progress, message = (None, None, None) if self._report is None else self._report()
         outcomes = self._take()
         try:
             await self._committer.write(
                 OperationsWrite(
-                    instance_id=self._instance_id, epoch=self._epoch, operations=outcomes
+                    instance_id=self._instance_id,
+                    epoch=self._epoch,
+                    operations=outcomes,
+                    stage=stage,
+                    progress=progress,
+                    message=message,
                 )
             )
         except LeaseLostError:
@@ -138,6 +155,7 @@ class RunnerTools:
         them that is in flight, which must not come after the step's)."""
         if self._writing is not None:
             await asyncio.wait([self._writing])
+        self._report = None  # the step reports for itself; the next stage brings its own
         return self._take()
 
     def _take(self) -> tuple[OperationOutcome, ...]:

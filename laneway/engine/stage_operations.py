@@ -1,7 +1,8 @@
 """A template stage's operations, one at a time: the attempts of each (with its timeout,
-retry delay and span), its record (completed, failed or skipped) and the stage's count of
-settled operations. The base of stage_run.py's _StageRun, which decides what runs when (in
-sequence or in parallel, fix cycles, checkpoints); attempt() itself is operation_attempt.py's.
+retry delay and span), its record (completed, failed or skipped), the stage's count of
+settled operations and the report made of it. The base of stage_run.py's _StageRun, which
+decides what runs when (in sequence or in parallel, fix cycles, checkpoints); attempt() itself
+is operation_attempt.py's.
 """
 
 import asyncio
@@ -10,7 +11,7 @@ import logging
 import time
 
 from laneway.engine import tracing
-from laneway.engine.context import HandlerContext, InstanceTools, NotAwaitableError
+from laneway.engine.context import HandlerContext, InstanceTools, NotAwaitableError, StageReport
 from laneway.engine.context_budget import ContextBudget, refusal
 from laneway.engine.failures import format_traceback
 from laneway.engine.fix_cycles import FIX_POSITION_BASE
@@ -20,6 +21,7 @@ from laneway.engine.record_builders import builder
 from laneway.engine.stage_plan import Slot, StagePlan
 from laneway.engine.template import (
     COMPLETED,
+    FAILED,
     SKIPPED,
     Operation,
     OperationContext,
@@ -28,6 +30,8 @@ from laneway.engine.template import (
     Stage,
     failed,
     slot_operation_id,
+    stage_message,
+    stage_progress,
 )
 from laneway.model import JSONValue, OperationRecord
 
@@ -130,11 +134,16 @@ class StageOperations:
             fix_cycle=self._fix_cycle,
         )
         # Recorded as it finishes, written with the stage's next write or on its own soon
-        # after (runner_tools.RunnerTools): a crash later in the stage keeps this outcome.
-        await self._tools.record_operation(
-            record, seconds=time.monotonic() - started, encoded=encoded, carried=self._carried
-        )
+        # after (runner_tools.RunnerTools): a crash later in the stage keeps this outcome. A
+        # write on its own carries the stage's report too, which counts it (settled first).
         self._settle(position, result.status)
+        await self._tools.record_operation(
+            record,
+            seconds=time.monotonic() - started,
+            encoded=encoded,
+            carried=self._carried,
+            report=self._report,
+        )
         return record
 
     def _log_failed_attempt(
@@ -190,14 +199,36 @@ class StageOperations:
             finished_at=None,
             fix_cycle=self._fix_cycle,
         )
-        await self._tools.record_operation(record, seconds=0.0, carried=self._carried)
         self._settle(position, SKIPPED)
+        await self._tools.record_operation(
+            record, seconds=0.0, carried=self._carried, report=self._report
+        )
 
     def _settle(self, position: int, status: str) -> None:
-        # Counted for the stage's report, which is made when the stage ends: a report is read
-        # only by the step's own write (runner._call_handler), so one per operation was waste.
+        # Counted for the stage's report, which is made only when it is read: by the step's
+        # own write at the stage's end (runner._call_handler), or by a write of outcomes on
+        # their own while the stage runs (_report). Most operations' outcomes ride with the
+        # step's write, so a report made per operation would mostly be waste.
         if position < FIX_POSITION_BASE:
             self._settled[position] = status
+
+    def _report(self) -> StageReport:
+        """The stage's report as far as it got: its name, its progress counting the
+        operations done (completed, or skipped, as the stage's end counts them; never the
+        failed ones: a failed last stage read 100%, which reads as done) and its status
+        line."""
+        plan = self._plan
+        done = sum(status != FAILED for status in self._settled.values())
+        stages = len(plan.template.stages)
+        progress = stage_progress(plan.index, stages, done, len(plan.slots))
+        return self._stage.name, progress, self._message()
+
+    def _message(self) -> str:
+        statuses = list(self._settled.values())
+        count = len(self._plan.slots)
+        if not self._fix_cycle and statuses.count(COMPLETED) == len(statuses) == count:
+            return self._plan.all_done  # the usual line, made once
+        return stage_message(self._stage.name, statuses, count, self._fix_cycle)
 
     def _span_attributes(self, operation: Operation, attempt: int) -> dict[str, str | int]:
         return {

@@ -38,8 +38,6 @@ from laneway.engine.template import (
     Template,
     child_params,
     merge_context,
-    stage_message,
-    stage_progress,
     step_after_stage,
 )
 from laneway.model import JSONValue, OperationRecord
@@ -98,7 +96,8 @@ class _StageRun(StageOperations):
             return await self._finish(context)
         stage = self._stage
         # The stage's progress and status line are reported when it ends (a checkpoint saves
-        # them), or when it fails (its failure does); from here on, a failure is this stage's.
+        # them), when it fails (its failure does), and while it runs, by each write of its
+        # operations' outcomes on their own (_report); from here on, a failure is this stage's.
         # Set as report() would: a stage's name is a checked name, its status line is made of
         # it and numbers, so both are storable and short.
         self._ctx.stage = stage.name
@@ -118,13 +117,8 @@ class _StageRun(StageOperations):
         except Exception:
             # The failed attempt's write carries this report (runner._call_handler), or the
             # instance would go on showing the stage before's: how many of the stage's
-            # operations settled, and how, as the stage's own report words it. The bar counts
-            # those done (completed, or skipped, as the stage's end counts them), never the
-            # failed ones: a failed last stage read 100%, which reads as done.
-            done = sum(status != FAILED for status in self._settled.values())
-            stages = len(plan.template.stages)
-            self._ctx.progress = stage_progress(plan.index, stages, done, len(plan.slots))
-            self._ctx.message = self._message()
+            # operations settled, and how, as the stage's own report words it (_report).
+            _, self._ctx.progress, self._ctx.message = self._report()
             raise
         state["initial_context"] = initial
         state["context"] = context
@@ -342,10 +336,3 @@ class _StageRun(StageOperations):
         if condition is not None and not condition(MappingProxyType(context)):
             return self._record_skipped(slot, "operation condition is false")
         return self._run_operation(slot, context, initial)
-
-    def _message(self) -> str:
-        statuses = list(self._settled.values())
-        count = len(self._plan.slots)
-        if not self._fix_cycle and statuses.count(COMPLETED) == len(statuses) == count:
-            return self._plan.all_done  # the usual line, made once
-        return stage_message(self._stage.name, statuses, count, self._fix_cycle)

@@ -328,6 +328,7 @@ async def test_fix_cycles_stay_within_max_fix_cycles_across_a_lost_worker(
     ("lost_in", "named"),
     [
         ("s2", "s2"),  # s1's checkpoint saved "s1" as the instance's stage
+        ("s2, before its outcomes", "s2"),  # and none of s2's reported since
         ("s1, after an outcome", "s1"),
         # Lost before any outcome of the instance was written: nothing tells a template from a
         # handler map, whose stage is its last report's (none yet).
@@ -355,9 +356,11 @@ async def test_a_lost_worker_is_recorded_in_the_stage_that_was_running(
     )
     gate = Gate()
     handlers = {"one": _done, "quick": _done, "two": _done, "three": _done}
-    overrides = {"two" if lost_in == "s2" else "one": gate.blocking(_done)}
+    overrides = {"two" if lost_in.startswith("s2") else "one": gate.blocking(_done)}
     if lost_in == "s1, before any outcome":
         overrides["quick"] = _after(gate)  # its sibling finishes only once the worker is lost
+    if lost_in == "s2, before its outcomes":
+        overrides["three"] = _after(gate)
     first = make_engine(
         store,
         compile_template(template, OperationRegistry({**handlers, **overrides})),
@@ -366,8 +369,12 @@ async def test_a_lost_worker_is_recorded_in_the_stage_that_was_running(
     enqueued = await first.enqueue("staged")
     first_run = asyncio.create_task(first.tick())
     await asyncio.wait_for(gate.entered.wait(), timeout=10)
-    if lost_in != "s1, before any outcome":  # the outcomes of the stage so far are written
-        await eventually(lambda: store.operations(enqueued.instance_id), bool)
+    if lost_in in ("s2", "s1, after an outcome"):  # the outcomes of the stage so far are written
+        stage = lost_in[:2]
+        await eventually(
+            lambda: store.operations(enqueued.instance_id),
+            lambda rows: any(row.stage == stage for row in rows),
+        )
     async with store.connection() as conn:  # the first worker "dies": its lease runs out
         await conn.execute(
             "UPDATE laneway.instances SET lease_expires_at = now() - interval '1 second'"
@@ -389,7 +396,9 @@ async def test_a_lost_worker_is_recorded_in_the_stage_that_was_running(
     record = await store.get_instance(enqueued.instance_id)
     assert record is not None
     assert (record.status, record.stage) == (Status.PENDING, named)
-    if lost_in == "s2":  # s1's report no longer stands for the instance: s2 is where it is
+    if lost_in == "s2":  # s2's report as far as it got, written with its outcome, stands
+        assert (record.message, record.progress) == ("s2: 1 of 2 operations done", 0.75)
+    if lost_in == "s2, before its outcomes":  # s1's no longer stands: s2 is where it is
         assert (record.message, record.progress) == (None, 0.5)
 
 
