@@ -46,6 +46,7 @@ from laneway.engine.decorators import (
     with_retry,
     with_timeout,
 )
+from laneway.engine.handler_map import InvalidStateError
 from laneway.engine.preflight import PreflightFinding, WorkflowSpec
 from laneway.errors import (
     BulkStoppedError,
@@ -103,6 +104,7 @@ __all__ = [
     "InstancePage",
     "InstanceRecord",
     "InvalidInputError",
+    "InvalidStateError",
     "LanewayError",
     "LockRecord",
     "LockUnavailableError",

@@ -34,7 +34,7 @@ from laneway.engine.context import (
     WaitForSignal,
 )
 from laneway.engine.engine import Engine
-from laneway.engine.handler_map import Handler, Workflow, start_handler
+from laneway.engine.handler_map import Handler, Workflow, check_state_is_dict, start_handler
 from laneway.engine.operation_attempt import operation_not_awaitable
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, decode_json, encode_json
 from laneway.engine.registry import WorkflowRegistry
@@ -113,10 +113,13 @@ async def run_handler(
 
     Params and state arrive as the engine's handler gets them from the database (a tuple as
     a list, object keys in jsonb's order, `1e20` as the int `100000000000000000000`), and the
-    state and the step's params or result must be what the engine can store. The handler's
-    own exception propagates.
+    state and the step's params or result must be what the engine can store: the state a
+    dict, as the engine checks with or without a state_validator. The handler's own exception
+    propagates.
 
     Raises:
+        InvalidStateError: the handler left a ctx.state that is not a dict (it replaced it),
+            with the message the engine fails the attempt with.
         InvalidInputError: params, state or the step's payload is not storable JSON.
         NotAwaitableError: the handler returned what cannot be awaited (a plain `def`), as
             the engine fails such an instance.
@@ -137,6 +140,7 @@ async def run_handler(
         tools=fake,
     )
     step = await start_handler(handler, ctx, name)
+    check_state_is_dict(ctx.state)  # first, as the engine does
     if isinstance(step, Next | Pause | Sleep):
         encode_json(step.params, what="action params")
     elif isinstance(step, Done):

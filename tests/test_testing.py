@@ -188,6 +188,27 @@ async def test_run_handler_refuses_state_when_the_engine_could_not_store_it() ->
         await run_handler(handler)
 
 
+async def test_run_handler_refuses_a_state_replaced_by_what_is_not_a_dict_as_the_engine_does(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    # Found by an outside audit: run_handler passed a ctx.state the engine fails the attempt for.
+    async def replace_state(ctx: HandlerContext, params: JSONValue) -> Done:
+        ctx.state = ["not", "a", "dict"]  # type: ignore[assignment]
+        return Done()
+
+    engine = await laneway_engine_factory(
+        Workflow("replacer", {"run": replace_state}, "run", retry=RetryPolicy(max_attempts=1))
+    )
+    enqueued = await engine.enqueue("replacer")
+    assert await engine.tick() == 1
+    [failure] = (await engine.store.failures([enqueued.instance_id], 10))[enqueued.instance_id]
+    with pytest.raises(Exception) as raised:  # noqa: PT011 (the engine's type, checked below)
+        await run_handler(replace_state)
+    assert (type(raised.value).__name__, str(raised.value)) == (failure.type, failure.message)
+    assert isinstance(raised.value, laneway.InvalidStateError)  # a user's pytest.raises names it
+    assert failure.message == "ctx.state must be a dict (a JSON object), not list"
+
+
 async def test_run_handler_refuses_a_return_value_when_it_is_not_a_step() -> None:
     async def handler(ctx: HandlerContext, params: JSONValue) -> Done:
         return "done"  # type: ignore[return-value]

@@ -148,10 +148,7 @@ class Workflow:
                 validator rejected it; the message names what (a pydantic model's error names
                 each field). The attempt fails.
         """
-        if not isinstance(state, dict):  # every handler gets a dict: the next one would break
-            raise InvalidStateError(
-                f"ctx.state must be a dict (a JSON object), not {type(state).__name__}"
-            )
+        check_state_is_dict(state)
         if self.state_validator is None:
             return
         try:
@@ -161,7 +158,21 @@ class Workflow:
 
 
 class InvalidStateError(Exception):
-    """The state a handler left failed its workflow's state validator: a failed attempt."""
+    """The state a handler left is not a dict, or failed its workflow's state validator: a
+    failed attempt."""
+
+
+def check_state_is_dict(state: object) -> None:
+    """The check of every state a handler leaves, validator or not, made by Workflow.check_state
+    and by laneway.testing.run_handler, which has no workflow.
+
+    Raises:
+        InvalidStateError: it is not a dict (ctx.state replaced by another value).
+    """
+    if not isinstance(state, dict):  # every handler gets a dict: the next one would break
+        raise InvalidStateError(
+            f"ctx.state must be a dict (a JSON object), not {type(state).__name__}"
+        )
 
 
 def _validated(validator: Validator, value: JSONValue, what: str) -> JSONValue:
