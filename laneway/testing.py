@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import FrameType
-from typing import TypeGuard
+from typing import TypeGuard, cast
 from uuid import UUID
 
 import pytest
@@ -114,8 +114,15 @@ async def run_handler(
     Params and state arrive as the engine's handler gets them from the database (a tuple as
     a list, object keys in jsonb's order, `1e20` as the int `100000000000000000000`), and the
     state and the step's params or result must be what the engine can store: the state a
-    dict, as the engine checks with or without a state_validator. The handler's own exception
+    dict, as the engine checks with or without a state_validator. `run.step` carries its
+    payload as the database gives it back (Done's result, the params of Next, Pause and
+    Sleep, the input of a Pause's on_expiry; WaitForSignal carries none):
+    `Done({"pair": (1, 2)})` is `done({"pair": [1, 2]})` there. The handler's own exception
     propagates.
+
+    What needs the workflow is not checked here: that a next action is one of its handlers,
+    its state_validator, the workflow names of enqueue_child (FakeTools makes up an id for
+    any name).
 
     Raises:
         InvalidStateError: the handler left a ctx.state that is not a dict (it replaced it),
@@ -139,19 +146,51 @@ async def run_handler(
         stage=stage,
         tools=fake,
     )
-    step = await start_handler(handler, ctx, name)
+    returned = await start_handler(handler, ctx, name)
     check_state_is_dict(ctx.state)  # first, as the engine does
-    if isinstance(step, Next | Pause | Sleep):
-        encode_json(step.params, what="action params")
-    elif isinstance(step, Done):
-        encode_json(step.result, what="result", max_bytes=MAX_PAYLOAD_BYTES)
-    elif not isinstance(step, WaitForSignal):
-        raise TypeError(
-            f"handler returned {type(step).__name__}; expected Next(...), Pause(...), "
-            "Sleep(...), WaitForSignal(...) or Done(...)"
-        )
+    step = _as_stored(returned)
     encode_json(ctx.state, what="state", max_bytes=MAX_STATE_BYTES)
     return HandlerRun(step=step, context=ctx, tools=fake)
+
+
+def _as_stored(step: object) -> Step:
+    """`step` with its payload as the database gives it back, checked as the engine checks
+    it before it writes it (runner.py).
+
+    Raises:
+        InvalidInputError: the payload is not storable JSON.
+        TypeError: `step` is no step.
+    """
+    if isinstance(step, Done):
+        return replace(step, result=_stored(step.result, "result", MAX_PAYLOAD_BYTES))
+    if isinstance(step, Next):
+        return replace(step, params=_stored(step.params, "action params"))
+    if isinstance(step, Sleep):
+        return replace(step, params=_stored(step.params, "action params"))
+    if isinstance(step, Pause):
+        params = _stored(step.params, "action params")
+        encode_json(step.wait(), what="wait")  # its schema and its expiry's input, stored
+        if step.on_expiry is None:
+            return replace(step, params=params)
+        # The expiry's input is the params of `action` when the checkpoint expires. The schema
+        # is no payload: it is kept, and its properties' order with it (waits.checkpoint_wait).
+        expiry = replace(step.on_expiry, input=_stored(step.on_expiry.input, "wait"))
+        return replace(step, params=params, on_expiry=expiry)
+    if isinstance(step, WaitForSignal):
+        return step  # names and seconds only: no payload
+    raise TypeError(
+        f"handler returned {type(step).__name__}; expected Next(...), Pause(...), "
+        "Sleep(...), WaitForSignal(...) or Done(...)"
+    )
+
+
+def _stored(value: JSONValue, what: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> JSONValue:
+    """`value` as a jsonb column gives it back.
+
+    Raises:
+        InvalidInputError: it is not storable JSON (`what` names it).
+    """
+    return decode_json(encode_json(value, what=what, max_bytes=max_bytes))
 
 
 def mock_operation_context(
@@ -198,8 +237,11 @@ async def run_operation(
     TypeError).
 
     The context arrives as it would from the database (see run_handler), and the result must
-    be what the engine can store. The handler's own exception propagates (a template would
-    record it as a failure), and so does the NotAwaitableError of a plain `def`.
+    be what the engine can store; its data and metadata come back as the database gives them
+    (a tuple as a list, `1e20` as an int), as a template stores them in the operation's row
+    and, for data, in the context of an instance resumed after it. The handler's own exception
+    propagates (a template would record it as a failure), and so does the NotAwaitableError of
+    a plain `def`.
 
     Raises:
         InvalidInputError: the context, or the result's data or metadata, is not storable JSON.
@@ -220,9 +262,9 @@ async def run_operation(
         raise TypeError(
             f"handler returned {type(result).__name__}; expected completed(...) or failed(...)"
         )
-    encode_json(result.data, what="operation data")
-    encode_json(result.metadata, what="operation metadata")
-    return result
+    # OperationResult's data is a dict, whose JSON is an object: a dict again.
+    data = cast(dict[str, JSONValue], _stored(result.data, "operation data"))
+    return replace(result, data=data, metadata=_stored(result.metadata, "operation metadata"))
 
 
 def next_step(action: str, params: JSONValue = None) -> Next:

@@ -32,7 +32,7 @@ from laneway.engine import (
     WaitForSignal,
     Workflow,
 )
-from laneway.engine.context import NotAwaitableError
+from laneway.engine.context import NotAwaitableError, Step
 from laneway.engine.decorators import with_error_boundary
 from laneway.engine.template_interpreter import (
     Operation,
@@ -230,6 +230,66 @@ async def test_run_handler_returns_the_waits_a_handler_asks_for() -> None:
     assert waited.step == WaitForSignal("approve", 60, "approved", on_timeout="timed_out")
 
 
+async def test_run_handler_gives_the_steps_payload_as_the_database_gives_it_back() -> None:
+    # Found by an outside audit: params and state went through JSON, a step's payload did not,
+    # so `run.step == done({"pair": [1, 2]})` failed for a handler that returned a tuple.
+    steps: dict[str, tuple[Step, Step]] = {
+        "done": (Done({"pair": (1, 2), "big": 1e20}), done({"big": 10**20, "pair": [1, 2]})),
+        "next": (Next("b", {"pair": (1, 2)}), next_step("b", {"pair": [1, 2]})),
+        "pause": (
+            Pause(
+                "review",
+                "b",
+                (1, 2),
+                input_schema={"type": "object"},
+                timeout_seconds=60,
+                on_expiry=OnExpiry("resume", {"x": (1e20,)}),
+            ),
+            Pause(
+                "review",
+                "b",
+                [1, 2],
+                input_schema={"type": "object"},
+                timeout_seconds=60,
+                on_expiry=OnExpiry("resume", {"x": [10**20]}),
+            ),
+        ),
+        "sleep": (Sleep(5, "b", {"pair": (1, 2)}), Sleep(5, "b", {"pair": [1, 2]})),
+    }
+    for returned, stored in steps.values():
+
+        async def handler(ctx: HandlerContext, params: JSONValue, step: Step = returned) -> Step:
+            return step
+
+        run = await run_handler(handler)
+        assert repr(run.step) == repr(stored)  # repr: a tuple is not a list, 1e20 not an int
+
+
+async def test_run_handler_gives_a_result_as_the_engine_stores_it(
+    laneway_engine_factory: EngineFactory,  # noqa: F811
+) -> None:
+    result: JSONValue = {"pair": (1, 2), "x": 1e20, "bb": -0.0, "a": {"z": 1, "y": 2}}
+
+    async def finish(ctx: HandlerContext, params: JSONValue) -> Done:
+        return Done(result)
+
+    engine = await laneway_engine_factory(Workflow("finish", {"finish": finish}, "finish"))
+    enqueued = await engine.enqueue("finish")
+    assert await engine.tick() == 1
+    instance = await engine.wait(enqueued.instance_id)
+    run = await run_handler(finish)
+    assert is_done(run.step)
+    assert repr(run.step.result) == repr(instance.result)
+
+
+async def test_run_handler_still_refuses_a_result_the_engine_could_not_store() -> None:
+    async def handler(ctx: HandlerContext, params: JSONValue) -> Done:
+        return Done("x" * (256 * 1024))
+
+    with pytest.raises(InvalidInputError, match="result is 262146 bytes encoded; the limit"):
+        await run_handler(handler)
+
+
 async def test_run_handler_shows_what_an_error_boundary_returns() -> None:
     async def handler(ctx: HandlerContext, params: JSONValue) -> Next:
         raise RuntimeError("upstream is down")
@@ -262,6 +322,22 @@ async def test_run_operation_returns_what_the_operation_handler_decided() -> Non
     assert result == completed({"row_count": 3})
     assert ctx.operation_id == operation_id_for(ctx.instance_id, "analyze", 0)
     assert ctx.initial_context == {"rows": (1, 2, 3)}
+
+
+async def test_run_operation_gives_data_and_metadata_as_the_database_gives_them_back() -> None:
+    # A template stores an operation's data and metadata as JSON: its row, and the context of
+    # an instance resumed after it, hold them as the database gives them back.
+    async def pair(ctx: OperationContext) -> OperationResult:
+        return completed({"pair": (1, 2), "big": 1e20}, metadata={"took": (3, 4)})
+
+    async def refuse(ctx: OperationContext) -> OperationResult:
+        return failed("no", {"tried": (1,)})
+
+    result = await run_operation(pair)
+    assert repr(result) == repr(
+        completed({"big": 10**20, "pair": [1, 2]}, metadata={"took": [3, 4]})
+    )
+    assert repr(await run_operation(refuse)) == repr(failed("no", {"tried": [1]}))
 
 
 async def test_run_operation_shows_what_an_error_boundary_makes_of_a_failure() -> None:
