@@ -1,27 +1,19 @@
 """Testing your own workflows: mock contexts, one-handler runs, and a pytest plugin.
 
-Owns test-time helpers only: mock handler and operation contexts (with FakeTools, kept in
-fake_tools.py and re-exported here), the fixtures of `pytest_plugins = ["laneway.testing"]`:
-a migrated throwaway database per test, engines to drive with tick(), and a session that a
-SIGTERM ends as Ctrl-C does, so its databases and server are cleaned up; and timers (backoffs,
-delays, sleeps, timeouts) made due at once. Needs pytest-asyncio.
+Owns the helpers that need no database and no pytest: mock handler and operation contexts
+(with FakeTools, kept in fake_tools.py), run_handler, run_operation and the steps to compare
+with, which a plain script can use (`python operation_check.py`). Re-exports, so that users
+import everything from here: FakeTools; EngineFactory and make_timers_due (testing_engines.py);
+and, when pytest and pytest-asyncio are installed, the hooks and fixtures of the pytest plugin
+(testing_plugin.py), which `pytest_plugins = ["laneway.testing"]` registers from this module.
 """
 
-import asyncio
-import contextlib
 import inspect
-import os
-import signal
-import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from types import FrameType
 from typing import TypeGuard, cast
 from uuid import UUID
-
-import pytest
-import pytest_asyncio
 
 from laneway.engine.context import (
     Done,
@@ -33,24 +25,35 @@ from laneway.engine.context import (
     Step,
     WaitForSignal,
 )
-from laneway.engine.engine import Engine
-from laneway.engine.handler_map import Handler, Workflow, check_state_is_dict, start_handler
+from laneway.engine.handler_map import Handler, check_state_is_dict, start_handler
 from laneway.engine.operation_attempt import operation_not_awaitable
 from laneway.engine.payloads import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES, decode_json, encode_json
-from laneway.engine.registry import WorkflowRegistry
 from laneway.engine.template_interpreter import (
     OperationContext,
     OperationHandler,
     OperationResult,
-    check_workflows,
     operation_id_for,
 )
 from laneway.fake_tools import EnqueuedChild as EnqueuedChild
 from laneway.fake_tools import FakeTools as FakeTools
 from laneway.fake_tools import SentSignal as SentSignal
 from laneway.model import JSONValue
-from laneway.store import open_store
-from laneway.store.databases import create_database, drop_database, throwaway_server
+from laneway.testing_engines import EngineFactory as EngineFactory
+from laneway.testing_engines import make_timers_due as make_timers_due
+
+# pytest registers a plugin's hooks and fixtures as the attributes of the module it was named
+# by: here. They need pytest and pytest-asyncio, which a script using the helpers above may
+# not have installed; then there is no plugin, and the helpers work all the same.
+try:
+    from laneway.testing_plugin import laneway_database_url as laneway_database_url
+    from laneway.testing_plugin import laneway_engine_factory as laneway_engine_factory
+    from laneway.testing_plugin import laneway_server_url as laneway_server_url
+    from laneway.testing_plugin import laneway_template_name as laneway_template_name
+    from laneway.testing_plugin import pytest_configure as pytest_configure
+    from laneway.testing_plugin import pytest_unconfigure as pytest_unconfigure
+except ModuleNotFoundError as missing:
+    if missing.name not in ("pytest", "pytest_asyncio"):
+        raise
 
 # -- handlers without a database -----------------------------------------------------------------
 
@@ -290,152 +293,3 @@ def is_next(step: object, action: str | None = None) -> TypeGuard[Next]:
 def is_done(step: object) -> TypeGuard[Done]:
     """True when `step` completes the instance."""
     return isinstance(step, Done)
-
-
-# -- the pytest plugin ---------------------------------------------------------------------------
-
-_sigterm_interrupts = pytest.StashKey[bool]()
-
-
-def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # A repeat must not cut the clean-up short (`timeout` sends SIGTERM twice, a CI runner to
-    # every process of the job): it is ignored from now on. SIGKILL still ends a stuck one.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Have SIGTERM (a timeout, a cancelled CI job) end the session as Ctrl-C does.
-
-    A terminated process runs no fixture teardown: the embedded server, its temporary folder
-    and the databases on LANEWAY_TEST_DATABASE_URL would stay. An interrupted session tears
-    down as usual. Each process does this for itself (xdist workers included, which run
-    tests in their main thread); a SIGTERM handler someone else installed is left alone.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers can only be set there
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
-        config.stash[_sigterm_interrupts] = True
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Give SIGTERM back the default handler it had before the session."""
-    if config.stash.get(_sigterm_interrupts, False) and signal.getsignal(signal.SIGTERM) in (
-        _interrupt_on_sigterm,
-        signal.SIG_IGN,
-    ):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@pytest.fixture(scope="session")
-def laneway_server_url() -> Iterator[str]:
-    """Admin URL of the PostgreSQL server for the tests: LANEWAY_TEST_DATABASE_URL when set,
-    else an embedded server in a temporary folder, stopped after the session.
-
-    Override this fixture to point the plugin at a server you already have.
-    """
-    with throwaway_server(os.environ.get("LANEWAY_TEST_DATABASE_URL")) as url:
-        yield url
-
-
-# Session fixtures are synchronous (asyncio.run inside): test event loops are per test.
-@pytest.fixture(scope="session")
-def laneway_template_name(laneway_server_url: str) -> Iterator[str]:
-    """A database migrated once per session, cloned for every test."""
-    name = f"laneway_template_{uuid.uuid4().hex[:12]}"
-    asyncio.run(create_database(laneway_server_url, name, migrate=True))
-    try:
-        yield name
-    finally:
-        asyncio.run(drop_database(laneway_server_url, name))
-
-
-@pytest_asyncio.fixture
-async def laneway_database_url(
-    laneway_server_url: str, laneway_template_name: str
-) -> AsyncIterator[str]:
-    """A fresh, migrated database for one test, dropped after it."""
-    name = f"laneway_test_{uuid.uuid4().hex[:12]}"
-    url = await create_database(laneway_server_url, name, template=laneway_template_name)
-    try:
-        yield url
-    finally:
-        await drop_database(laneway_server_url, name)
-
-
-class EngineFactory:
-    """Builds engines on one test database, each with its own Store, as separate processes
-    would have; `aclose` closes them all."""
-
-    def __init__(self, database_url: str) -> None:
-        self.database_url = database_url
-        self._stack = contextlib.AsyncExitStack()
-
-    async def __call__(
-        self,
-        *workflows: Workflow,
-        owner_id: str | None = None,
-        lease_seconds: float = 30.0,
-        poll_interval_seconds: float = 2.0,
-        concurrency: int = 100,
-    ) -> Engine:
-        """An engine that runs `workflows`; drive it with `tick()` or `running()`.
-
-        Raises:
-            InvalidInputError: a template is badly wired (an operation type with no handler, a
-                checkpoint after no stage, an unregistered next workflow): the start-up check
-                of `laneway serve` and `worker`, listing every problem.
-        """
-        registry = WorkflowRegistry(workflows)
-        # As open_services does: a test of a badly wired template fails here, on the wiring,
-        # not on one operation after the stages before it ran.
-        check_workflows(registry)
-        store = await self._stack.enter_async_context(open_store(self.database_url))
-        return Engine(
-            store,
-            registry,
-            owner_id=owner_id,
-            lease_seconds=lease_seconds,
-            poll_interval_seconds=poll_interval_seconds,
-            concurrency=concurrency,
-        )
-
-    async def aclose(self) -> None:
-        await self._stack.aclose()
-
-
-@pytest_asyncio.fixture
-async def laneway_engine_factory(laneway_database_url: str) -> AsyncIterator[EngineFactory]:
-    """`await laneway_engine_factory(*workflows, **engine_options)` → an Engine on this
-    test's database; its store is closed after the test."""
-    factory = EngineFactory(laneway_database_url)
-    try:
-        yield factory
-    finally:
-        await factory.aclose()
-
-
-# -- time: timers made due at once ---------------------------------------------------------------
-
-
-async def make_timers_due(engine: Engine, *instance_ids: UUID) -> int:
-    """Make the timers of these instances (none given: of every instance in the engine's
-    database) due now, so that the next `engine.tick()` does what it would once their time came.
-
-    A test of a retry's backoff, a delayed start, a `Sleep`, a signal wait's timeout or a
-    checkpoint's expiry then takes no wall-clock time. Only the times move, to the database's
-    now: the engine's own wake-up and claim do the rest as if the time had passed (a sleep's
-    action runs, a timed-out wait runs its `on_timeout` or fails, an expired checkpoint does
-    what its `on_expiry` says). Instances with no timer still to come, running ones and ended
-    ones are left alone. This engine, if it runs in the background (`engine.running()`), is
-    woken at once; another engine on the database finds the due times at its next poll.
-
-    Returns how many instances had a timer moved.
-    """
-    moved = await engine.store.make_timers_due(list(instance_ids) if instance_ids else None)
-    if moved:
-        # The loop timed its next wake-up and claim by the old times: tell it they are now.
-        engine.claim_loop.wake_waiters_in(0.0)
-        engine.claim_loop.wake_in(0.0)
-    return moved

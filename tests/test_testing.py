@@ -21,6 +21,7 @@ import asyncpg
 import pytest
 
 import laneway
+from laneway import testing, testing_plugin
 from laneway.engine import (
     Done,
     HandlerContext,
@@ -532,6 +533,82 @@ async def test_fake_tools_keep_the_running_stages_report_as_each_operation_left_
     stage, progress, message = tools.report
     assert (stage, message) == ("analyze", "analyze: 2 of 3 operations done (1 failed)")
     assert progress == pytest.approx(2 / 3)
+
+
+# -- without pytest: the helpers in a plain script ------------------------------------------------
+
+WITHOUT_PYTEST = """
+import asyncio
+import sys
+
+for name in sys.argv[1:]:
+    sys.modules[name] = None  # an import of it raises ModuleNotFoundError, as if not installed
+
+import laneway.testing
+from laneway import Done, completed
+from laneway.testing import (
+    FakeTools, done, is_done, mock_context, mock_operation_context, run_handler, run_operation
+)
+
+
+async def check(ctx):
+    return completed({"total": sum(ctx.context["rows"])})
+
+
+async def finish(ctx, params):
+    await ctx.tools.enqueue_child("child", params)
+    return Done({"pair": (1, 2)})
+
+
+async def main():
+    ctx = mock_operation_context(context={"rows": [1, 2, 3]})
+    assert await run_operation(check, ctx) == completed({"total": 6})
+    run = await run_handler(finish, {"n": 1})
+    assert is_done(run.step) and run.step == done({"pair": [1, 2]})
+    assert isinstance(run.tools, FakeTools) and run.tools.children[0].name == "child"
+    assert mock_context().state == {}
+    print(sorted(n for n in vars(laneway.testing) if n.startswith(("laneway_", "pytest_"))))
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "missing", [("pytest", "pytest_asyncio"), ("pytest_asyncio",)], ids=["neither", "no-asyncio"]
+)
+def test_the_helpers_import_and_work_without_pytest(tmp_path: Path, missing: tuple[str]) -> None:
+    # Found by an outside audit: `import laneway.testing` imported pytest and pytest_asyncio for
+    # its plugin, so the README's `python operation_check.py` failed in a venv with only the
+    # wheel (ModuleNotFoundError: No module named 'pytest').
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST_"))}
+    env["PYTHONPATH"] = str(Path(laneway.__file__).resolve().parents[1])  # this laneway
+    ran = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PYTEST, *missing],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"  # no plugin: its hooks and fixtures need both
+
+
+def test_the_plugins_hooks_and_fixtures_are_laneway_testings_attributes() -> None:
+    # `pytest_plugins = ["laneway.testing"]` registers what that module holds: with pytest
+    # installed, the plugin module's hooks and fixtures are there (the session test below
+    # runs such a project).
+    names = [
+        "laneway_server_url",
+        "laneway_template_name",
+        "laneway_database_url",
+        "laneway_engine_factory",
+        "pytest_configure",
+        "pytest_unconfigure",
+    ]
+    for name in names:
+        assert getattr(testing, name) is getattr(testing_plugin, name), name
 
 
 # -- the plugin: a throwaway database and engines driven by tick() --------------------------------

@@ -304,6 +304,42 @@ def test_installed_wheel_migrates_an_empty_database_and_runs_a_workflow_of_the_u
     assert not (project / ".laneway").exists()  # DATABASE_URL set: no embedded server
 
 
+# The README's operation_check.py, run with plain python in the venv, which has no pytest.
+OPERATION_CHECK = """import asyncio
+import importlib.util
+
+from laneway import completed, failed
+from laneway.testing import mock_operation_context, run_operation
+
+
+async def check(ctx):
+    rows = ctx.context["rows"]
+    return completed({"total": sum(rows)}) if rows else failed("no rows")
+
+
+async def main() -> None:
+    assert importlib.util.find_spec("pytest") is None  # the test is worth nothing with it
+    ctx = mock_operation_context(context={"rows": [1, 2, 3]})
+    assert await run_operation(check, ctx) == completed({"total": 6})
+    empty = mock_operation_context(context={"rows": []})
+    assert await run_operation(check, empty) == failed("no rows")
+    print("passed")
+
+
+asyncio.run(main())
+"""
+
+
+def test_installed_wheel_tests_an_operation_in_a_plain_script_without_pytest(
+    venv: Path, project: Path
+) -> None:
+    # Found by an outside audit: laneway.testing imported pytest for its plugin, so this
+    # failed with `ModuleNotFoundError: No module named 'pytest'`.
+    (project / "operation_check.py").write_text(OPERATION_CHECK)
+    done = _run([_bin(venv, "python"), "operation_check.py"], cwd=project, timeout=RUN_TIMEOUT)
+    assert done.stdout == "passed\n"
+
+
 def test_installed_console_script_migrates_an_empty_database(
     venv: Path, project: Path, empty_database: str
 ) -> None:
