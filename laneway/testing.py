@@ -166,9 +166,7 @@ def _as_stored(step: object) -> Step:
     """
     if isinstance(step, Done):
         return replace(step, result=_stored(step.result, "result", MAX_PAYLOAD_BYTES))
-    if isinstance(step, Next):
-        return replace(step, params=_stored(step.params, "action params"))
-    if isinstance(step, Sleep):
+    if isinstance(step, Next | Sleep):
         return replace(step, params=_stored(step.params, "action params"))
     if isinstance(step, Pause):
         params = _stored(step.params, "action params")
