@@ -6,10 +6,12 @@ ready to write. Running a stage's operations and their attempts: stage_run.py.
 import asyncio
 import inspect
 import types
+from dataclasses import replace
+from typing import cast
 
 from laneway.engine import time_limit
 from laneway.engine.context import NotAwaitableError, not_awaitable, stopped_here
-from laneway.engine.payloads import encode_json, json_copy, storable_text
+from laneway.engine.payloads import decode_json, encode_json, json_copy, storable_text
 from laneway.engine.template import (
     COMPLETED,
     OperationContext,
@@ -87,6 +89,10 @@ async def attempt(
     if not done:
         reason = storable_text((result.reason or "failed")[:MAX_REASON_CHARS])
         return failed(reason, result.metadata), (data, metadata), None
+    if result.data:
+        # Merged into the context as the database gives it back (a tuple as a list, 1e20 as an
+        # int), so the stage's next operations see what a run resumed from it would.
+        result = replace(result, data=cast(dict[str, JSONValue], decode_json(data)))
     return result, (data, metadata), None
 
 

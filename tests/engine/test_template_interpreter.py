@@ -548,6 +548,32 @@ async def test_operation_outcomes_keep_every_character_and_value_they_carry(stor
     assert (carried.metadata, refused.metadata) == ({"m": ["\U0001f600", 2]}, [1, "x"])
 
 
+async def test_the_next_operation_sees_data_as_a_resumed_run_would(store: Store) -> None:
+    # A kit audit: within one run, an operation's data reached the next operation's context as
+    # returned (a tuple, a float 1e20), while a run resumed after a crash reads it back from
+    # the database ([1, 2], the int 10**20): the same template behaved two ways.
+    seen: list[dict[str, JSONValue]] = []
+
+    async def make(ctx: OperationContext) -> OperationResult:
+        pair: Any = (1, 2)  # not a JSON type: what the database gives back is a list
+        return completed({"pair": pair, "big": 1e20})
+
+    async def read(ctx: OperationContext) -> OperationResult:
+        seen.append(dict(ctx.context))
+        return completed()
+
+    operations = OperationRegistry({"make": make, "read": read})
+    stage = Stage(name="only", operations=[fast("make"), fast("read")])
+    engine = make_engine(store, compile_template(Template(type="kept", stages=[stage]), operations))
+    enqueued = await engine.enqueue("kept")
+    assert await engine.tick() == 1
+    assert seen == [{"pair": [1, 2], "big": 10**20}]
+    assert type(seen[0]["big"]) is int
+    done = await engine.get(enqueued.instance_id)
+    assert done is not None
+    assert done.result == {"context": {"big": 10**20, "pair": [1, 2]}}
+
+
 async def test_progress_and_stage_are_visible_after_each_stage_checkpoint(store: Store) -> None:
     seen: dict[str, tuple[str | None, float | None, str | None]] = {}
 
