@@ -88,13 +88,15 @@ class TextFormatter(logging.Formatter):
 
 
 class CommandFormatter(logging.Formatter):
-    """`laneway: message key=value …` on one line (control characters escaped), then the
-    traceback if the record has one: a record as a one-shot command's stderr says it."""
+    """`laneway: message key=value …` on one line (control characters escaped; `laneway:
+    warning: …` for a warning a command lets through), then the traceback if the record has
+    one: a record as a one-shot command's stderr says it."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields = " ".join(f"{k}={v}" for k, v in extra_fields(record).items())
         said = f"{record.getMessage()}  {fields}" if fields else record.getMessage()
-        line = "laneway: " + escaped(said)
+        warning = "warning: " if record.levelno == logging.WARNING else ""
+        line = f"laneway: {warning}{escaped(said)}"
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         return line

@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from laneway.model import Status
-from laneway.store import Store
+from laneway.store import Store, queries
 from laneway.store.databases import create_database, drop_database
 from laneway.store.migrate import apply_migrations, migrations, redact_url
 from laneway.store.pool import connect
@@ -175,6 +175,27 @@ async def test_no_instance_command_migrates_a_database_an_older_release_runs_on(
     assert json.loads(out)["applied"] == [newest]
     code, _, err = await laneway("status", UNKNOWN_ID, env=env)
     assert (code, err.strip()) == (1, f"laneway: no instance {UNKNOWN_ID}")
+
+
+async def test_migrate_warns_of_live_engines_of_the_older_release(
+    older_database_url: str,
+) -> None:
+    # An upgrade audit: `laneway migrate` run while the older release's engines still ran (step
+    # 1 of the upgrade skipped) said nothing on stderr, though deploying.md says it warns, as a
+    # start does: the command's logging passed errors only.
+    conn = await connect(older_database_url)
+    try:
+        await conn.execute(queries.HEARTBEAT_WORKER, "old-worker", "worker", "h", 1, ["noop"],
+                           2, 10, 5.0, [])  # fmt: skip
+    finally:
+        await conn.close()
+    code, out, err = await laneway("migrate", env=environment(older_database_url))
+    assert code == 0, err
+    assert json.loads(out)["applied"] == [migrations()[-1].name]
+    (line,) = err.splitlines()
+    assert line.startswith(
+        "laneway: warning: migrating while engines of an older release are live  engines=1"
+    ), err
 
 
 async def test_an_instance_command_creates_no_schema_in_an_empty_database(
