@@ -25,10 +25,12 @@
 -- writes as it did, keeping the instance's report until its stage's step writes one; the fix
 -- is the new processes'. The old functions could not stay beside the new ones: a call with the
 -- old arguments would match both, the new one by its defaults, and PostgreSQL refuses such a
--- call as ambiguous (`function ... is not unique`). Both functions are restated in full;
--- laneway/store/sql/functions.sql has their text.
+-- call as ambiguous (`function ... is not unique`). They are dropped IF EXISTS: a database
+-- whose record of this migration was deleted by hand (a downgrade the docs do not allow, and
+-- then an upgrade again) has the new functions already, and this migration applies again.
+-- Both functions are restated in full; laneway/store/sql/functions.sql has their text.
 
-DROP FUNCTION laneway.write_runner_batch_and_claim(
+DROP FUNCTION IF EXISTS laneway.write_runner_batch_and_claim(
     text, double precision, bigint, uuid[], text[], text[], text[], double precision[],
     text[], text[], text[], bigint[], integer[], uuid[], text[], text[], bigint[], uuid[], text[],
     double precision[], boolean[], bigint[], text[], text[], text[], text[], text[], text[],
@@ -36,7 +38,7 @@ DROP FUNCTION laneway.write_runner_batch_and_claim(
     integer[], text[], text[], text[], double precision[], double precision[], text[], text[],
     integer[], text[], integer, double precision[], text[]);
 
-DROP FUNCTION laneway.write_runner_batch(
+DROP FUNCTION IF EXISTS laneway.write_runner_batch(
     text, double precision, bigint, uuid[], text[], text[], text[], double precision[],
     text[], text[], text[], bigint[], integer[], uuid[], text[], text[], bigint[], uuid[], text[],
     double precision[], boolean[], bigint[], text[], text[], text[], text[], text[], text[],

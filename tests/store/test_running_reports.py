@@ -247,3 +247,17 @@ async def test_the_old_group_commit_prepared_before_the_migration_works_after_it
                 )
     finally:
         await old.close()
+
+
+async def test_the_migration_applies_again_where_its_record_was_deleted(
+    before_running_reports_url: str,
+) -> None:
+    # An upgrade audit: deleting the migration's row by hand (a downgrade the docs do not allow)
+    # and migrating again failed, the old signatures it drops being gone already.
+    conn = await connect(before_running_reports_url)
+    try:
+        assert await apply_migrations(conn) == [RUNNING_REPORTS]
+        await conn.execute("DELETE FROM laneway.schema_migrations WHERE name = $1", RUNNING_REPORTS)
+        assert await apply_migrations(conn) == [RUNNING_REPORTS]
+    finally:
+        await conn.close()
