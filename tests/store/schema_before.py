@@ -3,7 +3,7 @@ release before it ran on, for tests of what its processes still send after that 
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 
@@ -30,3 +30,27 @@ async def database_before(server_url: str, migration: str) -> AsyncIterator[str]
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def prepared_across_migrations(
+    url: str, statements: Sequence[str], empty: Sequence[object], runs: Sequence[object]
+) -> AsyncIterator[tuple[list[asyncpg.prepared_stmt.PreparedStatement], list[str]]]:
+    """The old group-commit `statements` (the batch, then the batch and claim) prepared on a
+    connection to `url` and run once with the `empty` batch's arguments (the claim's with
+    `runs` after them), so that the connection holds their plans as a live process of the old
+    release does; then the pending migrations applied from another connection. Yields the
+    prepared statements, still on that first connection, and the migrations applied."""
+    old = await connect(url)
+    try:
+        prepared = [await old.prepare(statement) for statement in statements]
+        assert await prepared[0].fetch(*empty) == []
+        assert await prepared[1].fetch(*empty, *runs) == []
+        migrate = await connect(url)
+        try:
+            applied = await apply_migrations(migrate)
+        finally:
+            await migrate.close()
+        yield prepared, applied
+    finally:
+        await old.close()

@@ -11,11 +11,9 @@ from laneway.engine import EnqueueRequest
 from laneway.model import InstanceRecord, Status
 from laneway.store import Store, open_store, queries
 from laneway.store.leases import runner_batch_args
-from laneway.store.migrate import apply_migrations
-from laneway.store.pool import connect
 from laneway.writes import CheckpointWrite, FailWrite, RunnerWrite
 from tests.engine.helpers import make_engine
-from tests.store.schema_before import database_before
+from tests.store.schema_before import database_before, prepared_across_migrations
 from tests.workflows import noop
 
 OWNER = "failure-writes-test"
@@ -112,19 +110,10 @@ async def before_reports_url(server_url: str) -> AsyncIterator[str]:
 async def test_the_old_group_commit_prepared_before_the_migration_works_after_it(
     before_reports_url: str,
 ) -> None:
-    old = await connect(before_reports_url)
-    try:
-        batch = await old.prepare(OLD_BATCH)
-        batch_and_claim = await old.prepare(OLD_BATCH_AND_CLAIM)
-        empty = runner_batch_args(OWNER, 60.0, [])[:OLD_ARGS]
-        # Run once before, so that the connection holds their plans, as a live process does.
-        assert await batch.fetch(*empty) == []
-        assert await batch_and_claim.fetch(*empty, ["noop@1"], 0) == []
-        migrate = await connect(before_reports_url)
-        try:
-            applied = await apply_migrations(migrate)
-        finally:
-            await migrate.close()
+    empty = runner_batch_args(OWNER, 60.0, [])[:OLD_ARGS]
+    async with prepared_across_migrations(
+        before_reports_url, [OLD_BATCH, OLD_BATCH_AND_CLAIM], empty, [["noop@1"], 0]
+    ) as ((batch, batch_and_claim), applied):
         assert applied[0] == REPORTS
         async with open_store(before_reports_url) as store:
             first, second = await _running(store, 2)
@@ -135,5 +124,3 @@ async def test_the_old_group_commit_prepared_before_the_migration_works_after_it
             # As 0.3.8 wrote it: the instance keeps the report its checkpoint saved.
             kept = (Status.FAILED, 0.25, "checkpointed")
             assert await _shown(store, [first, second]) == [kept, kept]
-    finally:
-        await old.close()

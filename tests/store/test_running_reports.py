@@ -20,7 +20,7 @@ from laneway.store.migrate import apply_migrations
 from laneway.store.pool import connect
 from laneway.writes import CheckpointWrite, OperationOutcome, OperationsWrite, RunnerWrite
 from tests.engine.helpers import make_engine, types_of
-from tests.store.schema_before import database_before
+from tests.store.schema_before import database_before, prepared_across_migrations
 from tests.workflows import noop
 
 OWNER = "running-reports-test"
@@ -215,19 +215,10 @@ async def before_running_reports_url(server_url: str) -> AsyncIterator[str]:
 async def test_the_old_group_commit_prepared_before_the_migration_works_after_it(
     before_running_reports_url: str,
 ) -> None:
-    old = await connect(before_running_reports_url)
-    try:
-        batch = await old.prepare(OLD_BATCH)
-        batch_and_claim = await old.prepare(OLD_BATCH_AND_CLAIM)
-        empty = runner_batch_args(OWNER, 60.0, [])[:OLD_ARGS]
-        # Run once before, so that the connection holds their plans, as a live process does.
-        assert await batch.fetch(*empty) == []
-        assert await batch_and_claim.fetch(*empty, ["noop@1"], 0) == []
-        migrate = await connect(before_running_reports_url)
-        try:
-            applied = await apply_migrations(migrate)
-        finally:
-            await migrate.close()
+    empty = runner_batch_args(OWNER, 60.0, [])[:OLD_ARGS]
+    async with prepared_across_migrations(
+        before_running_reports_url, [OLD_BATCH, OLD_BATCH_AND_CLAIM], empty, [["noop@1"], 0]
+    ) as ((batch, batch_and_claim), applied):
         assert applied == [RUNNING_REPORTS]
         async with open_store(before_running_reports_url) as store:
             first, second = await _running(store, 2)
@@ -245,8 +236,6 @@ async def test_the_old_group_commit_prepared_before_the_migration_works_after_it
                     0.5,
                     "first: 1 of 1 operations done",
                 )
-    finally:
-        await old.close()
 
 
 async def test_the_migration_applies_again_where_its_record_was_deleted(
