@@ -277,6 +277,11 @@ class HandlerContext:
 
     `state` is the instance's durable state: mutate it, and the engine checkpoints it after
     the handler returns. A failed attempt is retried with the state of the last checkpoint.
+
+    `draining` is set when the process stops (a shutdown, `laneway worker`'s drain, a newer
+    release's migration): the step may finish within the shutdown grace, and the instance is
+    handed back at its next checkpoint. A long handler may end its step early (return `Next`)
+    when it is set.
     """
 
     instance_id: UUID
@@ -287,6 +292,7 @@ class HandlerContext:
     params: JSONValue
     state: dict[str, JSONValue]
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
     progress: float | None = None
     message: str | None = None
     stage: str | None = None

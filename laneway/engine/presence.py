@@ -196,7 +196,7 @@ class Presence:
         """
         runs = list(self._runs.values())
         for run in runs:
-            run.draining = True
+            run.draining.set()
         tasks = {run.task: run for run in runs if run.task is not None}
         if tasks and grace_seconds > 0:
             logger.info("draining", extra={"runs": len(tasks), "grace_s": grace_seconds})

@@ -70,7 +70,9 @@ class Run:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     task: "asyncio.Task[None] | None" = None
     claimed_by: str | None = None  # the span of the claim that started it (tracing.py)
-    draining: bool = False  # the process is stopping: end at the next checkpoint
+    # Set when the process stops (Presence.drain): the run ends at its next checkpoint, and
+    # its handler sees it (HandlerContext.draining).
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
     handed_back: bool = False  # stopped at a checkpoint while draining; leased until released
     # The write that ends this run here committed (terminal, paused, retry pending): the lease
     # is gone on purpose, so a renewal that misses it must not stop the run's last steps.
@@ -121,6 +123,7 @@ async def run_instance(
             params=params,
             state=state,
             cancelled=run.cancelled,
+            draining=run.draining,
             stage=stage,
             tools=tools,
         )
@@ -185,7 +188,7 @@ async def run_instance(
             if transition.status.is_terminal:
                 await on_terminal(transition)
             return _wake_of(write)
-        if run.draining:
+        if run.draining.is_set():
             # Shutting down: the step is recorded, the next one is another process's.
             run.handed_back = True
             return None
