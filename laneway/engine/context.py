@@ -243,6 +243,15 @@ class CancelledByRequestError(Exception):
     """Raised by `HandlerContext.raise_if_cancelled` once the instance was cancelled."""
 
 
+class StoppedForDrainError(Exception):
+    """Raised by a step that stops early because its process drains (`HandlerContext.draining`
+    is set): a template's sequential stage between two operations, whose outcomes so far it
+    wrote first. The runner writes nothing for the step and hands its instance back at once,
+    as at a checkpoint while draining: no failed attempt, and the attempt is given back to the
+    step's budget. Raised while the process does not drain, it is the step's failure, as any
+    exception is."""
+
+
 def cancel_asked(cancelled: asyncio.Event) -> bool:
     """Whether the run in this task was asked to stop: its instance's cancel flag `cancelled`
     is set, or its task is being cancelled (a cancel, a lost lease, a stop past the grace, a
@@ -281,7 +290,7 @@ class HandlerContext:
     `draining` is set when the process stops (a shutdown, `laneway worker`'s drain, a newer
     release's migration): the step may finish within the shutdown grace, and the instance is
     handed back at its next checkpoint. A long handler may end its step early (return `Next`)
-    when it is set.
+    when it is set; a template's sequential stage starts no further operation then.
     """
 
     instance_id: UUID

@@ -89,7 +89,7 @@ class Presence:
         self._runs = runs
         self._stop_run = stop_run  # (instance id, why): a lease is gone, or the process stops
         self._schema_replaced = schema_replaced  # a newer release migrated the database
-        self._handed_back: dict[UUID, int] = {}  # stopped at a checkpoint while draining
+        self._handed_back: dict[UUID, int] = {}  # stopped early while draining (Run.handed_back)
         # Set by skip_drain (a second stop signal): the stop's waits end now, not at their limit.
         self.hurried = asyncio.Event()
         self._owner_id = owner_id
@@ -187,8 +187,9 @@ class Presence:
         return {instance_id: run.record.lease_epoch for instance_id, run in self._runs.items()}
 
     async def drain(self, grace_seconds: float) -> None:
-        """Let each run finish the step it is in; it stops at its next checkpoint (or ends).
-        One that stops at its checkpoint has its lease released as it stops, not when the
+        """Let each run finish the step it is in; it stops at its next checkpoint (or ends),
+        or sooner: a template's sequential stage stops between two operations (its handler
+        sees `draining`). One that stops so has its lease released as it stops, not when the
         drain ends: another process resumes it at once, not after the slowest step here.
 
         A step still running after the grace period is interrupted by the hand-back; without
@@ -214,8 +215,8 @@ class Presence:
 
     async def _wait(self, tasks: dict["asyncio.Task[None]", Run], seconds: float) -> None:
         """Until every task has ended, `seconds` have passed or skip_drain was called; the
-        runs that stopped at a checkpoint are released as they end (those that end together,
-        in one statement)."""
+        runs that stopped early (Run.handed_back) are released as they end (those that end
+        together, in one statement)."""
         if self.hurried.is_set():
             return
         loop = asyncio.get_running_loop()

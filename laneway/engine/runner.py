@@ -24,6 +24,7 @@ from laneway.engine.context import (
     Pause,
     PermanentFailure,
     Sleep,
+    StoppedForDrainError,
     WaitForSignal,
     stopped_here,
 )
@@ -71,9 +72,11 @@ class Run:
     task: "asyncio.Task[None] | None" = None
     claimed_by: str | None = None  # the span of the claim that started it (tracing.py)
     # Set when the process stops (Presence.drain): the run ends at its next checkpoint, and
-    # its handler sees it (HandlerContext.draining).
+    # its handler sees it (HandlerContext.draining: a sequential stage stops between operations).
     draining: asyncio.Event = field(default_factory=asyncio.Event)
-    handed_back: bool = False  # stopped at a checkpoint while draining; leased until released
+    # Stopped at a checkpoint (or between a sequential stage's operations) while draining;
+    # leased until released.
+    handed_back: bool = False
     # The write that ends this run here committed (terminal, paused, retry pending): the lease
     # is gone on purpose, so a renewal that misses it must not stop the run's last steps.
     settled: bool = False
@@ -138,6 +141,11 @@ async def run_instance(
                     ctx, workflow, action, record.lease_epoch, tools, traced=traced is not None
                 )
             except LeaseLostError:
+                return None
+            except StoppedForDrainError:
+                # Stopped early for the drain, what it finished written: nothing to write for
+                # the step, whose instance is handed back as at a checkpoint (Presence).
+                run.handed_back = True
                 return None
             if traced is not None and (
                 isinstance(write, FailWrite) or record.trace_context is None
@@ -339,6 +347,8 @@ async def _call_handler(
         # awaited task was cancelled): only a cancel of this run (a cancel, a lost lease, a
         # stop past the grace) goes on as one.
         stopped_here(exc, ctx.cancelled)
+        if isinstance(exc, StoppedForDrainError) and ctx.draining.is_set():
+            raise  # not a failure: the step stopped early for the drain (run_instance)
         failure = failure_of(exc)
         if traced:
             # Here, where the exception still is: the span keeps it (type, message, its whole

@@ -22,6 +22,7 @@ from laneway.engine.context import (
     Pause,
     PermanentFailure,
     Step,
+    StoppedForDrainError,
 )
 from laneway.engine.context_budget import input_room
 from laneway.engine.failures import StageFailure
@@ -222,7 +223,7 @@ class _StageRun(StageOperations):
         rows: Mapping[int, OperationRecord],
     ) -> _Pass:
         # In sequence, each operation sees the data of those before it, and a critical
-        # failure stops the ones after it.
+        # failure stops the ones after it. A fix cycle's operations run here too.
         for slot in slots:
             position, operation, _ = slot
             record = self._reusable(position, operation, rows) if rows else None
@@ -231,6 +232,12 @@ class _StageRun(StageOperations):
                 # What finished before is recorded before this starts: a crash in this one
                 # never runs those again.
                 await self._tools.write_operations()
+                if self._ctx.draining.is_set():
+                    # The process stops: rather than start an operation that the grace's end
+                    # may cut off (and another process run again in full), the step stops
+                    # here and its instance is handed back at once (runner.py); the next run
+                    # of the stage skips what is written.
+                    raise StoppedForDrainError(f"stage {self._stage.name!r}: the process drains")
                 record = await self._run_unless_skipped(slot, context, initial)
             if record is None:
                 continue
