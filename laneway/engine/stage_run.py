@@ -232,7 +232,7 @@ class _StageRun(StageOperations):
                 # What finished before is recorded before this starts: a crash in this one
                 # never runs those again.
                 await self._tools.write_operations()
-                if self._ctx.draining.is_set():
+                if self._ctx.draining.is_set() and await self._resumable_here():
                     # The process stops: rather than start an operation that the grace's end
                     # may cut off (and another process run again in full), the step stops
                     # here and its instance is handed back at once (runner.py); the next run
@@ -246,6 +246,17 @@ class _StageRun(StageOperations):
             if record.status == FAILED and operation.critical:
                 return context, record
         return context, None
+
+    async def _resumable_here(self) -> bool:
+        """Whether a run of the stage resumed from its rows would go on from here (asked only
+        while the process drains). Not before the first operation of a fix cycle begun in
+        this run: no row of it is written yet, so the resumed run would go back to the pass
+        before (fix_cycles.resume_point) and run its failed operation again."""
+        if not self._fix_cycle:
+            return True
+        name, cycle = self._stage.name, self._fix_cycle
+        rows = await self._tools.finished_operations()
+        return any(row.stage == name and row.fix_cycle == cycle for row in rows)
 
     async def _run_parallel(
         self,

@@ -308,6 +308,59 @@ async def test_a_fix_cycle_of_a_sequential_stage_stops_between_its_operations(
     assert finished.status == Status.COMPLETED, finished.last_error
 
 
+async def test_a_fix_cycle_begun_under_the_drain_runs_its_first_operation(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Stopped before it, the cycle would have no row yet: the next process would go back to the
+    # first pass and run its failed operation again. So the first fix runs, then it stops.
+    caplog.set_level(logging.INFO, logger="laneway.engine.presence")
+    entered, opened = asyncio.Event(), asyncio.Event()
+    first_calls: Counter[str] = Counter()
+
+    async def failing_verify(ctx: OperationContext) -> OperationResult:
+        entered.set()
+        await opened.wait()  # fails once the process drains
+        return await _verify(ctx)
+
+    first = make_engine(
+        store,
+        compile_template(
+            _self_healing(),
+            OperationRegistry(
+                {
+                    "verify": counted(first_calls, failing_verify),
+                    "fix1": counted(first_calls, done("fix1")),
+                    "fix2": counted(first_calls, done("fix2")),
+                }
+            ),
+        ),
+        owner_id="first",
+        shutdown_grace_seconds=LONG_GRACE,
+    )
+    enqueued = await first.enqueue("self_healing")
+    await stop_while_gated(first, entered, opened, caplog)
+    assert first_calls == {"verify": 1, "fix1": 1}
+    second_calls: Counter[str] = Counter()
+    second = make_engine(
+        store,
+        compile_template(
+            _self_healing(),
+            OperationRegistry(
+                {
+                    "verify": counted(second_calls, _verify),
+                    "fix1": counted(second_calls, done("fix1")),
+                    "fix2": counted(second_calls, done("fix2")),
+                }
+            ),
+        ),
+        owner_id="second",
+    )
+    assert await second.tick() == 1
+    assert second_calls == {"fix2": 1, "verify": 1}  # the failed verify is not run again
+    finished = await instance_of(store, enqueued.instance_id)
+    assert finished.status == Status.COMPLETED, finished.last_error
+
+
 async def test_a_parallel_stage_finishes_its_operations_while_its_process_drains(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
