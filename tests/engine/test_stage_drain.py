@@ -10,6 +10,7 @@ engine resumes the instance. Waits are events and polls with deadlines.
 import asyncio
 import logging
 from collections import Counter
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -260,25 +261,34 @@ async def _verify(ctx: OperationContext) -> OperationResult:
     return completed({"verified": True}) if fixed else failed("not fixed")
 
 
+def _self_healing_engine(
+    store: Store,
+    calls: Counter[str],
+    owner_id: str,
+    *,
+    verify: OperationHandler = _verify,
+    fix1: OperationHandler | None = None,
+    **options: Any,
+) -> Engine:
+    """An engine of `_self_healing` whose operations count their calls in `calls`."""
+    operations = {"verify": verify, "fix1": fix1 or done("fix1"), "fix2": done("fix2")}
+    registry = OperationRegistry({k: counted(calls, h) for k, h in operations.items()})
+    return make_engine(
+        store, compile_template(_self_healing(), registry), owner_id=owner_id, **options
+    )
+
+
 async def test_a_fix_cycle_of_a_sequential_stage_stops_between_its_operations(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="laneway.engine.presence")
     entered, opened = asyncio.Event(), asyncio.Event()
     first_calls: Counter[str] = Counter()
-    first = make_engine(
+    first = _self_healing_engine(
         store,
-        compile_template(
-            _self_healing(),
-            OperationRegistry(
-                {
-                    "verify": counted(first_calls, _verify),
-                    "fix1": counted(first_calls, gated(entered, opened, "fix1")),
-                    "fix2": counted(first_calls, done("fix2")),
-                }
-            ),
-        ),
-        owner_id="first",
+        first_calls,
+        "first",
+        fix1=gated(entered, opened, "fix1"),
         shutdown_grace_seconds=LONG_GRACE,
     )
     enqueued = await first.enqueue("self_healing")
@@ -287,20 +297,7 @@ async def test_a_fix_cycle_of_a_sequential_stage_stops_between_its_operations(
     stopped = await instance_of(store, enqueued.instance_id)
     assert (stopped.status, stopped.step_attempt) == (Status.PENDING, 0)
     second_calls: Counter[str] = Counter()
-    second = make_engine(
-        store,
-        compile_template(
-            _self_healing(),
-            OperationRegistry(
-                {
-                    "verify": counted(second_calls, _verify),
-                    "fix1": counted(second_calls, done("fix1")),
-                    "fix2": counted(second_calls, done("fix2")),
-                }
-            ),
-        ),
-        owner_id="second",
-    )
+    second = _self_healing_engine(store, second_calls, "second")
     assert await second.tick() == 1
     # The fix cycle goes on where it stopped: fix1's outcome stands, then the verify pass.
     assert second_calls == {"fix2": 1, "verify": 1}
@@ -322,39 +319,14 @@ async def test_a_fix_cycle_begun_under_the_drain_runs_its_first_operation(
         await opened.wait()  # fails once the process drains
         return await _verify(ctx)
 
-    first = make_engine(
-        store,
-        compile_template(
-            _self_healing(),
-            OperationRegistry(
-                {
-                    "verify": counted(first_calls, failing_verify),
-                    "fix1": counted(first_calls, done("fix1")),
-                    "fix2": counted(first_calls, done("fix2")),
-                }
-            ),
-        ),
-        owner_id="first",
-        shutdown_grace_seconds=LONG_GRACE,
+    first = _self_healing_engine(
+        store, first_calls, "first", verify=failing_verify, shutdown_grace_seconds=LONG_GRACE
     )
     enqueued = await first.enqueue("self_healing")
     await stop_while_gated(first, entered, opened, caplog)
     assert first_calls == {"verify": 1, "fix1": 1}
     second_calls: Counter[str] = Counter()
-    second = make_engine(
-        store,
-        compile_template(
-            _self_healing(),
-            OperationRegistry(
-                {
-                    "verify": counted(second_calls, _verify),
-                    "fix1": counted(second_calls, done("fix1")),
-                    "fix2": counted(second_calls, done("fix2")),
-                }
-            ),
-        ),
-        owner_id="second",
-    )
+    second = _self_healing_engine(store, second_calls, "second")
     assert await second.tick() == 1
     assert second_calls == {"fix2": 1, "verify": 1}  # the failed verify is not run again
     finished = await instance_of(store, enqueued.instance_id)
