@@ -6,8 +6,8 @@ of kept signals that both a sender and the group commit make (queries.CONSUME_SI
 administrative connection for diagnostics, and `snapshot`: reads of one task that see one
 moment; and `newer_release`, whether a newer release migrated the database while this process
 ran, set once by the first read that finds out (an engine's heartbeat, or `check_schema`). The
-areas' methods live in instances.py, leases.py, history.py, schedules.py, workers.py and
-queue_history.py; store.py composes them into Store.
+areas' methods live in queues.py, instances.py, leases.py, history.py, schedules.py,
+workers.py and queue_history.py; store.py composes them into Store.
 """
 
 import asyncio

@@ -1,6 +1,6 @@
 """Store: one method per state change, each one transaction with its events and NOTIFY.
 
-Owns `open_store` and the Store class, composed of one part per area (instances.py,
+Owns `open_store` and the Store class, composed of one part per area (queues.py, instances.py,
 leases.py, history.py, schedules.py, workers.py, queue_history.py, waits.py, deploys.py,
 pages.py, bulk.py, partitions.py, on base.py); rows.py decodes rows into records.
 Decides nothing about workflows: the engine says what to write, the store writes it
